@@ -1,0 +1,344 @@
+"""Side-by-side benchmarks: boundedgate against the primitives it replaces, in one process.
+
+Run ``python benchmarks/bench.py`` (or ``make bench``). Each scenario runs every contender once per
+round, in a rotated order, for several rounds; the table shows medians and ratios. These machines
+are shared and noisy: compare within one run, never across runs, and never assert a time in a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from contenders import (
+    CapacityLimiter,
+    EmptyCM,
+    FloorHandOff,
+    Gate,
+    HandWritten,
+    RaisingCM,
+    Refused,
+    Semaphore,
+)
+
+from boundedgate import BoundedGate, QueueExpired
+
+Runner = Callable[[], Awaitable[float]]
+
+
+@dataclass
+class Scenario:
+    title: str
+    unit: str
+    baseline: str
+    target: str
+    rows: dict[str, Runner] = field(default_factory=dict)
+    times: dict[str, list[float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def run(self, rounds: int) -> None:
+        names = list(self.rows)
+        for r in range(rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                gc.collect()
+                self.times.setdefault(name, []).append(asyncio.run(self.rows[name]()))
+
+    def table(self) -> str:
+        base = statistics.median(self.times[self.baseline])
+        lines = [
+            f"### {self.title}",
+            "",
+            f"Target: {self.target}",
+            "",
+            f"| contender | median {self.unit} | ratio to {self.baseline} |",
+            "| --- | ---: | ---: |",
+        ]
+        for name, samples in self.times.items():
+            med = statistics.median(samples)
+            lines.append(f"| {name} | {med:,.2f} | {med / base:.2f}x |")
+        lines += ["", *self.notes]
+        return "\n".join(lines)
+
+
+def per_op(seconds: float, n: int) -> float:
+    return seconds / n * 1e6
+
+
+# -- 1. uncontended admit/release ---------------------------------------------------------------
+
+
+def uncontended(n: int) -> Scenario:
+    sc = Scenario(
+        "1. Uncontended admit/release pair",
+        "µs per pair",
+        "asyncio.Semaphore",
+        "boundedgate at most 1.3x asyncio.Semaphore",
+    )
+
+    def run(make: Callable[[], Any], timed: bool = False) -> Runner:
+        async def go() -> float:
+            contender = make()
+            cm = (lambda: contender.timed(30.0)) if timed else contender.cm
+            start = time.perf_counter()
+            for _ in range(n):
+                async with cm():
+                    pass
+            return per_op(time.perf_counter() - start, n)
+
+        return go
+
+    async def floor() -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            async with EmptyCM():
+                pass
+        return per_op(time.perf_counter() - start, n)
+
+    sc.rows["floor (empty async CM)"] = floor
+    sc.rows["asyncio.Semaphore"] = run(lambda: Semaphore(1, 0))
+    sc.rows["anyio.CapacityLimiter"] = run(lambda: CapacityLimiter(1, 0))
+    sc.rows["hand-written"] = run(lambda: HandWritten(1, 0))
+    sc.rows["boundedgate"] = run(lambda: Gate(1, 0))
+    sc.rows["hand-written, timeout=30"] = run(lambda: HandWritten(1, 0), timed=True)
+    sc.rows["boundedgate, timeout=30"] = run(lambda: Gate(1, 0), timed=True)
+    return sc
+
+
+# -- 2. hand-off under contention ---------------------------------------------------------------
+
+
+def contended(tasks: int, iterations: int) -> Scenario:
+    sc = Scenario(
+        f"2. Hand-off under contention (C=8, {tasks} tasks x {iterations} admissions)",
+        "µs per admission",
+        "asyncio.Semaphore",
+        "boundedgate at most 1.0x asyncio.Semaphore; with a deadline on every admission, "
+        "at most 0.6x the hand-written version",
+    )
+    total = tasks * iterations
+
+    def run(make: Callable[[], Any], timed: bool = False) -> Runner:
+        async def go() -> float:
+            contender = make()
+            cm = (lambda: contender.timed(60.0)) if timed else contender.cm
+
+            async def worker() -> None:
+                for _ in range(iterations):
+                    async with cm():
+                        await asyncio.sleep(0)
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(tasks)))
+            return per_op(time.perf_counter() - start, total)
+
+        return go
+
+    sc.rows["floor (bare future hand-off)"] = run(lambda: FloorHandOff(8, None))
+    sc.rows["asyncio.Semaphore"] = run(lambda: Semaphore(8, None))
+    sc.rows["anyio.CapacityLimiter"] = run(lambda: CapacityLimiter(8, None))
+    sc.rows["boundedgate"] = run(lambda: Gate(8, None))
+    sc.rows["hand-written, timeout=60"] = run(lambda: HandWritten(8, None), timed=True)
+    sc.rows["boundedgate, timeout=60"] = run(lambda: Gate(8, None), timed=True)
+    sc.notes.append(
+        "Each admission's body yields once (`await asyncio.sleep(0)`), so slots turn over and "
+        "every admission after the first eight goes through the queue."
+    )
+    return sc
+
+
+# -- 3. rejection -------------------------------------------------------------------------------
+
+
+def rejection(n: int) -> Scenario:
+    sc = Scenario(
+        "3. Rejection path (gate full, every attempt refused)",
+        "µs per refusal",
+        "floor (raise and catch)",
+        "boundedgate at most 1.3x the floor's raise-and-catch",
+    )
+
+    async def floor() -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            try:
+                async with RaisingCM():
+                    pass
+            except Refused:
+                pass
+        return per_op(time.perf_counter() - start, n)
+
+    def run(make: Callable[[], Any]) -> Runner:
+        async def go() -> float:
+            contender = make()
+            held = contender.cm()
+            await held.__aenter__()
+            cm, refused = contender.cm, contender.refused
+            start = time.perf_counter()
+            for _ in range(n):
+                try:
+                    async with cm():
+                        pass
+                except refused:
+                    pass
+            elapsed = time.perf_counter() - start
+            await held.__aexit__(None, None, None)
+            return per_op(elapsed, n)
+
+        return go
+
+    sc.rows["floor (raise and catch)"] = floor
+    sc.rows["hand-written"] = run(lambda: HandWritten(1, 0))
+    sc.rows["boundedgate"] = run(lambda: Gate(1, 0))
+    sc.notes.append(
+        "The floor is an async context manager whose `__aenter__` raises a plain exception, caught "
+        "by the caller: the least any refusal through `async with` can cost."
+    )
+    return sc
+
+
+# -- 4. expiry of many queued waiters -----------------------------------------------------------
+
+
+def deadlines(n: int, seed: int = 1) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.uniform(0.05, 0.5) for _ in range(n)]
+
+
+def expiry(n: int) -> Scenario:
+    sc = Scenario(
+        f"4. Expiry of {n:,} queued waiters, deadlines spread over 0.05-0.5 s",
+        "s until the last expired",
+        "floor (future + timer per waiter)",
+        "boundedgate within 1.3x the floor's wall time; no task per waiter; under 400 bytes per waiter",
+    )
+    budgets = deadlines(n)
+
+    async def floor() -> float:
+        loop = asyncio.get_running_loop()
+
+        async def waiter(budget: float) -> None:
+            fut = loop.create_future()
+            handle = loop.call_at(loop.time() + budget, fut.set_exception, Refused())
+            try:
+                await fut
+            finally:
+                handle.cancel()
+
+        start = time.perf_counter()
+        await asyncio.gather(*(waiter(b) for b in budgets), return_exceptions=True)
+        return time.perf_counter() - start
+
+    async def hand_written() -> float:
+        contender = HandWritten(1, None)
+        held = contender.cm()
+        await held.__aenter__()
+
+        async def waiter(budget: float) -> None:
+            async with contender.timed(budget):
+                pass
+
+        start = time.perf_counter()
+        await asyncio.gather(*(waiter(b) for b in budgets), return_exceptions=True)
+        elapsed = time.perf_counter() - start
+        await held.__aexit__(None, None, None)
+        return elapsed
+
+    async def gate() -> float:
+        g = BoundedGate(max_running=1, max_waiting=None)
+        held = g.try_admit()
+
+        async def waiter(budget: float) -> None:
+            async with g.admit(timeout=budget):
+                pass
+
+        start = time.perf_counter()
+        results = await asyncio.gather(*(waiter(b) for b in budgets), return_exceptions=True)
+        elapsed = time.perf_counter() - start
+        assert all(isinstance(r, QueueExpired) for r in results)
+        held.release()
+        return elapsed
+
+    sc.rows["floor (future + timer per waiter)"] = floor
+    sc.rows["hand-written (asyncio.timeout per waiter)"] = hand_written
+    sc.rows["boundedgate"] = gate
+    return sc
+
+
+async def memory_per_waiter(n: int) -> tuple[float, int]:
+    """Bytes the gate adds per parked waiter, beyond the caller's own task; and tasks per waiter."""
+    loop = asyncio.get_running_loop()
+    parked = loop.create_future()
+
+    class Baseline:
+        __slots__ = ()
+
+        async def __aenter__(self) -> None:
+            await parked
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+    async def measure(cm: Callable[[], Any]) -> tuple[int, int]:
+        async def waiter() -> None:
+            async with cm():
+                pass
+
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        tasks = [asyncio.ensure_future(waiter()) for _ in range(n)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        used = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        alive = len(asyncio.all_tasks()) - 1
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return used, alive
+
+    base, _ = await measure(Baseline)
+    gate = BoundedGate(max_running=1, max_waiting=None)
+    held = gate.try_admit()
+    used, alive = await measure(lambda: gate.admit(timeout=3600))
+    held.release()
+    return (used - base) / n, alive - n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument("--only", help="comma-separated scenario numbers, e.g. 1,3")
+    args = parser.parse_args()
+    scale = 10 if args.quick else 1
+    scenarios = {
+        "1": lambda: uncontended(100_000 // scale),
+        "2": lambda: contended(256, 200 // scale),
+        "3": lambda: rejection(100_000 // scale),
+        "4": lambda: expiry(100_000 // scale),
+    }
+    chosen = args.only.split(",") if args.only else list(scenarios)
+    print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians\n")
+    for key in chosen:
+        sc = scenarios[key]()
+        sc.run(args.rounds)
+        print(sc.table(), "\n", flush=True)
+    if "4" in chosen:
+        per_waiter, extra_tasks = asyncio.run(memory_per_waiter(20_000 // scale))
+        print(f"Memory per queued waiter, beyond the caller's task: {per_waiter:.0f} bytes; ")
+        print(f"tasks created per waiter beyond the caller's own: {extra_tasks}")
+
+
+if __name__ == "__main__":
+    main()

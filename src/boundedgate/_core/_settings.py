@@ -1,0 +1,78 @@
+"""Validation of every number a caller hands the gate: the only place settings are checked.
+
+Type first, then value, with short messages that name the setting. Booleans are refused where an
+int is needed (``True`` is an ``int`` to Python, never a limit to us), and so are floats, NaN and
+infinities: a limit is a count.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+__all__ = ("check_deadline", "check_max_running", "check_max_waiting", "check_name", "check_timeout")
+
+
+def _count(name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not bool")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {value!r}") from None
+
+
+def check_max_running(value: object) -> int:
+    """Return ``value`` as the number of running slots, an int >= 1."""
+    count = _count("max_running", value)
+    if count < 1:
+        raise ValueError(f"max_running must be >= 1, got {count}")
+    return count
+
+
+def check_max_waiting(value: object) -> int | None:
+    """Return ``value`` as the number of queue places: an int >= 0, or None for no bound.
+
+    ``0`` means no waiting room at all, not "unbounded" as in ``asyncio.Queue(maxsize=0)``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isinf(value):
+        raise TypeError("max_waiting must be an int, got inf (use None for an unbounded queue)")
+    count = _count("max_waiting", value)
+    if count < 0:
+        raise ValueError(f"max_waiting must be >= 0, got {count}")
+    return count
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    seconds = float(value)
+    if math.isnan(seconds):
+        raise ValueError(f"{name} must not be NaN")
+    return seconds
+
+
+def check_timeout(value: object) -> float:
+    """Return a relative budget in seconds (>= 0; ``inf`` or None means no deadline)."""
+    if value is None:
+        return math.inf
+    seconds = _seconds("timeout", value)
+    if seconds < 0:
+        raise ValueError(f"timeout must be >= 0, got {value!r}")
+    return seconds
+
+
+def check_deadline(value: object) -> float:
+    """Return an absolute deadline on the gate's clock (None means no deadline)."""
+    if value is None:
+        return math.inf
+    return _seconds("deadline", value)
+
+
+def check_name(value: object) -> str:
+    """Return the gate's name, a str."""
+    if not isinstance(value, str):
+        raise TypeError(f"name must be a str, got {value!r}")
+    return value

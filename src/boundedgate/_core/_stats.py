@@ -1,0 +1,89 @@
+"""The gate's statistics: an immutable snapshot, every field documented."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ("GateStatistics",)
+
+
+def _mean(total: float, count: int) -> float | None:
+    return total / count if count else None
+
+
+@dataclass(frozen=True, slots=True)
+class GateStatistics:
+    """A snapshot of a gate's counters, taken by :meth:`BoundedGate.stats`.
+
+    Every request that arrives is counted in exactly one outcome once it ends: ``rejected``,
+    ``expired`` or ``cancelled`` if it never ran; ``completed``, ``late`` or ``failed`` if it did.
+    While it is not yet ended it is counted in ``waiting`` or ``running``. Requests refused before
+    they were counted (already cancelled, or already past their deadline, on arrival) appear
+    nowhere. Times are in seconds on the gate's clock (the event loop's).
+    """
+
+    #: The gate's name.
+    name: str
+    #: Running slots (C).
+    max_running: int
+    #: Queue places (Q); None when the queue is unbounded.
+    max_waiting: int | None
+    #: Requests holding a slot now.
+    running: int
+    #: Requests in the queue now.
+    waiting: int
+    #: The most requests ever running at once.
+    peak_running: int
+    #: The most requests ever waiting at once.
+    peak_waiting: int
+    #: Requests that got a slot (at once or from the queue), ended or not.
+    admitted: int
+    #: Refused at arrival with ``QueueFull``.
+    rejected: int
+    #: Left the queue at their deadline with ``QueueExpired``, never started.
+    expired: int
+    #: Gave up while waiting (cancelled by their caller).
+    cancelled: int
+    #: Ran and finished before their deadline.
+    completed: int
+    #: Ran and finished at or after their deadline (``Late``).
+    late: int
+    #: Ran and ended with an exception.
+    failed: int
+    #: Time spent waiting, summed over requests that started, expired or were cancelled.
+    queue_seconds_total: float
+    #: The longest such wait.
+    queue_seconds_max: float
+    #: Time holding a slot, summed over requests that finished (completed, late, failed).
+    run_seconds_total: float
+    #: The longest such run.
+    run_seconds_max: float
+    #: Arrival to end, summed over requests that finished: what their callers waited in all.
+    end_to_end_seconds_total: float
+    #: The longest such end-to-end time.
+    end_to_end_seconds_max: float
+
+    @property
+    def arrived(self) -> int:
+        """Requests counted at arrival: every outcome, plus those still waiting or running."""
+        return self.rejected + self.expired + self.cancelled + self.admitted + self.waiting
+
+    @property
+    def finished(self) -> int:
+        """Requests that ran and ended: ``completed + late + failed``."""
+        return self.completed + self.late + self.failed
+
+    @property
+    def mean_queue_seconds(self) -> float | None:
+        """Mean wait of requests that left the queue or never joined it (None before any)."""
+        return _mean(self.queue_seconds_total, self.admitted + self.expired + self.cancelled)
+
+    @property
+    def mean_run_seconds(self) -> float | None:
+        """Mean run time of finished requests (None before any finished)."""
+        return _mean(self.run_seconds_total, self.finished)
+
+    @property
+    def mean_end_to_end_seconds(self) -> float | None:
+        """Mean arrival-to-end time of finished requests (None before any finished)."""
+        return _mean(self.end_to_end_seconds_total, self.finished)

@@ -1,0 +1,79 @@
+"""A request's ticket and the statuses it passes through.
+
+A ticket is ``NEW`` until it arrives, then ``QUEUED`` or ``RUNNING``, and ends in exactly one final
+status, its outcome::
+
+    NEW ──arrive──> RUNNING ──release──> COMPLETED | LATE | FAILED
+     │                 ^  └───cancel───> CANCELLED      (granted, but the caller gave up first)
+     │                 │ hand-off
+     ├──arrive──> QUEUED ──deadline──> EXPIRED
+     │                   └──cancel───> CANCELLED
+     └──arrive──> REJECTED                              (all slots busy, queue full)
+
+A ticket whose deadline has passed when it arrives is refused as ``EXPIRED`` before it is
+counted (it never touches the gate's counters).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+__all__ = ("Status", "Ticket")
+
+
+class Status(enum.Enum):
+    """Where a request stands; the last six are final, and each request ends in exactly one."""
+
+    #: Created, not yet arrived at the gate.
+    NEW = "new"
+    #: Waiting in the gate's FIFO queue.
+    QUEUED = "queued"
+    #: Holding a running slot.
+    RUNNING = "running"
+    #: Refused at arrival: every slot busy and the queue full.
+    REJECTED = "rejected"
+    #: Its deadline passed while it waited; it never started.
+    EXPIRED = "expired"
+    #: Its caller gave up while it waited (or before it could use a slot handed to it).
+    CANCELLED = "cancelled"
+    #: Ran and finished before its deadline.
+    COMPLETED = "completed"
+    #: Ran and finished at or after its deadline.
+    LATE = "late"
+    #: Ran and ended with an exception.
+    FAILED = "failed"
+
+    @property
+    def is_final(self) -> bool:
+        """True for an outcome, False while the request is new, queued or running."""
+        return self not in _PENDING
+
+
+_PENDING = frozenset((Status.NEW, Status.QUEUED, Status.RUNNING))
+_NEW = Status.NEW  # an enum member read from the class costs ~100 ns; the hot paths read these
+
+
+class Ticket:
+    """One request as the decision core sees it: times on the gate's clock, and a status.
+
+    The core writes every field; everything else only reads them.
+    """
+
+    __slots__ = ("arrival", "deadline", "ended", "started", "status")
+
+    def __init__(self, deadline: float = math.inf) -> None:
+        #: When it arrived (None until then).
+        self.arrival: float | None = None
+        #: When it must be done by; ``inf`` for no deadline.
+        self.deadline: float = deadline
+        #: When it got a running slot (None if it never did).
+        self.started: float | None = None
+        #: When it reached its outcome (None until then).
+        self.ended: float | None = None
+        #: Where it stands.
+        self.status: Status = _NEW
+
+    def __lt__(self, other: Ticket) -> bool:
+        # Ties between equal deadlines in the core's deadline heap go to the earlier arrival.
+        return (self.arrival or 0.0) < (other.arrival or 0.0)

@@ -1,0 +1,144 @@
+"""The permit: one request's claim on a gate, from arrival to the moment it gives its slot back."""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import TYPE_CHECKING, final
+
+from typing_extensions import Self
+
+from .._core import Status, Ticket
+from ._compat import current_task, is_cancelling
+
+if TYPE_CHECKING:
+    from ._gate import BoundedGate
+
+__all__ = ("Permit",)
+
+NEW = Status.NEW
+QUEUED = Status.QUEUED
+RUNNING = Status.RUNNING
+LATE = Status.LATE
+CANCELLED = Status.CANCELLED
+
+
+@final
+class Permit(Ticket):
+    """A request's claim on a :class:`BoundedGate`: a running slot, held until released.
+
+    ``gate.admit(...)`` returns a permit that has not arrived yet; entering it with ``async with``
+    is the arrival (it starts, waits in the queue, or is refused), and leaving the block releases
+    the slot and raises :class:`Late` if the block finished at or after the deadline.
+    ``gate.try_admit()`` returns a permit that already holds its slot.
+
+    Releasing is idempotent: the slot goes back exactly once, whichever path gets there first
+    (``release()``, the end of the ``async with`` block), and the block may be exited from another
+    task than the one that entered it.
+
+    Attributes:
+        status: Where the request stands (:class:`Status`); its outcome once it has ended.
+        arrival: When it arrived, on the gate's clock (None before it has).
+        deadline: When it must be done by, on the gate's clock (``math.inf`` for no deadline).
+        started: When it got its slot (None if it has not).
+        ended: When it reached its outcome (None while it is pending).
+    """
+
+    __slots__ = ("_gate", "_timeout", "_waiter")
+
+    def __init__(self, gate: BoundedGate, timeout: float | None, deadline: float) -> None:
+        # Ticket's fields, set here rather than through Ticket.__init__: a call less per request.
+        self.arrival: float | None = None
+        self.deadline = deadline
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.status = NEW
+        self._gate = gate
+        # The relative budget, turned into `deadline` at arrival (None when it was absolute).
+        self._timeout = timeout
+        # The future a queued permit sleeps on; the gate resolves it when the permit leaves the queue.
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def gate(self) -> BoundedGate:
+        """The gate this permit belongs to."""
+        return self._gate
+
+    def release(self) -> None:
+        """Give the slot back now, as a normal end (completed, or late past the deadline).
+
+        Does nothing if the permit does not hold a slot (not yet admitted, or already released).
+        Never raises :class:`Late`; the ``async with`` exit does that. Call it on the event
+        loop's thread.
+        """
+        if self.status is RUNNING:
+            gate = self._gate
+            woken = gate._state.release(self, gate._loop.time())  # type: ignore[union-attr]
+            if woken:
+                gate._wake(woken)
+
+    async def __aenter__(self) -> Self:
+        status = self.status
+        if status is RUNNING:
+            return self  # from try_admit(): it holds its slot already
+        status = self._arrive(True)
+        if status is RUNNING:
+            return self
+        gate = self._gate
+        if status is QUEUED:
+            waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]
+            if self.deadline < gate._timer_at:
+                gate._arm_timer(self.deadline)
+            try:
+                await waiter
+            except BaseException:
+                # Cancelled while waiting, or in the same loop turn as the gate handed it a slot
+                # (the future holds a result but the task was cancelled before it resumed): either
+                # way give back what it holds, and a slot passes on to the next in line.
+                self._waiter = None
+                gate._cancel(self)
+                raise
+            self._waiter = None
+            if self.status is RUNNING:
+                return self
+        raise gate._refusal(self)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # No await before the release: a second cancellation must not be able to interrupt it.
+        if self.status is RUNNING:
+            gate = self._gate
+            woken = gate._state.release(self, gate._loop.time(), exc_type is not None)  # type: ignore[union-attr]
+            if woken:
+                gate._wake(woken)
+        if exc_type is None and self.status is LATE:
+            raise self._gate._late(self)
+
+    def _arrive(self, wait: bool) -> Status:
+        """Arrive at the gate now, and return the status the gate gave the permit."""
+        if self.status is not NEW:
+            raise RuntimeError(f"{self!r} was already used; call admit() for each request")
+        gate = self._gate
+        loop = gate._loop
+        if loop is None or (task := current_task(loop)) is None:
+            loop = gate._bind()
+            task = current_task(loop)
+        if task is not None and is_cancelling(task):
+            # Refused before it is counted: a cancelled caller never touches the counters.
+            self.status = CANCELLED
+            raise asyncio.CancelledError()
+        now = loop.time()
+        timeout = self._timeout
+        if timeout is not None:
+            self.deadline = now + timeout
+        woken = gate._state.arrive(self, now, wait)
+        if woken:
+            gate._wake(woken)
+        return self.status
+
+    def __repr__(self) -> str:
+        return f"<Permit of {self._gate.name!r}: {self.status.value}>"

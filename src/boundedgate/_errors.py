@@ -1,0 +1,256 @@
+"""The typed refusals: one small class per outcome, all sharing :class:`GateError`.
+
+Building the exception is on the rejection path of an overloaded service, so it does as little as
+Python allows: the fields are the exception's positional ``args`` (stored by ``BaseException``
+itself, with no Python-level ``__init__``), read back through properties, and the message and the
+``retry_after`` estimate are only computed when someone asks. The positional order is part of the
+API: ``gate, max_running, max_waiting, running, waiting, waited, elapsed`` and then each class's own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+__all__ = ("GateError", "Late", "QueueExpired", "QueueFull")
+
+
+def _limit(value: int | None) -> str:
+    return "unbounded" if value is None else str(value)
+
+
+def _retry_after(waiting: int, max_running: int, recent_run: float | None) -> float | None:
+    # The queue ahead of a newcomer, plus the newcomer, at the recent pace of max_running slots.
+    if recent_run is None:
+        return None
+    return (waiting + 1) * recent_run / max_running
+
+
+class GateError(Exception):
+    """Base of every refusal a gate raises. Never raised itself; catch it to handle them all.
+
+    Every instance says which gate refused and what it looked like at that moment.
+
+    Attributes:
+        code: A stable machine-readable name: ``"queue_full"``, ``"queue_expired"``, ``"late"``.
+        http_status: The HTTP status a server in front of the gate should answer with.
+        gate: The gate's name.
+        max_running: The gate's running slots (C).
+        max_waiting: The gate's queue places (Q; None when unbounded).
+        running: Requests running at the moment of the refusal.
+        waiting: Requests waiting at the moment of the refusal.
+        waited: Seconds this request spent in the queue.
+        elapsed: Seconds from this request's arrival to the refusal.
+        retry_after: Seconds after which a retry may succeed, or None when the gate cannot say.
+    """
+
+    code: ClassVar[str]
+    http_status: ClassVar[int] = 503
+
+    def __init__(self, *args: object) -> None:
+        raise TypeError("GateError is a base class; raise QueueFull, QueueExpired or Late")
+
+    @property
+    def gate(self) -> str:
+        """The gate's name."""
+        return self.args[0]  # type: ignore[no-any-return]
+
+    @property
+    def max_running(self) -> int:
+        """The gate's running slots (C)."""
+        return self.args[1]  # type: ignore[no-any-return]
+
+    @property
+    def max_waiting(self) -> int | None:
+        """The gate's queue places (Q; None when unbounded)."""
+        return self.args[2]  # type: ignore[no-any-return]
+
+    @property
+    def running(self) -> int:
+        """Requests running at the moment of the refusal."""
+        return self.args[3]  # type: ignore[no-any-return]
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting at the moment of the refusal."""
+        return self.args[4]  # type: ignore[no-any-return]
+
+    @property
+    def waited(self) -> float:
+        """Seconds this request spent in the queue."""
+        return self.args[5]  # type: ignore[no-any-return]
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds from this request's arrival to the refusal."""
+        return self.args[6]  # type: ignore[no-any-return]
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds after which a retry may succeed, or None when the gate cannot say."""
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready body for an HTTP error response (seed 002's shape, our names)."""
+        return {
+            "code": self.code,
+            "error": str(self),
+            "gate": self.gate,
+            "max_running": self.max_running,
+            "max_waiting": self.max_waiting,
+            "running": self.running,
+            "waiting": self.waiting,
+            "waited": self.waited,
+            "elapsed": self.elapsed,
+            "retry_after": self.retry_after,
+        }
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers to send with the error: ``Retry-After`` in whole seconds (>= 1), when known."""
+        retry_after = self.retry_after
+        if retry_after is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(retry_after)))}
+
+    def _where(self) -> str:
+        return (
+            f"gate {self.gate!r} [running {self.running}/{self.max_running}, "
+            f"waiting {self.waiting}/{_limit(self.max_waiting)}]"
+        )
+
+
+class QueueFull(GateError):
+    """Raised at arrival, before any suspension, when every slot is busy and the queue is full.
+
+    Nothing was queued and nothing waits on the caller's behalf. ``try_admit()`` raises it whenever
+    the request cannot start at once.
+
+    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
+    recent_run`` (``waited`` and ``elapsed`` are 0; ``recent_run`` is the gate's recent mean run
+    time in seconds, or None before any run ended).
+    """
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            gate: str,
+            max_running: int,
+            max_waiting: int | None,
+            running: int,
+            waiting: int,
+            waited: float,
+            elapsed: float,
+            recent_run: float | None,
+        ) -> None: ...
+
+    else:
+        __init__ = Exception.__init__  # the fields are the args: no Python frame on the refusal path
+
+    code = "queue_full"
+
+    @property
+    def retry_after(self) -> float | None:
+        """An estimate of when a retry would be served: ``(waiting + 1) * recent_run / max_running``.
+
+        ``recent_run`` is an exponentially weighted mean of the gate's recent run times, so the
+        estimate is the time the queue ahead of a newcomer, plus the newcomer, takes to clear at
+        the recent pace. None before any run has ended.
+        """
+        return _retry_after(self.args[4], self.args[1], self.args[7])
+
+    def __str__(self) -> str:
+        return f"{self._where()} is full"
+
+
+class QueueExpired(GateError, TimeoutError):
+    """Raised by ``admit()`` when the request's deadline passed while it waited in the queue.
+
+    It never started and never counted as a call; its queue place was freed at the deadline.
+    Also raised at once, before anything is counted, for a request whose deadline had already
+    passed when it arrived. Also a :class:`TimeoutError`.
+
+    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
+    deadline, recent_run``.
+    """
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            gate: str,
+            max_running: int,
+            max_waiting: int | None,
+            running: int,
+            waiting: int,
+            waited: float,
+            elapsed: float,
+            deadline: float,
+            recent_run: float | None,
+        ) -> None: ...
+
+    else:
+        __init__ = Exception.__init__
+
+    code = "queue_expired"
+
+    @property
+    def deadline(self) -> float:
+        """The deadline that passed, on the gate's clock."""
+        return self.args[7]  # type: ignore[no-any-return]
+
+    @property
+    def retry_after(self) -> float | None:
+        """As for :attr:`QueueFull.retry_after`."""
+        return _retry_after(self.args[4], self.args[1], self.args[8])
+
+    def __str__(self) -> str:
+        return f"deadline passed after waiting {self.waited:.3f}s in the queue of {self._where()}"
+
+
+class Late(GateError, TimeoutError):
+    """Raised on exit of ``async with gate.admit(...)`` when the body finished at or after its deadline.
+
+    The body ran to its end (the gate never interrupts it) and kept its slot until then; it only
+    finished too late to count as on time. Also a :class:`TimeoutError`.
+
+    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
+    deadline, overrun``.
+    """
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            gate: str,
+            max_running: int,
+            max_waiting: int | None,
+            running: int,
+            waiting: int,
+            waited: float,
+            elapsed: float,
+            deadline: float,
+            overrun: float,
+        ) -> None: ...
+
+    else:
+        __init__ = Exception.__init__
+
+    code = "late"
+    http_status = 504
+
+    @property
+    def deadline(self) -> float:
+        """The deadline, on the gate's clock."""
+        return self.args[7]  # type: ignore[no-any-return]
+
+    @property
+    def overrun(self) -> float:
+        """Seconds past the deadline at which the body finished (>= 0)."""
+        return self.args[8]  # type: ignore[no-any-return]
+
+    def __str__(self) -> str:
+        return (
+            f"finished {self.overrun:.3f}s past its deadline, {self.elapsed:.3f}s after arrival, "
+            f"at {self._where()}"
+        )

@@ -1,0 +1,47 @@
+"""Shared test setup: virtual time for every async test (``--looptime`` in pyproject), hypothesis profiles."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import warnings
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# Virtual time makes wall-clock deadlines meaningless; examples are many and cheap.
+settings.register_profile(
+    "dev",
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "ci",
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _close_the_loop_looptime_opens_for_sync_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    # looptime's pytest hook asks the policy for an event loop even around sync tests, and on
+    # Python < 3.12 that creates one which nobody closes; close it, or GC warns mid-suite.
+    yield
+    if inspect.iscoroutinefunction(request.function):
+        return
+    policy = asyncio.get_event_loop_policy()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loop = policy.get_event_loop()
+    except RuntimeError:  # none was set, and the policy no longer makes one
+        return
+    if not loop.is_running():
+        loop.close()
+        policy.set_event_loop(None)

@@ -1,0 +1,270 @@
+"""The decision core, driven by hand with no event loop: seed 000 as pure steps, each rule, and a
+stateful Hypothesis machine over random events."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from boundedgate._core import GateState, Status, Ticket
+from boundedgate._core._state import _SLACK
+
+
+def ticket(deadline: float = math.inf) -> Ticket:
+    return Ticket(deadline)
+
+
+def test_GateState_seed_worked_example_as_pure_steps() -> None:
+    state = GateState(2, 2)
+    a, b, c, d, e = ticket(300), ticket(300), ticket(200), ticket(90), ticket(200)
+    for t in (a, b, c, d, e):
+        assert state.arrive(t, 0) == ()
+    assert [t.status for t in (a, b, c, d, e)] == [
+        Status.RUNNING,
+        Status.RUNNING,
+        Status.QUEUED,
+        Status.QUEUED,
+        Status.REJECTED,
+    ]
+    assert state.next_deadline() == 90
+    assert state.expire(89) == []
+    assert state.expire(90) == [d]
+    assert (d.status, d.ended) == (Status.EXPIRED, 90)
+    assert state.next_deadline() == 200
+    assert state.release(a, 100) == [c]
+    assert (c.status, c.started) == (Status.RUNNING, 100)
+    assert state.release(b, 100) == ()
+    assert state.release(c, 150) == ()
+    assert c.status is Status.COMPLETED
+    assert state.next_deadline() == math.inf
+    state.check()
+    snap = state.snapshot("seed")
+    assert (snap.admitted, snap.completed, snap.expired, snap.rejected) == (3, 3, 1, 1)
+
+
+def test_GateState_release_expires_due_waiters_before_handing_off() -> None:
+    state = GateState(1, 2)
+    holder, due, next_in_line = ticket(), ticket(10), ticket(50)
+    for t in (holder, due, next_in_line):
+        state.arrive(t, 0)
+    woken = state.release(holder, 10)
+    assert woken == [due, next_in_line]
+    assert due.status is Status.EXPIRED
+    assert (next_in_line.status, next_in_line.started) == (Status.RUNNING, 10)
+
+
+def test_GateState_arrival_expires_due_waiters_to_free_their_places() -> None:
+    state = GateState(1, 1)
+    holder, due, newcomer = ticket(), ticket(10), ticket()
+    state.arrive(holder, 0)
+    state.arrive(due, 0)
+    assert state.arrive(newcomer, 10) == [due]
+    assert newcomer.status is Status.QUEUED
+
+
+def test_GateState_arrival_past_its_deadline_is_refused_uncounted() -> None:
+    state = GateState(1, 1)
+    late = ticket(5)
+    assert state.arrive(late, 5) == ()
+    assert (late.status, late.ended, late.arrival) == (Status.EXPIRED, 5, 5)
+    snap = state.snapshot("s")
+    assert snap.arrived == snap.expired == 0
+
+
+def test_GateState_arrive_without_waiting_rejects_instead_of_queueing() -> None:
+    state = GateState(1, 5)
+    state.arrive(ticket(), 0)
+    t = ticket()
+    state.arrive(t, 0, wait=False)
+    assert t.status is Status.REJECTED
+    assert state.waiting == 0
+
+
+def test_GateState_outcomes_of_release() -> None:
+    state = GateState(3, 0)
+    ok, late, failed = ticket(10), ticket(10), ticket(10)
+    for t in (ok, late, failed):
+        state.arrive(t, 0)
+    state.release(ok, 9.999)
+    state.release(late, 10)
+    state.release(failed, 11, failed=True)
+    assert (ok.status, late.status, failed.status) == (Status.COMPLETED, Status.LATE, Status.FAILED)
+    snap = state.snapshot("s")
+    assert (snap.completed, snap.late, snap.failed) == (1, 1, 1)
+    assert (snap.run_seconds_total, snap.run_seconds_max) == (pytest.approx(30.999), 11)
+
+
+def test_GateState_release_of_a_ticket_not_running_does_nothing() -> None:
+    state = GateState(1, 1)
+    t = ticket()
+    assert state.release(t, 0) == ()
+    state.arrive(t, 0)
+    state.release(t, 1)
+    assert state.release(t, 2) == ()
+    assert (t.ended, state.snapshot("s").completed) == (1, 1)
+
+
+def test_GateState_cancel_of_a_granted_ticket_uncounts_it_and_passes_the_slot_on() -> None:
+    state = GateState(1, 2)
+    holder, granted, next_in_line = ticket(), ticket(), ticket()
+    for t in (holder, granted, next_in_line):
+        state.arrive(t, 0)
+    assert state.release(holder, 5) == [granted]
+    assert state.cancel(granted, 5) == [next_in_line]
+    assert granted.status is Status.CANCELLED
+    snap = state.snapshot("s")
+    assert (snap.admitted, snap.cancelled, snap.running) == (2, 1, 1)
+    # Its wait is counted once, when it was granted: mean wait over admitted + cancelled.
+    assert snap.queue_seconds_total == 10
+
+
+def test_GateState_cancel_of_a_queued_ticket_and_of_a_finished_one() -> None:
+    state = GateState(1, 2)
+    holder, queued = ticket(), ticket()
+    state.arrive(holder, 0)
+    state.arrive(queued, 0)
+    assert state.cancel(queued, 3) == ()
+    assert (queued.status, queued.ended, state.waiting) == (Status.CANCELLED, 3, 0)
+    assert state.cancel(queued, 4) == ()
+    state.release(holder, 5)
+    assert state.cancel(holder, 6) == ()
+    assert holder.status is Status.COMPLETED
+    snap = state.snapshot("s")
+    assert (snap.cancelled, snap.queue_seconds_total) == (1, 3)
+
+
+def test_GateState_peaks_and_times() -> None:
+    state = GateState(2, 3)
+    tickets = [ticket() for _ in range(5)]
+    for t in tickets:
+        state.arrive(t, 0)
+    assert (state.peak_running, state.peak_waiting) == (2, 3)
+    state.release(tickets[0], 4)
+    snap = state.snapshot("s")
+    assert (snap.queue_seconds_max, snap.end_to_end_seconds_max, snap.run_seconds_max) == (4, 4, 4)
+
+
+def test_GateState_recent_run_is_an_exponentially_weighted_mean() -> None:
+    state = GateState(1, 0)
+    assert state.recent_run_seconds is None
+    for run in (10.0, 20.0):
+        t = ticket()
+        state.arrive(t, 0)
+        state.release(t, run)
+    assert state.recent_run_seconds == pytest.approx(10 + 0.2 * (20 - 10))
+
+
+def test_GateState_dead_entries_are_compacted() -> None:
+    # One slot held forever; waiters keep arriving and being cancelled or expiring: the queue and
+    # the heap must not grow with the number of waiters ever seen.
+    state = GateState(1, 4)
+    state.arrive(ticket(), 0)
+    for i in range(10_000):
+        t = ticket(i + 1.5)
+        state.arrive(t, i)
+        if i % 2:
+            state.cancel(t, i + 0.5)
+        assert len(state._queue) <= 2 * state.waiting + _SLACK + 1
+        assert len(state._deadlines) <= 2 * state.waiting + _SLACK + 1
+        state.check()
+
+
+def test_GateState_started_waiters_leave_stale_deadlines_that_get_compacted() -> None:
+    state = GateState(1, None)
+    holder = ticket()
+    state.arrive(holder, 0)
+    for i in range(5000):
+        t = ticket(10**9)
+        state.arrive(t, i)
+        state.release(holder, i)
+        holder = t
+    assert len(state._deadlines) <= 2 * state.waiting + _SLACK + 1
+
+
+@pytest.mark.parametrize(("running", "waiting"), [(1, 0), (3, None)])
+def test_GateState_settings(running: int, waiting: int | None) -> None:
+    state = GateState(running, waiting)
+    assert (state.max_running, state.max_waiting) == (running, waiting)
+
+
+class GateStateMachine(RuleBasedStateMachine):
+    """Random arrivals, releases, expiries and cancellations, with time moving forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state: GateState | None = None
+        self.now = 0.0
+        self.tickets: list[Ticket] = []
+
+    @precondition(lambda self: self.state is None)
+    @rule(running=st.integers(1, 4), waiting=st.none() | st.integers(0, 5))
+    def create(self, running: int, waiting: int | None) -> None:
+        self.state = GateState(running, waiting)
+
+    @precondition(lambda self: self.state is not None)
+    @rule(step=st.sampled_from([0, 0, 0.5, 1, 3]))
+    def tick(self, step: float) -> None:
+        self.now += step
+
+    @precondition(lambda self: self.state is not None)
+    @rule(budget=st.none() | st.sampled_from([0, 0.5, 1, 2, 5]), wait=st.booleans())
+    def arrive(self, budget: float | None, wait: bool) -> None:
+        t = Ticket(math.inf if budget is None else self.now + budget)
+        self._woken(self.state.arrive(t, self.now, wait))  # type: ignore[union-attr]
+        if budget == 0:
+            assert t.status is Status.EXPIRED  # refused before it is counted: not tracked
+        else:
+            self.tickets.append(t)
+
+    @precondition(lambda self: self.state is not None)
+    @rule(data=st.data(), failed=st.booleans())
+    def release(self, data: st.DataObject, failed: bool) -> None:
+        running = [t for t in self.tickets if t.status is Status.RUNNING]
+        if running:
+            t = data.draw(st.sampled_from(running))
+            self._woken(self.state.release(t, self.now, failed))  # type: ignore[union-attr]
+            assert t.status.is_final
+
+    @precondition(lambda self: self.state is not None)
+    @rule()
+    def expire(self) -> None:
+        for t in self.state.expire(self.now):  # type: ignore[union-attr]
+            assert t.status is Status.EXPIRED
+            assert t.deadline <= self.now
+
+    @precondition(lambda self: self.state is not None)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        pending = [t for t in self.tickets if t.status in (Status.QUEUED, Status.RUNNING)]
+        if pending:
+            t = data.draw(st.sampled_from(pending))
+            self._woken(self.state.cancel(t, self.now))  # type: ignore[union-attr]
+            assert t.status is Status.CANCELLED
+
+    def _woken(self, woken: object) -> None:
+        for t in woken:  # type: ignore[attr-defined]
+            assert t.status in (Status.RUNNING, Status.EXPIRED)
+            assert t.status is not Status.RUNNING or t.started == self.now
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        state = self.state
+        if state is None:
+            return
+        state.check()
+        queued = [t for t in self.tickets if t.status is Status.QUEUED]
+        assert state.waiting == len(queued)
+        assert state.running == sum(t.status is Status.RUNNING for t in self.tickets)
+        finite = [t.deadline for t in queued if t.deadline != math.inf]
+        assert state.next_deadline() == min(finite, default=math.inf)
+        snap = state.snapshot("m")
+        assert snap.arrived == len(self.tickets)
+        for outcome in ("rejected", "expired", "cancelled", "completed", "late", "failed"):
+            assert getattr(snap, outcome) == sum(t.status.value == outcome for t in self.tickets)
+        assert snap.admitted == snap.finished + snap.running
+
+
+TestGateStateMachine = GateStateMachine.TestCase

@@ -1,0 +1,270 @@
+"""Cancellation: no slot leaks, no wake-up is lost, under plain task cancellation and anyio scopes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+from boundedgate import BoundedGate, Permit, Status
+from tests.helpers import checked_gate
+
+
+async def _queued(gate: BoundedGate, **admit: float) -> tuple[Permit, asyncio.Task[Permit]]:
+    """A task waiting in ``gate``'s queue, and its permit."""
+    permit = gate.admit(**admit)
+    task = asyncio.create_task(permit.__aenter__())
+    await asyncio.sleep(0)
+    assert permit.status is Status.QUEUED
+    return permit, task
+
+
+async def test_cancelled_waiter_leaves_the_queue_and_counts_as_cancelled() -> None:
+    gate = checked_gate(1, 2)
+    holder = gate.try_admit()
+    permit, task = await _queued(gate)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert permit.status is Status.CANCELLED
+    assert (gate.running, gate.waiting) == (1, 0)
+    holder.release()
+    stats = gate.stats()
+    assert (stats.cancelled, stats.admitted, stats.completed) == (1, 1, 1)
+
+
+async def test_waiter_cancelled_in_the_turn_it_is_handed_a_slot_passes_it_on() -> None:
+    # The slot is handed over first (the future holds a result), then the task is cancelled
+    # before it can resume: the task sees CancelledError and the slot must go to the next waiter.
+    gate = checked_gate(1, 2)
+    holder = gate.try_admit()
+    first, first_task = await _queued(gate)
+    second, second_task = await _queued(gate)
+    holder.release()
+    assert first.status is Status.RUNNING
+    first_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first_task
+    assert first.status is Status.CANCELLED
+    assert await second_task is second
+    assert second.status is Status.RUNNING
+    second.release()
+    stats = gate.stats()
+    assert (stats.admitted, stats.cancelled, stats.completed, stats.running) == (2, 1, 2, 0)
+
+
+async def test_slot_handed_to_an_already_cancelled_waiter_passes_on_at_once() -> None:
+    # The task is cancelled first (its future is cancelled), then a slot frees in the same turn:
+    # the gate skips the cancelled waiter without waiting for its task to wake.
+    gate = checked_gate(1, 2)
+    holder = gate.try_admit()
+    first, first_task = await _queued(gate)
+    second, second_task = await _queued(gate)
+    first_task.cancel()
+    holder.release()
+    assert first.status is Status.CANCELLED
+    assert second.status is Status.RUNNING
+    with pytest.raises(asyncio.CancelledError):
+        await first_task
+    assert await second_task is second
+    second.release()
+    assert gate.stats().admitted == 2
+
+
+async def test_many_waiters_cancelled_at_once_while_slots_free() -> None:
+    gate = checked_gate(4, None)
+    holders = [gate.try_admit() for _ in range(4)]
+    queued = [await _queued(gate) for _ in range(200)]
+    for i, (_, task) in enumerate(queued):
+        if i % 3:
+            task.cancel()
+    for holder in holders:
+        holder.release()
+    survivors = [task for i, (_, task) in enumerate(queued) if i % 3 == 0]
+    started = 0
+    while survivors:
+        done, _ = await asyncio.wait(survivors, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            survivors.remove(task)
+            task.result().release()
+            started += 1
+    await asyncio.gather(*(task for _, task in queued), return_exceptions=True)
+    stats = gate.stats()
+    assert started == 67
+    assert (stats.running, stats.waiting) == (0, 0)
+    assert stats.cancelled == 133
+    assert stats.admitted == 4 + 67
+
+
+async def test_mass_cancellation_of_waiters_whose_futures_are_all_cancelled() -> None:
+    # Thousands of cancelled waiters ahead of one live one: passing the slot along must not recurse.
+    gate = checked_gate(1, None)
+    holder = gate.try_admit()
+    doomed = [await _queued(gate) for _ in range(3000)]
+    survivor, survivor_task = await _queued(gate)
+    for _, task in doomed:
+        task.cancel()
+    holder.release()
+    assert survivor.status is Status.RUNNING
+    assert (await survivor_task) is survivor
+    survivor.release()
+    await asyncio.gather(*(task for _, task in doomed), return_exceptions=True)
+    assert gate.stats().cancelled == 3000
+
+
+@pytest.mark.parametrize("error", [asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit])
+async def test_body_raising_a_base_exception_frees_its_slot_exactly_once(
+    error: type[BaseException],
+) -> None:
+    gate = checked_gate(1, 1)
+    permit = gate.admit()
+    with pytest.raises(error):
+        async with permit:
+            raise error
+    assert permit.status is Status.FAILED
+    assert gate.running == 0
+    permit.release()
+    assert gate.stats().failed == 1
+    assert gate.stats().admitted == 1
+
+
+async def test_cancelled_running_body_fails_and_frees_its_slot() -> None:
+    gate = checked_gate(1, 1)
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with gate.admit():
+            entered.set()
+            await asyncio.sleep(100)
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gate.running == 0
+    assert gate.stats().failed == 1
+
+
+async def test_already_cancelled_caller_is_refused_before_it_is_counted() -> None:
+    gate = checked_gate(1, 1)
+
+    async def request() -> None:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        async with gate.admit():
+            pytest.fail("a cancelled caller must not start")
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.create_task(request())
+    stats = gate.stats()
+    assert stats.arrived == 0
+    assert stats.admitted == stats.cancelled == 0
+
+
+async def test_already_cancelled_caller_is_refused_by_try_admit_too() -> None:
+    gate = checked_gate(1, 1)
+
+    async def request() -> None:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        gate.try_admit()
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.create_task(request())
+    assert gate.stats().arrived == 0
+
+
+# -- anyio cancel scopes on the asyncio backend -------------------------------------------------
+
+
+async def test_move_on_after_while_waiting_leaves_the_queue() -> None:
+    gate = checked_gate(1, 1)
+    holder = gate.try_admit()
+    with anyio.move_on_after(5) as scope:
+        async with gate.admit():
+            pytest.fail("must not start while the slot is held")
+    assert scope.cancelled_caught
+    assert (gate.running, gate.waiting) == (1, 0)
+    holder.release()
+    assert gate.stats().cancelled == 1
+
+
+async def test_move_on_after_while_running_releases_without_awaiting() -> None:
+    # anyio keeps cancelling the task until it leaves the scope; the exit must not need an await.
+    gate = checked_gate(1, 1)
+    with anyio.move_on_after(5):
+        async with gate.admit():
+            await anyio.sleep(100)
+    assert gate.running == 0
+    assert gate.stats().failed == 1
+
+
+async def test_task_group_failure_cancels_waiters_and_holders_cleanly() -> None:
+    gate = checked_gate(2, 10)
+
+    async def worker() -> None:
+        async with gate.admit():
+            await anyio.sleep(100)
+
+    async def failer() -> None:
+        await anyio.sleep(1)
+        raise RuntimeError("boom")
+
+    with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="boom")):
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(worker)
+            tg.start_soon(failer)
+    stats = gate.stats()
+    assert (stats.running, stats.waiting) == (0, 0)
+    assert stats.failed == 2
+    assert stats.cancelled == 6
+    async with gate.admit():
+        pass
+
+
+async def test_cancel_scope_cancelled_repeatedly_during_the_hand_off() -> None:
+    gate = checked_gate(1, 2)
+    holder = gate.try_admit()
+    with anyio.CancelScope() as scope:
+        waiter = asyncio.create_task(gate.admit().__aenter__())
+        await asyncio.sleep(0)
+        holder.release()  # the slot is handed to the waiter ...
+        waiter.cancel()  # ... which is cancelled before it resumes
+        scope.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    assert (gate.running, gate.waiting) == (0, 0)
+    assert gate.stats().cancelled == 1
+
+
+# -- enter in one task, exit in another ---------------------------------------------------------
+
+
+async def test_exit_from_another_task() -> None:
+    gate = checked_gate(1, 1)
+    permit = await asyncio.create_task(gate.admit().__aenter__())
+    assert gate.running == 1
+    await asyncio.create_task(permit.__aexit__(None, None, None))
+    assert gate.running == 0
+    assert permit.status is Status.COMPLETED
+
+
+async def test_async_generator_finalised_after_break_releases_its_slot() -> None:
+    gate = checked_gate(1, 1)
+
+    async def chunks():  # type: ignore[no-untyped-def]
+        async with gate.admit():
+            for i in range(10):
+                yield i
+                await asyncio.sleep(1)
+
+    async for chunk in chunks():
+        if chunk == 2:
+            break
+    # Dropped by the loop, the generator is finalised by the event loop's asyncgen hook, which
+    # closes it in a task of its own.
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert gate.running == 0
+    assert gate.stats().failed == 1  # it ended with GeneratorExit, not by finishing

@@ -1,0 +1,197 @@
+"""Permits: released exactly once whatever path gets there, from any task; used once each."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from boundedgate import Late, Permit, QueueExpired, QueueFull, Status
+from tests.helpers import checked_gate
+
+
+async def test_double_release_returns_the_slot_once() -> None:
+    gate = checked_gate(2, 0)
+    first = gate.try_admit()
+    second = gate.try_admit()
+    first.release()
+    first.release()
+    assert gate.running == 1
+    assert second.status is Status.RUNNING
+    second.release()
+    assert gate.stats().completed == 2
+
+
+async def test_release_inside_the_block_then_exit_releases_nothing_more() -> None:
+    gate = checked_gate(1, 1)
+    async with gate.admit() as permit:
+        permit.release()
+        assert gate.running == 0
+        other = gate.try_admit()  # the slot really is free
+    assert other.status is Status.RUNNING
+    assert gate.running == 1
+    other.release()
+    assert gate.stats().completed == 2
+
+
+async def test_release_after_the_block_exited_does_nothing() -> None:
+    gate = checked_gate(1, 1)
+    async with gate.admit() as permit:
+        pass
+    permit.release()
+    assert gate.running == 0
+    assert gate.stats().completed == 1
+
+
+async def test_release_from_another_task_wakes_the_next_waiter() -> None:
+    gate = checked_gate(1, 1)
+    permit = gate.try_admit()
+    waiter = asyncio.create_task(gate.admit().__aenter__())
+    await asyncio.sleep(0)
+    await asyncio.create_task(_release_soon(permit))
+    next_permit = await waiter
+    assert next_permit.status is Status.RUNNING
+    next_permit.release()
+
+
+async def _release_soon(permit: Permit) -> None:
+    permit.release()
+
+
+async def test_release_from_a_plain_loop_callback() -> None:
+    gate = checked_gate(1, 1)
+    permit = gate.try_admit()
+    asyncio.get_running_loop().call_soon(permit.release)
+    async with gate.admit() as second:
+        assert second.started is not None
+    assert gate.stats().completed == 2
+
+
+async def test_try_admit_permit_can_be_entered_with_async_with() -> None:
+    gate = checked_gate(1, 0)
+    async with gate.try_admit() as permit:
+        assert gate.running == 1
+    assert permit.status is Status.COMPLETED
+    assert gate.running == 0
+
+
+async def test_try_admit_refuses_rather_than_queue() -> None:
+    gate = checked_gate(1, 5)
+    holder = gate.try_admit()
+    with pytest.raises(QueueFull) as info:
+        gate.try_admit()
+    assert info.value.waiting == 0  # it did not queue even though the queue had room
+    assert gate.waiting == 0
+    holder.release()
+    assert gate.stats().rejected == 1
+
+
+async def test_try_admit_does_not_barge_past_waiters() -> None:
+    gate = checked_gate(1, 5)
+    holder = gate.try_admit()
+    waiter = asyncio.create_task(gate.admit().__aenter__())
+    await asyncio.sleep(0)
+    holder.release()  # the slot now belongs to the waiter
+    with pytest.raises(QueueFull):
+        gate.try_admit()
+    (await waiter).release()
+
+
+async def test_try_admit_from_a_loop_callback_outside_any_task() -> None:
+    gate = checked_gate(1, 0)
+    loop = asyncio.get_running_loop()
+    got: asyncio.Future[Permit] = loop.create_future()
+    loop.call_soon(lambda: got.set_result(gate.try_admit()))
+    permit = await got
+    assert permit.status is Status.RUNNING
+    permit.release()
+
+
+def test_try_admit_without_a_running_loop_is_an_error() -> None:
+    gate = checked_gate(1, 0)
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        gate.try_admit()
+
+
+async def test_a_permit_is_entered_once() -> None:
+    gate = checked_gate(1, 0)
+    permit = gate.admit()
+    async with permit:
+        pass
+    with pytest.raises(RuntimeError, match="already used"):
+        async with permit:
+            pass
+
+
+async def test_release_of_a_permit_that_never_arrived_does_nothing() -> None:
+    gate = checked_gate(1, 0)
+    permit = gate.admit()
+    permit.release()
+    assert permit.status is Status.NEW
+    async with permit:
+        assert gate.running == 1
+
+
+async def test_late_is_raised_on_exit_when_released_late_inside_the_block() -> None:
+    gate = checked_gate(1, 0)
+    with pytest.raises(Late):
+        async with gate.admit(timeout=1) as permit:
+            await asyncio.sleep(2)
+            permit.release()
+    assert gate.stats().late == 1
+
+
+async def test_release_never_raises_late() -> None:
+    gate = checked_gate(1, 0)
+    permit = gate.try_admit(timeout=1)
+    await asyncio.sleep(2)
+    permit.release()
+    assert permit.status is Status.LATE
+
+
+async def test_permit_times_and_deadline() -> None:
+    gate = checked_gate(1, 1)
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(10)
+    permit = gate.admit(timeout=5)
+    assert permit.arrival is None
+    async with permit:
+        await asyncio.sleep(1)
+    assert (permit.arrival, permit.started, permit.ended, permit.deadline) == (10, 10, 11, 15)
+    assert gate.admit().deadline == math.inf
+    absolute = gate.admit(deadline=loop.time() + 3)
+    assert absolute.deadline == 14
+    assert absolute.gate is gate
+
+
+async def test_absolute_deadline_on_the_loop_clock() -> None:
+    gate = checked_gate(1, 1)
+    loop = asyncio.get_running_loop()
+    holder = gate.try_admit()
+    with pytest.raises(QueueExpired) as info:
+        async with gate.admit(deadline=loop.time() + 7):
+            pass
+    assert loop.time() == 7
+    assert info.value.waited == 7
+    holder.release()
+
+
+async def test_deadline_already_passed_is_refused_before_it_is_counted() -> None:
+    gate = checked_gate(1, 1)
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(1)
+    for admission in (gate.admit(timeout=0), gate.admit(deadline=loop.time() - 1)):
+        with pytest.raises(QueueExpired) as info:
+            async with admission:
+                pass
+        assert info.value.waited == 0
+        assert admission.status is Status.EXPIRED
+    with pytest.raises(QueueExpired):
+        gate.try_admit(timeout=0)
+    assert gate.stats().arrived == 0
+
+
+def test_repr() -> None:
+    gate = checked_gate(1, 0, name="openai")
+    assert repr(gate.admit()) == "<Permit of 'openai': new>"

@@ -1,0 +1,314 @@
+"""The gate's semantics one rule at a time: FIFO, no barging, refusal before suspension, Late,
+failures, the timer, loop binding, statistics and repr."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import looptime
+import pytest
+
+from boundedgate import BoundedGate, Late, QueueExpired, QueueFull, Status
+from tests.helpers import checked_gate
+
+
+async def test_waiters_start_in_arrival_order() -> None:
+    gate = checked_gate(1, None)
+    order: list[int] = []
+
+    async def request(i: int) -> None:
+        async with gate.admit():
+            order.append(i)
+            await asyncio.sleep(1)
+
+    await asyncio.gather(*(request(i) for i in range(20)))
+    assert order == list(range(20))
+
+
+async def test_a_freed_slot_goes_to_the_oldest_waiter_not_a_newcomer() -> None:
+    gate = checked_gate(1, 1)
+    holder = gate.try_admit()
+    waiter = gate.admit()
+    waiter_task = asyncio.create_task(waiter.__aenter__())
+    await asyncio.sleep(0)
+    holder.release()
+    # In the same turn, before the waiter's task has resumed, a newcomer arrives: the slot is
+    # already the waiter's, so the newcomer queues behind nobody but waits.
+    assert waiter.status is Status.RUNNING
+    newcomer = gate.admit()
+    newcomer_task = asyncio.create_task(newcomer.__aenter__())
+    await asyncio.sleep(0)
+    assert newcomer.status is Status.QUEUED
+    (await waiter_task).release()
+    (await newcomer_task).release()
+
+
+async def test_queue_full_is_raised_before_any_suspension_and_leaves_nothing_behind() -> None:
+    gate = checked_gate(1, 0)
+    holder = gate.try_admit()
+    loop = asyncio.get_running_loop()
+    tasks_before = len(asyncio.all_tasks())
+    timers_before = len(loop._scheduled)  # type: ignore[attr-defined]
+    coro = gate.admit(timeout=30).__aenter__()
+    with pytest.raises(QueueFull):
+        coro.send(None)  # the very first step raises: no await happened
+    assert len(asyncio.all_tasks()) == tasks_before
+    assert len(loop._scheduled) == timers_before  # type: ignore[attr-defined]
+    assert (gate.running, gate.waiting) == (1, 0)
+    holder.release()
+
+
+async def test_max_waiting_zero_means_no_waiting_room() -> None:
+    gate = checked_gate(2, 0)
+    a, b = gate.try_admit(), gate.try_admit()
+    with pytest.raises(QueueFull):
+        async with gate.admit(timeout=100):
+            pass
+    a.release()
+    b.release()
+
+
+async def test_unbounded_waiting_is_an_explicit_opt_in() -> None:
+    gate = checked_gate(1, None)
+    holder = gate.try_admit()
+    tasks = [asyncio.create_task(gate.admit().__aenter__()) for _ in range(1000)]
+    await asyncio.sleep(0)
+    assert gate.waiting == 1000
+    assert repr(gate) == "<BoundedGate 'test' [running 1/1, waiting 1000/unbounded]>"
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    holder.release()
+
+
+async def test_late_carries_the_deadline_and_overrun() -> None:
+    gate = checked_gate(1, 1, name="openai")
+    holder = gate.try_admit()
+    loop = asyncio.get_running_loop()
+    loop.call_later(2, holder.release)
+    with pytest.raises(Late) as info:
+        async with gate.admit(timeout=5):
+            await asyncio.sleep(4)
+    late = info.value
+    assert (late.waited, late.elapsed, late.deadline, late.overrun) == (2, 6, 5, 1)
+    assert (late.gate, late.code, late.http_status) == ("openai", "late", 504)
+    assert isinstance(late, TimeoutError)
+    assert str(late) == (
+        "finished 1.000s past its deadline, 6.000s after arrival, at gate 'openai' [running 0/1, waiting 0/1]"
+    )
+
+
+async def test_body_exception_propagates_unchanged_even_when_late() -> None:
+    gate = checked_gate(1, 1)
+
+    class Oops(Exception):
+        pass
+
+    with pytest.raises(Oops):
+        async with gate.admit(timeout=1):
+            await asyncio.sleep(5)
+            raise Oops
+    assert gate.stats().failed == 1
+    assert gate.stats().late == 0
+
+
+async def test_queue_expired_fields() -> None:
+    gate = checked_gate(1, 1, name="openai")
+    holder = gate.try_admit()
+    await asyncio.sleep(3)
+    holder.release()
+    holder = gate.try_admit()
+    with pytest.raises(QueueExpired) as info:
+        async with gate.admit(timeout=4):
+            pass
+    expired = info.value
+    assert (expired.waited, expired.elapsed, expired.deadline) == (4, 4, 7)
+    assert (expired.running, expired.waiting, expired.code) == (1, 0, "queue_expired")
+    assert expired.retry_after == 3  # (0 waiting + 1) * 3 s recent run / 1 slot
+    assert isinstance(expired, TimeoutError)
+    holder.release()
+
+
+async def test_retry_after_follows_the_recent_pace() -> None:
+    gate = checked_gate(2, 2)
+    for run in (10, 10):
+        async with gate.admit():
+            await asyncio.sleep(run)
+    holders = [gate.try_admit() for _ in range(2)]
+    waiters = [asyncio.create_task(gate.admit().__aenter__()) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(QueueFull) as info:
+        gate.try_admit()
+    assert info.value.retry_after == pytest.approx((2 + 1) * 10 / 2)
+    assert info.value.headers() == {"Retry-After": "15"}
+    for w in waiters:
+        w.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    for h in holders:
+        h.release()
+
+
+async def test_retry_after_is_unknown_before_any_run_ended() -> None:
+    gate = checked_gate(1, 0)
+    holder = gate.try_admit()
+    with pytest.raises(QueueFull) as info:
+        gate.try_admit()
+    assert info.value.retry_after is None
+    assert info.value.headers() == {}
+    assert info.value.to_dict()["retry_after"] is None
+    holder.release()
+
+
+async def test_one_timer_serves_all_waiters() -> None:
+    gate = checked_gate(1, None)
+    holder = gate.try_admit()
+    loop = asyncio.get_running_loop()
+    tasks = [asyncio.create_task(gate.admit(timeout=100 + i).__aenter__()) for i in range(50)]
+    await asyncio.sleep(0)
+    ours = [h for h in loop._scheduled if getattr(h._callback, "__self__", None) is gate]  # type: ignore[attr-defined]
+    assert len(ours) == 1
+    assert ours[0].when() == 100
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, QueueExpired) for r in results)
+    assert loop.time() == 149
+    holder.release()
+
+
+async def test_earlier_deadline_rearms_the_timer() -> None:
+    gate = checked_gate(1, None)
+    holder = gate.try_admit()
+    late_task = asyncio.create_task(gate.admit(timeout=100).__aenter__())
+    early_task = asyncio.create_task(gate.admit(timeout=10).__aenter__())
+    with pytest.raises(QueueExpired):
+        await early_task
+    assert asyncio.get_running_loop().time() == 10
+    assert not late_task.done()
+    late_task.cancel()
+    holder.release()
+
+
+async def test_expiry_of_waiters_that_already_left_the_queue_is_harmless() -> None:
+    # A waiter that started before its deadline leaves a stale deadline behind; the timer firing
+    # for it finds nothing to expire and the gate carries on.
+    gate = checked_gate(1, None)
+    holder = gate.try_admit()
+    task = asyncio.create_task(gate.admit(timeout=10).__aenter__())
+    await asyncio.sleep(1)
+    holder.release()
+    permit = await task
+    await asyncio.sleep(20)
+    permit.release()
+    stats = gate.stats()
+    assert (stats.expired, stats.completed, stats.late) == (0, 1, 1)
+
+
+async def test_stats_snapshot_is_immutable_and_complete() -> None:
+    gate = checked_gate(1, 1, name="s")
+    async with gate.admit():
+        await asyncio.sleep(2)
+    stats = gate.stats()
+    with pytest.raises(AttributeError):
+        stats.running = 5  # type: ignore[misc]
+    assert stats.name == "s"
+    assert (stats.max_running, stats.max_waiting) == (1, 1)
+    assert stats.arrived == stats.finished == stats.completed == 1
+    assert stats.mean_run_seconds == stats.mean_end_to_end_seconds == 2
+    assert stats.mean_queue_seconds == 0
+    empty = checked_gate(1, 1).stats()
+    assert empty.mean_run_seconds is None
+    assert empty.mean_queue_seconds is None
+    assert empty.mean_end_to_end_seconds is None
+
+
+async def test_properties_mirror_the_state() -> None:
+    gate = checked_gate(3, 4, name="p")
+    assert (gate.name, gate.max_running, gate.max_waiting, gate.running, gate.waiting) == ("p", 3, 4, 0, 0)
+    permit = gate.try_admit()
+    assert gate.running == 1
+    assert repr(gate) == "<BoundedGate 'p' [running 1/3, waiting 0/4]>"
+    permit.release()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"timeout": -1}, ValueError, r"^timeout must be >= 0, got -1$"),
+        ({"timeout": float("nan")}, ValueError, r"^timeout must not be NaN$"),
+        ({"timeout": True}, TypeError, r"^timeout must be a number of seconds, got True$"),
+        ({"timeout": "3"}, TypeError, r"^timeout must be a number of seconds, got '3'$"),
+        ({"deadline": float("nan")}, ValueError, r"^deadline must not be NaN$"),
+        ({"deadline": False}, TypeError, r"^deadline must be a number of seconds, got False$"),
+        ({"timeout": 1, "deadline": 2}, ValueError, r"^give timeout or deadline, not both$"),
+    ],
+)
+def test_malformed_timeouts_are_refused_at_once(kwargs: dict[str, object], error: type, message: str) -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    with pytest.raises(error, match=message):
+        gate.admit(**kwargs)  # type: ignore[arg-type]
+
+
+def test_infinite_timeout_means_no_deadline() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    assert gate.admit(timeout=math.inf)._timeout == math.inf
+
+
+# -- event loop binding -------------------------------------------------------------------------
+
+
+def test_an_idle_gate_moves_between_loops() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1)
+
+    async def use() -> None:
+        async with gate.admit(timeout=5):
+            await asyncio.sleep(1)
+
+    for _ in range(3):
+        loop = looptime.new_event_loop(start=0)
+        loop.run_until_complete(use())
+        loop.close()
+    assert gate.stats().completed == 3
+
+
+def test_a_busy_gate_refuses_another_loop() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1)
+    first = asyncio.new_event_loop()
+    second = asyncio.new_event_loop()
+    try:
+
+        async def hold() -> object:
+            return gate.try_admit()
+
+        permit = first.run_until_complete(hold())
+
+        async def use() -> None:
+            async with gate.admit():
+                pass
+
+        with pytest.raises(RuntimeError, match="in use on another event loop"):
+            second.run_until_complete(use())
+        first.run_until_complete(asyncio.sleep(0))
+        permit.release()  # type: ignore[attr-defined]
+        second.run_until_complete(use())  # idle again: it may move
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_gate_whose_loop_closed_may_move_even_if_permits_leaked() -> None:
+    gate = BoundedGate(max_running=2, max_waiting=0)
+    first = asyncio.new_event_loop()
+
+    async def hold() -> object:
+        return gate.try_admit()
+
+    first.run_until_complete(hold())
+    first.close()
+    second = asyncio.new_event_loop()
+    try:
+        second.run_until_complete(hold())
+        assert gate.running == 2  # the leaked permit stays counted: nobody knows it ended
+    finally:
+        second.close()
+    assert gate.stats().admitted == 2
+    assert Status.RUNNING.is_final is False

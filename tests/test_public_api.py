@@ -1,0 +1,53 @@
+"""The public surface: exported once, documented, typed, final where it should be."""
+
+from __future__ import annotations
+
+import inspect
+
+import boundedgate
+
+
+def test_all_is_a_tuple_of_the_public_names() -> None:
+    assert isinstance(boundedgate.__all__, tuple)
+    assert set(boundedgate.__all__) == {
+        "BoundedGate",
+        "GateError",
+        "GateStatistics",
+        "Late",
+        "Permit",
+        "QueueExpired",
+        "QueueFull",
+        "Status",
+    }
+    public = {n for n in dir(boundedgate) if not n.startswith("_")}
+    assert public == set(boundedgate.__all__)
+
+
+def test_every_public_name_lives_in_boundedgate_and_has_a_docstring() -> None:
+    for name in boundedgate.__all__:
+        obj = getattr(boundedgate, name)
+        assert obj.__module__ == "boundedgate", name
+        assert inspect.getdoc(obj), name
+        for attr, member in vars(obj).items():
+            if attr.startswith("_") or not (inspect.isfunction(member) or isinstance(member, property)):
+                continue
+            assert inspect.getdoc(member), f"{name}.{attr}"
+
+
+def test_gate_and_permit_are_final_and_slotted() -> None:
+    for cls in (boundedgate.BoundedGate, boundedgate.Permit):
+        assert getattr(cls, "__final__", False)
+        assert "__slots__" in vars(cls)
+        assert not hasattr(cls.__new__(cls), "__dict__")
+
+
+def test_errors_hierarchy() -> None:
+    for cls in (boundedgate.QueueFull, boundedgate.QueueExpired, boundedgate.Late):
+        assert issubclass(cls, boundedgate.GateError)
+    assert issubclass(boundedgate.QueueExpired, TimeoutError)
+    assert issubclass(boundedgate.Late, TimeoutError)
+    assert not issubclass(boundedgate.QueueFull, TimeoutError)
+
+
+def test_version() -> None:
+    assert boundedgate.__version__.count(".") == 2
