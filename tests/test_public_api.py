@@ -29,7 +29,9 @@ def test_every_public_name_lives_in_boundedgate_and_has_a_docstring() -> None:
         assert obj.__module__ == "boundedgate", name
         assert inspect.getdoc(obj), name
         for attr, member in vars(obj).items():
-            if attr.startswith("_") or not (inspect.isfunction(member) or isinstance(member, property)):
+            if attr.startswith("_") or "mutmut" in attr:  # mutmut's trampolines, under mutation testing
+                continue
+            if not (inspect.isfunction(member) or isinstance(member, property)):
                 continue
             assert inspect.getdoc(member), f"{name}.{attr}"
 

@@ -301,7 +301,10 @@ class GateState:
             if ticket.status is not QUEUED:
                 continue
             self.waiting -= 1
-            self._record_wait(ticket, now)
+            waited = now - ticket.arrival  # type: ignore[operator]
+            self.queue_seconds_total += waited
+            if waited > self.queue_seconds_max:
+                self.queue_seconds_max = waited
             ticket.status = RUNNING
             ticket.started = now
             self.running = running = self.running + 1

@@ -71,11 +71,7 @@ class Permit(Ticket):
         Never raises :class:`Late`; the ``async with`` exit does that. Call it on the event
         loop's thread.
         """
-        if self.status is RUNNING:
-            gate = self._gate
-            woken = gate._state.release(self, gate._loop.time())  # type: ignore[union-attr]
-            if woken:
-                gate._wake(woken)
+        self._finish(False)
 
     async def __aenter__(self) -> Self:
         status = self.status
@@ -110,11 +106,7 @@ class Permit(Ticket):
         tb: TracebackType | None,
     ) -> None:
         # No await before the release: a second cancellation must not be able to interrupt it.
-        if self.status is RUNNING:
-            gate = self._gate
-            woken = gate._state.release(self, gate._loop.time(), exc_type is not None)  # type: ignore[union-attr]
-            if woken:
-                gate._wake(woken)
+        self._finish(exc_type is not None)
         if exc_type is None and self.status is LATE:
             raise self._gate._late(self)
 
@@ -139,6 +131,14 @@ class Permit(Ticket):
         if woken:
             gate._wake(woken)
         return self.status
+
+    def _finish(self, failed: bool) -> None:
+        """End the request now, if it holds a slot: ``FAILED``, else completed or late."""
+        if self.status is RUNNING:
+            gate = self._gate
+            woken = gate._state.release(self, gate._loop.time(), failed)  # type: ignore[union-attr]
+            if woken:
+                gate._wake(woken)
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
