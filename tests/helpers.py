@@ -125,8 +125,8 @@ class CheckedState(GateState):
         self._checked()
         return woken
 
-    def expire(self, now: float) -> list[Ticket]:
-        woken = super().expire(now)
+    def advance(self, now: float) -> list[Ticket]:
+        woken = super().advance(now)
         self._checked()
         return woken
 

@@ -29,17 +29,17 @@ def test_GateState_seed_worked_example_as_pure_steps() -> None:
         Status.QUEUED,
         Status.REJECTED,
     ]
-    assert state.next_deadline() == 90
-    assert state.expire(89) == []
-    assert state.expire(90) == [d]
+    assert state.next_wakeup() == 90
+    assert state.advance(89) == []
+    assert state.advance(90) == [d]
     assert (d.status, d.ended) == (Status.EXPIRED, 90)
-    assert state.next_deadline() == 200
+    assert state.next_wakeup() == 200
     assert state.release(a, 100) == [c]
     assert (c.status, c.started) == (Status.RUNNING, 100)
     assert state.release(b, 100) == ()
     assert state.release(c, 150) == ()
     assert c.status is Status.COMPLETED
-    assert state.next_deadline() == math.inf
+    assert state.next_wakeup() == math.inf
     state.check()
     snap = state.snapshot("seed")
     assert (snap.admitted, snap.completed, snap.expired, snap.rejected) == (3, 3, 1, 1)
@@ -231,7 +231,7 @@ class GateStateMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.state is not None)
     @rule()
     def expire(self) -> None:
-        for t in self.state.expire(self.now):  # type: ignore[union-attr]
+        for t in self.state.advance(self.now):  # type: ignore[union-attr]
             assert t.status is Status.EXPIRED
             assert t.deadline <= self.now
 
@@ -259,7 +259,7 @@ class GateStateMachine(RuleBasedStateMachine):
         assert state.waiting == len(queued)
         assert state.running == sum(t.status is Status.RUNNING for t in self.tickets)
         finite = [t.deadline for t in queued if t.deadline != math.inf]
-        assert state.next_deadline() == min(finite, default=math.inf)
+        assert state.next_wakeup() == min(finite, default=math.inf)
         snap = state.snapshot("m")
         assert snap.arrived == len(self.tickets)
         for outcome in ("rejected", "expired", "cancelled", "completed", "late", "failed"):

@@ -25,9 +25,10 @@ Four events change it:
     ``COMPLETED``. The freed slot goes straight to the oldest queued ticket (direct hand-off), after
     due tickets have expired: a ticket whose deadline is ``now`` never starts.
 
-``expire(now)``
-    Every queued ticket with ``deadline <= now`` leaves the queue as ``EXPIRED``. Expiry frees queue
-    places, never slots, so nobody starts.
+``advance(now)``
+    The clock reached ``now`` (the caller asks :meth:`GateState.next_wakeup` when to call this):
+    every queued ticket with ``deadline <= now`` leaves the queue as ``EXPIRED``. Expiry frees
+    queue places, never slots, so nobody starts.
 
 ``cancel(t, now)``
     The caller gave up before it began. A queued ticket leaves the queue. A ticket that was handed a
@@ -161,7 +162,7 @@ class GateState:
                 self.peak_running = running
             return _NOBODY
         deadlines = self._deadlines
-        woken = self.expire(now) if deadlines and deadlines[0][0] <= now else _NOBODY
+        woken = self.advance(now) if deadlines and deadlines[0][0] <= now else _NOBODY
         if wait and self.waiting < self._queue_limit:
             ticket.status = QUEUED
             self._queue.append(ticket)
@@ -207,8 +208,8 @@ class GateState:
             self.end_to_end_seconds_max = total
         return self._hand_off(now) if self.waiting else _NOBODY
 
-    def expire(self, now: float) -> list[Ticket]:
-        """Every queued ticket with ``deadline <= now`` leaves the queue; returns them."""
+    def advance(self, now: float) -> list[Ticket]:
+        """The clock reached ``now``: queued tickets with ``deadline <= now`` expire; returns them."""
         expired: list[Ticket] = []
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
@@ -248,8 +249,8 @@ class GateState:
 
     # -- queries ----------------------------------------------------------------------------
 
-    def next_deadline(self) -> float:
-        """The earliest deadline among queued tickets (``inf`` if none)."""
+    def next_wakeup(self) -> float:
+        """When :meth:`advance` must next be called: the earliest queued deadline (``inf``: never)."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].status is not QUEUED:
             heapq.heappop(deadlines)
@@ -294,7 +295,7 @@ class GateState:
     def _hand_off(self, now: float) -> list[Ticket]:
         # Due tickets expire before anyone starts: a deadline of `now` loses to a slot freed at `now`.
         deadlines = self._deadlines
-        woken = self.expire(now) if deadlines and deadlines[0][0] <= now else []
+        woken = self.advance(now) if deadlines and deadlines[0][0] <= now else []
         queue = self._queue
         while self.waiting and self.running < self.max_running:
             ticket = queue.popleft()

@@ -209,10 +209,10 @@ class BoundedGate:
         now = max(self._loop.time(), self._timer_at)  # type: ignore[union-attr]
         self._timer = None
         self._timer_at = math.inf
-        woken = self._state.expire(now)
+        woken = self._state.advance(now)
         if woken:
             self._wake(woken)
-        when = self._state.next_deadline()
+        when = self._state.next_wakeup()
         if when != math.inf:
             self._arm_timer(when)
 
