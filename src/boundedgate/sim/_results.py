@@ -10,14 +10,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .._core import Status
+
+_N = TypeVar("_N", int, float)
 
 __all__ = ("Percentiles", "RequestResult", "Simulation", "Summary", "TraceEvent", "percentile")
 
 
-def percentile(values: Sequence[int], p: float) -> int | None:
+def percentile(values: Sequence[_N], p: float) -> _N | None:
     """The nearest-rank ``p``-th percentile of ``values`` (None if there are none).
 
     Args:
