@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +54,8 @@ def test_simulate_prints_the_seeds_table(capsys: pytest.CaptureFixture[str], see
     assert "D   expired          0      -   90     90          90" in lines
     assert "E   rejected         0      -    0      -           0" in lines
     assert "peaks: 2 running, 2 waiting" in lines
-    assert "1 expired in the queue (20.0%)" in out
+    assert "expired in the queue         1  20.0%" in lines
+    assert "end-to-end time  100  150  150  150  3 requests that ran" in lines
     assert "event" not in out  # no trace unless asked
 
 
@@ -271,3 +274,21 @@ def test_python_dash_m_and_the_console_script(seed: Path) -> None:
         )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["summary"]["completed"] == 3
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+COMMANDS = re.findall(r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+def test_the_readme_shows_commands() -> None:
+    assert [command.split()[1] for command, _ in COMMANDS] == ["simulate", "plan"]
+
+
+@pytest.mark.parametrize(("command", "shown"), COMMANDS, ids=[c.split()[1] for c, _ in COMMANDS])
+def test_the_readme_shows_what_the_command_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, shown: str
+) -> None:
+    monkeypatch.chdir(README.parent)
+    status, out, _ = run(capsys, *shlex.split(command)[1:])
+    assert status == 0
+    assert out == shown

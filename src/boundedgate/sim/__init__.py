@@ -3,7 +3,7 @@
 The simulator is not a model of :class:`~boundedgate.BoundedGate`: it feeds the same decision core
 the asyncio driver uses, playing the event loop's part itself, so every request ends exactly as it
 would in production with the same settings and the same service times. A script of a hundred
-thousand requests replays in about a second, with no asyncio and no sleeping.
+thousand requests replays in seconds, with no asyncio and no sleeping.
 
 ::
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._plan import SweepRow
-from ._results import Percentiles, Simulation, Summary
+from ._results import Simulation, Summary
 
 __all__ = ("human_ms", "percent", "requests_table", "summary_lines", "sweep_table", "table", "trace_table")
 
@@ -66,26 +66,31 @@ def trace_table(result: Simulation) -> str:
     return table(("time", "event", "id", "running", "waiting"), rows, "rllrr")
 
 
-def _distribution(name: str, values: Percentiles, population: str) -> str:
-    if not values.count:
-        return f"{name}: no {population}"
-    return (
-        f"{name} ({values.count} {population}): p50 {values.p50}, p95 {values.p95}, "
-        f"p99 {values.p99}, max {values.max} ms"
-    )
-
-
 def summary_lines(summary: Summary) -> list[str]:
-    """The summary, a few lines of prose."""
+    """The summary: a table of outcomes, the peaks, a table of time distributions (ms)."""
     n = summary.requests
+    outcomes = [
+        ("completed on time", summary.completed),
+        ("late", summary.late),
+        ("expired in the queue", summary.expired),
+        ("rejected at once", summary.rejected),
+    ]
+    lines = table(("outcome", "requests", "share"), [(o, c, percent(c, n)) for o, c in outcomes], "lrr")
+    times = [
+        ("queue time", summary.queue_ms, "requests that started or expired"),
+        ("end-to-end time", summary.end_to_end_ms, "requests that ran"),
+    ]
+    distributions = table(
+        ("time (ms)", "p50", "p95", "p99", "max", "over"),
+        [(name, d.p50, d.p95, d.p99, d.max, f"{d.count} {who}") for name, d, who in times],
+        "lrrrrl",
+    )
     return [
-        f"outcomes of {n} requests: {summary.completed} completed on time "
-        f"({percent(summary.completed, n)}), {summary.late} late ({percent(summary.late, n)}), "
-        f"{summary.expired} expired in the queue ({percent(summary.expired, n)}), "
-        f"{summary.rejected} rejected at once ({percent(summary.rejected, n)})",
+        *lines.splitlines(),
+        "",
         f"peaks: {summary.peak_running} running, {summary.peak_waiting} waiting",
-        _distribution("queue time", summary.queue_ms, "that started or expired"),
-        _distribution("end-to-end time", summary.end_to_end_ms, "that ran"),
+        "",
+        *distributions.splitlines(),
     ]
 
 
