@@ -14,7 +14,7 @@ import pytest
 
 from boundedgate._cli import main
 from boundedgate._cli._progress import ProgressBar
-from boundedgate.sim import read_script
+from boundedgate.sim import Job, read_script, write_script
 
 SEED_CSV = "id,arrival_ms,service_ms,budget_ms\nA,0,100,300\nB,0,100,300\nC,0,50,200\nD,0,50,90\nE,0,20,200\n"
 PLAN = [
@@ -292,3 +292,18 @@ def test_the_readme_shows_what_the_command_prints(
     status, out, _ = run(capsys, *shlex.split(command)[1:])
     assert status == 0
     assert out == shown
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    # `boundedgate simulate big.csv | head`: the pipe closes long before the table is written.
+    script = tmp_path / "big.csv"
+    write_script([Job(f"r{i}", i, 5) for i in range(20_000)], script)
+    command = [sys.executable, "-m", "boundedgate", "simulate", str(script), "-c", "1", "-q", "1"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        assert process.stdout.readline().startswith(b"20000 requests")
+        process.stdout.close()
+        errors = process.stderr.read()
+    assert process.returncode == 1
+    assert errors == b""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -280,5 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _plan(args, parser)
     except _Failed as error:
         print(f"boundedgate: error: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader left (`boundedgate simulate big.csv | head`): stop quietly, and keep Python's
+        # own flush at exit from raising again (the recipe in the signal module's documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return 0

@@ -48,7 +48,7 @@ def _save(figure: Figure, path: str | Path) -> None:
 
 
 def plot_simulation(result: Simulation, path: str | Path, title: str | None = None) -> None:
-    """Draw the running and waiting counts over time, with the gate's limits, to ``path``.
+    """Draw the running and waiting counts over time, against the gate's limits, to ``path``.
 
     Args:
         result: A simulation run with its trace (the default).
@@ -62,29 +62,32 @@ def plot_simulation(result: Simulation, path: str | Path, title: str | None = No
     if result.requests and not result.trace:
         raise ValueError("this simulation kept no trace; run simulate(..., trace=True)")
     figure = _new_figure()
-    axes = figure.add_subplot()
-    times = [event.time_ms / 1000 for event in result.trace]
-    axes.step(times, [e.running for e in result.trace], where="post", label="running", color="tab:blue")
-    axes.step(times, [e.waiting for e in result.trace], where="post", label="waiting", color="tab:orange")
-    axes.axhline(
-        result.max_running, linestyle=":", color="tab:blue", label=f"max_running = {result.max_running}"
-    )
-    if result.max_waiting is not None:
-        axes.axhline(
-            result.max_waiting, linestyle=":", color="tab:orange", label=f"max_waiting = {result.max_waiting}"
-        )
-    axes.set_xlabel("time (s)")
-    axes.set_ylabel("requests")
+    running_axes, waiting_axes = figure.subplots(2, 1, sharex=True)
+    last = result.trace[-1].time_ms if result.trace else 0
+    scale, unit = (1, "ms") if last < 10_000 else (1000, "s")
+    # Counts start at zero before the first event; a step holds each value until the next event.
+    times = [0.0] + [event.time_ms / scale for event in result.trace]
     q = "unbounded" if result.max_waiting is None else result.max_waiting
-    axes.set_title(title or f"max_running={result.max_running}, max_waiting={q}")
-    axes.legend(loc="upper right")
+    for axes, counts, limit, name, color in (
+        (running_axes, [e.running for e in result.trace], result.max_running, "running", "tab:blue"),
+        (waiting_axes, [e.waiting for e in result.trace], result.max_waiting, "waiting", "tab:orange"),
+    ):
+        axes.step(times, [0, *counts], where="post", color=color, label=name)
+        if limit is not None:
+            axes.axhline(limit, linestyle=":", color="grey", label=f"max_{name} = {limit}")
+        axes.set_ylabel(name)
+        axes.set_ylim(bottom=0)
+        axes.legend(loc="upper right")
+    waiting_axes.set_xlabel(f"time ({unit})")
+    running_axes.set_title(title or f"max_running={result.max_running}, max_waiting={q}")
     _save(figure, path)
 
 
 def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = None) -> None:
     """Draw each outcome's share, and the p99 wait, against ``max_waiting``, to ``path``.
 
-    One line per ``max_running`` and outcome; an unbounded queue is drawn at the right end.
+    The settings of ``max_waiting`` are evenly spaced in the order given (an unbounded queue reads
+    ``none``), with one line per ``max_running`` and outcome.
 
     Args:
         rows: The sweep.
@@ -99,29 +102,30 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = N
         raise ValueError("no rows to plot")
     figure = _new_figure()
     shares, waits = figure.subplots(1, 2)
-    bounded = [row.max_waiting for row in rows if row.max_waiting is not None]
-    unbounded_at = 2 * max(bounded) if bounded and max(bounded) > 0 else 1
-    outcomes = (("rejected", "tab:red"), ("expired", "tab:orange"), ("late", "tab:purple"))
-    for c in dict.fromkeys(row.max_running for row in rows):
+    waitings = list(dict.fromkeys(row.max_waiting for row in rows))
+    runnings = list(dict.fromkeys(row.max_running for row in rows))
+    outcomes = (("completed", "on time", "tab:green"), ("rejected", "rejected", "tab:red"),
+                ("expired", "expired", "tab:orange"), ("late", "late", "tab:purple"))  # fmt: skip
+    styles = ("-", "--", "-.", ":")
+    for number, c in enumerate(runnings):
         mine = [row for row in rows if row.max_running == c]
-        xs = [unbounded_at if row.max_waiting is None else row.max_waiting for row in mine]
-        suffix = f" (C={c})" if len({row.max_running for row in rows}) > 1 else ""
-        for outcome, color in outcomes:
-            ys = [100 * getattr(row.summary, outcome) / max(row.summary.requests, 1) for row in mine]
-            shares.plot(xs, ys, marker="o", color=color, label=outcome + suffix)
-        p99 = [row.summary.queue_ms.p99 or 0 for row in mine]
-        waits.plot(xs, [v / 1000 for v in p99], marker="o", label="p99 wait" + suffix)
-    shares.set_xlabel("max_waiting")
+        xs = [waitings.index(row.max_waiting) for row in mine]
+        suffix = f", C={c}" if len(runnings) > 1 else ""
+        style = styles[number % len(styles)]
+        for field, label, color in outcomes:
+            ys = [100 * getattr(row.summary, field) / max(row.summary.requests, 1) for row in mine]
+            shares.plot(xs, ys, style, marker="o", color=color, label=label + suffix)
+        p99 = [(row.summary.queue_ms.p99 or 0) / 1000 for row in mine]
+        waits.plot(xs, p99, style, marker="o", color="tab:blue", label="p99 wait" + suffix)
+    labels = ["none" if q is None else str(q) for q in waitings]
+    for axes in (shares, waits):
+        axes.set_xticks(range(len(waitings)), labels)
+        axes.set_xlabel("max_waiting")
+        axes.legend()
     shares.set_ylabel("% of requests")
-    shares.legend()
-    waits.set_xlabel("max_waiting")
+    shares.set_ylim(0, 100)
     waits.set_ylabel("p99 queue time (s)")
-    waits.legend()
-    if any(row.max_waiting is None for row in rows):
-        for axes in (shares, waits):
-            axes.annotate(
-                "unbounded", (unbounded_at, 0), textcoords="offset points", xytext=(0, -28), ha="center"
-            )
+    waits.set_ylim(bottom=0)
     if title:
         figure.suptitle(title)
     _save(figure, path)
