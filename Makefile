@@ -35,7 +35,7 @@ bench: $(STAMP)
 # Mutation testing of the decision core and the driver (slow; installs mutmut on first use).
 mutation: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check 'mutmut>=3.2,<4'
-	$(VENV)/bin/mutmut run --max-children 2
+	HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2
 	$(VENV)/bin/mutmut results
 
 clean:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import looptime
 
-from boundedgate import BoundedGate, GateError, Late, Permit, QueueExpired, QueueFull
+from boundedgate import BoundedGate, Evicted, GateError, Late, Permit, QueueExpired, QueueFull
 from boundedgate._core import GateState, Ticket
 
 
@@ -37,6 +37,7 @@ class Job:
     budget: int | None = None
     cancel_at: int | None = None
     raises: bool = False
+    priority: int = 0
 
     @property
     def deadline(self) -> float:
@@ -107,8 +108,10 @@ class CheckedState(GateState):
 
     __slots__ = ("counts",)
 
-    def __init__(self, max_running: int, max_waiting: int | None) -> None:
-        super().__init__(max_running, max_waiting)
+    def __init__(
+        self, max_running: int, max_waiting: int | None, priorities: int = 1, jump_share: float = 0.2
+    ) -> None:
+        super().__init__(max_running, max_waiting, priorities, jump_share)
         self.counts: list[tuple[int, int]] = []
 
     def _checked(self) -> None:
@@ -136,10 +139,22 @@ class CheckedState(GateState):
         return woken
 
 
-def checked_gate(max_running: int, max_waiting: int | None, name: str = "test") -> BoundedGate:
+def checked_gate(
+    max_running: int,
+    max_waiting: int | None,
+    name: str = "test",
+    priorities: int = 1,
+    jump_share: float = 0.2,
+) -> BoundedGate:
     """A gate whose state checks its invariants after every event."""
-    gate = BoundedGate(max_running=max_running, max_waiting=max_waiting, name=name)
-    gate._state = CheckedState(max_running, max_waiting)
+    gate = BoundedGate(
+        max_running=max_running,
+        max_waiting=max_waiting,
+        name=name,
+        priorities=priorities,
+        jump_share=jump_share,
+    )
+    gate._state = CheckedState(max_running, max_waiting, priorities, jump_share)
     return gate
 
 
@@ -155,6 +170,7 @@ EXPECTED_EXCEPTION: dict[str, type[BaseException] | None] = {
     "completed": None,
     "late": Late,
     "failed": Boom,
+    "evicted": Evicted,
 }
 
 
@@ -171,7 +187,7 @@ async def run_script(gate: BoundedGate, jobs: Sequence[Job]) -> dict[str, Result
     seen: dict[str, type[BaseException] | None] = {}
 
     async def request(job: Job) -> None:
-        permit = permits[job.id] = gate.admit(timeout=job.budget)
+        permit = permits[job.id] = gate.admit(timeout=job.budget, priority=job.priority)
         try:
             async with permit:
                 await asyncio.sleep(job.service)

@@ -11,6 +11,7 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
     assert isinstance(boundedgate.__all__, tuple)
     assert set(boundedgate.__all__) == {
         "BoundedGate",
+        "Evicted",
         "GateError",
         "GateStatistics",
         "Late",
@@ -47,7 +48,7 @@ def test_gate_and_permit_are_final_and_slotted() -> None:
 
 
 def test_errors_hierarchy() -> None:
-    for cls in (boundedgate.QueueFull, boundedgate.QueueExpired, boundedgate.Late):
+    for cls in (boundedgate.QueueFull, boundedgate.QueueExpired, boundedgate.Evicted, boundedgate.Late):
         assert issubclass(cls, boundedgate.GateError)
     assert issubclass(boundedgate.QueueExpired, TimeoutError)
     assert issubclass(boundedgate.Late, TimeoutError)

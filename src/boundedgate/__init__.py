@@ -6,12 +6,13 @@ measured from arrival, and permits that are released exactly once.
 
 from ._core import GateStatistics, Status
 from ._driver import BoundedGate, Permit
-from ._errors import GateError, Late, QueueExpired, QueueFull
+from ._errors import Evicted, GateError, Late, QueueExpired, QueueFull
 
 __version__ = "0.1.0"
 
 __all__ = (
     "BoundedGate",
+    "Evicted",
     "GateError",
     "GateStatistics",
     "Late",

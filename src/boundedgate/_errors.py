@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
-__all__ = ("GateError", "Late", "QueueExpired", "QueueFull")
+__all__ = ("Evicted", "GateError", "Late", "QueueExpired", "QueueFull")
 
 
 def _limit(value: int | None) -> str:
@@ -32,7 +32,8 @@ class GateError(Exception):
     Every instance says which gate refused and what it looked like at that moment.
 
     Attributes:
-        code: A stable machine-readable name: ``"queue_full"``, ``"queue_expired"``, ``"late"``.
+        code: A stable machine-readable name: ``"queue_full"``, ``"queue_expired"``,
+            ``"evicted"``, ``"late"``.
         http_status: The HTTP status a server in front of the gate should answer with.
         gate: The gate's name.
         max_running: The gate's running slots (C).
@@ -48,7 +49,7 @@ class GateError(Exception):
     http_status: ClassVar[int] = 503
 
     def __init__(self, *args: object) -> None:
-        raise TypeError("GateError is a base class; raise QueueFull, QueueExpired or Late")
+        raise TypeError("GateError is a base class; raise one of its subclasses")
 
     @property
     def gate(self) -> str:
@@ -206,6 +207,54 @@ class QueueExpired(GateError, TimeoutError):
 
     def __str__(self) -> str:
         return f"deadline passed after waiting {self.waited:.3f}s in the queue of {self._where()}"
+
+
+class Evicted(GateError):
+    """Raised by ``admit()`` for a waiter pushed out of a full queue by a more urgent arrival.
+
+    Only gates with priority classes evict: when the queue is full, an arrival of class ``p`` takes
+    the place of the newest waiter of the least urgent class below ``p``. The evicted request never
+    started.
+
+    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
+    priority, recent_run`` (``priority`` is the evicted request's class).
+    """
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            gate: str,
+            max_running: int,
+            max_waiting: int | None,
+            running: int,
+            waiting: int,
+            waited: float,
+            elapsed: float,
+            priority: int,
+            recent_run: float | None,
+        ) -> None: ...
+
+    else:
+        __init__ = Exception.__init__
+
+    code = "evicted"
+
+    @property
+    def priority(self) -> int:
+        """The evicted request's priority class."""
+        return self.args[7]  # type: ignore[no-any-return]
+
+    @property
+    def retry_after(self) -> float | None:
+        """As for :attr:`QueueFull.retry_after`."""
+        return _retry_after(self.args[4], self.args[1], self.args[8])
+
+    def __str__(self) -> str:
+        return (
+            f"evicted from the queue of {self._where()} by a more urgent request, "
+            f"after waiting {self.waited:.3f}s"
+        )
 
 
 class Late(GateError, TimeoutError):

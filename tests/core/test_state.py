@@ -200,9 +200,14 @@ class GateStateMachine(RuleBasedStateMachine):
         self.tickets: list[Ticket] = []
 
     @precondition(lambda self: self.state is None)
-    @rule(running=st.integers(1, 4), waiting=st.none() | st.integers(0, 5))
-    def create(self, running: int, waiting: int | None) -> None:
-        self.state = GateState(running, waiting)
+    @rule(
+        running=st.integers(1, 4),
+        waiting=st.none() | st.integers(0, 5),
+        priorities=st.integers(1, 3),
+        share=st.sampled_from([0, 0.2, 0.5]),
+    )
+    def create(self, running: int, waiting: int | None, priorities: int, share: float) -> None:
+        self.state = GateState(running, waiting, priorities, share)
 
     @precondition(lambda self: self.state is not None)
     @rule(step=st.sampled_from([0, 0, 0.5, 1, 3]))
@@ -210,10 +215,19 @@ class GateStateMachine(RuleBasedStateMachine):
         self.now += step
 
     @precondition(lambda self: self.state is not None)
-    @rule(budget=st.none() | st.sampled_from([0, 0.5, 1, 2, 5]), wait=st.booleans())
-    def arrive(self, budget: float | None, wait: bool) -> None:
-        t = Ticket(math.inf if budget is None else self.now + budget)
-        self._woken(self.state.arrive(t, self.now, wait))  # type: ignore[union-attr]
+    @rule(budget=st.none() | st.sampled_from([0, 0.5, 1, 2, 5]), wait=st.booleans(), data=st.data())
+    def arrive(self, budget: float | None, wait: bool, data: st.DataObject) -> None:
+        priority = data.draw(st.integers(0, self.state.priorities - 1))  # type: ignore[union-attr]
+        t = Ticket(math.inf if budget is None else self.now + budget, priority)
+        waiting_before = [w for w in self.tickets if w.status is Status.QUEUED]
+        woken = self.state.arrive(t, self.now, wait)  # type: ignore[union-attr]
+        for w in woken:
+            if w.status is Status.EVICTED:
+                # only a less urgent waiter is evicted, the newest of the least urgent class
+                assert t.status is Status.QUEUED
+                assert w.priority > t.priority
+                assert w.priority == max(x.priority for x in waiting_before if x.deadline > self.now)
+        self._woken([w for w in woken if w.status is not Status.EVICTED])
         if budget == 0:
             assert t.status is Status.EXPIRED  # refused before it is counted: not tracked
         else:
@@ -262,7 +276,7 @@ class GateStateMachine(RuleBasedStateMachine):
         assert state.next_wakeup() == min(finite, default=math.inf)
         snap = state.snapshot("m")
         assert snap.arrived == len(self.tickets)
-        for outcome in ("rejected", "expired", "cancelled", "completed", "late", "failed"):
+        for outcome in ("rejected", "expired", "cancelled", "completed", "late", "failed", "evicted"):
             assert getattr(snap, outcome) == sum(t.status.value == outcome for t in self.tickets)
         assert snap.admitted == snap.finished + snap.running
 

@@ -142,6 +142,18 @@ async def test_late_is_raised_on_exit_when_released_late_inside_the_block() -> N
     assert gate.stats().late == 1
 
 
+async def test_try_admit_takes_an_absolute_deadline() -> None:
+    gate = checked_gate(1, 0)
+    loop = asyncio.get_running_loop()
+    permit = gate.try_admit(deadline=loop.time() + 3)
+    assert permit.deadline == 3
+    await asyncio.sleep(3)
+    permit.release()
+    assert permit.status is Status.LATE
+    with pytest.raises(ValueError, match="not both"):
+        gate.try_admit(timeout=1, deadline=2)
+
+
 async def test_release_never_raises_late() -> None:
     gate = checked_gate(1, 0)
     permit = gate.try_admit(timeout=1)

@@ -84,6 +84,7 @@ async def test_unbounded_waiting_is_an_explicit_opt_in() -> None:
 
 async def test_late_carries_the_deadline_and_overrun() -> None:
     gate = checked_gate(1, 1, name="openai")
+    await asyncio.sleep(10)  # arrival at 10, not 0, so that times are not confused with durations
     holder = gate.try_admit()
     loop = asyncio.get_running_loop()
     loop.call_later(2, holder.release)
@@ -91,7 +92,7 @@ async def test_late_carries_the_deadline_and_overrun() -> None:
         async with gate.admit(timeout=5):
             await asyncio.sleep(4)
     late = info.value
-    assert (late.waited, late.elapsed, late.deadline, late.overrun) == (2, 6, 5, 1)
+    assert (late.waited, late.elapsed, late.deadline, late.overrun) == (2, 6, 15, 1)
     assert (late.gate, late.code, late.http_status) == ("openai", "late", 504)
     assert isinstance(late, TimeoutError)
     assert str(late) == (
@@ -215,6 +216,9 @@ async def test_stats_snapshot_is_immutable_and_complete() -> None:
     assert stats.arrived == stats.finished == stats.completed == 1
     assert stats.mean_run_seconds == stats.mean_end_to_end_seconds == 2
     assert stats.mean_queue_seconds == 0
+    async with gate.admit():
+        await asyncio.sleep(4)
+    assert gate.stats().mean_run_seconds == 3
     empty = checked_gate(1, 1).stats()
     assert empty.mean_run_seconds is None
     assert empty.mean_queue_seconds is None

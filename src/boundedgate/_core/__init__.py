@@ -3,7 +3,14 @@
 Nothing in this package imports an event loop, a clock or threads: it is told the time.
 """
 
-from ._settings import check_deadline, check_max_running, check_max_waiting, check_name, check_timeout
+from ._settings import (
+    check_deadline,
+    check_max_running,
+    check_max_waiting,
+    check_name,
+    check_priority,
+    check_timeout,
+)
 from ._state import GateState
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket
@@ -17,5 +24,6 @@ __all__ = (
     "check_max_running",
     "check_max_waiting",
     "check_name",
+    "check_priority",
     "check_timeout",
 )

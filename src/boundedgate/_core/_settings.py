@@ -9,8 +9,18 @@ from __future__ import annotations
 
 import math
 import operator
+from fractions import Fraction
 
-__all__ = ("check_deadline", "check_max_running", "check_max_waiting", "check_name", "check_timeout")
+__all__ = (
+    "check_deadline",
+    "check_jump_share",
+    "check_max_running",
+    "check_max_waiting",
+    "check_name",
+    "check_priorities",
+    "check_priority",
+    "check_timeout",
+)
 
 
 def _count(name: str, value: object) -> int:
@@ -76,3 +86,30 @@ def check_name(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"name must be a str, got {value!r}")
     return value
+
+
+def check_priorities(value: object) -> int:
+    """Return the number of priority classes, an int >= 1."""
+    count = _count("priorities", value)
+    if count < 1:
+        raise ValueError(f"priorities must be >= 1, got {count}")
+    return count
+
+
+def check_priority(value: object, classes: int) -> int:
+    """Return a request's priority class, an int in ``range(classes)`` (0 is the most urgent)."""
+    priority = _count("priority", value)
+    if not 0 <= priority < classes:
+        raise ValueError(f"priority must be >= 0 and < {classes} (the gate's priorities), got {priority}")
+    return priority
+
+
+def check_jump_share(value: object) -> Fraction:
+    """Return the share of starts that may jump the queue: a number in [0, 1), as an exact fraction."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise TypeError(f"jump_share must be a number, got {value!r}")
+    if isinstance(value, float) and math.isnan(value):
+        raise ValueError("jump_share must not be NaN")
+    if not 0 <= value < 1:
+        raise ValueError(f"jump_share must be >= 0 and < 1, got {value!r}")
+    return Fraction(value).limit_denominator(1000)

@@ -11,19 +11,22 @@ it changed, for the caller to wake.
 Theory of operation
 ===================
 
-State is a count of running tickets, a FIFO of queued tickets, and a min-heap of their deadlines.
+State is a count of running tickets, the waiting room (a :class:`WaitQueue`: one FIFO lane per
+priority class, with a bounded share of queue-jumping), and a min-heap of the queued deadlines.
 Four events change it:
 
 ``arrive(t, now)``
     A ticket whose deadline has passed is refused before it is counted. Otherwise it starts at once
     if a slot is free (and then, by the invariant below, nobody is queued: no barging); else it
-    joins the queue if there is room; else it is rejected. Queued tickets that are due expire
+    joins the queue if there is room; else, if a less urgent ticket waits, the newest of the least
+    urgent class is evicted to make room; else it is rejected. Queued tickets that are due expire
     first, so a place whose deadline is ``now`` is free for the newcomer.
 
 ``release(t, now, failed)``
     A running ticket ends: ``FAILED`` if it raised, else ``LATE`` if ``now >= deadline``, else
-    ``COMPLETED``. The freed slot goes straight to the oldest queued ticket (direct hand-off), after
-    due tickets have expired: a ticket whose deadline is ``now`` never starts.
+    ``COMPLETED``. The freed slot goes straight to the next queued ticket (direct hand-off: the
+    oldest, or a more urgent one within the jump share), after due tickets have expired: a ticket
+    whose deadline is ``now`` never starts.
 
 ``advance(now)``
     The clock reached ``now`` (the caller asks :meth:`GateState.next_wakeup` when to call this):
@@ -53,9 +56,9 @@ from __future__ import annotations
 import heapq
 import math
 import sys
-from collections import deque
 from collections.abc import Sequence
 
+from ._queue import WaitQueue
 from ._settings import check_max_running, check_max_waiting
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket
@@ -70,6 +73,7 @@ CANCELLED = Status.CANCELLED
 COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
+EVICTED = Status.EVICTED
 
 _NOBODY: tuple[Ticket, ...] = ()
 
@@ -92,6 +96,7 @@ class GateState:
         "completed",
         "end_to_end_seconds_max",
         "end_to_end_seconds_total",
+        "evicted",
         "expired",
         "failed",
         "late",
@@ -109,12 +114,17 @@ class GateState:
         "waiting",
     )
 
-    def __init__(self, max_running: int, max_waiting: int | None) -> None:
+    def __init__(
+        self,
+        max_running: int,
+        max_waiting: int | None,
+        priorities: int = 1,
+        jump_share: float = 0.2,
+    ) -> None:
         self.max_running = check_max_running(max_running)
         self.max_waiting = check_max_waiting(max_waiting)
         self._queue_limit = sys.maxsize if self.max_waiting is None else self.max_waiting
-        # FIFO of queued tickets; tickets that left are skipped when they reach the front.
-        self._queue: deque[Ticket] = deque()
+        self._queue = WaitQueue(priorities, jump_share)
         # min-heap of (deadline, ticket) for queued tickets with a deadline; lazy like the queue.
         self._deadlines: list[tuple[float, Ticket]] = []
         self.running = 0
@@ -128,6 +138,7 @@ class GateState:
         self.completed = 0
         self.late = 0
         self.failed = 0
+        self.evicted = 0
         self.queue_seconds_total = 0.0
         self.queue_seconds_max = 0.0
         self.run_seconds_total = 0.0
@@ -144,8 +155,8 @@ class GateState:
 
         ``RUNNING`` (it starts at once), ``QUEUED``, ``REJECTED``, or ``EXPIRED`` if its deadline
         had already passed (then nothing is counted). With ``wait=False`` a ticket that cannot
-        start at once is rejected instead of queued. Returns the queued tickets that expired as
-        the clock reached ``now``.
+        start at once is rejected instead of queued (and evicts nobody). Returns the queued
+        tickets that expired as the clock reached ``now``, and the one it evicted, if any.
         """
         ticket.arrival = now
         if ticket.deadline <= now:
@@ -162,19 +173,21 @@ class GateState:
                 self.peak_running = running
             return _NOBODY
         deadlines = self._deadlines
-        woken = self.advance(now) if deadlines and deadlines[0][0] <= now else _NOBODY
-        if wait and self.waiting < self._queue_limit:
-            ticket.status = QUEUED
-            self._queue.append(ticket)
-            if ticket.deadline != math.inf:
-                heapq.heappush(deadlines, (ticket.deadline, ticket))
-            self.waiting = waiting = self.waiting + 1
-            if waiting > self.peak_waiting:
-                self.peak_waiting = waiting
-        else:
-            ticket.status = REJECTED
-            ticket.ended = now
-            self.rejected += 1
+        woken: Sequence[Ticket] = self.advance(now) if deadlines and deadlines[0][0] <= now else _NOBODY
+        if not wait:
+            pass
+        elif self.waiting < self._queue_limit:
+            self._enqueue(ticket)
+            return woken
+        elif self._queue.classes > 1 and (victim := self._queue.evict_for(ticket.priority)) is not None:
+            victim.status = EVICTED
+            self._leave_queue(victim, now)
+            self.evicted += 1
+            self._enqueue(ticket)
+            return [*woken, victim]
+        ticket.status = REJECTED
+        ticket.ended = now
+        self.rejected += 1
         return woken
 
     def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
@@ -249,6 +262,11 @@ class GateState:
 
     # -- queries ----------------------------------------------------------------------------
 
+    @property
+    def priorities(self) -> int:
+        """Number of priority classes."""
+        return self._queue.classes
+
     def next_wakeup(self) -> float:
         """When :meth:`advance` must next be called: the earliest queued deadline (``inf``: never)."""
         deadlines = self._deadlines
@@ -273,6 +291,7 @@ class GateState:
             completed=self.completed,
             late=self.late,
             failed=self.failed,
+            evicted=self.evicted,
             queue_seconds_total=self.queue_seconds_total,
             queue_seconds_max=self.queue_seconds_max,
             run_seconds_total=self.run_seconds_total,
@@ -286,9 +305,10 @@ class GateState:
         assert 0 <= self.running <= self.max_running, (self.running, self.max_running)
         assert 0 <= self.waiting <= self._queue_limit, (self.waiting, self.max_waiting)
         assert not self.waiting or self.running == self.max_running, (self.running, self.waiting)
-        live = [t for t in self._queue if t.status is QUEUED]
+        live = list(self._queue)
         assert len(live) == self.waiting, (len(live), self.waiting)
         assert len(set(map(id, live))) == len(live)
+        assert all(t.status is QUEUED for t in live)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -298,9 +318,7 @@ class GateState:
         woken = self.advance(now) if deadlines and deadlines[0][0] <= now else []
         queue = self._queue
         while self.waiting and self.running < self.max_running:
-            ticket = queue.popleft()
-            if ticket.status is not QUEUED:
-                continue
+            ticket = queue.take()
             self.waiting -= 1
             waited = now - ticket.arrival  # type: ignore[operator]
             self.queue_seconds_total += waited
@@ -317,6 +335,15 @@ class GateState:
             self._compact()
         return woken
 
+    def _enqueue(self, ticket: Ticket) -> None:
+        ticket.status = QUEUED
+        self._queue.push(ticket)
+        if ticket.deadline != math.inf:
+            heapq.heappush(self._deadlines, (ticket.deadline, ticket))
+        self.waiting = waiting = self.waiting + 1
+        if waiting > self.peak_waiting:
+            self.peak_waiting = waiting
+
     def _leave_queue(self, ticket: Ticket, now: float) -> None:
         ticket.ended = now
         self.waiting -= 1
@@ -331,11 +358,7 @@ class GateState:
     def _compact(self) -> None:
         # In place, so that callers holding the queue or the heap in a local stay in step.
         live = 2 * self.waiting + _SLACK
-        queue = self._queue
-        if len(queue) > live:
-            kept = [t for t in queue if t.status is QUEUED]
-            queue.clear()
-            queue.extend(kept)
+        self._queue.compact(live)
         deadlines = self._deadlines
         if len(deadlines) > live:
             deadlines[:] = [e for e in deadlines if e[1].status is QUEUED]

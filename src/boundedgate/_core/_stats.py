@@ -16,7 +16,8 @@ class GateStatistics:
     """A snapshot of a gate's counters, taken by :meth:`BoundedGate.stats`.
 
     Every request that arrives is counted in exactly one outcome once it ends: ``rejected``,
-    ``expired`` or ``cancelled`` if it never ran; ``completed``, ``late`` or ``failed`` if it did.
+    ``expired``, ``cancelled`` or ``evicted`` if it never ran; ``completed``, ``late`` or
+    ``failed`` if it did.
     While it is not yet ended it is counted in ``waiting`` or ``running``. Requests refused before
     they were counted (already cancelled, or already past their deadline, on arrival) appear
     nowhere. Times are in seconds on the gate's clock (the event loop's).
@@ -50,7 +51,9 @@ class GateStatistics:
     late: int
     #: Ran and ended with an exception.
     failed: int
-    #: Time spent waiting, summed over requests that started, expired or were cancelled.
+    #: Pushed out of a full queue by a more urgent arrival (``Evicted``), never started.
+    evicted: int
+    #: Time spent waiting, summed over requests that started or left the queue.
     queue_seconds_total: float
     #: The longest such wait.
     queue_seconds_max: float
@@ -66,7 +69,7 @@ class GateStatistics:
     @property
     def arrived(self) -> int:
         """Requests counted at arrival: every outcome, plus those still waiting or running."""
-        return self.rejected + self.expired + self.cancelled + self.admitted + self.waiting
+        return self.rejected + self.expired + self.cancelled + self.evicted + self.admitted + self.waiting
 
     @property
     def finished(self) -> int:
@@ -76,7 +79,7 @@ class GateStatistics:
     @property
     def mean_queue_seconds(self) -> float | None:
         """Mean wait of requests that left the queue or never joined it (None before any)."""
-        return _mean(self.queue_seconds_total, self.admitted + self.expired + self.cancelled)
+        return _mean(self.queue_seconds_total, self.admitted + self.expired + self.cancelled + self.evicted)
 
     @property
     def mean_run_seconds(self) -> float | None:

@@ -7,7 +7,8 @@ status, its outcome::
      │                 ^  └───cancel───> CANCELLED      (granted, but the caller gave up first)
      │                 │ hand-off
      ├──arrive──> QUEUED ──deadline──> EXPIRED
-     │                   └──cancel───> CANCELLED
+     │                   ├──cancel───> CANCELLED
+     │                   └──a more urgent arrival finds the queue full──> EVICTED
      └──arrive──> REJECTED                              (all slots busy, queue full)
 
 A ticket whose deadline has passed when it arrives is refused as ``EXPIRED`` before it is
@@ -23,7 +24,7 @@ __all__ = ("Status", "Ticket")
 
 
 class Status(enum.Enum):
-    """Where a request stands; the last six are final, and each request ends in exactly one."""
+    """Where a request stands; all but the first three are final: each request ends in exactly one."""
 
     #: Created, not yet arrived at the gate.
     NEW = "new"
@@ -43,6 +44,8 @@ class Status(enum.Enum):
     LATE = "late"
     #: Ran and ended with an exception.
     FAILED = "failed"
+    #: Pushed out of a full queue by a more urgent arrival; it never started.
+    EVICTED = "evicted"
 
     @property
     def is_final(self) -> bool:
@@ -60,9 +63,9 @@ class Ticket:
     The core writes every field; everything else only reads them.
     """
 
-    __slots__ = ("arrival", "deadline", "ended", "started", "status")
+    __slots__ = ("arrival", "deadline", "ended", "priority", "seq", "started", "status")
 
-    def __init__(self, deadline: float = math.inf) -> None:
+    def __init__(self, deadline: float = math.inf, priority: int = 0) -> None:
         #: When it arrived (None until then).
         self.arrival: float | None = None
         #: When it must be done by; ``inf`` for no deadline.
@@ -73,7 +76,11 @@ class Ticket:
         self.ended: float | None = None
         #: Where it stands.
         self.status: Status = _NEW
+        #: Its priority class: 0 is the most urgent.
+        self.priority = priority
+        #: Its place in the order of arrival at the queue (set when it is queued).
+        self.seq = -1
 
     def __lt__(self, other: Ticket) -> bool:
         # Ties between equal deadlines in the core's deadline heap go to the earlier arrival.
-        return (self.arrival or 0.0) < (other.arrival or 0.0)
+        return self.seq < other.seq

@@ -12,14 +12,24 @@ import math
 from collections.abc import Sequence
 from typing import final
 
-from .._core import GateState, GateStatistics, Status, Ticket, check_deadline, check_name, check_timeout
-from .._errors import Late, QueueExpired, QueueFull
+from .._core import (
+    GateState,
+    GateStatistics,
+    Status,
+    Ticket,
+    check_deadline,
+    check_name,
+    check_priority,
+    check_timeout,
+)
+from .._errors import Evicted, Late, QueueExpired, QueueFull
 from ._permit import Permit
 
 __all__ = ("BoundedGate",)
 
 RUNNING = Status.RUNNING
 REJECTED = Status.REJECTED
+EVICTED = Status.EVICTED
 _INF = math.inf
 
 
@@ -47,6 +57,15 @@ class BoundedGate:
     the running event loop's clock (``loop.time()``) from the moment the request enters
     ``admit()``; waiting never earns a new budget.
 
+    With ``priorities=N`` the waiting room has N classes, 0 the most urgent: a freed slot goes to
+    the most urgent waiter, FIFO within a class, but only ``jump_share`` of the starts from the
+    queue may overtake an older waiter (one such jump is banked), and every other start goes to the
+    oldest waiter of all. So a waiter with ``k`` older waiters ahead starts within
+    ``(k + 2) / (1 - jump_share)`` starts from the queue, however many urgent requests arrive
+    behind it: no class starves. When the queue is full, an arrival evicts the newest waiter of
+    the least urgent class below its own (which gets :class:`Evicted`); if there is none, it is
+    refused with :class:`QueueFull`.
+
     The gate binds to the event loop that first uses it. It may move to another loop while it is
     idle (nothing running or waiting); using it from another loop while busy is a RuntimeError.
 
@@ -55,17 +74,29 @@ class BoundedGate:
         max_waiting: Queue places, an int >= 0 (0: no waiting room, refuse as soon as every slot
             is busy), or None for an unbounded queue, which must be asked for explicitly.
         name: A name for errors, statistics and ``repr``.
+        priorities: Number of priority classes, an int >= 1.
+        jump_share: The share of starts from the queue that may overtake an older waiter, in
+            [0, 1). Only matters with several classes; 0 makes them plain FIFO.
 
     Raises:
         TypeError: A limit that is not an int (floats, NaN, infinities, booleans), or a name
             that is not a str.
-        ValueError: ``max_running < 1`` or ``max_waiting < 0``.
+        ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1`` or a
+            ``jump_share`` outside [0, 1).
     """
 
     __slots__ = ("_loop", "_name", "_state", "_timer", "_timer_at")
 
-    def __init__(self, *, max_running: int, max_waiting: int | None, name: str = "gate") -> None:
-        self._state = GateState(max_running, max_waiting)
+    def __init__(
+        self,
+        *,
+        max_running: int,
+        max_waiting: int | None,
+        name: str = "gate",
+        priorities: int = 1,
+        jump_share: float = 0.2,
+    ) -> None:
+        self._state = GateState(max_running, max_waiting, priorities, jump_share)
         self._name = check_name(name)
         self._loop: asyncio.AbstractEventLoop | None = None
         # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
@@ -90,6 +121,11 @@ class BoundedGate:
         return self._state.max_waiting
 
     @property
+    def priorities(self) -> int:
+        """Number of priority classes (0 is the most urgent)."""
+        return self._state.priorities
+
+    @property
     def running(self) -> int:
         """Requests holding a slot now."""
         return self._state.running
@@ -99,37 +135,44 @@ class BoundedGate:
         """Requests in the queue now."""
         return self._state.waiting
 
-    def admit(self, *, timeout: float | None = None, deadline: float | None = None) -> Permit:
+    def admit(
+        self, *, timeout: float | None = None, deadline: float | None = None, priority: int = 0
+    ) -> Permit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
 
         On entry the request starts at once if a slot is free and nobody is queued, or waits in
-        the queue (FIFO) if there is room, or is refused. On exit the slot is released; a body
-        that raised propagates its own exception, one that finished at or after the deadline
-        raises :class:`Late`.
+        the queue (FIFO within its priority class) if there is room, or is refused. On exit the
+        slot is released; a body that raised propagates its own exception, one that finished at
+        or after the deadline raises :class:`Late`.
 
         Args:
             timeout: Budget in seconds from arrival (>= 0), covering the wait and the run.
             deadline: Absolute deadline on the running loop's clock (``loop.time()``).
                 Give at most one of the two; neither means no deadline.
+            priority: The request's class, 0 (the most urgent) to ``priorities - 1``.
 
         Raises (on entry):
             QueueFull: Every slot busy and the queue full, at once, before any suspension.
             QueueExpired: The deadline passed while waiting, or had passed on arrival.
+            Evicted: A more urgent arrival took its place in a full queue.
             asyncio.CancelledError: The caller was cancelled while waiting, or was already
                 cancelled on arrival (then nothing was counted).
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout or deadline, or both given.
+            TypeError, ValueError: A malformed timeout, deadline or priority, or both a timeout
+                and a deadline.
         """
+        if priority:
+            priority = check_priority(priority, self._state.priorities)
         if deadline is None:
             if timeout is None:
-                return Permit(self, None, _INF)
+                return Permit(self, None, _INF, priority)
             if (type(timeout) is float or type(timeout) is int) and timeout >= 0:  # the common case inline
-                return Permit(self, timeout, _INF)
-            return Permit(self, check_timeout(timeout), _INF)
+                return Permit(self, timeout, _INF, priority)
+            return Permit(self, check_timeout(timeout), _INF, priority)
         if timeout is not None:
             raise ValueError("give timeout or deadline, not both")
-        return Permit(self, None, check_deadline(deadline))
+        return Permit(self, None, check_deadline(deadline), priority)
 
     def try_admit(self, *, timeout: float | None = None, deadline: float | None = None) -> Permit:
         """A permit that holds a slot now, or :class:`QueueFull` now; it never waits.
@@ -216,8 +259,8 @@ class BoundedGate:
         if when != math.inf:
             self._arm_timer(when)
 
-    def _refusal(self, permit: Permit) -> QueueFull | QueueExpired:
-        """The error for a permit the state refused at arrival or expired in the queue."""
+    def _refusal(self, permit: Permit) -> QueueFull | QueueExpired | Evicted:
+        """The error for a permit the state refused at arrival, or that left the queue unstarted."""
         state = self._state
         if permit.status is REJECTED:
             return QueueFull(
@@ -231,6 +274,18 @@ class BoundedGate:
                 state.recent_run_seconds,
             )
         waited = permit.ended - permit.arrival  # type: ignore[operator]
+        if permit.status is EVICTED:
+            return Evicted(
+                self._name,
+                state.max_running,
+                state.max_waiting,
+                state.running,
+                state.waiting,
+                waited,
+                waited,
+                permit.priority,
+                state.recent_run_seconds,
+            )
         return QueueExpired(
             self._name,
             state.max_running,

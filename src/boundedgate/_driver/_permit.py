@@ -42,17 +42,20 @@ class Permit(Ticket):
         deadline: When it must be done by, on the gate's clock (``math.inf`` for no deadline).
         started: When it got its slot (None if it has not).
         ended: When it reached its outcome (None while it is pending).
+        priority: Its priority class (0, the most urgent, unless the gate has several).
     """
 
     __slots__ = ("_gate", "_timeout", "_waiter")
 
-    def __init__(self, gate: BoundedGate, timeout: float | None, deadline: float) -> None:
+    def __init__(self, gate: BoundedGate, timeout: float | None, deadline: float, priority: int) -> None:
         # Ticket's fields, set here rather than through Ticket.__init__: a call less per request.
         self.arrival: float | None = None
         self.deadline = deadline
         self.started: float | None = None
         self.ended: float | None = None
         self.status = NEW
+        self.priority = priority
+        self.seq = -1
         self._gate = gate
         # The relative budget, turned into `deadline` at arrival (None when it was absolute).
         self._timeout = timeout

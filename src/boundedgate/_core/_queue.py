@@ -1,0 +1,127 @@
+"""The waiting room: one FIFO lane per priority class, and a cap on how often anyone jumps the line.
+
+Class 0 is the most urgent. With one class (the default) this is a plain FIFO. With several, the
+next to start is either
+
+- the head of the most urgent non-empty lane, when it is also the oldest waiter of all, or when it
+  may *jump* ahead of older waiters of less urgent classes; or
+- the oldest waiter of all (by arrival order), otherwise.
+
+Jumps are paid for with credit: every start from the queue earns ``jump_share`` of a jump (at most
+one jump is banked; none when ``jump_share`` is 0, which makes the classes plain FIFO), and a jump
+spends one. So over any ``n`` consecutive starts from the queue at most ``jump_share * n + 1``
+overtake an older waiter, and all the others go to the oldest waiter of all. A waiter with ``k``
+older waiters ahead of it therefore starts within ``(k + 2) / (1 - jump_share)`` starts from the
+queue, whatever the mix of classes arriving behind it: no class starves. The credit is kept in
+integers (``jump_share`` as a fraction), so the bound is exact.
+
+Tickets that leave the queue (expired, cancelled) stay in their lane until they reach its front,
+where they are skipped; :meth:`WaitQueue.compact` drops them when they outnumber the live ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+from ._settings import check_jump_share, check_priorities
+from ._ticket import Status, Ticket
+
+__all__ = ("WaitQueue",)
+
+QUEUED = Status.QUEUED
+
+
+class WaitQueue:
+    """FIFO lanes, one per priority class, with a bounded share of queue-jumping."""
+
+    __slots__ = ("_credit", "_earn", "_lanes", "_next_seq", "_price", "classes")
+
+    def __init__(self, classes: int = 1, jump_share: float = 0.2) -> None:
+        #: Number of priority classes; 0 is the most urgent.
+        self.classes = check_priorities(classes)
+        share = check_jump_share(jump_share)
+        self._lanes: list[deque[Ticket]] = [deque() for _ in range(self.classes)]
+        # A jump costs `_price` credit; each start from the queue earns `_earn`; one jump is banked
+        # (none when jumping is off).
+        self._earn = share.numerator
+        self._price = share.denominator
+        self._credit = self._price if self._earn else 0
+        # Arrival order across lanes (tickets of one instant keep their order).
+        self._next_seq = 0
+
+    def push(self, ticket: Ticket) -> None:
+        """Put ``ticket`` at the back of its class's lane."""
+        ticket.seq = self._next_seq
+        self._next_seq += 1
+        self._lanes[ticket.priority].append(ticket)
+
+    def peek(self) -> Ticket:
+        """The ticket that :meth:`take` would start next. The queue must hold a live ticket."""
+        return self._lanes[self._choose()[0]][0]
+
+    def take(self) -> Ticket:
+        """Remove and return the next ticket to start. The queue must hold a live ticket."""
+        if self.classes == 1:
+            lane = self._lanes[0]
+            ticket = lane.popleft()
+            while ticket.status is not QUEUED:
+                ticket = lane.popleft()
+            return ticket
+        index, jump = self._choose()
+        if jump:
+            self._credit -= self._price
+        self._credit = min(self._price, self._credit + self._earn)
+        return self._lanes[index].popleft()
+
+    def evict_for(self, priority: int) -> Ticket | None:
+        """Remove and return the newest waiter of the least urgent class below ``priority``.
+
+        None when every live waiter is at least as urgent as ``priority``.
+        """
+        for lane in reversed(self._lanes[priority + 1 :]):
+            while lane:
+                ticket = lane.pop()
+                if ticket.status is QUEUED:
+                    return ticket
+        return None
+
+    def compact(self, live: int) -> None:
+        """Drop tickets that left the queue, if the lanes hold more than ``live`` entries."""
+        if sum(map(len, self._lanes)) > live:
+            for lane in self._lanes:
+                kept = [t for t in lane if t.status is QUEUED]
+                lane.clear()
+                lane.extend(kept)
+
+    def __len__(self) -> int:
+        """Entries in the lanes, live or not (what compaction keeps in check)."""
+        return sum(map(len, self._lanes))
+
+    def __iter__(self) -> Iterator[Ticket]:
+        """The live tickets, lane by lane, oldest first in each."""
+        for lane in self._lanes:
+            yield from (t for t in lane if t.status is QUEUED)
+
+    def _choose(self) -> tuple[int, bool]:
+        # The lane to take from, and whether taking its head is a jump over an older waiter.
+        lanes = self._lanes
+        if self.classes == 1:
+            lane = lanes[0]
+            while lane[0].status is not QUEUED:
+                lane.popleft()
+            return 0, False
+        top = oldest = -1
+        for index, lane in enumerate(lanes):
+            while lane and lane[0].status is not QUEUED:
+                lane.popleft()
+            if lane:
+                if top < 0:
+                    top = oldest = index
+                elif lane[0].seq < lanes[oldest][0].seq:
+                    oldest = index
+        if top == oldest:
+            return top, False
+        if self._credit >= self._price:
+            return top, True
+        return oldest, False

@@ -1,0 +1,164 @@
+"""The waiting room: FIFO lanes per class, the jump credit and its bound, eviction, compaction."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boundedgate._core import Status, Ticket
+from boundedgate._core._queue import WaitQueue
+
+
+def queued(priority: int = 0) -> Ticket:
+    t = Ticket(priority=priority)
+    t.status = Status.QUEUED
+    return t
+
+
+def take(q: WaitQueue) -> Ticket:
+    t = q.take()
+    t.status = Status.RUNNING
+    return t
+
+
+def test_WaitQueue_one_class_is_plain_fifo() -> None:
+    q = WaitQueue()
+    tickets = [queued() for _ in range(5)]
+    for t in tickets:
+        q.push(t)
+    tickets[1].status = Status.CANCELLED
+    assert q.peek() is tickets[0]
+    assert [take(q) for _ in range(4)] == [tickets[0], tickets[2], tickets[3], tickets[4]]
+
+
+def test_WaitQueue_the_most_urgent_head_goes_first_when_it_is_also_the_oldest() -> None:
+    q = WaitQueue(3)
+    urgent, calm = queued(0), queued(2)
+    q.push(urgent)
+    q.push(calm)
+    assert [take(q), take(q)] == [urgent, calm]
+
+
+def test_WaitQueue_an_urgent_arrival_jumps_once_then_pays_for_the_next_jump() -> None:
+    # jump_share 1/4: one jump banked, then one jump per four starts from the queue.
+    q = WaitQueue(2, jump_share=0.25)
+    background = [queued(1) for _ in range(10)]
+    for t in background:
+        q.push(t)
+    urgent = [queued(0) for _ in range(3)]
+    for t in urgent:
+        q.push(t)
+    order = [take(q) for _ in range(13)]
+    assert order[0] is urgent[0]  # the banked jump
+    assert order[1:4] == background[:3]  # credit refills at 1/4 per start
+    assert order[4] is urgent[1]
+    assert order[5:8] == background[3:6]
+    assert order[8] is urgent[2]
+    assert order[9:] == background[6:]
+
+
+def test_WaitQueue_zero_jump_share_is_fifo_across_classes() -> None:
+    q = WaitQueue(2, jump_share=0)
+    calm, urgent = queued(1), queued(0)
+    q.push(calm)
+    q.push(urgent)
+    assert [take(q), take(q)] == [calm, urgent]
+
+
+@given(
+    share=st.sampled_from([Fraction(0), Fraction(1, 5), Fraction(1, 3), Fraction(1, 2), Fraction(9, 10)]),
+    script=st.lists(st.tuples(st.booleans(), st.integers(0, 3)), min_size=1, max_size=200),
+)
+def test_WaitQueue_jumps_are_bounded_and_every_other_start_is_the_oldest(
+    share: Fraction, script: list[tuple[bool, int]]
+) -> None:
+    """Over any window of n starts at most share*n + 1 overtake an older waiter."""
+    q = WaitQueue(4, jump_share=share)
+    live: list[Ticket] = []  # in arrival order
+    jumps: list[bool] = []
+    for is_take, priority in script:
+        if is_take and live:
+            t = take(q)
+            oldest = live[0]
+            jumps.append(t is not oldest)
+            if t is not oldest:
+                # a jump always serves the most urgent waiter present
+                assert t.priority == min(w.priority for w in live)
+                assert t.priority < oldest.priority
+            live.remove(t)
+        else:
+            t = queued(priority)
+            q.push(t)
+            live.append(t)
+    for start in range(len(jumps)):
+        for end in range(start + 1, len(jumps) + 1):
+            assert sum(jumps[start:end]) <= share * (end - start) + 1
+
+
+def test_WaitQueue_evicts_the_newest_of_the_least_urgent_class_below() -> None:
+    q = WaitQueue(4)
+    a1, a3, b3, c2 = queued(1), queued(3), queued(3), queued(2)
+    for t in (a1, a3, b3, c2):
+        q.push(t)
+    assert q.evict_for(0) is b3
+    b3.status = Status.EVICTED
+    assert q.evict_for(2) is a3
+    a3.status = Status.EVICTED
+    assert q.evict_for(2) is None  # nothing less urgent than class 2 is left
+    assert q.evict_for(1) is c2
+    c2.status = Status.EVICTED
+    assert q.evict_for(1) is None
+    assert list(q) == [a1]
+
+
+def test_WaitQueue_eviction_skips_tickets_that_already_left() -> None:
+    q = WaitQueue(2)
+    live, gone = queued(1), queued(1)
+    q.push(live)
+    q.push(gone)
+    gone.status = Status.CANCELLED
+    assert q.evict_for(0) is live
+
+
+def test_WaitQueue_compacts_dead_entries_in_every_lane() -> None:
+    q = WaitQueue(2)
+    tickets = [queued(i % 2) for i in range(100)]
+    for t in tickets:
+        q.push(t)
+    for t in tickets[:90]:
+        t.status = Status.EXPIRED
+    q.compact(50)
+    assert len(q) == 10
+    assert list(q) == tickets[90::2] + tickets[91::2]
+    q.compact(50)
+    assert len(q) == 10
+
+
+def test_WaitQueue_seq_orders_arrivals_and_breaks_deadline_ties() -> None:
+    q = WaitQueue(2)
+    first, second = queued(1), queued(0)
+    q.push(first)
+    q.push(second)
+    assert first.seq < second.seq
+    assert first < second
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"classes": 0}, ValueError, r"^priorities must be >= 1, got 0$"),
+        ({"classes": True}, TypeError, r"^priorities must be an int, not bool$"),
+        ({"classes": 2.0}, TypeError, r"^priorities must be an int, got 2.0$"),
+        ({"jump_share": 1}, ValueError, r"^jump_share must be >= 0 and < 1, got 1$"),
+        ({"jump_share": -0.1}, ValueError, r"^jump_share must be >= 0 and < 1, got -0.1$"),
+        ({"jump_share": float("nan")}, ValueError, r"^jump_share must not be NaN$"),
+        ({"jump_share": "0.2"}, TypeError, r"^jump_share must be a number, got '0.2'$"),
+        ({"jump_share": True}, TypeError, r"^jump_share must be a number, got True$"),
+    ],
+)
+def test_WaitQueue_settings_refused(kwargs: dict[str, object], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        WaitQueue(**kwargs)  # type: ignore[arg-type]
