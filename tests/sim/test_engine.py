@@ -180,6 +180,35 @@ def test_without_trace_the_outcomes_are_the_same() -> None:
     assert without.summary == with_trace.summary
 
 
+def test_an_urgent_arrival_evicts_the_newest_least_urgent_waiter() -> None:
+    jobs = [
+        Job("run", 0, 10),
+        Job("low1", 0, 5, None, 1),
+        Job("low2", 1, 5, None, 1),
+        Job("urgent", 2, 5, None, 0),
+    ]
+    result = simulate(jobs, max_running=1, max_waiting=2, priorities=2)
+    assert result["low2"].outcome is Status.EVICTED
+    assert (result["low2"].end_ms, result["low2"].queue_ms) == (2, 1)
+    assert result["urgent"].start_ms == 10  # the most urgent goes first (one jump is banked)
+    assert result["low1"].start_ms == 15
+    assert (2, "evicted", "low2", 1, 1) in [
+        (e.time_ms, e.event, e.id, e.running, e.waiting) for e in result.trace
+    ]
+    assert result.summary.evicted == 1
+    assert result.summary.queue_ms.count == 4
+    assert (result.priorities, result.jump_share) == (2, 0.2)
+
+
+def test_a_priority_the_gate_does_not_have_is_refused_naming_the_job() -> None:
+    with pytest.raises(ScriptError, match=r"job 1 \(id 'b'\): priority 2 is not one of the gate's 2 classes"):
+        simulate([Job("a", 0, 1), Job("b", 0, 1, None, 2)], max_running=1, max_waiting=0, priorities=2)
+    with pytest.raises(ValueError, match="priorities must be >= 1"):
+        simulate([Job("a", 0, 1)], max_running=1, max_waiting=0, priorities=0)
+    with pytest.raises(ValueError, match="jump_share"):
+        simulate([Job("a", 0, 1)], max_running=1, max_waiting=0, jump_share=1)
+
+
 def test_lookup_by_id() -> None:
     result = simulate(SEED_JOBS, max_running=2, max_waiting=2)
     assert result["C"].start_ms == 100
@@ -213,7 +242,7 @@ def test_duplicate_ids_and_foreign_items_are_refused_naming_the_row() -> None:
 
 
 @st.composite
-def scripts(draw: st.DrawFn) -> list[Job]:
+def scripts(draw: st.DrawFn, priorities: int = 1) -> list[Job]:
     count = draw(st.integers(1, 14))
     return [
         Job(
@@ -221,6 +250,7 @@ def scripts(draw: st.DrawFn) -> list[Job]:
             draw(st.integers(0, 30)),
             draw(st.integers(1, 20)),
             draw(st.none() | st.integers(1, 40)),
+            draw(st.integers(0, priorities - 1)),
         )
         for i in range(count)
     ]
@@ -230,7 +260,19 @@ limits = st.tuples(st.integers(1, 4), st.none() | st.integers(0, 4))
 
 
 def as_helper_jobs(jobs: list[Job]) -> list[helpers.Job]:
-    return [helpers.Job(j.id, j.arrival_ms, j.service_ms, j.budget_ms) for j in jobs]
+    return [helpers.Job(j.id, j.arrival_ms, j.service_ms, j.budget_ms, priority=j.priority) for j in jobs]
+
+
+@given(jobs=scripts(priorities=3), limits=limits, jump_share=st.sampled_from([0, 0.2, 0.5]))
+def test_simulator_equals_the_real_gate_with_priorities(
+    jobs: list[Job], limits: tuple[int, int | None], jump_share: float
+) -> None:
+    # Priority classes, queue-jumping and eviction: still the gate, request by request.
+    gate = checked_gate(*limits, priorities=3, jump_share=jump_share)
+    real = run_virtual(run_script, gate, as_helper_jobs(jobs))
+    result = simulate(jobs, max_running=limits[0], max_waiting=limits[1], priorities=3, jump_share=jump_share)
+    assert {r.id: Result(r.outcome.value, r.start_ms, r.end_ms) for r in result.requests} == real
+    assert result.summary.evicted == gate.stats().evicted
 
 
 @given(jobs=scripts(), limits=limits)

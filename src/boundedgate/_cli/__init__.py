@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -51,6 +52,56 @@ def _running_list(text: str) -> list[int]:
     return values  # type: ignore[return-value]
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: jump_share is a number >= 0 and < 1")
+    return value
+
+
+def _weights(text: str) -> list[float]:
+    try:
+        weights = [float(part) for part in text.split(",")]
+    except ValueError:
+        weights = []
+    if not weights or not all(w >= 0 and math.isfinite(w) for w in weights) or not sum(weights) > 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a weight >= 0 per priority class, e.g. 1,4 (one request in five is class 0)"
+        )
+    return weights
+
+
+def _add_priority_options(group: Any) -> None:
+    group.add_argument(
+        "--priorities",
+        metavar="N",
+        type=_max_running,
+        help="priority classes (default: enough for the script's priority column)",
+    )
+    group.add_argument(
+        "--jump-share",
+        metavar="F",
+        type=_share,
+        default=0.2,
+        help="share of starts that may jump ahead of an older waiter (default 0.2)",
+    )
+
+
+def _classes(args: argparse.Namespace, jobs: Sequence[Job]) -> int:
+    if args.priorities is not None:
+        return int(args.priorities)
+    return max((job.priority for job in jobs), default=0) + 1
+
+
+def _settings(max_running: object, max_waiting: int | None, classes: int, jump_share: float) -> str:
+    q = "none" if max_waiting is None else max_waiting
+    text = f"max_running={max_running}, max_waiting={q}"
+    return text if classes == 1 else f"{text}, priorities={classes}, jump_share={jump_share:g}"
+
+
 def _plot_path(text: str) -> Path:
     path = Path(text)
     if path.suffix.lower() not in FORMATS:
@@ -80,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--max-waiting", "-q", metavar="Q", type=_max_waiting, required=True, help="queue places, or none"
     )
+    _add_priority_options(sim)
     sim.add_argument("--json", action="store_true", help="print the result as JSON")
     sim.add_argument("--trace", action="store_true", help="also print every event")
     sim.add_argument("--summary-only", action="store_true", help="print the summary alone")
@@ -135,6 +187,13 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help="queue places to try, e.g. 0,10,50,none",
     )
+    traffic.add_argument(
+        "--priority-mix",
+        metavar="W,...",
+        type=_weights,
+        help="weights of the priority classes 0, 1...: 1,4 makes one request in five class 0",
+    )
+    _add_priority_options(settings)
     plan.add_argument("--json", action="store_true", help="print the result as JSON")
     plan.add_argument("--plot", metavar="FILE", type=_plot_path, help="draw the sweep's curves (.svg, .png)")
     plan.add_argument(
@@ -171,14 +230,22 @@ def _simulate(args: argparse.Namespace) -> None:
     if args.plot:
         _check_plotting()
     jobs = _read(args.script)
-    result = simulate(jobs, max_running=args.max_running, max_waiting=args.max_waiting)
+    classes = _classes(args, jobs)
+    try:
+        result = simulate(
+            jobs,
+            max_running=args.max_running,
+            max_waiting=args.max_waiting,
+            priorities=classes,
+            jump_share=args.jump_share,
+        )
+    except ScriptError as error:
+        raise _Failed(f"{args.script}: {error}") from None
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
-        q = "none" if args.max_waiting is None else args.max_waiting
-        print(
-            f"{len(jobs)} requests from {args.script} through max_running={args.max_running}, max_waiting={q}"
-        )
+        settings = _settings(args.max_running, args.max_waiting, classes, args.jump_share)
+        print(f"{len(jobs)} requests from {args.script} through {settings}")
         if not args.summary_only:
             print("\n" + requests_table(result) + "\n\n(times in ms from the script's origin)")
             if args.trace:
@@ -191,10 +258,11 @@ def _simulate(args: argparse.Namespace) -> None:
 
 
 def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Job], str]:
-    generated = [name for name in ("rate", "burst", "service", "budget") if getattr(args, name) is not None]
+    options = ("rate", "burst", "service", "budget", "priority_mix")
+    generated = [name for name in options if getattr(args, name) is not None]
     if args.script is not None:
         if generated:
-            parser.error(f"--script replays a script; it takes no --{generated[0]}")
+            parser.error(f"--script replays a script; it takes no --{generated[0].replace('_', '-')}")
         jobs = _read(args.script)
         return jobs, f"{len(jobs)} requests from {args.script}"
     if args.rate is None and args.burst is None:
@@ -214,11 +282,21 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         if args.burst_every is not None:
             when += f" and every {human_ms(args.burst_every)}"
         described.append(f"bursts of {args.burst} {when}")
-    jobs = generate(arrivals, args.service, duration_ms=args.duration, budget_ms=args.budget, seed=args.seed)
+    jobs = generate(
+        arrivals,
+        args.service,
+        duration_ms=args.duration,
+        budget_ms=args.budget,
+        priority_mix=args.priority_mix,
+        seed=args.seed,
+    )
     budget = "none" if args.budget is None else human_ms(args.budget)
+    mix = (
+        "" if args.priority_mix is None else f"; priority mix {','.join(f'{w:g}' for w in args.priority_mix)}"
+    )
     description = (
         f"{len(jobs)} requests in {human_ms(args.duration)} ({' + '.join(described)}); "
-        f"service {_describe_distribution(args.service)}; budget {budget}; seed {args.seed}"
+        f"service {_describe_distribution(args.service)}; budget {budget}{mix}; seed {args.seed}"
     )
     return jobs, description
 
@@ -232,15 +310,23 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             write_script(jobs, args.save_script)
         except OSError as error:
             raise _Failed(f"cannot write {args.save_script}: {error.strerror or error}") from None
-    rows = sweep(
-        jobs,
-        max_running=args.max_running,
-        max_waiting=args.max_waiting,
-        progress=ProgressBar("simulating", sys.stderr),
-    )
+    classes = _classes(args, jobs)
+    try:
+        rows = sweep(
+            jobs,
+            max_running=args.max_running,
+            max_waiting=args.max_waiting,
+            priorities=classes,
+            jump_share=args.jump_share,
+            progress=ProgressBar("simulating", sys.stderr),
+        )
+    except ScriptError as error:
+        raise _Failed(str(error)) from None
     if args.json:
         out: dict[str, Any] = {
             "workload": description,
+            "priorities": classes,
+            "jump_share": args.jump_share,
             "rows": [
                 {
                     "max_running": row.max_running,
@@ -252,9 +338,12 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         }
         print(json.dumps(out, indent=1))
     else:
-        print(f"Workload: {description}\n")
+        print(f"Workload: {description}")
+        if classes > 1:
+            print(f"Gate: priorities={classes}, jump_share={args.jump_share:g}")
+        print()
         print(sweep_table(rows))
-        print("\n(shares of all requests; wait = queue time of requests that started or expired)")
+        print("\n(shares of all requests; wait = queue time of the requests that queued, p99)")
     if args.plot:
         plot_sweep(rows, args.plot, title=description if len(description) < 100 else None)
         print(f"\nchart: {args.plot}", file=sys.stderr)

@@ -25,14 +25,16 @@ import math
 from collections.abc import Iterable, Sequence
 
 from .._core import GateState, Status, Ticket
+from .._core._settings import check_priorities as check_priorities_setting
 from ._results import Percentiles, RequestResult, Simulation, Summary, TraceEvent
-from ._script import Job, check_jobs
+from ._script import Job, ScriptError, check_jobs
 
-__all__ = ("simulate",)
+__all__ = ("check_priorities", "simulate")
 
 RUNNING = Status.RUNNING
 QUEUED = Status.QUEUED
 EXPIRED = Status.EXPIRED
+EVICTED = Status.EVICTED
 REJECTED = Status.REJECTED
 COMPLETED = Status.COMPLETED
 LATE = Status.LATE
@@ -43,18 +45,19 @@ class _Request(Ticket):
 
     __slots__ = ("index",)
 
-    def __init__(self, deadline: float, index: int) -> None:
-        super().__init__(deadline)
+    def __init__(self, deadline: float, priority: int, index: int) -> None:
+        super().__init__(deadline, priority)
         self.index = index
 
 
 class _Run:
     """One simulation in progress: the core, the pending ends of bodies, the counts and the trace."""
 
-    def __init__(self, jobs: Sequence[Job], state: GateState, trace: bool) -> None:
+    def __init__(self, jobs: Sequence[Job], state: GateState, jump_share: float, trace: bool) -> None:
         self.jobs = jobs
         self.state = state
-        self.requests = [_Request(job.deadline_ms, index) for index, job in enumerate(jobs)]
+        self.jump_share = jump_share
+        self.requests = [_Request(job.deadline_ms, job.priority, index) for index, job in enumerate(jobs)]
         # (end of the body, index of its job): bodies ending at one instant end in script order.
         self.ends: list[tuple[int, int]] = []
         self.running = 0
@@ -67,7 +70,7 @@ class _Run:
             self.trace.append(TraceEvent(now, event, job_id, self.running, self.waiting))
 
     def woken(self, now: int, tickets: Sequence[Ticket]) -> None:
-        """Act on the queued tickets the core started or expired, in the order it gives them."""
+        """Act on the queued tickets the core started, expired or evicted, in the order it gives them."""
         for ticket in tickets:
             request: _Request = ticket  # type: ignore[assignment]
             self.waiting -= 1
@@ -128,7 +131,7 @@ class _Run:
 
     def result(self) -> Simulation:
         rows: list[RequestResult] = []
-        counts = dict.fromkeys((COMPLETED, LATE, EXPIRED, REJECTED), 0)
+        counts = dict.fromkeys((COMPLETED, LATE, EXPIRED, EVICTED, REJECTED), 0)
         queue_times: list[int] = []
         end_to_end_times: list[int] = []
         for job, request in zip(self.jobs, self.requests, strict=True):
@@ -154,25 +157,61 @@ class _Run:
             late=counts[LATE],
             expired=counts[EXPIRED],
             rejected=counts[REJECTED],
+            evicted=counts[EVICTED],
             peak_running=state.peak_running,
             peak_waiting=state.peak_waiting,
             queue_ms=Percentiles.of(queue_times),
             end_to_end_ms=Percentiles.of(end_to_end_times),
         )
         trace = () if self.trace is None else tuple(self.trace)
-        return Simulation(state.max_running, state.max_waiting, tuple(rows), trace, summary)
+        return Simulation(
+            state.max_running,
+            state.max_waiting,
+            tuple(rows),
+            trace,
+            summary,
+            state.priorities,
+            self.jump_share,
+        )
+
+
+def check_priorities(jobs: Sequence[Job], priorities: int) -> None:
+    """Check that every job's priority is one of the gate's classes.
+
+    Raises:
+        ScriptError: A job whose priority is ``priorities`` or more, naming it.
+    """
+    for index, job in enumerate(jobs):
+        if job.priority >= priorities:
+            raise ScriptError(
+                f"priority {job.priority} is not one of the gate's {priorities} classes "
+                f"(0 to {priorities - 1}; raise priorities)",
+                f"job {index}",
+                job.id,
+            )
 
 
 def _simulate_checked(
-    jobs: Sequence[Job], max_running: int, max_waiting: int | None, trace: bool
+    jobs: Sequence[Job],
+    max_running: int,
+    max_waiting: int | None,
+    priorities: int,
+    jump_share: float,
+    trace: bool,
 ) -> Simulation:
-    run = _Run(jobs, GateState(max_running, max_waiting), trace)
+    run = _Run(jobs, GateState(max_running, max_waiting, priorities, jump_share), jump_share, trace)
     run.run()
     return run.result()
 
 
 def simulate(
-    jobs: Iterable[Job], *, max_running: int, max_waiting: int | None, trace: bool = True
+    jobs: Iterable[Job],
+    *,
+    max_running: int,
+    max_waiting: int | None,
+    priorities: int = 1,
+    jump_share: float = 0.2,
+    trace: bool = True,
 ) -> Simulation:
     """Replay a script through a gate's decision core in virtual time.
 
@@ -195,14 +234,21 @@ def simulate(
         jobs: The script (see :class:`Job`).
         max_running: Running slots (C), an int >= 1.
         max_waiting: Queue places (Q), an int >= 0, or None for an unbounded queue.
+        priorities: Priority classes, as ``BoundedGate``'s; every job's ``priority`` must be below.
+        jump_share: The share of starts that may jump ahead of an older waiter, as ``BoundedGate``'s.
         trace: Whether to keep the trace of events (a sweep over many settings need not).
 
     Returns:
         The settings, a row per request in the script's order, the trace, and a summary.
 
     Raises:
-        ScriptError: An item that is not a :class:`Job`, or a duplicate id.
-        TypeError: A setting that is not an int (booleans included).
-        ValueError: ``max_running < 1`` or ``max_waiting < 0``.
+        ScriptError: An item that is not a :class:`Job`, a duplicate id, or a priority that is
+            not one of the gate's classes.
+        TypeError: A setting of the wrong type (booleans included).
+        ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1``, or a
+            ``jump_share`` outside ``[0, 1)``.
     """
-    return _simulate_checked(check_jobs(jobs), max_running, max_waiting, trace)
+    script = check_jobs(jobs)
+    priorities = check_priorities_setting(priorities)
+    check_priorities(script, priorities)
+    return _simulate_checked(script, max_running, max_waiting, priorities, jump_share, trace)

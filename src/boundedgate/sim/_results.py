@@ -78,14 +78,14 @@ class Percentiles:
 class RequestResult:
     """What became of one scripted request. Times are milliseconds from the script's origin.
 
-    ``queue_ms`` is the time it spent in the queue: until it started (0 if it started at once) or
-    until it expired; None if it was rejected, since it never queued. ``end_to_end_ms`` is what its
-    caller waited for an outcome of any kind: ``end_ms - arrival_ms``.
+    ``queue_ms`` is the time it spent in the queue: until it started (0 if it started at once),
+    or until it expired or was evicted; None if it was rejected, since it never queued.
+    ``end_to_end_ms`` is what its caller waited for an outcome of any kind: ``end_ms - arrival_ms``.
     """
 
     #: The request's id.
     id: str
-    #: Its outcome: COMPLETED, LATE, EXPIRED or REJECTED.
+    #: Its outcome: COMPLETED, LATE, EXPIRED, REJECTED, or EVICTED (with priorities).
     outcome: Status
     #: When it arrived.
     arrival_ms: int
@@ -115,8 +115,8 @@ class RequestResult:
 class TraceEvent:
     """One event of a simulation, with the gate's counts just after it.
 
-    ``event`` is ``"started"``, ``"queued"``, ``"rejected"``, ``"expired"``, ``"completed"`` or
-    ``"late"``.
+    ``event`` is ``"started"``, ``"queued"``, ``"rejected"``, ``"expired"``, ``"evicted"``,
+    ``"completed"`` or ``"late"``.
     """
 
     #: When it happened, in milliseconds.
@@ -145,10 +145,10 @@ class TraceEvent:
 class Summary:
     """Counts per outcome, peaks, and the distributions of queue time and end-to-end time.
 
-    ``queue_ms`` covers the requests that got past the door (those that started, and those that
-    expired in the queue); rejected requests never queued and are left out, so they cannot make the
-    wait look shorter than it was. ``end_to_end_ms`` covers the requests that ran (completed or
-    late): how long their callers waited for an answer.
+    ``queue_ms`` covers the requests that got past the door: those that started, and those that
+    left the queue at their deadline or were evicted from it. Rejected requests never queued and
+    are left out, so they cannot make the wait look shorter than it was. ``end_to_end_ms`` covers
+    the requests that ran (completed or late): how long their callers waited for an answer.
     """
 
     #: Requests in the script.
@@ -161,11 +161,13 @@ class Summary:
     expired: int
     #: Refused at arrival: every slot busy and the queue full.
     rejected: int
+    #: Pushed out of a full queue by a more urgent arrival, never started (with priorities).
+    evicted: int
     #: The most requests running at once.
     peak_running: int
     #: The most requests waiting at once.
     peak_waiting: int
-    #: Queue time of requests that started or expired.
+    #: Queue time of requests that started, expired or were evicted.
     queue_ms: Percentiles
     #: Arrival to end of requests that ran.
     end_to_end_ms: Percentiles
@@ -186,6 +188,7 @@ class Summary:
             Status.LATE: self.late,
             Status.EXPIRED: self.expired,
             Status.REJECTED: self.rejected,
+            Status.EVICTED: self.evicted,
         }
         if outcome not in counts:
             raise ValueError(f"a simulation has no {outcome.value} requests")
@@ -199,6 +202,7 @@ class Summary:
             "late": self.late,
             "expired": self.expired,
             "rejected": self.rejected,
+            "evicted": self.evicted,
             "peak_running": self.peak_running,
             "peak_waiting": self.peak_waiting,
             "queue_ms": self.queue_ms.to_dict(),
@@ -220,6 +224,10 @@ class Simulation:
     trace: tuple[TraceEvent, ...]
     #: The summary.
     summary: Summary
+    #: Priority classes.
+    priorities: int = 1
+    #: The share of starts that may jump ahead of an older waiter.
+    jump_share: float = 0.2
 
     def __getitem__(self, job_id: str) -> RequestResult:
         """The row of the request with this id.
@@ -237,6 +245,8 @@ class Simulation:
         return {
             "max_running": self.max_running,
             "max_waiting": self.max_waiting,
+            "priorities": self.priorities,
+            "jump_share": self.jump_share,
             "summary": self.summary.to_dict(),
             "requests": [request.to_dict() for request in self.requests],
             "trace": [event.to_dict() for event in self.trace],

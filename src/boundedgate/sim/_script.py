@@ -2,12 +2,13 @@
 
 A script is seed 000's job format: one request per row, with an ``id``, an ``arrival_ms``, a
 ``service_ms`` (how long its body runs once it starts) and an optional ``budget_ms`` (its deadline,
-counted from arrival; none if absent). Times are whole milliseconds, so that no float rounding ever
+counted from arrival; none if absent), and optionally its ``priority`` class (0, the most urgent,
+if absent). Times are whole milliseconds, so that no float rounding ever
 decides which of two events at the same instant comes first.
 
 Columns are looked up by name in :data:`COLUMNS`, and a column that is not there is an error (a typo
-such as ``budget`` must not silently mean "no deadline"). Later columns (a key, a priority, a cost)
-are added to that table with a default, so scripts written before them keep their meaning.
+such as ``budget`` must not silently mean "no deadline"). Later columns (a key, a cost) are added to
+that table with a default, as ``priority`` was, so scripts written before them keep their meaning.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class Job:
             let one instant start and end requests forever).
         budget_ms: Its budget from arrival, covering the wait and the run, >= 1; None for no
             deadline.
+        priority: Its priority class, >= 0; 0 is the most urgent (see ``BoundedGate``'s
+            ``priorities``).
 
     Raises:
         TypeError: A field of the wrong type: a time that is not an int (floats, strings and
@@ -76,6 +79,7 @@ class Job:
     arrival_ms: int
     service_ms: int
     budget_ms: int | None = None
+    priority: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -86,6 +90,11 @@ class Job:
         _whole("service_ms", self.service_ms, 1)
         if self.budget_ms is not None:
             _whole("budget_ms", self.budget_ms, 1)
+        if type(self.priority) is not int:
+            kind = "a boolean" if isinstance(self.priority, bool) else repr(self.priority)
+            raise TypeError(f"priority must be a whole number, got {kind}")
+        if self.priority < 0:
+            raise ValueError(f"priority must be >= 0, got {self.priority}")
 
     @property
     def deadline_ms(self) -> float:
@@ -107,6 +116,14 @@ def _text_optional_time(name: str, cell: str) -> object:
     return None if cell == "" else _text_time(name, cell)
 
 
+def _text_priority(name: str, cell: str) -> object:
+    if cell == "":
+        return 0
+    if _WHOLE.fullmatch(cell):
+        return int(cell)
+    raise TypeError(f"{name} must be a whole number, got {cell!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     """One column of a script: its name, whether a row must have it, and how a CSV cell reads."""
@@ -124,6 +141,7 @@ COLUMNS: Mapping[str, Column] = {
         Column("arrival_ms", True, _text_time),
         Column("service_ms", True, _text_time),
         Column("budget_ms", False, _text_optional_time),
+        Column("priority", False, _text_priority),
     )
 }
 
@@ -286,6 +304,11 @@ def read_script(path: str | Path) -> list[Job]:
     return parse_script(text, _format_of(path, text), source=str(path))
 
 
+def _used(name: str, jobs: Iterable[Job]) -> bool:
+    default = Job.__dataclass_fields__[name].default
+    return any(getattr(job, name) != default for job in jobs)
+
+
 def write_script(jobs: Iterable[Job], path: str | Path) -> None:
     """Write ``jobs`` to a script file, JSON if the name ends in ``.json``, else CSV.
 
@@ -297,12 +320,15 @@ def write_script(jobs: Iterable[Job], path: str | Path) -> None:
         OSError: The file cannot be written.
     """
     path = Path(path)
-    rows = [{name: getattr(job, name) for name in COLUMNS} for job in jobs]
+    jobs = list(jobs)
+    # A column that only repeats its default is left out, so a plain script stays seed 000's format.
+    columns = [c.name for c in COLUMNS.values() if c.required or c.name == "budget_ms" or _used(c.name, jobs)]
+    rows = [{name: getattr(job, name) for name in columns} for job in jobs]
     if _format_of(path) == "json":
         path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
         return
     with path.open("w", encoding="utf-8", newline="") as file:
         writer = csv.writer(file, lineterminator="\n")
-        writer.writerow(COLUMNS)
+        writer.writerow(columns)
         for row in rows:
             writer.writerow("" if value is None else value for value in row.values())

@@ -75,9 +75,15 @@ def summary_lines(summary: Summary) -> list[str]:
         ("expired in the queue", summary.expired),
         ("rejected at once", summary.rejected),
     ]
+    if summary.evicted:
+        outcomes.append(("evicted from the queue", summary.evicted))
     lines = table(("outcome", "requests", "share"), [(o, c, percent(c, n)) for o, c in outcomes], "lrr")
     times = [
-        ("queue time", summary.queue_ms, "requests that started or expired"),
+        (
+            "queue time",
+            summary.queue_ms,
+            "requests that queued" if summary.evicted else "requests that started or expired",
+        ),
         ("end-to-end time", summary.end_to_end_ms, "requests that ran"),
     ]
     distributions = table(
@@ -95,16 +101,22 @@ def summary_lines(summary: Summary) -> list[str]:
 
 
 def sweep_table(rows: Sequence[SweepRow]) -> str:
-    """A line per setting: the share of each outcome, p99 wait and end-to-end, peak waiting."""
+    """A line per setting: the share of each outcome, p99 wait and end-to-end, peak waiting.
+
+    An ``evicted`` column appears when some setting evicted anyone (with priorities).
+    """
+    evictions = any(row.summary.evicted for row in rows)
     lines = []
     for row in rows:
         s = row.summary
         n = s.requests
+        evicted = (percent(s.evicted, n),) if evictions else ()
         lines.append(
             (
                 row.max_running,
                 "none" if row.max_waiting is None else row.max_waiting,
                 percent(s.rejected, n),
+                *evicted,
                 percent(s.expired, n),
                 percent(s.late, n),
                 percent(s.completed, n),
@@ -117,6 +129,7 @@ def sweep_table(rows: Sequence[SweepRow]) -> str:
         "max_running",
         "max_waiting",
         "rejected",
+        *(("evicted",) if evictions else ()),
         "expired",
         "late",
         "on time",

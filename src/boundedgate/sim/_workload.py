@@ -13,6 +13,8 @@ method Python promises will give the same sequence in every version.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -201,6 +203,20 @@ Arrivals = Poisson | Bursts
 Distribution = Fixed | Exponential | LogNormal
 
 
+def _cumulative(mix: Sequence[float]) -> list[float]:
+    weights = list(mix)
+    if not weights:
+        raise ValueError("priority_mix needs a weight per class")
+    for weight in weights:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise TypeError(f"priority_mix weights must be numbers, got {weight!r}")
+        if not (weight >= 0 and math.isfinite(weight)):
+            raise ValueError(f"priority_mix weights must be finite and >= 0, got {weight!r}")
+    if not sum(weights) > 0:
+        raise ValueError("priority_mix must give some class a weight > 0")
+    return list(itertools.accumulate(weights))
+
+
 def _whole_ms(value: float) -> int:
     return max(1, round(value))
 
@@ -211,6 +227,7 @@ def generate(
     *,
     duration_ms: int,
     budget_ms: int | Distribution | None = None,
+    priority_mix: Sequence[float] | None = None,
     seed: int = 0,
 ) -> list[Job]:
     """A reproducible script of requests, ready for :func:`simulate` or :func:`sweep`.
@@ -233,6 +250,8 @@ def generate(
         service: The service time distribution.
         duration_ms: Arrivals fall in ``[0, duration_ms)``, an int >= 1.
         budget_ms: Each request's budget: None for no deadline, an int, or a distribution.
+        priority_mix: The weights of the priority classes 0, 1, 2... (``[1, 4]``: one request in
+            five is of class 0); None puts every request in class 0.
         seed: The seed; the same arguments and seed give the same script.
 
     Returns:
@@ -240,7 +259,8 @@ def generate(
 
     Raises:
         TypeError, ValueError: A duration that is not an int >= 1, a fixed budget that is not an
-            int >= 1, or an arrival process or distribution of the wrong type.
+            int >= 1, an arrival process or distribution of the wrong type, or a priority mix
+            that is empty, has a weight that is not a finite number >= 0, or weighs nothing.
     """
     if type(duration_ms) is not int or duration_ms < 1:
         raise ValueError(f"duration_ms must be an int >= 1, got {duration_ms!r}")
@@ -257,10 +277,13 @@ def generate(
     if isinstance(budget_ms, int) and budget_ms < 1:
         raise ValueError(f"budget_ms must be >= 1, got {budget_ms}")
 
+    cumulative = _cumulative(priority_mix) if priority_mix is not None else None
+
     arrival_rng = random.Random(f"boundedgate:{seed}:arrivals")
     times = sorted(t for process in processes for t in process.times(duration_ms, arrival_rng))
     service_rng = random.Random(f"boundedgate:{seed}:service")
     budget_rng = random.Random(f"boundedgate:{seed}:budget")
+    priority_rng = random.Random(f"boundedgate:{seed}:priority")
     width = len(str(len(times)))
     jobs: list[Job] = []
     for number, arrival in enumerate(times, start=1):
@@ -268,5 +291,10 @@ def generate(
             budget = budget_ms
         else:
             budget = _whole_ms(budget_ms.sample(budget_rng))
-        jobs.append(Job(f"r{number:0{width}d}", arrival, _whole_ms(service.sample(service_rng)), budget))
+        priority = 0
+        if cumulative is not None:
+            priority = bisect.bisect_right(cumulative, priority_rng.random() * cumulative[-1])
+            priority = min(priority, len(cumulative) - 1)  # guards the float sum's last ulp
+        service_ms = _whole_ms(service.sample(service_rng))
+        jobs.append(Job(f"r{number:0{width}d}", arrival, service_ms, budget, priority))
     return jobs
