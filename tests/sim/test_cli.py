@@ -307,3 +307,62 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
         errors = process.stderr.read()
     assert process.returncode == 1
     assert errors == b""
+
+
+def test_priorities_from_the_script_or_the_command_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "classes.csv"
+    path.write_text("id,arrival_ms,service_ms,priority\nrun,0,10,0\nlow1,0,5,1\nlow2,1,5,1\nurgent,2,5,0\n")
+    status, out, _ = run(capsys, "simulate", str(path), "-c", "1", "-q", "2")
+    assert status == 0
+    assert "through max_running=1, max_waiting=2, priorities=2, jump_share=0.2" in out
+    assert "low2    evicted          1      -    2      1           1" in out.splitlines()
+    assert ["evicted", "from", "the", "queue", "1", "25.0%"] in [line.split() for line in out.splitlines()]
+    status, _, err = run(capsys, "simulate", str(path), "-c", "1", "-q", "2", "--priorities", "1")
+    assert status == 1
+    assert "(id 'low1'): priority 1 is not one of the gate's 1 classes" in err
+    _, out, _ = run(
+        capsys,
+        "simulate",
+        str(path),
+        "-c",
+        "1",
+        "-q",
+        "2",
+        "--priorities",
+        "3",
+        "--jump-share",
+        "0",
+        "--json",
+    )
+    data = json.loads(out)
+    assert (data["priorities"], data["jump_share"]) == (3, 0)
+
+
+def test_plan_with_a_priority_mix_shows_evictions(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, *PLAN, "-q", "0,3", "--priority-mix", "1,4")
+    assert status == 0
+    assert "priority mix 1,4" in out
+    assert "Gate: priorities=2, jump_share=0.2" in out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("max_running"))
+    assert "evicted" in header.split()
+    _, out, _ = run(capsys, *PLAN, "-q", "0,3", "--priority-mix", "1,4", "--json")
+    data = json.loads(out)
+    assert data["priorities"] == 2
+    assert data["rows"][1]["summary"]["evicted"] > 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--jump-share", "1"], "jump_share is a number >= 0 and < 1"),
+        (["--priority-mix", "1,-1"], "give a weight >= 0 per priority class"),
+        (["--priority-mix", "0,0"], "give a weight >= 0 per priority class"),
+        (["--priorities", "0"], "max_running is a whole number >= 1"),
+    ],
+)
+def test_priority_argument_errors(capsys: pytest.CaptureFixture[str], extra: list[str], message: str) -> None:
+    with pytest.raises(SystemExit):
+        main([*PLAN, "-q", "1", *extra])
+    assert message in capsys.readouterr().err

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from boundedgate.sim import Bursts, Fixed, Job, Poisson, generate, simulate, sweep
+from boundedgate.sim import Bursts, Fixed, Job, Poisson, ScriptError, generate, simulate, sweep
 
 
 def test_a_row_per_setting_in_order_each_equal_to_its_own_simulation() -> None:
@@ -50,3 +50,14 @@ def test_every_setting_is_checked_before_the_first_simulation() -> None:
         sweep([Job("a", 0, 1)], max_running=[1, True], max_waiting=0)
     with pytest.raises(ValueError, match="no settings"):
         sweep([Job("a", 0, 1)], max_running=[], max_waiting=0)
+
+
+def test_priorities_apply_to_every_setting() -> None:
+    jobs = generate(Poisson(30), Fixed(200), duration_ms=10_000, budget_ms=1000, priority_mix=[1, 3])
+    rows = sweep(jobs, max_running=4, max_waiting=[2, 10], priorities=2, jump_share=0.5)
+    for row in rows:
+        expected = simulate(jobs, max_running=4, max_waiting=row.max_waiting, priorities=2, jump_share=0.5)
+        assert row.summary == expected.summary
+    assert sum(row.summary.evicted for row in rows) > 0
+    with pytest.raises(ScriptError, match="priority 1 is not one of the gate's 1 classes"):
+        sweep(jobs, max_running=4, max_waiting=2)

@@ -87,7 +87,8 @@ def test_columns_may_come_in_any_order() -> None:
         ("id,arrival_ms,service_ms\nA,0\n", r"line 2: 2 cells for 3 columns"),
         (
             "id,arrival_ms,budget\nA,0,5\n",
-            r"line 1: unknown column 'budget' \(a script has: id, arrival_ms, service_ms, budget_ms, priority\)",
+            r"line 1: unknown column 'budget' "
+            r"\(a script has: id, arrival_ms, service_ms, budget_ms, priority\)",
         ),
         ("id,arrival_ms\nA,0\n", r"line 1: no 'service_ms' column"),
         ("id,arrival_ms,service_ms,id\nA,0,5,B\n", r"a column appears twice"),
@@ -193,3 +194,41 @@ def test_read_names_the_file_in_errors(tmp_path: Path) -> None:
     path.write_text("id,arrival_ms,service_ms\nA,0,5\nB,x,5\n")
     with pytest.raises(ScriptError, match=r"bad.csv, line 3 \(id 'B'\)"):
         read_script(path)
+
+
+def test_the_priority_column_is_optional_and_defaults_to_the_most_urgent_class() -> None:
+    jobs = parse_script("id,arrival_ms,service_ms,priority\nA,0,5,2\nB,0,5,\n", "csv")
+    assert [j.priority for j in jobs] == [2, 0]
+    one = parse_script('[{"id": "A", "arrival_ms": 0, "service_ms": 5, "priority": 1}]', "json")
+    assert one[0].priority == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "id,arrival_ms,service_ms,priority\nA,0,5,-1\n",
+            r"line 2 \(id 'A'\): priority must be >= 0, got -1",
+        ),
+        (
+            "id,arrival_ms,service_ms,priority\nA,0,5,high\n",
+            r"line 2 \(id 'A'\): priority must be a whole number, got 'high'",
+        ),
+    ],
+)
+def test_bad_priorities_name_the_row(text: str, message: str) -> None:
+    with pytest.raises(ScriptError, match=message):
+        parse_script(text, "csv")
+    with pytest.raises(TypeError, match="priority must be a whole number, got a boolean"):
+        Job("A", 0, 1, None, True)  # type: ignore[arg-type]
+
+
+def test_write_script_keeps_seed_000s_columns_unless_a_priority_is_used(tmp_path: Path) -> None:
+    write_script(SEED, tmp_path / "plain.csv")
+    assert (tmp_path / "plain.csv").read_text().splitlines()[0] == "id,arrival_ms,service_ms,budget_ms"
+    jobs = [*SEED, Job("F", 7, 3, None, 1)]
+    for name in ("mixed.csv", "mixed.json"):
+        write_script(jobs, tmp_path / name)
+        assert read_script(tmp_path / name) == jobs
+    header = (tmp_path / "mixed.csv").read_text().splitlines()[0]
+    assert header == "id,arrival_ms,service_ms,budget_ms,priority"

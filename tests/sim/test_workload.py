@@ -130,3 +130,33 @@ def test_generated_jobs_are_valid_jobs() -> None:
 def test_bad_arguments_are_refused(make: object, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         make()  # type: ignore[operator]
+
+
+def test_priority_mix() -> None:
+    jobs = generate(Poisson(100), Fixed(1), duration_ms=100_000, priority_mix=[1, 4])
+    share = sum(j.priority == 0 for j in jobs) / len(jobs)
+    assert 0.18 < share < 0.22
+    assert {j.priority for j in jobs} == {0, 1}
+    assert {
+        j.priority for j in generate(Poisson(100), Fixed(1), duration_ms=10_000, priority_mix=[0, 0, 1])
+    } == {2}
+    assert {j.priority for j in generate(Poisson(100), Fixed(1), duration_ms=10_000)} == {0}
+    # the mix draws from its own stream: arrivals and service times are those of the same seed without it
+    plain = generate(Poisson(100), Exponential(5), duration_ms=10_000)
+    mixed = generate(Poisson(100), Exponential(5), duration_ms=10_000, priority_mix=[1, 1])
+    assert [(j.arrival_ms, j.service_ms) for j in plain] == [(j.arrival_ms, j.service_ms) for j in mixed]
+
+
+@pytest.mark.parametrize(
+    ("mix", "error"),
+    [
+        ([], ValueError),
+        ([0, 0], ValueError),
+        ([1, -1], ValueError),
+        ([1, math.nan], ValueError),
+        ([True], TypeError),
+    ],
+)
+def test_bad_priority_mixes_are_refused(mix: list[float], error: type[Exception]) -> None:
+    with pytest.raises(error, match="priority_mix"):
+        generate(Poisson(1), Fixed(1), duration_ms=10, priority_mix=mix)
