@@ -18,6 +18,8 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "Permit",
         "QueueExpired",
         "QueueFull",
+        "RateLimit",
+        "RateLimited",
         "Status",
     }
     public = {n for n in dir(boundedgate) if not n.startswith("_")}
@@ -45,7 +47,13 @@ def test_gate_and_permit_are_final_and_slotted() -> None:
 
 
 def test_errors_hierarchy() -> None:
-    for cls in (boundedgate.QueueFull, boundedgate.QueueExpired, boundedgate.Evicted, boundedgate.Late):
+    for cls in (
+        boundedgate.QueueFull,
+        boundedgate.RateLimited,
+        boundedgate.QueueExpired,
+        boundedgate.Evicted,
+        boundedgate.Late,
+    ):
         assert issubclass(cls, boundedgate.GateError)
     assert issubclass(boundedgate.QueueExpired, TimeoutError)
     assert issubclass(boundedgate.Late, TimeoutError)

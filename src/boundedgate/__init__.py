@@ -4,9 +4,9 @@ At most C calls running, at most Q waiting, an immediate typed refusal beyond th
 measured from arrival, and permits that are released exactly once.
 """
 
-from ._core import GateStatistics, Status
+from ._core import GateStatistics, RateLimit, Status
 from ._driver import BoundedGate, Permit
-from ._errors import Evicted, GateError, Late, QueueExpired, QueueFull
+from ._errors import Evicted, GateError, Late, QueueExpired, QueueFull, RateLimited
 
 __version__ = "0.1.0"
 
@@ -19,6 +19,8 @@ __all__ = (
     "Permit",
     "QueueExpired",
     "QueueFull",
+    "RateLimit",
+    "RateLimited",
     "Status",
 )
 

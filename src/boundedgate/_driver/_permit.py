@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, final
 
 from typing_extensions import Self
 
-from .._core import Status, Ticket
+from .._core import Status, Ticket, check_cost
 from ._compat import current_task, is_cancelling
 
 if TYPE_CHECKING:
@@ -43,11 +43,14 @@ class Permit(Ticket):
         started: When it got its slot (None if it has not).
         ended: When it reached its outcome (None while it is pending).
         priority: Its priority class (0, the most urgent, unless the gate has several).
+        cost: Its rate cost: declared at admission, then as settled by :meth:`settle`.
     """
 
     __slots__ = ("_gate", "_timeout", "_waiter")
 
-    def __init__(self, gate: BoundedGate, timeout: float | None, deadline: float, priority: int) -> None:
+    def __init__(
+        self, gate: BoundedGate, timeout: float | None, deadline: float, priority: int, cost: float
+    ) -> None:
         # Ticket's fields, set here rather than through Ticket.__init__: a call less per request.
         self.arrival: float | None = None
         self.deadline = deadline
@@ -56,6 +59,7 @@ class Permit(Ticket):
         self.status = NEW
         self.priority = priority
         self.seq = -1
+        self.cost = cost
         self._gate = gate
         # The relative budget, turned into `deadline` at arrival (None when it was absolute).
         self._timeout = timeout
@@ -76,6 +80,29 @@ class Permit(Ticket):
         """
         self._finish(False)
 
+    def settle(self, cost: float) -> None:
+        """Record the request's real cost, e.g. the token usage the SDK reported.
+
+        Rate limits counted in tokens are charged the difference to the declared cost (never below
+        a bucket's floor: a debt later requests wait out) or refunded the over-estimate (never above
+        its burst). Call it once the usage is known, before or after the slot was released (a
+        stream's usage is only known at its end). Settling again adjusts from the last settled
+        cost. Does nothing for a request that never started.
+
+        Raises:
+            TypeError, ValueError: ``cost`` is not a finite number >= 0.
+        """
+        value = check_cost(cost)
+        gate = self._gate
+        loop = gate._loop
+        if loop is None:
+            return
+        woken = gate._state.settle(self, value, loop.time())
+        if woken:
+            gate._wake(woken)
+        if gate._rated and gate._state.waiting:
+            gate._rearm()
+
     async def __aenter__(self) -> Self:
         status = self.status
         if status is RUNNING:
@@ -86,7 +113,9 @@ class Permit(Ticket):
         gate = self._gate
         if status is QUEUED:
             waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]
-            if self.deadline < gate._timer_at:
+            if gate._rated:
+                gate._rearm()
+            elif self.deadline < gate._timer_at:
                 gate._arm_timer(self.deadline)
             try:
                 await waiter
@@ -142,6 +171,8 @@ class Permit(Ticket):
             woken = gate._state.release(self, gate._loop.time(), failed)  # type: ignore[union-attr]
             if woken:
                 gate._wake(woken)
+            if gate._rated and gate._state.waiting:
+                gate._rearm()
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
