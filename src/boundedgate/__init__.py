@@ -7,6 +7,7 @@ measured from arrival, and permits that are released exactly once.
 from ._core import GateStatistics, Status
 from ._driver import BoundedGate, Permit
 from ._errors import GateError, Late, QueueExpired, QueueFull
+from ._streams import GatedStream, StreamOpener
 
 __version__ = "0.1.0"
 
@@ -14,11 +15,13 @@ __all__ = (
     "BoundedGate",
     "GateError",
     "GateStatistics",
+    "GatedStream",
     "Late",
     "Permit",
     "QueueExpired",
     "QueueFull",
     "Status",
+    "StreamOpener",
 )
 
 for _name in __all__:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from typing import final
+from typing import TypeVar, final
 
 from .._core import GateState, GateStatistics, Status, Ticket, check_deadline, check_name, check_timeout
 from .._errors import Late, QueueExpired, QueueFull
+from .._streams import StreamOpener, StreamSource
 from ._permit import Permit
 
 __all__ = ("BoundedGate",)
@@ -21,6 +22,7 @@ __all__ = ("BoundedGate",)
 RUNNING = Status.RUNNING
 REJECTED = Status.REJECTED
 _INF = math.inf
+_T = TypeVar("_T")
 
 
 @final
@@ -147,6 +149,38 @@ class BoundedGate:
         if permit._arrive(False) is not RUNNING:
             raise self._refusal(permit)
         return permit
+
+    def stream(
+        self,
+        source: StreamSource[_T],
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        raise_late: bool = True,
+    ) -> StreamOpener[_T]:
+        """Admit a request, open a stream, and hand the stream the slot: ``admit()`` then ``hand_to()``.
+
+        ::
+
+            stream = await gate.stream(lambda: client.chat.completions.create(..., stream=True))
+            async with gate.stream(lambda: client.messages.stream(...), timeout=30) as stream:
+                ...
+
+        ``source`` is called once the request is admitted (so nothing is sent before then) and
+        returns what opens the stream: an awaitable (``create(stream=True)``), an async context
+        manager (the SDKs' ``.stream()``) or an async iterator; it may also be that object itself.
+        The returned opener is awaited, or entered with ``async with`` (which closes the stream on
+        exit). Arguments are as for :meth:`admit` and :meth:`Permit.hand_to`.
+
+        Raises (when awaited or entered):
+            QueueFull, QueueExpired, asyncio.CancelledError: As for :meth:`admit`; nothing was opened.
+            Exception: Whatever opening the stream raised; the slot was released as failed.
+            TypeError: What was opened is not an async iterator (it was closed again).
+
+        Raises (at once):
+            TypeError, ValueError: A malformed timeout or deadline, or both given.
+        """
+        return StreamOpener(self.admit(timeout=timeout, deadline=deadline), source, raise_late)
 
     def stats(self) -> GateStatistics:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
