@@ -141,9 +141,11 @@ class FakeProvider:
     async def stop(self) -> None:
         assert self._server is not None
         self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        await asyncio.sleep(0)  # a connection accepted just now registers in its task's first step
+        while self._connections:
+            for task in self._connections:
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
         await self._server.wait_closed()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -259,6 +259,7 @@ async def test_openai_stream_is_a_drop_in(provider: FakeProvider) -> None:
     await stream.close()
     assert stream.response.is_closed
     await stream.aclose()
+    assert [chunk async for chunk in stream] == []  # closed: nothing more, and no error from the SDK
     stream = await gate.stream(sdk.create)
     async with stream:
         await stream.__anext__()
