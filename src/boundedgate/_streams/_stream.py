@@ -118,7 +118,8 @@ class GatedStream(Generic[_T]):
     leaving ``async for`` early (``break``) and leaving ``async with`` are completed or late by the
     time and never raise ``Late`` (the consumer chose to stop), except that an ``async with`` block
     that raised is failed. A stream that is garbage-collected while open is failed, with a
-    ``ResourceWarning`` naming the gate, like an unclosed file.
+    ``ResourceWarning`` naming the gate, like an unclosed file: nobody saw how it ended, its run time
+    is whenever the collector came by, and the leak is a bug to find, not a success to count.
 
     Known differences from the wrapped object: ``isinstance`` checks against the SDK class fail, and
     once the consumer leaves an ``async for`` early the stream is closed, so iterating again yields
