@@ -14,6 +14,7 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "Evicted",
         "GateError",
         "GateStatistics",
+        "GatedStream",
         "Late",
         "Permit",
         "QueueExpired",
@@ -21,6 +22,7 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "RateLimit",
         "RateLimited",
         "Status",
+        "StreamOpener",
     }
     public = {n for n in dir(boundedgate) if not n.startswith("_")}
     assert public == set(boundedgate.__all__)
@@ -40,7 +42,12 @@ def test_every_public_name_lives_in_boundedgate_and_has_a_docstring() -> None:
 
 
 def test_gate_and_permit_are_final_and_slotted() -> None:
-    for cls in (boundedgate.BoundedGate, boundedgate.Permit):
+    for cls in (
+        boundedgate.BoundedGate,
+        boundedgate.Permit,
+        boundedgate.GatedStream,
+        boundedgate.StreamOpener,
+    ):
         assert getattr(cls, "__final__", False)
         assert "__slots__" in vars(cls)
         assert not hasattr(cls.__new__(cls), "__dict__")

@@ -256,3 +256,20 @@ def test_random_traffic_through_a_rated_gate_keeps_every_invariant(
 def test_status_of_a_rate_limited_permit() -> None:
     assert Status.RATE_LIMITED.is_final
     assert BoundedGate(max_running=1, max_waiting=0).rate_limits == ()
+
+
+async def test_a_stream_settles_its_usage_at_its_end() -> None:
+    gate = checked_gate(2, 2, rate_limits=[RateLimit.per_second(10, burst=100, unit="tokens")])
+
+    async def chunks():  # type: ignore[no-untyped-def]
+        for word in ("a", "b", "c"):
+            await asyncio.sleep(1)
+            yield word
+
+    stream = await gate.stream(chunks, cost=60)
+    assert gate.stats().tokens == (40,)
+    async with stream:
+        words = [w async for w in stream]
+    stream.permit.settle(20)  # the usage reported in the stream's last chunk
+    assert words == ["a", "b", "c"]
+    assert gate.stats().tokens == (100,)  # 40 + 30 accrued, + 40 refunded, capped at the burst

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from typing import final
+from typing import TypeVar, final
 
 from .._core import (
     GateState,
@@ -24,6 +24,7 @@ from .._core import (
     check_timeout,
 )
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
+from .._streams import StreamOpener, StreamSource
 from ._permit import Permit
 
 __all__ = ("BoundedGate",)
@@ -33,6 +34,7 @@ REJECTED = Status.REJECTED
 EVICTED = Status.EVICTED
 RATE_LIMITED = Status.RATE_LIMITED
 _INF = math.inf
+_T = TypeVar("_T")
 
 
 @final
@@ -224,6 +226,42 @@ class BoundedGate:
         if permit._arrive(False) is not RUNNING:
             raise self._refusal(permit)
         return permit
+
+    def stream(
+        self,
+        source: StreamSource[_T],
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        priority: int = 0,
+        cost: float | None = None,
+        raise_late: bool = True,
+    ) -> StreamOpener[_T]:
+        """Admit a request, open a stream, and hand the stream the slot: ``admit()`` then ``hand_to()``.
+
+        ::
+
+            stream = await gate.stream(lambda: client.chat.completions.create(..., stream=True))
+            async with gate.stream(lambda: client.messages.stream(...), timeout=30) as stream:
+                ...
+
+        ``source`` is called once the request is admitted (so nothing is sent before then) and
+        returns what opens the stream: an awaitable (``create(stream=True)``), an async context
+        manager (the SDKs' ``.stream()``) or an async iterator; it may also be that object itself.
+        The returned opener is awaited, or entered with ``async with`` (which closes the stream on
+        exit). Arguments are as for :meth:`admit` and :meth:`Permit.hand_to`.
+
+        Raises (when awaited or entered):
+            QueueFull, RateLimited, QueueExpired, Evicted, asyncio.CancelledError: As for
+                :meth:`admit`; nothing was opened.
+            Exception: Whatever opening the stream raised; the slot was released as failed.
+            TypeError: What was opened is not an async iterator (it was closed again).
+
+        Raises (at once):
+            TypeError, ValueError: As for :meth:`admit`.
+        """
+        permit = self.admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
+        return StreamOpener(permit, source, raise_late)
 
     def stats(self) -> GateStatistics:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 from typing_extensions import Self
 
 from .._core import Status, Ticket, check_cost
+from .._streams import GatedStream, hand_over
 from ._compat import current_task, is_cancelling
 
 if TYPE_CHECKING:
+    from .._errors import Late
     from ._gate import BoundedGate
 
 __all__ = ("Permit",)
@@ -21,6 +24,8 @@ QUEUED = Status.QUEUED
 RUNNING = Status.RUNNING
 LATE = Status.LATE
 CANCELLED = Status.CANCELLED
+
+_T = TypeVar("_T")
 
 
 @final
@@ -46,7 +51,7 @@ class Permit(Ticket):
         cost: Its rate cost: declared at admission, then as settled by :meth:`settle`.
     """
 
-    __slots__ = ("_gate", "_timeout", "_waiter")
+    __slots__ = ("_gate", "_handed_over", "_timeout", "_waiter")
 
     def __init__(
         self, gate: BoundedGate, timeout: float | None, deadline: float, priority: int, cost: float
@@ -65,6 +70,8 @@ class Permit(Ticket):
         self._timeout = timeout
         # The future a queued permit sleeps on; the gate resolves it when the permit leaves the queue.
         self._waiter: asyncio.Future[None] | None = None
+        # True once a stream owns the slot: the block's exit then leaves it alone.
+        self._handed_over = False
 
     @property
     def gate(self) -> BoundedGate:
@@ -103,6 +110,29 @@ class Permit(Ticket):
         if gate._rated and gate._state.waiting:
             gate._rearm()
 
+    def hand_to(self, stream: AsyncIterator[_T], *, raise_late: bool = True) -> GatedStream[_T]:
+        """Give the slot to ``stream``: the returned wrapper releases it when the stream ends.
+
+        From then on the ``async with`` block neither releases the slot nor raises :class:`Late`,
+        whatever happens in it, so hand over last (``return permit.hand_to(raw)``); if the block
+        raises before the hand-over, it releases as usual. The permit's deadline is the stream's.
+
+        Args:
+            stream: An async iterator: an SDK stream (``create(stream=True)``), the stream an SDK's
+                ``.stream()`` manager yields, or any async generator.
+            raise_late: Raise :class:`Late` at the end of a stream that ends at or after the
+                deadline (True), or only count it as late in ``stats()`` (False).
+
+        Returns:
+            The :class:`GatedStream` that now owns the slot: a drop-in for ``stream``.
+
+        Raises:
+            TypeError: ``stream`` is not an async iterator (the block still owns the slot).
+            RuntimeError: The permit holds no slot (not admitted, or already released), or was
+                already handed to a stream.
+        """
+        return hand_over(self, stream, raise_late=raise_late)
+
     async def __aenter__(self) -> Self:
         status = self.status
         if status is RUNNING:
@@ -137,6 +167,8 @@ class Permit(Ticket):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._handed_over:
+            return  # a stream owns the slot now
         # No await before the release: a second cancellation must not be able to interrupt it.
         self._finish(exc_type is not None)
         if exc_type is None and self.status is LATE:
@@ -173,6 +205,22 @@ class Permit(Ticket):
                 gate._wake(woken)
             if gate._rated and gate._state.waiting:
                 gate._rearm()
+
+    # -- what a stream needs (boundedgate._streams.StreamPermit) -------------------------------
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._gate._loop
+
+    def _hand_over(self) -> None:
+        if self.status is not RUNNING:
+            raise RuntimeError(f"{self!r} holds no slot to hand over")
+        if self._handed_over:
+            raise RuntimeError(f"{self!r} was already handed to a stream")
+        self._handed_over = True
+
+    def _late(self) -> Late:
+        return self._gate._late(self)
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
