@@ -30,7 +30,7 @@ from contenders import (
     Semaphore,
 )
 
-from boundedgate import BoundedGate, QueueExpired
+from boundedgate import BoundedGate, QueueExpired, RateLimit
 
 Runner = Callable[[], Awaitable[float]]
 
@@ -274,6 +274,39 @@ def expiry(n: int) -> Scenario:
     return sc
 
 
+# -- 5. rate limits --------------------------------------------------------------------------
+
+
+def rate_limited(n: int) -> Scenario:
+    sc = Scenario(
+        "5. Admission through a gate with rate limits (buckets never run dry)",
+        "µs per pair",
+        "gate alone",
+        "none set; the price of a token bucket on every admission",
+    )
+    plenty = 10.0**9
+
+    def run(limits: list[RateLimit], max_running: int | None = 1, cost: float | None = None) -> Runner:
+        async def go() -> float:
+            gate = BoundedGate(max_running=max_running, max_waiting=0, rate_limits=limits)
+            admit = gate.admit
+            start = time.perf_counter()
+            for _ in range(n):
+                async with admit(cost=cost):
+                    pass
+            return per_op(time.perf_counter() - start, n)
+
+        return go
+
+    rpm = RateLimit.per_second(plenty, name="rpm")
+    tpm = RateLimit.per_second(plenty, unit="tokens", name="tpm")
+    sc.rows["gate alone"] = run([])
+    sc.rows["gate + requests/min"] = run([rpm])
+    sc.rows["gate + requests/min + tokens/min"] = run([rpm, tpm], cost=500)
+    sc.rows["rate limiter alone (max_running=None)"] = run([rpm], max_running=None)
+    return sc
+
+
 async def memory_per_waiter(n: int) -> tuple[float, int]:
     """Bytes the gate adds per parked waiter, beyond the caller's own task; and tasks per waiter."""
     loop = asyncio.get_running_loop()
@@ -327,6 +360,7 @@ def main() -> None:
         "2": lambda: contended(256, 200 // scale),
         "3": lambda: rejection(100_000 // scale),
         "4": lambda: expiry(100_000 // scale),
+        "5": lambda: rate_limited(100_000 // scale),
     }
     chosen = args.only.split(",") if args.only else list(scenarios)
     print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians\n")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import looptime
 
-from boundedgate import BoundedGate, Evicted, GateError, Late, Permit, QueueExpired, QueueFull
+from boundedgate import BoundedGate, Evicted, GateError, Late, Permit, QueueExpired, QueueFull, RateLimit
 from boundedgate._core import GateState, Ticket
 
 
@@ -109,42 +109,53 @@ class CheckedState(GateState):
     __slots__ = ("counts",)
 
     def __init__(
-        self, max_running: int, max_waiting: int | None, priorities: int = 1, jump_share: float = 0.2
+        self,
+        max_running: int | None,
+        max_waiting: int | None,
+        priorities: int = 1,
+        jump_share: float = 0.2,
+        rate_limits: Sequence[RateLimit] = (),
     ) -> None:
-        super().__init__(max_running, max_waiting, priorities, jump_share)
+        super().__init__(max_running, max_waiting, priorities, jump_share, rate_limits)
         self.counts: list[tuple[int, int]] = []
 
-    def _checked(self) -> None:
-        self.check()
+    def _checked(self, now: float) -> None:
+        self.check(now)
         self.counts.append((self.running, self.waiting))
 
     def arrive(self, ticket: Ticket, now: float, wait: bool = True) -> Sequence[Ticket]:
         woken = super().arrive(ticket, now, wait)
-        self._checked()
+        self._checked(now)
         return woken
 
     def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
         woken = super().release(ticket, now, failed)
-        self._checked()
+        self._checked(now)
         return woken
 
     def advance(self, now: float) -> list[Ticket]:
         woken = super().advance(now)
-        self._checked()
+        self._checked(now)
         return woken
 
     def cancel(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
         woken = super().cancel(ticket, now)
-        self._checked()
+        self._checked(now)
+        return woken
+
+    def settle(self, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
+        woken = super().settle(ticket, cost, now)
+        self._checked(now)
         return woken
 
 
 def checked_gate(
-    max_running: int,
+    max_running: int | None,
     max_waiting: int | None,
     name: str = "test",
     priorities: int = 1,
     jump_share: float = 0.2,
+    rate_limits: Sequence[RateLimit] = (),
 ) -> BoundedGate:
     """A gate whose state checks its invariants after every event."""
     gate = BoundedGate(
@@ -153,8 +164,9 @@ def checked_gate(
         name=name,
         priorities=priorities,
         jump_share=jump_share,
+        rate_limits=rate_limits,
     )
-    gate._state = CheckedState(max_running, max_waiting, priorities, jump_share)
+    gate._state = CheckedState(max_running, max_waiting, priorities, jump_share, rate_limits)
     return gate
 
 

@@ -5,15 +5,21 @@ from __future__ import annotations
 import asyncio
 import re
 import runpy
-from collections.abc import Coroutine
+import socket
+import warnings
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
 import looptime
 import pytest
 
+from tests.fake_provider import fake_provider
+
 ROOT = Path(__file__).resolve().parent.parent
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.DOTALL)
+#: Blocks that make a real SDK client talk to the fake provider (tests/fake_provider.py).
+SDK_CLIENT = re.compile(r"\bAsync(OpenAI|Anthropic)\(")
 
 
 def run_on_virtual_time(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -21,7 +27,11 @@ def run_on_virtual_time(coro: Coroutine[Any, Any, Any]) -> Any:
     try:
         return loop.run_until_complete(coro)
     finally:
-        loop.close()
+        try:
+            # As asyncio.run does: the SDKs' streams leave async generators to asyncio's finaliser.
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 @pytest.fixture
@@ -33,9 +43,34 @@ def test_the_readme_has_python_blocks() -> None:
     assert len(BLOCKS) >= 3
 
 
+@pytest.fixture
+def fake_llm_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The SDKs' environment points at a fake provider that ``asyncio.run`` starts on its loop."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+
+    async def serving(coro: Coroutine[Any, Any, Any]) -> Any:
+        async with fake_provider(sock=listening):
+            return await coro
+
+    monkeypatch.setattr(asyncio, "run", lambda coro: run_on_virtual_time(serving(coro)))
+    with warnings.catch_warnings():
+        # The examples name real models; an SDK release that retires one must not fail the docs.
+        warnings.filterwarnings("ignore", message="The model .* is deprecated", category=DeprecationWarning)
+        yield
+    listening.close()
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 @pytest.mark.usefixtures("virtual_asyncio_run")
-def test_readme_block_runs(block: str) -> None:
+def test_readme_block_runs(block: str, request: pytest.FixtureRequest) -> None:
+    if SDK_CLIENT.search(block):
+        request.getfixturevalue("fake_llm_provider")
     exec(compile(block, "README.md", "exec"), {"__name__": "__main__"})
 
 

@@ -14,11 +14,15 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "Evicted",
         "GateError",
         "GateStatistics",
+        "GatedStream",
         "Late",
         "Permit",
         "QueueExpired",
         "QueueFull",
+        "RateLimit",
+        "RateLimited",
         "Status",
+        "StreamOpener",
     }
     # Public subpackages (boundedgate.sim) appear as attributes once imported; they have their own __all__.
     public = {
@@ -41,14 +45,25 @@ def test_every_public_name_lives_in_boundedgate_and_has_a_docstring() -> None:
 
 
 def test_gate_and_permit_are_final_and_slotted() -> None:
-    for cls in (boundedgate.BoundedGate, boundedgate.Permit):
+    for cls in (
+        boundedgate.BoundedGate,
+        boundedgate.Permit,
+        boundedgate.GatedStream,
+        boundedgate.StreamOpener,
+    ):
         assert getattr(cls, "__final__", False)
         assert "__slots__" in vars(cls)
         assert not hasattr(cls.__new__(cls), "__dict__")
 
 
 def test_errors_hierarchy() -> None:
-    for cls in (boundedgate.QueueFull, boundedgate.QueueExpired, boundedgate.Evicted, boundedgate.Late):
+    for cls in (
+        boundedgate.QueueFull,
+        boundedgate.RateLimited,
+        boundedgate.QueueExpired,
+        boundedgate.Evicted,
+        boundedgate.Late,
+    ):
         assert issubclass(cls, boundedgate.GateError)
     assert issubclass(boundedgate.QueueExpired, TimeoutError)
     assert issubclass(boundedgate.Late, TimeoutError)

@@ -4,9 +4,10 @@ At most C calls running, at most Q waiting, an immediate typed refusal beyond th
 measured from arrival, and permits that are released exactly once.
 """
 
-from ._core import GateStatistics, Status
+from ._core import GateStatistics, RateLimit, Status
 from ._driver import BoundedGate, Permit
-from ._errors import Evicted, GateError, Late, QueueExpired, QueueFull
+from ._errors import Evicted, GateError, Late, QueueExpired, QueueFull, RateLimited
+from ._streams import GatedStream, StreamOpener
 
 __version__ = "0.1.0"
 
@@ -15,11 +16,15 @@ __all__ = (
     "Evicted",
     "GateError",
     "GateStatistics",
+    "GatedStream",
     "Late",
     "Permit",
     "QueueExpired",
     "QueueFull",
+    "RateLimit",
+    "RateLimited",
     "Status",
+    "StreamOpener",
 )
 
 for _name in __all__:

@@ -12,16 +12,16 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
-__all__ = ("Evicted", "GateError", "Late", "QueueExpired", "QueueFull")
+__all__ = ("Evicted", "GateError", "Late", "QueueExpired", "QueueFull", "RateLimited")
 
 
 def _limit(value: int | None) -> str:
     return "unbounded" if value is None else str(value)
 
 
-def _retry_after(waiting: int, max_running: int, recent_run: float | None) -> float | None:
+def _retry_after(waiting: int, max_running: int | None, recent_run: float | None) -> float | None:
     # The queue ahead of a newcomer, plus the newcomer, at the recent pace of max_running slots.
-    if recent_run is None:
+    if recent_run is None or max_running is None:
         return None
     return (waiting + 1) * recent_run / max_running
 
@@ -32,11 +32,11 @@ class GateError(Exception):
     Every instance says which gate refused and what it looked like at that moment.
 
     Attributes:
-        code: A stable machine-readable name: ``"queue_full"``, ``"queue_expired"``,
-            ``"evicted"``, ``"late"``.
+        code: A stable machine-readable name: ``"queue_full"``, ``"rate_limited"``,
+            ``"queue_expired"``, ``"evicted"``, ``"late"``.
         http_status: The HTTP status a server in front of the gate should answer with.
         gate: The gate's name.
-        max_running: The gate's running slots (C).
+        max_running: The gate's running slots (C; None when running is not limited).
         max_waiting: The gate's queue places (Q; None when unbounded).
         running: Requests running at the moment of the refusal.
         waiting: Requests waiting at the moment of the refusal.
@@ -57,8 +57,8 @@ class GateError(Exception):
         return self.args[0]  # type: ignore[no-any-return]
 
     @property
-    def max_running(self) -> int:
-        """The gate's running slots (C)."""
+    def max_running(self) -> int | None:
+        """The gate's running slots (C; None when running is not limited)."""
         return self.args[1]  # type: ignore[no-any-return]
 
     @property
@@ -162,6 +162,56 @@ class QueueFull(GateError):
 
     def __str__(self) -> str:
         return f"{self._where()} is full"
+
+
+class RateLimited(GateError):
+    """Raised at arrival when the request's rate cost cannot be paid in time.
+
+    Either the caller asked not to wait (``try_admit()``) and the tokens are not there now, or
+    the tokens could not arrive before the request's deadline even with the bucket to itself.
+    Nothing was queued and nothing was taken from any bucket.
+
+    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed, limit,
+    retry_after`` (``limit`` names the rate limit that refused; ``retry_after`` is exact).
+    """
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            gate: str,
+            max_running: int | None,
+            max_waiting: int | None,
+            running: int,
+            waiting: int,
+            waited: float,
+            elapsed: float,
+            limit: str,
+            retry_after: float,
+        ) -> None: ...
+
+    else:
+        __init__ = Exception.__init__
+
+    code = "rate_limited"
+    http_status = 429
+
+    @property
+    def limit(self) -> str:
+        """The name of the rate limit that refused."""
+        return self.args[7]  # type: ignore[no-any-return]
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds until the bucket holds the request's cost, computed from the bucket itself."""
+        return self.args[8]  # type: ignore[no-any-return]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As :meth:`GateError.to_dict`, with the name of the rate limit that refused."""
+        return {**super().to_dict(), "limit": self.limit}
+
+    def __str__(self) -> str:
+        return f"rate limit {self.limit!r} of {self._where()} needs {self.retry_after:.3f}s more"
 
 
 class QueueExpired(GateError, TimeoutError):

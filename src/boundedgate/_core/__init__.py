@@ -3,7 +3,9 @@
 Nothing in this package imports an event loop, a clock or threads: it is told the time.
 """
 
+from ._bucket import RateLimit, TokenBucket
 from ._settings import (
+    check_cost,
     check_deadline,
     check_max_running,
     check_max_waiting,
@@ -18,8 +20,11 @@ from ._ticket import Status, Ticket
 __all__ = (
     "GateState",
     "GateStatistics",
+    "RateLimit",
     "Status",
     "Ticket",
+    "TokenBucket",
+    "check_cost",
     "check_deadline",
     "check_max_running",
     "check_max_waiting",

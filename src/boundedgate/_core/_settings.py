@@ -12,6 +12,7 @@ import operator
 from fractions import Fraction
 
 __all__ = (
+    "check_cost",
     "check_deadline",
     "check_jump_share",
     "check_max_running",
@@ -113,3 +114,13 @@ def check_jump_share(value: object) -> Fraction:
     if not 0 <= value < 1:
         raise ValueError(f"jump_share must be >= 0 and < 1, got {value!r}")
     return Fraction(value).limit_denominator(1000)
+
+
+def check_cost(value: object) -> float:
+    """Return a request's rate cost: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"cost must be a number, got {value!r}")
+    cost = float(value)
+    if not (cost >= 0 and math.isfinite(cost)):
+        raise ValueError(f"cost must be a finite number >= 0, got {value!r}")
+    return cost

@@ -12,30 +12,39 @@ Theory of operation
 ===================
 
 State is a count of running tickets, the waiting room (a :class:`WaitQueue`: one FIFO lane per
-priority class, with a bounded share of queue-jumping), and a min-heap of the queued deadlines.
-Four events change it:
+priority class, with a bounded share of queue-jumping), a min-heap of the queued deadlines, and
+optionally token buckets (:class:`TokenBucket`): a request starts only when it holds a slot *and*
+its rate cost is paid, all buckets at once or none. These events change it:
 
 ``arrive(t, now)``
     A ticket whose deadline has passed is refused before it is counted. Otherwise it starts at once
-    if a slot is free (and then, by the invariant below, nobody is queued: no barging); else it
-    joins the queue if there is room; else, if a less urgent ticket waits, the newest of the least
-    urgent class is evicted to make room; else it is rejected. Queued tickets that are due expire
-    first, so a place whose deadline is ``now`` is free for the newcomer.
+    if a slot is free, nobody is queued (no barging) and its tokens are there; else, if its tokens
+    could not arrive before its deadline even with the bucket to itself, it is refused as
+    ``RATE_LIMITED``; else it joins the queue if there is room; else, if a less urgent ticket
+    waits, the newest of the least urgent class is evicted to make room; else it is rejected.
+    Queued tickets that are due expire first, so a place whose deadline is ``now`` is free.
 
 ``release(t, now, failed)``
     A running ticket ends: ``FAILED`` if it raised, else ``LATE`` if ``now >= deadline``, else
     ``COMPLETED``. The freed slot goes straight to the next queued ticket (direct hand-off: the
     oldest, or a more urgent one within the jump share), after due tickets have expired: a ticket
-    whose deadline is ``now`` never starts.
+    whose deadline is ``now`` never starts. A next ticket whose tokens are not there yet keeps
+    everyone behind it waiting (FIFO holds for rate limits too: a large request at the head is
+    not starved by small ones behind it).
 
 ``advance(now)``
     The clock reached ``now`` (the caller asks :meth:`GateState.next_wakeup` when to call this):
-    every queued ticket with ``deadline <= now`` leaves the queue as ``EXPIRED``. Expiry frees
-    queue places, never slots, so nobody starts.
+    every queued ticket with ``deadline <= now`` leaves the queue as ``EXPIRED``, then queued
+    tickets whose tokens have accrued start, while slots are free.
 
 ``cancel(t, now)``
     The caller gave up before it began. A queued ticket leaves the queue. A ticket that was handed a
-    slot it never used gives the slot back, uncounted as admitted, and the slot passes on.
+    slot it never used gives the slot and its tokens back, uncounted as admitted, and the slot
+    passes on.
+
+``settle(t, cost, now)``
+    An admitted ticket's real cost is known: the difference to its declared cost is charged (never
+    below a bucket's floor) or refunded (never above its burst) on the buckets counted in tokens.
 
 Same-instant order follows the seed simulator: expiries, then completions (each handing its slot to
 the old queue), then new arrivals, in the order the caller feeds them.
@@ -48,7 +57,7 @@ Invariants (checked by :meth:`GateState.check` in the tests after every step)::
 
     0 <= running <= max_running
     0 <= waiting <= max_waiting
-    waiting > 0 implies running == max_running
+    waiting > 0 implies running == max_running, or the next ticket's tokens are not there yet
 """
 
 from __future__ import annotations
@@ -58,8 +67,9 @@ import math
 import sys
 from collections.abc import Sequence
 
+from ._bucket import RateLimit, TokenBucket
 from ._queue import WaitQueue
-from ._settings import check_max_running, check_max_waiting
+from ._settings import check_cost, check_max_running, check_max_waiting
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket
 
@@ -74,6 +84,7 @@ COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
 EVICTED = Status.EVICTED
+RATE_LIMITED = Status.RATE_LIMITED
 
 _NOBODY: tuple[Ticket, ...] = ()
 
@@ -85,9 +96,10 @@ _SLACK = 32
 
 
 class GateState:
-    """The counts, queue and deadlines of one gate, and the rules that change them."""
+    """The counts, queue, deadlines and buckets of one gate, and the rules that change them."""
 
     __slots__ = (
+        "_buckets",
         "_deadlines",
         "_queue",
         "_queue_limit",
@@ -106,6 +118,7 @@ class GateState:
         "peak_waiting",
         "queue_seconds_max",
         "queue_seconds_total",
+        "rate_limited",
         "recent_run_seconds",
         "rejected",
         "run_seconds_max",
@@ -116,17 +129,23 @@ class GateState:
 
     def __init__(
         self,
-        max_running: int,
+        max_running: int | None,
         max_waiting: int | None,
         priorities: int = 1,
         jump_share: float = 0.2,
+        rate_limits: Sequence[RateLimit] = (),
     ) -> None:
-        self.max_running = check_max_running(max_running)
+        #: Running slots (C); ``sys.maxsize`` stands for no limit (a pure rate limiter).
+        self.max_running = sys.maxsize if max_running is None else check_max_running(max_running)
         self.max_waiting = check_max_waiting(max_waiting)
         self._queue_limit = sys.maxsize if self.max_waiting is None else self.max_waiting
         self._queue = WaitQueue(priorities, jump_share)
         # min-heap of (deadline, ticket) for queued tickets with a deadline; lazy like the queue.
         self._deadlines: list[tuple[float, Ticket]] = []
+        for limit in rate_limits:
+            if not isinstance(limit, RateLimit):
+                raise TypeError(f"rate_limits must hold RateLimit objects, got {limit!r}")
+        self._buckets = tuple(TokenBucket(limit) for limit in rate_limits)
         self.running = 0
         self.waiting = 0
         self.peak_running = 0
@@ -139,6 +158,7 @@ class GateState:
         self.late = 0
         self.failed = 0
         self.evicted = 0
+        self.rate_limited = 0
         self.queue_seconds_total = 0.0
         self.queue_seconds_max = 0.0
         self.run_seconds_total = 0.0
@@ -153,29 +173,42 @@ class GateState:
     def arrive(self, ticket: Ticket, now: float, wait: bool = True) -> Sequence[Ticket]:
         """A new ticket arrives at ``now``; its status says what became of it.
 
-        ``RUNNING`` (it starts at once), ``QUEUED``, ``REJECTED``, or ``EXPIRED`` if its deadline
-        had already passed (then nothing is counted). With ``wait=False`` a ticket that cannot
-        start at once is rejected instead of queued (and evicts nobody). Returns the queued
-        tickets that expired as the clock reached ``now``, and the one it evicted, if any.
+        ``RUNNING`` (it starts at once), ``QUEUED``, ``REJECTED``, ``RATE_LIMITED``, or
+        ``EXPIRED`` if its deadline had already passed (then nothing is counted). With
+        ``wait=False`` a ticket that cannot start at once is refused instead of queued (and
+        evicts nobody). Returns the queued tickets that left the queue as the clock reached
+        ``now`` (expired, or started on accrued tokens), and the one it evicted, if any.
         """
         ticket.arrival = now
         if ticket.deadline <= now:
             ticket.status = EXPIRED
             ticket.ended = now
             return _NOBODY
-        if self.running < self.max_running:
-            # A free slot means nobody waits (invariant), so starting now barges past no one.
-            ticket.status = RUNNING
-            ticket.started = now
-            self.running = running = self.running + 1
-            self.admitted += 1
-            if running > self.peak_running:
-                self.peak_running = running
-            return _NOBODY
-        deadlines = self._deadlines
-        woken: Sequence[Ticket] = self.advance(now) if deadlines and deadlines[0][0] <= now else _NOBODY
+        buckets = self._buckets
+        if not buckets:
+            if self.running < self.max_running:
+                # A free slot means nobody waits (invariant): starting now barges past no one.
+                # (The start is spelled out here, not called: this is the uncontended hot path.)
+                ticket.status = RUNNING
+                ticket.started = now
+                self.running = running = self.running + 1
+                self.admitted += 1
+                if running > self.peak_running:
+                    self.peak_running = running
+                return _NOBODY
+            woken: list[Ticket] | tuple[Ticket, ...] = _NOBODY
+            if self._deadlines and self._deadlines[0][0] <= now:
+                woken = self._expire(now)
+        else:
+            woken = self.advance(now) if self.waiting else _NOBODY  # bring the queue up to `now`
+            if self.running < self.max_running and not self.waiting and self._affordable(ticket, now):
+                self._start(ticket, now)
+                return woken
         if not wait:
-            pass
+            if buckets and self.running < self.max_running and not self.waiting:
+                return self._rate_limit(ticket, now, woken)
+        elif buckets and self.ready_at(ticket) >= ticket.deadline:
+            return self._rate_limit(ticket, now, woken)
         elif self.waiting < self._queue_limit:
             self._enqueue(ticket)
             return woken
@@ -222,26 +255,21 @@ class GateState:
         return self._hand_off(now) if self.waiting else _NOBODY
 
     def advance(self, now: float) -> list[Ticket]:
-        """The clock reached ``now``: queued tickets with ``deadline <= now`` expire; returns them."""
-        expired: list[Ticket] = []
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now:
-            ticket = heapq.heappop(deadlines)[1]
-            if ticket.status is QUEUED:
-                ticket.status = EXPIRED
-                self._leave_queue(ticket, now)
-                self.expired += 1
-                expired.append(ticket)
-        if expired:
-            self._compact()
-        return expired
+        """The clock reached ``now``; returns the queued tickets that left the queue.
+
+        Due queued tickets expire, then those whose tokens have accrued start while slots are free.
+        """
+        woken = self._expire(now)
+        if self._buckets and self.waiting:
+            self._fill(now, woken)
+        return woken
 
     def cancel(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
         """The caller of ``ticket`` gave up before it began; returns the tickets that started.
 
         A queued ticket leaves the queue. A ticket that was handed a slot it has not used gives it
-        back (it no longer counts as admitted) and the slot passes to the next in line. Any other
-        ticket is left as it is.
+        back, with its tokens (it no longer counts as admitted), and the slot passes to the next in
+        line. Any other ticket is left as it is.
         """
         status = ticket.status
         if status is QUEUED:
@@ -257,7 +285,37 @@ class GateState:
             self.running -= 1
             self.admitted -= 1
             self.cancelled += 1
+            for bucket in self._buckets:
+                bucket.refill(now)
+                bucket.give(bucket.need(ticket.cost))
             return self._hand_off(now) if self.waiting else _NOBODY
+        return _NOBODY
+
+    def settle(self, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
+        """An admitted ticket's real cost is ``cost``: charge or refund the difference.
+
+        Only buckets counted in tokens are touched; a charge never takes a balance below the
+        bucket's floor, a refund never above its burst. Settling again adjusts from the last
+        settled cost. Returns the queued tickets that a refund let start. A ticket that never
+        started (or whose slot was given back unused) is left as it is.
+        """
+        if ticket.started is None:
+            return _NOBODY
+        extra = cost - ticket.cost
+        ticket.cost = cost
+        if not extra:
+            return _NOBODY
+        for bucket in self._buckets:
+            if not bucket.per_request:
+                bucket.refill(now)
+                if extra > 0:
+                    bucket.charge(extra)
+                else:
+                    bucket.give(-extra)
+        if extra < 0 and self.waiting:
+            woken: list[Ticket] = []
+            self._fill(now, woken)
+            return woken
         return _NOBODY
 
     # -- queries ----------------------------------------------------------------------------
@@ -267,18 +325,64 @@ class GateState:
         """Number of priority classes."""
         return self._queue.classes
 
+    @property
+    def rate_limits(self) -> tuple[RateLimit, ...]:
+        """The rate limits this state enforces, in order."""
+        return tuple(bucket.limit for bucket in self._buckets)
+
     def next_wakeup(self) -> float:
-        """When :meth:`advance` must next be called: the earliest queued deadline (``inf``: never)."""
+        """When :meth:`advance` must next be called (``inf``: never).
+
+        That is the earliest queued deadline, or the moment the next ticket's tokens are due while
+        a slot is free, whichever comes first.
+        """
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].status is not QUEUED:
             heapq.heappop(deadlines)
-        return deadlines[0][0] if deadlines else math.inf
+        when = deadlines[0][0] if deadlines else math.inf
+        if self._buckets and self.waiting and self.running < self.max_running:
+            when = min(when, self.ready_at(self._queue.peek()))
+        return when
 
-    def snapshot(self, name: str) -> GateStatistics:
-        """An immutable copy of the counters."""
+    def ready_at(self, ticket: Ticket) -> float:
+        """When the buckets will hold ``ticket``'s cost, if nothing else takes from them.
+
+        Buckets are read as of their last refill: call it right after an event at the same time.
+        """
+        return max((b.ready_at(b.need(ticket.cost)) for b in self._buckets), default=-math.inf)
+
+    def limiting(self, ticket: Ticket) -> RateLimit | None:
+        """The rate limit that makes ``ticket`` wait longest (None without rate limits)."""
+        if not self._buckets:
+            return None
+        return max(self._buckets, key=lambda b: b.ready_at(b.need(ticket.cost))).limit
+
+    def check_cost(self, cost: object) -> float:
+        """Return ``cost`` as a request's declared cost, or raise.
+
+        A cost is a finite number >= 0 that every bucket counted in tokens can hold: a cost above
+        a bucket's burst could never be served.
+        """
+        value = check_cost(cost)
+        for bucket in self._buckets:
+            if not bucket.per_request and value > bucket.burst:
+                raise ValueError(
+                    f"cost {cost!r} exceeds the burst of rate limit {bucket.limit.name!r} "
+                    f"({bucket.burst:g}): it could never be served"
+                )
+        return value
+
+    def tokens(self, now: float) -> tuple[float, ...]:
+        """Each bucket's balance at ``now``."""
+        for bucket in self._buckets:
+            bucket.refill(now)
+        return tuple(bucket.tokens for bucket in self._buckets)
+
+    def snapshot(self, name: str, now: float | None = None) -> GateStatistics:
+        """An immutable copy of the counters (and of the buckets' balances at ``now``)."""
         return GateStatistics(
             name=name,
-            max_running=self.max_running,
+            max_running=None if self.max_running == sys.maxsize else self.max_running,
             max_waiting=self.max_waiting,
             running=self.running,
             waiting=self.waiting,
@@ -292,48 +396,94 @@ class GateState:
             late=self.late,
             failed=self.failed,
             evicted=self.evicted,
+            rate_limited=self.rate_limited,
             queue_seconds_total=self.queue_seconds_total,
             queue_seconds_max=self.queue_seconds_max,
             run_seconds_total=self.run_seconds_total,
             run_seconds_max=self.run_seconds_max,
             end_to_end_seconds_total=self.end_to_end_seconds_total,
             end_to_end_seconds_max=self.end_to_end_seconds_max,
+            tokens=self.tokens(now) if now is not None else tuple(b.tokens for b in self._buckets),
         )
 
-    def check(self) -> None:
-        """Assert the invariants (for tests; costs O(queue))."""
+    def check(self, now: float | None = None) -> None:
+        """Assert the invariants (for tests; costs O(queue)). ``now`` is the last event's time."""
         assert 0 <= self.running <= self.max_running, (self.running, self.max_running)
         assert 0 <= self.waiting <= self._queue_limit, (self.waiting, self.max_waiting)
-        assert not self.waiting or self.running == self.max_running, (self.running, self.waiting)
+        if self.waiting and self.running < self.max_running:
+            assert self._buckets, (self.running, self.waiting)
+            if now is not None:
+                assert not self._affordable(self._queue.peek(), now), "the next ticket could start"
         live = list(self._queue)
         assert len(live) == self.waiting, (len(live), self.waiting)
         assert len(set(map(id, live))) == len(live)
         assert all(t.status is QUEUED for t in live)
+        for bucket in self._buckets:
+            assert bucket.floor - 1e-6 <= bucket.tokens <= bucket.burst + 1e-6, bucket.tokens
 
     # -- internals --------------------------------------------------------------------------
 
+    def _start(self, ticket: Ticket, now: float) -> None:
+        ticket.status = RUNNING
+        ticket.started = now
+        self.running = running = self.running + 1
+        self.admitted += 1
+        if running > self.peak_running:
+            self.peak_running = running
+        for bucket in self._buckets:
+            bucket.take(bucket.need(ticket.cost))
+
+    def _rate_limit(
+        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...]
+    ) -> Sequence[Ticket]:
+        ticket.status = RATE_LIMITED
+        ticket.ended = now
+        self.rate_limited += 1
+        return woken
+
+    def _affordable(self, ticket: Ticket, now: float) -> bool:
+        # All buckets or none: nothing is taken unless every one of them covers its share.
+        for bucket in self._buckets:  # noqa: SIM110 - a loop, not all(<generator>), on this path
+            if not bucket.covers(bucket.need(ticket.cost), now):
+                return False
+        return True
+
     def _hand_off(self, now: float) -> list[Ticket]:
         # Due tickets expire before anyone starts: a deadline of `now` loses to a slot freed at `now`.
-        deadlines = self._deadlines
-        woken = self.advance(now) if deadlines and deadlines[0][0] <= now else []
+        woken = self._expire(now) if self._deadlines and self._deadlines[0][0] <= now else []
+        self._fill(now, woken)
+        return woken
+
+    def _fill(self, now: float, woken: list[Ticket]) -> None:
         queue = self._queue
+        buckets = self._buckets
         while self.waiting and self.running < self.max_running:
+            if buckets and not self._affordable(queue.peek(), now):
+                break  # the next in line waits for its tokens, and everyone behind it too
             ticket = queue.take()
             self.waiting -= 1
             waited = now - ticket.arrival  # type: ignore[operator]
             self.queue_seconds_total += waited
             if waited > self.queue_seconds_max:
                 self.queue_seconds_max = waited
-            ticket.status = RUNNING
-            ticket.started = now
-            self.running = running = self.running + 1
-            self.admitted += 1
-            if running > self.peak_running:
-                self.peak_running = running
+            self._start(ticket, now)
             woken.append(ticket)
-        if len(deadlines) > 2 * self.waiting + _SLACK:
+        if len(self._deadlines) > 2 * self.waiting + _SLACK:
             self._compact()
-        return woken
+
+    def _expire(self, now: float) -> list[Ticket]:
+        expired: list[Ticket] = []
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            ticket = heapq.heappop(deadlines)[1]
+            if ticket.status is QUEUED:
+                ticket.status = EXPIRED
+                self._leave_queue(ticket, now)
+                self.expired += 1
+                expired.append(ticket)
+        if expired:
+            self._compact()
+        return expired
 
     def _enqueue(self, ticket: Ticket) -> None:
         ticket.status = QUEUED
@@ -347,9 +497,6 @@ class GateState:
     def _leave_queue(self, ticket: Ticket, now: float) -> None:
         ticket.ended = now
         self.waiting -= 1
-        self._record_wait(ticket, now)
-
-    def _record_wait(self, ticket: Ticket, now: float) -> None:
         waited = now - ticket.arrival  # type: ignore[operator]
         self.queue_seconds_total += waited
         if waited > self.queue_seconds_max:

@@ -16,8 +16,8 @@ class GateStatistics:
     """A snapshot of a gate's counters, taken by :meth:`BoundedGate.stats`.
 
     Every request that arrives is counted in exactly one outcome once it ends: ``rejected``,
-    ``expired``, ``cancelled`` or ``evicted`` if it never ran; ``completed``, ``late`` or
-    ``failed`` if it did.
+    ``rate_limited``, ``expired``, ``cancelled`` or ``evicted`` if it never ran; ``completed``,
+    ``late`` or ``failed`` if it did.
     While it is not yet ended it is counted in ``waiting`` or ``running``. Requests refused before
     they were counted (already cancelled, or already past their deadline, on arrival) appear
     nowhere. Times are in seconds on the gate's clock (the event loop's).
@@ -25,8 +25,8 @@ class GateStatistics:
 
     #: The gate's name.
     name: str
-    #: Running slots (C).
-    max_running: int
+    #: Running slots (C); None when running is not limited (a pure rate limiter).
+    max_running: int | None
     #: Queue places (Q); None when the queue is unbounded.
     max_waiting: int | None
     #: Requests holding a slot now.
@@ -53,6 +53,8 @@ class GateStatistics:
     failed: int
     #: Pushed out of a full queue by a more urgent arrival (``Evicted``), never started.
     evicted: int
+    #: Refused at arrival because their rate cost could not be paid in time (``RateLimited``).
+    rate_limited: int
     #: Time spent waiting, summed over requests that started or left the queue.
     queue_seconds_total: float
     #: The longest such wait.
@@ -65,11 +67,21 @@ class GateStatistics:
     end_to_end_seconds_total: float
     #: The longest such end-to-end time.
     end_to_end_seconds_max: float
+    #: The balance of each rate limit's bucket, in the order the gate was given them.
+    tokens: tuple[float, ...] = ()
 
     @property
     def arrived(self) -> int:
         """Requests counted at arrival: every outcome, plus those still waiting or running."""
-        return self.rejected + self.expired + self.cancelled + self.evicted + self.admitted + self.waiting
+        return (
+            self.rejected
+            + self.rate_limited
+            + self.expired
+            + self.cancelled
+            + self.evicted
+            + self.admitted
+            + self.waiting
+        )
 
     @property
     def finished(self) -> int:

@@ -9,7 +9,8 @@ status, its outcome::
      ├──arrive──> QUEUED ──deadline──> EXPIRED
      │                   ├──cancel───> CANCELLED
      │                   └──a more urgent arrival finds the queue full──> EVICTED
-     └──arrive──> REJECTED                              (all slots busy, queue full)
+     ├──arrive──> REJECTED                              (all slots busy, queue full)
+     └──arrive──> RATE_LIMITED                          (its tokens could not come in time)
 
 A ticket whose deadline has passed when it arrives is refused as ``EXPIRED`` before it is
 counted (it never touches the gate's counters).
@@ -46,6 +47,8 @@ class Status(enum.Enum):
     FAILED = "failed"
     #: Pushed out of a full queue by a more urgent arrival; it never started.
     EVICTED = "evicted"
+    #: Refused at arrival: its rate cost could not be paid in time (or at once, when not waiting).
+    RATE_LIMITED = "rate_limited"
 
     @property
     def is_final(self) -> bool:
@@ -63,9 +66,9 @@ class Ticket:
     The core writes every field; everything else only reads them.
     """
 
-    __slots__ = ("arrival", "deadline", "ended", "priority", "seq", "started", "status")
+    __slots__ = ("arrival", "cost", "deadline", "ended", "priority", "seq", "started", "status")
 
-    def __init__(self, deadline: float = math.inf, priority: int = 0) -> None:
+    def __init__(self, deadline: float = math.inf, priority: int = 0, cost: float = 0.0) -> None:
         #: When it arrived (None until then).
         self.arrival: float | None = None
         #: When it must be done by; ``inf`` for no deadline.
@@ -80,6 +83,8 @@ class Ticket:
         self.priority = priority
         #: Its place in the order of arrival at the queue (set when it is queued).
         self.seq = -1
+        #: Its declared rate cost (tokens, for rate limits counted in tokens), settled later.
+        self.cost = cost
 
     def __lt__(self, other: Ticket) -> bool:
         # Ties between equal deadlines in the core's deadline heap go to the earlier arrival.

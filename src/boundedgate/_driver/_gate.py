@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from typing import final
+from typing import TypeVar, final
 
 from .._core import (
     GateState,
     GateStatistics,
+    RateLimit,
     Status,
     Ticket,
     check_deadline,
@@ -22,7 +23,8 @@ from .._core import (
     check_priority,
     check_timeout,
 )
-from .._errors import Evicted, Late, QueueExpired, QueueFull
+from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
+from .._streams import StreamOpener, StreamSource
 from ._permit import Permit
 
 __all__ = ("BoundedGate",)
@@ -30,7 +32,9 @@ __all__ = ("BoundedGate",)
 RUNNING = Status.RUNNING
 REJECTED = Status.REJECTED
 EVICTED = Status.EVICTED
+RATE_LIMITED = Status.RATE_LIMITED
 _INF = math.inf
+_T = TypeVar("_T")
 
 
 @final
@@ -66,17 +70,27 @@ class BoundedGate:
     the least urgent class below its own (which gets :class:`Evicted`); if there is none, it is
     refused with :class:`QueueFull`.
 
+    With ``rate_limits`` (token buckets, :class:`RateLimit`), a request starts only when it holds a
+    slot *and* every bucket holds its cost; it takes from all of them at once, or from none.
+    Waiting for tokens is waiting: it takes a place in the queue, honours the deadline and keeps
+    FIFO order (a large request at the head makes the smaller ones behind it wait rather than
+    being starved by them). A request whose tokens could not arrive before its deadline even with
+    the buckets to itself is refused at once with :class:`RateLimited`, whose ``retry_after`` is
+    computed from the bucket. A gate with ``max_running=None`` and rate limits is a rate limiter.
+
     The gate binds to the event loop that first uses it. It may move to another loop while it is
     idle (nothing running or waiting); using it from another loop while busy is a RuntimeError.
 
     Args:
-        max_running: Running slots, an int >= 1.
+        max_running: Running slots, an int >= 1, or None for no limit on running (then the gate
+            only limits by its rate limits and its queue).
         max_waiting: Queue places, an int >= 0 (0: no waiting room, refuse as soon as every slot
             is busy), or None for an unbounded queue, which must be asked for explicitly.
         name: A name for errors, statistics and ``repr``.
         priorities: Number of priority classes, an int >= 1.
         jump_share: The share of starts from the queue that may overtake an older waiter, in
             [0, 1). Only matters with several classes; 0 makes them plain FIFO.
+        rate_limits: Token buckets every request must pay, e.g. requests and tokens per minute.
 
     Raises:
         TypeError: A limit that is not an int (floats, NaN, infinities, booleans), or a name
@@ -85,7 +99,7 @@ class BoundedGate:
             ``jump_share`` outside [0, 1).
     """
 
-    __slots__ = ("_loop", "_name", "_state", "_timer", "_timer_at")
+    __slots__ = ("_loop", "_max_running", "_name", "_rated", "_state", "_timer", "_timer_at")
 
     def __init__(
         self,
@@ -95,8 +109,12 @@ class BoundedGate:
         name: str = "gate",
         priorities: int = 1,
         jump_share: float = 0.2,
+        rate_limits: Sequence[RateLimit] = (),
     ) -> None:
-        self._state = GateState(max_running, max_waiting, priorities, jump_share)
+        self._state = GateState(max_running, max_waiting, priorities, jump_share, rate_limits)
+        self._max_running = max_running if max_running is None else self._state.max_running
+        # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
+        self._rated = bool(rate_limits)
         self._name = check_name(name)
         self._loop: asyncio.AbstractEventLoop | None = None
         # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
@@ -111,9 +129,14 @@ class BoundedGate:
         return self._name
 
     @property
-    def max_running(self) -> int:
-        """Running slots (C)."""
-        return self._state.max_running
+    def max_running(self) -> int | None:
+        """Running slots (C); None when running is not limited."""
+        return self._max_running
+
+    @property
+    def rate_limits(self) -> tuple[RateLimit, ...]:
+        """The rate limits every request pays, in order."""
+        return self._state.rate_limits
 
     @property
     def max_waiting(self) -> int | None:
@@ -136,7 +159,12 @@ class BoundedGate:
         return self._state.waiting
 
     def admit(
-        self, *, timeout: float | None = None, deadline: float | None = None, priority: int = 0
+        self,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        priority: int = 0,
+        cost: float | None = None,
     ) -> Permit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
 
@@ -150,56 +178,102 @@ class BoundedGate:
             deadline: Absolute deadline on the running loop's clock (``loop.time()``).
                 Give at most one of the two; neither means no deadline.
             priority: The request's class, 0 (the most urgent) to ``priorities - 1``.
+            cost: The request's estimated cost for rate limits counted in tokens (default 0: pay
+                it all later with :meth:`Permit.settle`). Limits counted in requests take 1.
 
         Raises (on entry):
             QueueFull: Every slot busy and the queue full, at once, before any suspension.
+            RateLimited: Its tokens could not arrive before its deadline, at once.
             QueueExpired: The deadline passed while waiting, or had passed on arrival.
             Evicted: A more urgent arrival took its place in a full queue.
             asyncio.CancelledError: The caller was cancelled while waiting, or was already
                 cancelled on arrival (then nothing was counted).
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout, deadline or priority, or both a timeout
-                and a deadline.
+            TypeError, ValueError: A malformed timeout, deadline, priority or cost, both a
+                timeout and a deadline, or a cost above a rate limit's burst (it could never be
+                served).
         """
         if priority:
             priority = check_priority(priority, self._state.priorities)
+        cost = 0.0 if cost is None else self._state.check_cost(cost)
         if deadline is None:
             if timeout is None:
-                return Permit(self, None, _INF, priority)
+                return Permit(self, None, _INF, priority, cost)
             if (type(timeout) is float or type(timeout) is int) and timeout >= 0:  # the common case inline
-                return Permit(self, timeout, _INF, priority)
-            return Permit(self, check_timeout(timeout), _INF, priority)
+                return Permit(self, timeout, _INF, priority, cost)
+            return Permit(self, check_timeout(timeout), _INF, priority, cost)
         if timeout is not None:
             raise ValueError("give timeout or deadline, not both")
-        return Permit(self, None, check_deadline(deadline), priority)
+        return Permit(self, None, check_deadline(deadline), priority, cost)
 
-    def try_admit(self, *, timeout: float | None = None, deadline: float | None = None) -> Permit:
-        """A permit that holds a slot now, or :class:`QueueFull` now; it never waits.
+    def try_admit(
+        self, *, timeout: float | None = None, deadline: float | None = None, cost: float | None = None
+    ) -> Permit:
+        """A permit that holds a slot now, or a refusal now; it never waits.
 
         Release it with :meth:`Permit.release` or by entering and leaving it with ``async with``.
         Arguments are as for :meth:`admit`; the deadline only decides whether the request ends
-        as completed or late. Must be called from a task on the gate's event loop.
+        as completed or late. Must be called on the gate's event loop.
 
         Raises:
             QueueFull: The request cannot start at once (no free slot, or others are queued).
+            RateLimited: A slot is free but the rate limits do not hold its cost now.
             QueueExpired: The deadline had already passed (nothing was counted).
             asyncio.CancelledError: The calling task is being cancelled (nothing was counted).
         """
-        permit = self.admit(timeout=timeout, deadline=deadline)
+        permit = self.admit(timeout=timeout, deadline=deadline, cost=cost)
         if permit._arrive(False) is not RUNNING:
             raise self._refusal(permit)
         return permit
 
+    def stream(
+        self,
+        source: StreamSource[_T],
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        priority: int = 0,
+        cost: float | None = None,
+        raise_late: bool = True,
+    ) -> StreamOpener[_T]:
+        """Admit a request, open a stream, and hand the stream the slot: ``admit()`` then ``hand_to()``.
+
+        ::
+
+            stream = await gate.stream(lambda: client.chat.completions.create(..., stream=True))
+            async with gate.stream(lambda: client.messages.stream(...), timeout=30) as stream:
+                ...
+
+        ``source`` is called once the request is admitted (so nothing is sent before then) and
+        returns what opens the stream: an awaitable (``create(stream=True)``), an async context
+        manager (the SDKs' ``.stream()``) or an async iterator; it may also be that object itself.
+        The returned opener is awaited, or entered with ``async with`` (which closes the stream on
+        exit). Arguments are as for :meth:`admit` and :meth:`Permit.hand_to`.
+
+        Raises (when awaited or entered):
+            QueueFull, RateLimited, QueueExpired, Evicted, asyncio.CancelledError: As for
+                :meth:`admit`; nothing was opened.
+            Exception: Whatever opening the stream raised; the slot was released as failed.
+            TypeError: What was opened is not an async iterator (it was closed again).
+
+        Raises (at once):
+            TypeError, ValueError: As for :meth:`admit`.
+        """
+        permit = self.admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
+        return StreamOpener(permit, source, raise_late)
+
     def stats(self) -> GateStatistics:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
-        return self._state.snapshot(self._name)
+        loop = self._loop
+        return self._state.snapshot(self._name, None if loop is None or loop.is_closed() else loop.time())
 
     def __repr__(self) -> str:
         state = self._state
+        running = "unbounded" if self._max_running is None else self._max_running
         waiting = "unbounded" if state.max_waiting is None else state.max_waiting
         return (
-            f"<BoundedGate {self._name!r} [running {state.running}/{state.max_running}, "
+            f"<BoundedGate {self._name!r} [running {state.running}/{running}, "
             f"waiting {state.waiting}/{waiting}]>"
         )
 
@@ -239,6 +313,14 @@ class BoundedGate:
         woken = self._state.cancel(permit, self._loop.time())  # type: ignore[union-attr]
         if woken:
             self._wake(woken)
+        if self._rated and self._state.waiting:
+            self._rearm()
+
+    def _rearm(self) -> None:
+        """Arm the timer at the state's next wake-up, if that is earlier than it is armed for."""
+        when = self._state.next_wakeup()
+        if when < self._timer_at:
+            self._arm_timer(when)
 
     def _arm_timer(self, when: float) -> None:
         if self._timer is not None:
@@ -255,17 +337,28 @@ class BoundedGate:
         woken = self._state.advance(now)
         if woken:
             self._wake(woken)
-        when = self._state.next_wakeup()
-        if when != math.inf:
-            self._arm_timer(when)
+        self._rearm()
 
-    def _refusal(self, permit: Permit) -> QueueFull | QueueExpired | Evicted:
+    def _refusal(self, permit: Permit) -> QueueFull | RateLimited | QueueExpired | Evicted:
         """The error for a permit the state refused at arrival, or that left the queue unstarted."""
         state = self._state
-        if permit.status is REJECTED:
+        status = permit.status
+        if status is RATE_LIMITED:
+            return RateLimited(
+                self._name,
+                self._max_running,
+                state.max_waiting,
+                state.running,
+                state.waiting,
+                0.0,
+                0.0,
+                state.limiting(permit).name,  # type: ignore[union-attr]
+                max(0.0, state.ready_at(permit) - permit.ended),  # type: ignore[operator]
+            )
+        if status is REJECTED:
             return QueueFull(
                 self._name,
-                state.max_running,
+                self._max_running,
                 state.max_waiting,
                 state.running,
                 state.waiting,
@@ -274,10 +367,10 @@ class BoundedGate:
                 state.recent_run_seconds,
             )
         waited = permit.ended - permit.arrival  # type: ignore[operator]
-        if permit.status is EVICTED:
+        if status is EVICTED:
             return Evicted(
                 self._name,
-                state.max_running,
+                self._max_running,
                 state.max_waiting,
                 state.running,
                 state.waiting,
@@ -288,7 +381,7 @@ class BoundedGate:
             )
         return QueueExpired(
             self._name,
-            state.max_running,
+            self._max_running,
             state.max_waiting,
             state.running,
             state.waiting,
@@ -304,7 +397,7 @@ class BoundedGate:
         arrival: float = permit.arrival  # type: ignore[assignment]
         return Late(
             self._name,
-            state.max_running,
+            self._max_running,
             state.max_waiting,
             state.running,
             state.waiting,

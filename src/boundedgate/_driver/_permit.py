@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 from typing_extensions import Self
 
-from .._core import Status, Ticket
+from .._core import Status, Ticket, check_cost
+from .._streams import GatedStream, hand_over
 from ._compat import current_task, is_cancelling
 
 if TYPE_CHECKING:
+    from .._errors import Late
     from ._gate import BoundedGate
 
 __all__ = ("Permit",)
@@ -21,6 +24,8 @@ QUEUED = Status.QUEUED
 RUNNING = Status.RUNNING
 LATE = Status.LATE
 CANCELLED = Status.CANCELLED
+
+_T = TypeVar("_T")
 
 
 @final
@@ -43,11 +48,14 @@ class Permit(Ticket):
         started: When it got its slot (None if it has not).
         ended: When it reached its outcome (None while it is pending).
         priority: Its priority class (0, the most urgent, unless the gate has several).
+        cost: Its rate cost: declared at admission, then as settled by :meth:`settle`.
     """
 
-    __slots__ = ("_gate", "_timeout", "_waiter")
+    __slots__ = ("_gate", "_handed_over", "_timeout", "_waiter")
 
-    def __init__(self, gate: BoundedGate, timeout: float | None, deadline: float, priority: int) -> None:
+    def __init__(
+        self, gate: BoundedGate, timeout: float | None, deadline: float, priority: int, cost: float
+    ) -> None:
         # Ticket's fields, set here rather than through Ticket.__init__: a call less per request.
         self.arrival: float | None = None
         self.deadline = deadline
@@ -56,11 +64,14 @@ class Permit(Ticket):
         self.status = NEW
         self.priority = priority
         self.seq = -1
+        self.cost = cost
         self._gate = gate
         # The relative budget, turned into `deadline` at arrival (None when it was absolute).
         self._timeout = timeout
         # The future a queued permit sleeps on; the gate resolves it when the permit leaves the queue.
         self._waiter: asyncio.Future[None] | None = None
+        # True once a stream owns the slot: the block's exit then leaves it alone.
+        self._handed_over = False
 
     @property
     def gate(self) -> BoundedGate:
@@ -76,6 +87,52 @@ class Permit(Ticket):
         """
         self._finish(False)
 
+    def settle(self, cost: float) -> None:
+        """Record the request's real cost, e.g. the token usage the SDK reported.
+
+        Rate limits counted in tokens are charged the difference to the declared cost (never below
+        a bucket's floor: a debt later requests wait out) or refunded the over-estimate (never above
+        its burst). Call it once the usage is known, before or after the slot was released (a
+        stream's usage is only known at its end). Settling again adjusts from the last settled
+        cost. Does nothing for a request that never started.
+
+        Raises:
+            TypeError, ValueError: ``cost`` is not a finite number >= 0.
+        """
+        value = check_cost(cost)
+        gate = self._gate
+        loop = gate._loop
+        if loop is None:
+            return
+        woken = gate._state.settle(self, value, loop.time())
+        if woken:
+            gate._wake(woken)
+        if gate._rated and gate._state.waiting:
+            gate._rearm()
+
+    def hand_to(self, stream: AsyncIterator[_T], *, raise_late: bool = True) -> GatedStream[_T]:
+        """Give the slot to ``stream``: the returned wrapper releases it when the stream ends.
+
+        From then on the ``async with`` block neither releases the slot nor raises :class:`Late`,
+        whatever happens in it, so hand over last (``return permit.hand_to(raw)``); if the block
+        raises before the hand-over, it releases as usual. The permit's deadline is the stream's.
+
+        Args:
+            stream: An async iterator: an SDK stream (``create(stream=True)``), the stream an SDK's
+                ``.stream()`` manager yields, or any async generator.
+            raise_late: Raise :class:`Late` at the end of a stream that ends at or after the
+                deadline (True), or only count it as late in ``stats()`` (False).
+
+        Returns:
+            The :class:`GatedStream` that now owns the slot: a drop-in for ``stream``.
+
+        Raises:
+            TypeError: ``stream`` is not an async iterator (the block still owns the slot).
+            RuntimeError: The permit holds no slot (not admitted, or already released), or was
+                already handed to a stream.
+        """
+        return hand_over(self, stream, raise_late=raise_late)
+
     async def __aenter__(self) -> Self:
         status = self.status
         if status is RUNNING:
@@ -86,7 +143,9 @@ class Permit(Ticket):
         gate = self._gate
         if status is QUEUED:
             waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]
-            if self.deadline < gate._timer_at:
+            if gate._rated:
+                gate._rearm()
+            elif self.deadline < gate._timer_at:
                 gate._arm_timer(self.deadline)
             try:
                 await waiter
@@ -108,6 +167,8 @@ class Permit(Ticket):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._handed_over:
+            return  # a stream owns the slot now
         # No await before the release: a second cancellation must not be able to interrupt it.
         self._finish(exc_type is not None)
         if exc_type is None and self.status is LATE:
@@ -142,6 +203,24 @@ class Permit(Ticket):
             woken = gate._state.release(self, gate._loop.time(), failed)  # type: ignore[union-attr]
             if woken:
                 gate._wake(woken)
+            if gate._rated and gate._state.waiting:
+                gate._rearm()
+
+    # -- what a stream needs (boundedgate._streams.StreamPermit) -------------------------------
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._gate._loop
+
+    def _hand_over(self) -> None:
+        if self.status is not RUNNING:
+            raise RuntimeError(f"{self!r} holds no slot to hand over")
+        if self._handed_over:
+            raise RuntimeError(f"{self!r} was already handed to a stream")
+        self._handed_over = True
+
+    def _late(self) -> Late:
+        return self._gate._late(self)
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"

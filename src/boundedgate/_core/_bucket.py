@@ -1,0 +1,161 @@
+"""Token buckets, told the time: the arithmetic behind requests-per-minute and tokens-per-minute limits.
+
+A bucket holds up to ``burst`` tokens and gains ``rate`` tokens per second. A request takes its cost
+when it starts; a request whose cost was an estimate settles later, which refunds the over-estimate
+(never above ``burst``) or charges the rest (never below ``floor``: a debt that later requests wait
+out). Nothing here reads a clock: every operation is told ``now``.
+
+Times computed from floats are compared with a relative tolerance of one part in a billion, so that
+a request told to wait until its tokens are due finds them there when it wakes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ("RateLimit", "TokenBucket")
+
+#: Relative tolerance when comparing a balance with a cost.
+_TOLERANCE = 1e-9
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    number = float(value)
+    if not (number > 0 and math.isfinite(number)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A rate limit to attach to a gate: a token bucket's rate, burst and unit.
+
+    With ``unit="requests"`` every request costs one token (requests per minute); with
+    ``unit="tokens"`` a request costs what it declares with ``admit(cost=...)`` and may settle the
+    real figure later with ``permit.settle(...)`` (LLM tokens per minute). The bucket starts full.
+
+    Use the constructors: ``RateLimit.per_minute(60, burst=90)`` for 60 requests per minute with
+    bursts of up to 90; ``RateLimit.per_minute(80_000, unit="tokens", name="tpm")`` for 80k tokens
+    per minute. Seed 004's advice is a burst of at most 1.5 to 2 times the per-window quota; the
+    default burst is exactly one window's quota.
+
+    Attributes:
+        rate: Tokens gained per second.
+        burst: The bucket's capacity: the most a burst can take at once, and the largest cost
+            that can ever be served.
+        unit: ``"requests"`` (each request costs 1) or ``"tokens"`` (each costs its ``cost``).
+        floor: The lowest balance a settled debt can leave (<= 0; default ``-burst``).
+        name: A name for errors and statistics.
+    """
+
+    rate: float
+    burst: float
+    unit: Literal["requests", "tokens"] = "requests"
+    floor: float | None = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rate", _positive("rate", self.rate))
+        object.__setattr__(self, "burst", _positive("burst", self.burst))
+        if self.unit not in ("requests", "tokens"):
+            raise ValueError(f"unit must be 'requests' or 'tokens', got {self.unit!r}")
+        if self.floor is None:
+            object.__setattr__(self, "floor", -self.burst)
+        elif isinstance(self.floor, bool) or not isinstance(self.floor, (int, float)):
+            raise TypeError(f"floor must be a number, got {self.floor!r}")
+        elif not (self.floor <= 0 and math.isfinite(self.floor)):
+            raise ValueError(f"floor must be a finite number <= 0, got {self.floor!r}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {self.name!r}")
+        if not self.name:
+            per = "rps" if self.unit == "requests" else "tps"
+            object.__setattr__(self, "name", f"{self.rate:g} {per}")
+
+    @classmethod
+    def per_second(
+        cls,
+        amount: float,
+        *,
+        burst: float | None = None,
+        unit: Literal["requests", "tokens"] = "requests",
+        floor: float | None = None,
+        name: str = "",
+    ) -> RateLimit:
+        """``amount`` per second, bursts of up to ``burst`` (default: ``amount``)."""
+        rate = _positive("amount", amount)
+        return cls(rate, rate if burst is None else burst, unit, floor, name or f"{amount:g} {unit}/s")
+
+    @classmethod
+    def per_minute(
+        cls,
+        amount: float,
+        *,
+        burst: float | None = None,
+        unit: Literal["requests", "tokens"] = "requests",
+        floor: float | None = None,
+        name: str = "",
+    ) -> RateLimit:
+        """``amount`` per minute, bursts of up to ``burst`` (default: ``amount``)."""
+        quota = _positive("amount", amount)
+        return cls(
+            quota / 60, quota if burst is None else burst, unit, floor, name or f"{amount:g} {unit}/min"
+        )
+
+    @property
+    def per_request(self) -> bool:
+        """True when every request costs one token, whatever its declared cost."""
+        return self.unit == "requests"
+
+
+class TokenBucket:
+    """The live balance of one :class:`RateLimit`."""
+
+    __slots__ = ("burst", "floor", "limit", "per_request", "rate", "tokens", "updated")
+
+    def __init__(self, limit: RateLimit) -> None:
+        #: The rate limit this bucket enforces.
+        self.limit = limit
+        self.rate = limit.rate
+        self.burst = limit.burst
+        self.floor: float = limit.floor  # type: ignore[assignment]
+        self.per_request = limit.per_request
+        #: The balance as of ``updated`` (full before the first refill, whenever that is).
+        self.tokens = limit.burst
+        self.updated = -math.inf
+
+    def need(self, cost: float) -> float:
+        """What a request declaring ``cost`` takes from this bucket."""
+        return 1.0 if self.per_request else cost
+
+    def refill(self, now: float) -> None:
+        """Bring the balance up to ``now`` (a clock that stepped back adds nothing)."""
+        elapsed = now - self.updated
+        if elapsed > 0:
+            self.tokens = min(self.burst, self.tokens + elapsed * self.rate)
+            self.updated = now
+
+    def covers(self, amount: float, now: float) -> bool:
+        """True if the balance at ``now`` pays ``amount``."""
+        self.refill(now)
+        return self.tokens >= amount - _TOLERANCE * max(1.0, amount)
+
+    def ready_at(self, amount: float) -> float:
+        """When the balance will pay ``amount``, if nothing else takes from it."""
+        short = amount - self.tokens
+        return self.updated + short / self.rate if short > 0 else self.updated
+
+    def take(self, amount: float) -> None:
+        """Take ``amount`` (the caller checked :meth:`covers` at the same instant)."""
+        self.tokens -= amount
+
+    def give(self, amount: float) -> None:
+        """Refund ``amount``; the balance never exceeds ``burst``."""
+        self.tokens = min(self.burst, self.tokens + amount)
+
+    def charge(self, amount: float) -> None:
+        """Charge ``amount`` more; the balance never falls below ``floor``."""
+        self.tokens = max(self.floor, self.tokens - amount)

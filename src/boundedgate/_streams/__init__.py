@@ -1,0 +1,10 @@
+"""Streams that hold their gate's slot until they really end (seed 001): the hand-over and the wrapper.
+
+Nothing here knows a particular gate: a permit only has to implement :class:`StreamPermit`.
+"""
+
+from ._opener import StreamOpener, StreamSource
+from ._protocol import StreamPermit
+from ._stream import GatedStream, hand_over
+
+__all__ = ("GatedStream", "StreamOpener", "StreamPermit", "StreamSource", "hand_over")
