@@ -330,3 +330,17 @@ def test_large_random_script_matches_the_reference_model() -> None:
         for i in range(300)
     ]
     assert outcomes(jobs, 5, 12) == reference(as_helper_jobs(jobs), 5, 12)
+
+
+def test_a_core_that_wakes_between_milliseconds_is_an_error_not_a_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The simulator has no rate limits yet; if its core ever woke at a fraction of a millisecond,
+    # truncating the instant would call advance() forever at a time when nothing is due.
+    class Fractional(CheckedState):
+        def next_wakeup(self) -> float:
+            return 5.5
+
+    monkeypatch.setattr(boundedgate.sim._engine, "GateState", Fractional)
+    with pytest.raises(RuntimeError, match=r"woke at 5\.5 ms"):
+        simulate([Job("a", 0, 10), Job("b", 1, 10)], max_running=1, max_waiting=1)

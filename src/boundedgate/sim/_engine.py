@@ -113,13 +113,17 @@ class _Run:
             wakeup = state.next_wakeup()
             if wakeup == math.inf and not ends and next_arrival == total:
                 return
-            # Every time the core reports is one it was given (a deadline), so all are whole ms.
-            now = wakeup if wakeup == math.inf else int(wakeup)
-            if ends and ends[0][0] < now:
-                now = ends[0][0]
-            if next_arrival < total and jobs[arrivals[next_arrival]].arrival_ms < now:
-                now = jobs[arrivals[next_arrival]].arrival_ms
-            assert isinstance(now, int)
+            instant = wakeup
+            if ends and ends[0][0] < instant:
+                instant = ends[0][0]
+            if next_arrival < total and jobs[arrivals[next_arrival]].arrival_ms < instant:
+                instant = jobs[arrivals[next_arrival]].arrival_ms
+            # The core wakes for queued deadlines, which are whole ms. A core that woke between two
+            # milliseconds (a token bucket's refill, once the simulator has rate limits) must not be
+            # truncated into an instant at which nothing is due: that would never advance.
+            if instant != int(instant):
+                raise RuntimeError(f"the core woke at {instant!r} ms; the simulator keeps whole milliseconds")
+            now = int(instant)
             woken = state.advance(now)
             if woken:
                 self.woken(now, woken)
@@ -247,6 +251,8 @@ def simulate(
         TypeError: A setting of the wrong type (booleans included).
         ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1``, or a
             ``jump_share`` outside ``[0, 1)``.
+        RuntimeError: The core asked to be woken between two milliseconds, which only a rate
+            limit could (the simulator has none yet): a guard, not an outcome.
     """
     script = check_jobs(jobs)
     priorities = check_priorities_setting(priorities)
