@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/seed_replay.py
+	$(PY) examples/llm_burst.py
 
 test: lint typecheck pytest
 

@@ -1,0 +1,379 @@
+"""The command line: ``boundedgate simulate`` and ``boundedgate plan`` (also ``python -m boundedgate``).
+
+``simulate`` replays a script (JSON or CSV, see :mod:`boundedgate.sim`) through a gate with given
+settings and prints what became of each request. ``plan`` generates traffic (or reads a script) and
+sweeps settings, printing a line per setting. Exit status: 0 on success, 1 when the work could not
+be done (an unreadable or invalid script, a missing extra), 2 for a malformed command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..sim import Bursts, Job, Poisson, ScriptError, generate, read_script, simulate, sweep, write_script
+from ..sim._plot import FORMATS, plot_simulation, plot_sweep, require_matplotlib
+from ..sim._text import human_ms, requests_table, summary_lines, sweep_table, trace_table
+from ..sim._workload import Arrivals, Exponential, Fixed, LogNormal
+from . import _units
+from ._progress import ProgressBar
+
+__all__ = ("main",)
+
+
+class _Failed(Exception):
+    """The command could not do its work; the message says why."""
+
+
+def _max_running(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: max_running is a whole number >= 1")
+    return int(text)
+
+
+def _max_waiting(text: str) -> int | None:
+    values = _units.limits(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one number (plan sweeps several)")
+    return values[0]
+
+
+def _running_list(text: str) -> list[int]:
+    values = _units.limits(text)
+    if any(value is None or value < 1 for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: max_running values are whole numbers >= 1")
+    return values  # type: ignore[return-value]
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: jump_share is a number >= 0 and < 1")
+    return value
+
+
+def _weights(text: str) -> list[float]:
+    try:
+        weights = [float(part) for part in text.split(",")]
+    except ValueError:
+        weights = []
+    if not weights or not all(w >= 0 and math.isfinite(w) for w in weights) or not sum(weights) > 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a weight >= 0 per priority class, e.g. 1,4 (one request in five is class 0)"
+        )
+    return weights
+
+
+def _add_priority_options(group: Any) -> None:
+    group.add_argument(
+        "--priorities",
+        metavar="N",
+        type=_max_running,
+        help="priority classes (default: enough for the script's priority column)",
+    )
+    group.add_argument(
+        "--jump-share",
+        metavar="F",
+        type=_share,
+        default=0.2,
+        help="share of starts that may jump ahead of an older waiter (default 0.2)",
+    )
+
+
+def _classes(args: argparse.Namespace, jobs: Sequence[Job]) -> int:
+    if args.priorities is not None:
+        return int(args.priorities)
+    return max((job.priority for job in jobs), default=0) + 1
+
+
+def _settings(max_running: object, max_waiting: int | None, classes: int, jump_share: float) -> str:
+    q = "none" if max_waiting is None else max_waiting
+    text = f"max_running={max_running}, max_waiting={q}"
+    return text if classes == 1 else f"{text}, priorities={classes}, jump_share={jump_share:g}"
+
+
+def _plot_path(text: str) -> Path:
+    path = Path(text)
+    if path.suffix.lower() not in FORMATS:
+        raise argparse.ArgumentTypeError(f"{text!r}: a chart is saved as {', '.join(FORMATS)}")
+    return path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="boundedgate",
+        description="Check a gate's settings against traffic before they ship: the gate's own decision "
+        "core, replayed in virtual time.",
+    )
+    parser.add_argument("--version", action="version", version=f"boundedgate {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sim = commands.add_parser(
+        "simulate",
+        help="replay a script of requests through a gate",
+        description="Replay a script (JSON or CSV with id, arrival_ms, service_ms and an optional "
+        "budget_ms, in whole milliseconds) through a gate, and print what became of each request.",
+    )
+    sim.add_argument("script", metavar="FILE", type=Path, help="the script, .json or .csv")
+    sim.add_argument(
+        "--max-running", "-c", metavar="C", type=_max_running, required=True, help="running slots"
+    )
+    sim.add_argument(
+        "--max-waiting", "-q", metavar="Q", type=_max_waiting, required=True, help="queue places, or none"
+    )
+    _add_priority_options(sim)
+    sim.add_argument("--json", action="store_true", help="print the result as JSON")
+    sim.add_argument("--trace", action="store_true", help="also print every event")
+    sim.add_argument("--summary-only", action="store_true", help="print the summary alone")
+    sim.add_argument(
+        "--plot", metavar="FILE", type=_plot_path, help="draw running/waiting over time (.svg, .png)"
+    )
+
+    plan = commands.add_parser(
+        "plan",
+        help="sweep settings against generated traffic or a script",
+        description="Generate traffic (Poisson arrivals at --rate, --burst, or both) or read a --script, "
+        "simulate it under each setting, and print a line per setting. Durations take a unit: 250ms, 2s, 5m.",
+    )
+    traffic = plan.add_argument_group("traffic")
+    traffic.add_argument(
+        "--script", metavar="FILE", type=Path, help="replay this script instead of generating"
+    )
+    traffic.add_argument("--rate", type=_units.rate, help="Poisson arrivals: 20 (per second), 20/s, 1200/m")
+    traffic.add_argument("--burst", metavar="N", type=_max_running, help="N requests arriving at one instant")
+    traffic.add_argument(
+        "--burst-at", metavar="T", type=_units.whole_duration_ms, help="the first burst (default 0)"
+    )
+    traffic.add_argument(
+        "--burst-every", metavar="P", type=_units.whole_duration_ms, help="repeat bursts every P"
+    )
+    traffic.add_argument(
+        "--service",
+        type=_units.distribution,
+        help="service time: 2s, exp:2s (mean), lognormal:2s,20s (mean, p99)",
+    )
+    traffic.add_argument(
+        "--budget",
+        type=_units.optional_duration_ms,
+        default=None,
+        help="each request's budget from arrival, or none (the default)",
+    )
+    traffic.add_argument(
+        "--duration",
+        type=_units.whole_duration_ms,
+        default=600_000,
+        help="arrivals fall in [0, D) (default 10m)",
+    )
+    traffic.add_argument("--seed", type=int, default=0, help="the random seed (default 0)")
+    settings = plan.add_argument_group("settings")
+    settings.add_argument(
+        "--max-running", "-c", metavar="C,...", type=_running_list, required=True, help="running slots to try"
+    )
+    settings.add_argument(
+        "--max-waiting",
+        "-q",
+        metavar="Q,...",
+        type=_units.limits,
+        required=True,
+        help="queue places to try, e.g. 0,10,50,none",
+    )
+    traffic.add_argument(
+        "--priority-mix",
+        metavar="W,...",
+        type=_weights,
+        help="weights of the priority classes 0, 1...: 1,4 makes one request in five class 0",
+    )
+    _add_priority_options(settings)
+    plan.add_argument("--json", action="store_true", help="print the result as JSON")
+    plan.add_argument("--plot", metavar="FILE", type=_plot_path, help="draw the sweep's curves (.svg, .png)")
+    plan.add_argument(
+        "--save-script", metavar="FILE", type=Path, help="write the generated traffic as a script"
+    )
+    return parser
+
+
+def _describe_distribution(d: Fixed | Exponential | LogNormal) -> str:
+    if isinstance(d, Fixed):
+        return human_ms(d.ms)
+    if isinstance(d, Exponential):
+        return f"exponential, mean {human_ms(d.mean_ms)}"
+    return f"lognormal, mean {human_ms(d.mean_ms)}, p99 {human_ms(d.p99_ms)}"
+
+
+def _check_plotting() -> None:
+    try:
+        require_matplotlib()
+    except ImportError as error:
+        raise _Failed(str(error)) from None
+
+
+def _read(path: Path) -> list[Job]:
+    try:
+        return read_script(path)
+    except OSError as error:
+        raise _Failed(f"cannot read {path}: {error.strerror or error}") from None
+    except ScriptError as error:
+        raise _Failed(str(error)) from None
+
+
+def _simulate(args: argparse.Namespace) -> None:
+    if args.plot:
+        _check_plotting()
+    jobs = _read(args.script)
+    classes = _classes(args, jobs)
+    try:
+        result = simulate(
+            jobs,
+            max_running=args.max_running,
+            max_waiting=args.max_waiting,
+            priorities=classes,
+            jump_share=args.jump_share,
+        )
+    except ScriptError as error:
+        raise _Failed(f"{args.script}: {error}") from None
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        settings = _settings(args.max_running, args.max_waiting, classes, args.jump_share)
+        print(f"{len(jobs)} requests from {args.script} through {settings}")
+        if not args.summary_only:
+            print("\n" + requests_table(result) + "\n\n(times in ms from the script's origin)")
+            if args.trace:
+                print("\n" + trace_table(result))
+        print()
+        print("\n".join(summary_lines(result.summary)))
+    if args.plot:
+        plot_simulation(result, args.plot)
+        print(f"\nchart: {args.plot}", file=sys.stderr)
+
+
+def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Job], str]:
+    options = ("rate", "burst", "service", "budget", "priority_mix")
+    generated = [name for name in options if getattr(args, name) is not None]
+    if args.script is not None:
+        if generated:
+            parser.error(f"--script replays a script; it takes no --{generated[0].replace('_', '-')}")
+        jobs = _read(args.script)
+        return jobs, f"{len(jobs)} requests from {args.script}"
+    if args.rate is None and args.burst is None:
+        parser.error("give --rate and/or --burst (or a --script)")
+    if args.service is None:
+        parser.error("give --service: 2s, exp:2s (the mean) or lognormal:2s,20s (mean and p99)")
+    if args.burst is None and (args.burst_at is not None or args.burst_every is not None):
+        parser.error("--burst-at and --burst-every need --burst")
+    arrivals: list[Arrivals] = []
+    described: list[str] = []
+    if args.rate is not None:
+        arrivals.append(Poisson(args.rate))
+        described.append(f"Poisson {args.rate:g}/s")
+    if args.burst is not None:
+        arrivals.append(Bursts(args.burst, start_ms=args.burst_at or 0, every_ms=args.burst_every))
+        when = f"at {human_ms(args.burst_at or 0)}"
+        if args.burst_every is not None:
+            when += f" and every {human_ms(args.burst_every)}"
+        described.append(f"bursts of {args.burst} {when}")
+    jobs = generate(
+        arrivals,
+        args.service,
+        duration_ms=args.duration,
+        budget_ms=args.budget,
+        priority_mix=args.priority_mix,
+        seed=args.seed,
+    )
+    budget = "none" if args.budget is None else human_ms(args.budget)
+    mix = (
+        "" if args.priority_mix is None else f"; priority mix {','.join(f'{w:g}' for w in args.priority_mix)}"
+    )
+    description = (
+        f"{len(jobs)} requests in {human_ms(args.duration)} ({' + '.join(described)}); "
+        f"service {_describe_distribution(args.service)}; budget {budget}{mix}; seed {args.seed}"
+    )
+    return jobs, description
+
+
+def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    if args.plot:
+        _check_plotting()
+    jobs, description = _plan_traffic(args, parser)
+    if args.save_script is not None:
+        try:
+            write_script(jobs, args.save_script)
+        except OSError as error:
+            raise _Failed(f"cannot write {args.save_script}: {error.strerror or error}") from None
+    classes = _classes(args, jobs)
+    try:
+        rows = sweep(
+            jobs,
+            max_running=args.max_running,
+            max_waiting=args.max_waiting,
+            priorities=classes,
+            jump_share=args.jump_share,
+            progress=ProgressBar("simulating", sys.stderr),
+        )
+    except ScriptError as error:
+        raise _Failed(str(error)) from None
+    if args.json:
+        out: dict[str, Any] = {
+            "workload": description,
+            "priorities": classes,
+            "jump_share": args.jump_share,
+            "rows": [
+                {
+                    "max_running": row.max_running,
+                    "max_waiting": row.max_waiting,
+                    "summary": row.summary.to_dict(),
+                }
+                for row in rows
+            ],
+        }
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"Workload: {description}")
+        if classes > 1:
+            print(f"Gate: priorities={classes}, jump_share={args.jump_share:g}")
+        print()
+        print(sweep_table(rows))
+        print("\n(shares of all requests; wait = queue time of the requests that queued, p99)")
+    if args.plot:
+        plot_sweep(rows, args.plot, title=description if len(description) < 100 else None)
+        print(f"\nchart: {args.plot}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default: the process's arguments).
+
+    Args:
+        argv: The arguments, without the program name.
+
+    Returns:
+        The exit status: 0 on success, 1 when the work could not be done.
+
+    Raises:
+        SystemExit: On a malformed command line (status 2), and for ``--help`` and ``--version``.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "simulate":
+            _simulate(args)
+        else:
+            _plan(args, parser)
+    except _Failed as error:
+        print(f"boundedgate: error: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader left (`boundedgate simulate big.csv | head`): stop quietly, and keep Python's
+        # own flush at exit from raising again (the recipe in the signal module's documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    return 0

@@ -1,0 +1,131 @@
+"""Charts of a simulation and of a sweep, drawn with matplotlib (the ``plot`` extra), imported lazily."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._plan import SweepRow
+from ._results import Simulation
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ("FORMATS", "plot_simulation", "plot_sweep", "require_matplotlib")
+
+#: The file formats a chart can be saved as, by file name suffix.
+FORMATS = (".svg", ".png", ".pdf")
+
+_INSTALL = "plotting needs matplotlib: pip install 'boundedgate[plot]'"
+
+
+def require_matplotlib() -> None:
+    """Check that matplotlib can be imported, before a long run that ends in a chart.
+
+    Raises:
+        ImportError: matplotlib is not installed; the message says how to install it.
+    """
+    _new_figure()
+
+
+def _new_figure() -> Figure:
+    try:
+        from matplotlib.figure import Figure  # noqa: PLC0415 (an optional extra, imported when needed)
+    except ImportError as error:
+        raise ImportError(_INSTALL) from error
+    # A bare Figure draws with the Agg canvas: no pyplot, no global state, no display needed.
+    return Figure(figsize=(9, 4.8), layout="constrained")
+
+
+def _save(figure: Figure, path: str | Path) -> None:
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise ValueError(f"a chart is saved as {', '.join(FORMATS)}; got {path.name!r}")
+    # No creation date in the file, so the same simulation gives the same SVG.
+    metadata = {"Date": None} if path.suffix.lower() == ".svg" else None
+    figure.savefig(path, metadata=metadata)
+
+
+def plot_simulation(result: Simulation, path: str | Path, title: str | None = None) -> None:
+    """Draw the running and waiting counts over time, against the gate's limits, to ``path``.
+
+    Args:
+        result: A simulation run with its trace (the default).
+        path: The file to write: ``.svg``, ``.png`` or ``.pdf``.
+        title: A title for the chart (default: the settings).
+
+    Raises:
+        ImportError: matplotlib is not installed.
+        ValueError: A file name with another suffix, or a simulation without its trace.
+    """
+    if result.requests and not result.trace:
+        raise ValueError("this simulation kept no trace; run simulate(..., trace=True)")
+    figure = _new_figure()
+    running_axes, waiting_axes = figure.subplots(2, 1, sharex=True)
+    last = result.trace[-1].time_ms if result.trace else 0
+    scale, unit = (1, "ms") if last < 10_000 else (1000, "s")
+    # Counts start at zero before the first event; a step holds each value until the next event.
+    times = [0.0] + [event.time_ms / scale for event in result.trace]
+    q = "unbounded" if result.max_waiting is None else result.max_waiting
+    for axes, counts, limit, name, color in (
+        (running_axes, [e.running for e in result.trace], result.max_running, "running", "tab:blue"),
+        (waiting_axes, [e.waiting for e in result.trace], result.max_waiting, "waiting", "tab:orange"),
+    ):
+        axes.step(times, [0, *counts], where="post", color=color, label=name)
+        if limit is not None:
+            axes.axhline(limit, linestyle=":", color="grey", label=f"max_{name} = {limit}")
+        axes.set_ylabel(name)
+        axes.set_ylim(bottom=0)
+        axes.legend(loc="upper right")
+    waiting_axes.set_xlabel(f"time ({unit})")
+    running_axes.set_title(title or f"max_running={result.max_running}, max_waiting={q}")
+    _save(figure, path)
+
+
+def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = None) -> None:
+    """Draw each outcome's share, and the p99 wait, against ``max_waiting``, to ``path``.
+
+    The settings of ``max_waiting`` are evenly spaced in the order given (an unbounded queue reads
+    ``none``), with one line per ``max_running`` and outcome.
+
+    Args:
+        rows: The sweep.
+        path: The file to write: ``.svg``, ``.png`` or ``.pdf``.
+        title: A title for the chart.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+        ValueError: A file name with another suffix, or no rows.
+    """
+    if not rows:
+        raise ValueError("no rows to plot")
+    figure = _new_figure()
+    shares, waits = figure.subplots(1, 2)
+    waitings = list(dict.fromkeys(row.max_waiting for row in rows))
+    runnings = list(dict.fromkeys(row.max_running for row in rows))
+    outcomes = (("completed", "on time", "tab:green"), ("rejected", "rejected", "tab:red"),
+                ("expired", "expired", "tab:orange"), ("late", "late", "tab:purple"))  # fmt: skip
+    styles = ("-", "--", "-.", ":")
+    for number, c in enumerate(runnings):
+        mine = [row for row in rows if row.max_running == c]
+        xs = [waitings.index(row.max_waiting) for row in mine]
+        suffix = f", C={c}" if len(runnings) > 1 else ""
+        style = styles[number % len(styles)]
+        for field, label, color in outcomes:
+            ys = [100 * getattr(row.summary, field) / max(row.summary.requests, 1) for row in mine]
+            shares.plot(xs, ys, style, marker="o", color=color, label=label + suffix)
+        p99 = [(row.summary.queue_ms.p99 or 0) / 1000 for row in mine]
+        waits.plot(xs, p99, style, marker="o", color="tab:blue", label="p99 wait" + suffix)
+    labels = ["none" if q is None else str(q) for q in waitings]
+    for axes in (shares, waits):
+        axes.set_xticks(range(len(waitings)), labels)
+        axes.set_xlabel("max_waiting")
+        axes.legend()
+    shares.set_ylabel("% of requests")
+    shares.set_ylim(0, 100)
+    waits.set_ylabel("p99 queue time (s)")
+    waits.set_ylim(bottom=0)
+    if title:
+        figure.suptitle(title)
+    _save(figure, path)

@@ -1,0 +1,253 @@
+"""What a simulation gives back: a row per request, a trace of events, and a summary.
+
+Percentiles are nearest-rank: the p-th percentile of n sorted values is the value at rank
+``ceil(p / 100 * n)`` (counting from 1). It is always one of the values, never an interpolation, so
+a p99 of 150 ms means one request really waited that long, and whole milliseconds stay whole.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .._core import Status
+
+_N = TypeVar("_N", int, float)
+
+__all__ = ("Percentiles", "RequestResult", "Simulation", "Summary", "TraceEvent", "percentile")
+
+
+def percentile(values: Sequence[_N], p: float) -> _N | None:
+    """The nearest-rank ``p``-th percentile of ``values`` (None if there are none).
+
+    Args:
+        values: The sample, sorted in increasing order.
+        p: The percentile, ``0 < p <= 100``.
+
+    Returns:
+        ``values[ceil(p / 100 * len(values)) - 1]``, or None for an empty sample.
+
+    Raises:
+        ValueError: ``p`` outside ``(0, 100]``.
+    """
+    if not 0 < p <= 100:
+        raise ValueError(f"p must be in (0, 100], got {p!r}")
+    if not values:
+        return None
+    return values[max(math.ceil(p / 100 * len(values)), 1) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    """A distribution of times in milliseconds: its size, nearest-rank p50, p95, p99 and maximum.
+
+    Every figure is None when ``count`` is 0.
+    """
+
+    #: How many values.
+    count: int
+    #: The median.
+    p50: int | None
+    #: The 95th percentile.
+    p95: int | None
+    #: The 99th percentile.
+    p99: int | None
+    #: The largest value.
+    max: int | None
+
+    @classmethod
+    def of(cls, values: Sequence[int]) -> Percentiles:
+        """The percentiles of ``values``, in any order."""
+        ordered = sorted(values)
+        return cls(
+            count=len(ordered),
+            p50=percentile(ordered, 50),
+            p95=percentile(ordered, 95),
+            p99=percentile(ordered, 99),
+            max=ordered[-1] if ordered else None,
+        )
+
+    def to_dict(self) -> dict[str, int | None]:
+        """The fields as a dict, for JSON."""
+        return {"count": self.count, "p50": self.p50, "p95": self.p95, "p99": self.p99, "max": self.max}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestResult:
+    """What became of one scripted request. Times are milliseconds from the script's origin.
+
+    ``queue_ms`` is the time it spent in the queue: until it started (0 if it started at once),
+    or until it expired or was evicted; None if it was rejected, since it never queued.
+    ``end_to_end_ms`` is what its caller waited for an outcome of any kind: ``end_ms - arrival_ms``.
+    """
+
+    #: The request's id.
+    id: str
+    #: Its outcome: COMPLETED, LATE, EXPIRED, REJECTED, or EVICTED (with priorities).
+    outcome: Status
+    #: When it arrived.
+    arrival_ms: int
+    #: When it got a running slot, or None if it never did.
+    start_ms: int | None
+    #: When it reached its outcome.
+    end_ms: int
+    #: Time in the queue (see above).
+    queue_ms: int | None
+    #: Arrival to outcome.
+    end_to_end_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict, for JSON (the outcome as its string value)."""
+        return {
+            "id": self.id,
+            "outcome": self.outcome.value,
+            "arrival_ms": self.arrival_ms,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+            "queue_ms": self.queue_ms,
+            "end_to_end_ms": self.end_to_end_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One event of a simulation, with the gate's counts just after it.
+
+    ``event`` is ``"started"``, ``"queued"``, ``"rejected"``, ``"expired"``, ``"evicted"``,
+    ``"completed"`` or ``"late"``.
+    """
+
+    #: When it happened, in milliseconds.
+    time_ms: int
+    #: What happened.
+    event: str
+    #: To which request.
+    id: str
+    #: Requests running just after it.
+    running: int
+    #: Requests waiting just after it.
+    waiting: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict, for JSON."""
+        return {
+            "time_ms": self.time_ms,
+            "event": self.event,
+            "id": self.id,
+            "running": self.running,
+            "waiting": self.waiting,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Counts per outcome, peaks, and the distributions of queue time and end-to-end time.
+
+    ``queue_ms`` covers the requests that got past the door: those that started, and those that
+    left the queue at their deadline or were evicted from it. Rejected requests never queued and
+    are left out, so they cannot make the wait look shorter than it was. ``end_to_end_ms`` covers
+    the requests that ran (completed or late): how long their callers waited for an answer.
+    """
+
+    #: Requests in the script.
+    requests: int
+    #: Ran and finished before their deadline.
+    completed: int
+    #: Ran and finished at or after their deadline.
+    late: int
+    #: Left the queue at their deadline, never started.
+    expired: int
+    #: Refused at arrival: every slot busy and the queue full.
+    rejected: int
+    #: Pushed out of a full queue by a more urgent arrival, never started (with priorities).
+    evicted: int
+    #: The most requests running at once.
+    peak_running: int
+    #: The most requests waiting at once.
+    peak_waiting: int
+    #: Queue time of requests that started, expired or were evicted.
+    queue_ms: Percentiles
+    #: Arrival to end of requests that ran.
+    end_to_end_ms: Percentiles
+
+    @property
+    def admitted(self) -> int:
+        """Requests that got a running slot: ``completed + late``."""
+        return self.completed + self.late
+
+    def share(self, outcome: Status) -> float:
+        """The fraction of requests that ended in ``outcome`` (0.0 for an empty script).
+
+        Raises:
+            ValueError: An outcome a simulation does not produce.
+        """
+        counts = {
+            Status.COMPLETED: self.completed,
+            Status.LATE: self.late,
+            Status.EXPIRED: self.expired,
+            Status.REJECTED: self.rejected,
+            Status.EVICTED: self.evicted,
+        }
+        if outcome not in counts:
+            raise ValueError(f"a simulation has no {outcome.value} requests")
+        return counts[outcome] / self.requests if self.requests else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict, for JSON."""
+        return {
+            "requests": self.requests,
+            "completed": self.completed,
+            "late": self.late,
+            "expired": self.expired,
+            "rejected": self.rejected,
+            "evicted": self.evicted,
+            "peak_running": self.peak_running,
+            "peak_waiting": self.peak_waiting,
+            "queue_ms": self.queue_ms.to_dict(),
+            "end_to_end_ms": self.end_to_end_ms.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    """The result of :func:`simulate`: the settings, a row per request, the trace and a summary."""
+
+    #: Running slots (C).
+    max_running: int
+    #: Queue places (Q); None when unbounded.
+    max_waiting: int | None
+    #: One row per request, in the script's order.
+    requests: tuple[RequestResult, ...]
+    #: Every event in the order it happened (empty when the trace was not asked for).
+    trace: tuple[TraceEvent, ...]
+    #: The summary.
+    summary: Summary
+    #: Priority classes.
+    priorities: int = 1
+    #: The share of starts that may jump ahead of an older waiter.
+    jump_share: float = 0.2
+
+    def __getitem__(self, job_id: str) -> RequestResult:
+        """The row of the request with this id.
+
+        Raises:
+            KeyError: No request has this id.
+        """
+        for request in self.requests:
+            if request.id == job_id:
+                return request
+        raise KeyError(job_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything as a dict, for JSON."""
+        return {
+            "max_running": self.max_running,
+            "max_waiting": self.max_waiting,
+            "priorities": self.priorities,
+            "jump_share": self.jump_share,
+            "summary": self.summary.to_dict(),
+            "requests": [request.to_dict() for request in self.requests],
+            "trace": [event.to_dict() for event in self.trace],
+        }

@@ -1,0 +1,334 @@
+"""Scripts: the requests a simulation replays, read from JSON or CSV and checked row by row.
+
+A script is seed 000's job format: one request per row, with an ``id``, an ``arrival_ms``, a
+``service_ms`` (how long its body runs once it starts) and an optional ``budget_ms`` (its deadline,
+counted from arrival; none if absent), and optionally its ``priority`` class (0, the most urgent,
+if absent). Times are whole milliseconds, so that no float rounding ever
+decides which of two events at the same instant comes first.
+
+Columns are looked up by name in :data:`COLUMNS`, and a column that is not there is an error (a typo
+such as ``budget`` must not silently mean "no deadline"). Later columns (a key, a cost) are added to
+that table with a default, as ``priority`` was, so scripts written before them keep their meaning.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ("COLUMNS", "Job", "ScriptError", "check_jobs", "parse_script", "read_script", "write_script")
+
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+class ScriptError(ValueError):
+    """A script that cannot be simulated, with the row at fault.
+
+    Attributes:
+        where: The row: ``"line 4"`` of a CSV file, ``"jobs[3]"`` of a JSON one, ``"job 3"`` of a
+            list of :class:`Job` (all counted from the file's first line or the list's first item).
+        job_id: The id of the request on that row, when it has one.
+    """
+
+    def __init__(self, message: str, where: str | None = None, job_id: str | None = None) -> None:
+        self.where = where
+        self.job_id = job_id
+        prefix = where or ""
+        if job_id is not None:
+            prefix += f" (id {job_id!r})"
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+def _whole(name: str, value: object, minimum: int) -> int:
+    if type(value) is not int:  # bool is an int to Python, never a time to us
+        kind = "a boolean" if isinstance(value, bool) else repr(value)
+        raise TypeError(f"{name} must be a whole number of milliseconds, got {kind}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One scripted request (seed 000's job), in whole milliseconds.
+
+    Args:
+        id: A non-empty string, unique within its script.
+        arrival_ms: When it arrives, >= 0.
+        service_ms: How long its body runs once it starts, >= 1 (a body that takes no time would
+            let one instant start and end requests forever).
+        budget_ms: Its budget from arrival, covering the wait and the run, >= 1; None for no
+            deadline.
+        priority: Its priority class, >= 0; 0 is the most urgent (see ``BoundedGate``'s
+            ``priorities``).
+
+    Raises:
+        TypeError: A field of the wrong type: a time that is not an int (floats, strings and
+            booleans included), an id that is not a str.
+        ValueError: An empty id, or a time below its minimum.
+    """
+
+    id: str
+    arrival_ms: int
+    service_ms: int
+    budget_ms: int | None = None
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise TypeError(f"id must be a string, got {self.id!r}")
+        if not self.id:
+            raise ValueError("id must not be empty")
+        _whole("arrival_ms", self.arrival_ms, 0)
+        _whole("service_ms", self.service_ms, 1)
+        if self.budget_ms is not None:
+            _whole("budget_ms", self.budget_ms, 1)
+        if type(self.priority) is not int:
+            kind = "a boolean" if isinstance(self.priority, bool) else repr(self.priority)
+            raise TypeError(f"priority must be a whole number, got {kind}")
+        if self.priority < 0:
+            raise ValueError(f"priority must be >= 0, got {self.priority}")
+
+    @property
+    def deadline_ms(self) -> float:
+        """``arrival_ms + budget_ms``, or ``math.inf`` without a budget."""
+        return math.inf if self.budget_ms is None else self.arrival_ms + self.budget_ms
+
+
+def _text(name: str, cell: str) -> object:
+    return cell
+
+
+def _text_time(name: str, cell: str) -> object:
+    if _WHOLE.fullmatch(cell):
+        return int(cell)
+    raise TypeError(f"{name} must be a whole number of milliseconds, got {cell!r}")
+
+
+def _text_optional_time(name: str, cell: str) -> object:
+    return None if cell == "" else _text_time(name, cell)
+
+
+def _text_priority(name: str, cell: str) -> object:
+    if cell == "":
+        return 0
+    if _WHOLE.fullmatch(cell):
+        return int(cell)
+    raise TypeError(f"{name} must be a whole number, got {cell!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a script: its name, whether a row must have it, and how a CSV cell reads."""
+
+    name: str
+    required: bool
+    from_text: Callable[[str, str], object]
+
+
+#: The columns a script may have, in the order :func:`write_script` writes them.
+COLUMNS: Mapping[str, Column] = {
+    column.name: column
+    for column in (
+        Column("id", True, _text),
+        Column("arrival_ms", True, _text_time),
+        Column("service_ms", True, _text_time),
+        Column("budget_ms", False, _text_optional_time),
+        Column("priority", False, _text_priority),
+    )
+}
+
+
+def _job(fields: Mapping[str, object], where: str) -> Job:
+    raw_id = fields.get("id")
+    job_id = raw_id if isinstance(raw_id, str) and raw_id else None
+    for name in fields:
+        if name not in COLUMNS:
+            known = ", ".join(COLUMNS)
+            raise ScriptError(f"unknown column {name!r} (a script has: {known})", where, job_id)
+    for column in COLUMNS.values():
+        if column.required and column.name not in fields:
+            raise ScriptError(f"missing {column.name}", where, job_id)
+    try:
+        return Job(**fields)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        raise ScriptError(str(error), where, job_id) from None
+
+
+def check_jobs(jobs: Iterable[Job], rows: Iterable[str] | None = None) -> list[Job]:
+    """Return ``jobs`` as a list, checking that each is a :class:`Job` and that ids are unique.
+
+    Args:
+        jobs: The script.
+        rows: Where each job came from, to name in errors (default ``"job 0"``, ``"job 1"``...).
+
+    Returns:
+        The jobs, in their order.
+
+    Raises:
+        ScriptError: An item that is not a Job, or an id already used (naming both rows).
+    """
+    checked: list[Job] = []
+    first: dict[str, str] = {}
+    names = iter(rows) if rows is not None else None
+    for index, job in enumerate(jobs):
+        where = next(names) if names is not None else f"job {index}"
+        if not isinstance(job, Job):
+            raise ScriptError(f"expected a Job, got {job!r}", where)
+        if job.id in first:
+            raise ScriptError(f"duplicate id (first used at {first[job.id]})", where, job.id)
+        first[job.id] = where
+        checked.append(job)
+    return checked
+
+
+def _parse_json(text: str, source: str) -> list[Job]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ScriptError(f"not valid JSON: {error}", source) from None
+    if isinstance(data, dict) and "jobs" in data:
+        data = data["jobs"]
+    if not isinstance(data, list):
+        raise ScriptError("a JSON script is a list of requests, or an object with a 'jobs' list", source)
+    jobs: list[Job] = []
+    rows: list[str] = []
+    for index, item in enumerate(data):
+        where = f"{source}, jobs[{index}]"
+        if not isinstance(item, dict):
+            raise ScriptError(f"a request is a JSON object, got {item!r}", where)
+        jobs.append(_job(item, where))
+        rows.append(where)
+    return check_jobs(jobs, rows)
+
+
+def _parse_csv(text: str, source: str) -> list[Job]:
+    reader = csv.reader(io.StringIO(text))
+    header: list[str] | None = None
+    jobs: list[Job] = []
+    rows: list[str] = []
+    for raw in reader:
+        cells = [cell.strip() for cell in raw]
+        if not any(cells):
+            continue  # blank lines
+        if header is None:
+            header = cells
+            for name in header:
+                if name not in COLUMNS:
+                    known = ", ".join(COLUMNS)
+                    raise ScriptError(f"unknown column {name!r} (a script has: {known})", f"{source}, line 1")
+            for column in COLUMNS.values():
+                if column.required and column.name not in header:
+                    raise ScriptError(f"no {column.name!r} column", f"{source}, line {reader.line_num}")
+            if len(set(header)) != len(header):
+                raise ScriptError("a column appears twice", f"{source}, line {reader.line_num}")
+            continue
+        where = f"{source}, line {reader.line_num}"
+        if len(cells) != len(header):
+            raise ScriptError(f"{len(cells)} cells for {len(header)} columns", where)
+        fields: dict[str, Any] = {}
+        job_id = cells[header.index("id")] or None
+        for name, cell in zip(header, cells, strict=True):
+            try:
+                fields[name] = COLUMNS[name].from_text(name, cell)
+            except (TypeError, ValueError) as error:
+                raise ScriptError(str(error), where, job_id) from None
+        jobs.append(_job(fields, where))
+        rows.append(where)
+    if header is None:
+        raise ScriptError("empty script: a CSV script starts with a header line", source)
+    return check_jobs(jobs, rows)
+
+
+def parse_script(text: str, format: Literal["json", "csv"], source: str = "<script>") -> list[Job]:
+    """Read a script from its text.
+
+    JSON: a list of objects (or an object whose ``"jobs"`` is that list), each with the keys of
+    :data:`COLUMNS`; times are JSON integers and a missing or null ``budget_ms`` means no deadline.
+    CSV: a header line naming the columns, then one request per line; an empty ``budget_ms`` cell
+    means no deadline. Cells are stripped of surrounding spaces.
+
+    Args:
+        text: The script.
+        format: ``"json"`` or ``"csv"``.
+        source: A name for the script in error messages (a file name).
+
+    Returns:
+        The jobs, in the script's order.
+
+    Raises:
+        ScriptError: Malformed text, an unknown or missing column, a bad value, or a duplicate id;
+            the message names the row.
+        ValueError: An unknown format.
+    """
+    if format == "json":
+        return _parse_json(text, source)
+    if format == "csv":
+        return _parse_csv(text, source)
+    raise ValueError(f"format must be 'json' or 'csv', got {format!r}")
+
+
+def _format_of(path: Path, text: str | None = None) -> Literal["json", "csv"]:
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return "json"
+    if suffix == ".csv":
+        return "csv"
+    if text is not None and text.lstrip()[:1] in ("[", "{"):
+        return "json"
+    return "csv"
+
+
+def read_script(path: str | Path) -> list[Job]:
+    """Read a script file: JSON if it ends in ``.json``, CSV if ``.csv``, else by its first character.
+
+    Args:
+        path: The file.
+
+    Returns:
+        The jobs, in the file's order.
+
+    Raises:
+        ScriptError: The file is not a valid script (see :func:`parse_script`).
+        OSError: The file cannot be read.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    return parse_script(text, _format_of(path, text), source=str(path))
+
+
+def _used(name: str, jobs: Iterable[Job]) -> bool:
+    default = Job.__dataclass_fields__[name].default
+    return any(getattr(job, name) != default for job in jobs)
+
+
+def write_script(jobs: Iterable[Job], path: str | Path) -> None:
+    """Write ``jobs`` to a script file, JSON if the name ends in ``.json``, else CSV.
+
+    Args:
+        jobs: The requests.
+        path: The file to create or replace.
+
+    Raises:
+        OSError: The file cannot be written.
+    """
+    path = Path(path)
+    jobs = list(jobs)
+    # A column that only repeats its default is left out, so a plain script stays seed 000's format.
+    columns = [c.name for c in COLUMNS.values() if c.required or c.name == "budget_ms" or _used(c.name, jobs)]
+    rows = [{name: getattr(job, name) for name in columns} for job in jobs]
+    if _format_of(path) == "json":
+        path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        return
+    with path.open("w", encoding="utf-8", newline="") as file:
+        writer = csv.writer(file, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow("" if value is None else value for value in row.values())

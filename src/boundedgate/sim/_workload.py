@@ -1,0 +1,300 @@
+"""Workloads for planning: seeded, reproducible scripts of arrivals, service times and budgets.
+
+A workload is arrivals (:class:`Poisson` at a rate, :class:`Bursts`, or several merged), a service
+time distribution (:class:`Fixed`, :class:`Exponential`, :class:`LogNormal` given its mean and its
+p99) and a budget (none, a fixed one, or a distribution). :func:`generate` turns it into a script.
+
+Each part draws from its own random stream, seeded from the workload's seed and the part's name,
+so two workloads with the same seed and the same arrivals arrive at the same instants even when
+their service times differ: a comparison between them is a comparison of the change alone. Only
+``random.Random.random()`` is used (turned into each distribution by its inverse CDF), the one
+method Python promises will give the same sequence in every version.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from ._script import Job
+
+__all__ = ("Arrivals", "Bursts", "Distribution", "Exponential", "Fixed", "LogNormal", "Poisson", "generate")
+
+_Z99 = NormalDist().inv_cdf(0.99)
+#: A lognormal's p99 is at most ``exp(z99 ** 2 / 2)`` (about 14.97) times its mean.
+MAX_LOGNORMAL_P99_RATIO = math.exp(_Z99 * _Z99 / 2)
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _open_unit(rng: random.Random) -> float:
+    """A uniform number in (0, 1): random() may return 0.0, which no inverse CDF accepts."""
+    while True:
+        u = rng.random()
+        if u > 0.0:
+            return u
+
+
+@dataclass(frozen=True, slots=True)
+class Poisson:
+    """Arrivals at random, ``rate`` per second on average, independent of one another.
+
+    Raises:
+        TypeError, ValueError: A rate that is not a finite number > 0.
+    """
+
+    #: Mean arrivals per second.
+    rate: float
+
+    def __post_init__(self) -> None:
+        _positive("rate", self.rate)
+
+    def times(self, duration_ms: int, rng: random.Random) -> list[int]:
+        """Arrival instants in ``[0, duration_ms)``, in whole milliseconds, in order."""
+        mean_gap = 1000.0 / self.rate
+        times: list[int] = []
+        t = 0.0
+        while True:
+            t -= mean_gap * math.log(_open_unit(rng))
+            if t >= duration_ms:
+                return times
+            times.append(int(t))
+
+
+@dataclass(frozen=True, slots=True)
+class Bursts:
+    """``size`` requests arriving at the same instant, at ``start_ms`` and then every ``every_ms``.
+
+    Raises:
+        TypeError, ValueError: A size that is not an int >= 1, a start that is not an int >= 0, or
+            a period that is not None or an int >= 1.
+    """
+
+    #: Requests per burst.
+    size: int
+    #: The first burst's instant.
+    start_ms: int = 0
+    #: The time between bursts; None for a single burst.
+    every_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, value, minimum in (("size", self.size, 1), ("start_ms", self.start_ms, 0)):
+            if type(value) is not int:
+                raise TypeError(f"{name} must be an int, got {value!r}")
+            if value < minimum:
+                raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        if self.every_ms is not None:
+            if type(self.every_ms) is not int:
+                raise TypeError(f"every_ms must be an int or None, got {self.every_ms!r}")
+            if self.every_ms < 1:
+                raise ValueError(f"every_ms must be >= 1, got {self.every_ms}")
+
+    def times(self, duration_ms: int, rng: random.Random) -> list[int]:
+        """Arrival instants in ``[0, duration_ms)``, in order (``rng`` is not used)."""
+        if self.every_ms is None:
+            starts: Sequence[int] = [self.start_ms] if self.start_ms < duration_ms else []
+        else:
+            starts = range(self.start_ms, duration_ms, self.every_ms)
+        return [start for start in starts for _ in range(self.size)]
+
+
+@dataclass(frozen=True, slots=True)
+class Fixed:
+    """Always the same time, in milliseconds.
+
+    Raises:
+        TypeError, ValueError: A time that is not a finite number > 0.
+    """
+
+    #: The time.
+    ms: float
+
+    def __post_init__(self) -> None:
+        _positive("ms", self.ms)
+
+    def sample(self, rng: random.Random) -> float:
+        """The time, in milliseconds (``rng`` is not used)."""
+        return self.ms
+
+    @property
+    def mean_ms(self) -> float:
+        """The mean: the time itself."""
+        return self.ms
+
+
+@dataclass(frozen=True, slots=True)
+class Exponential:
+    """Exponentially distributed times with the given mean, in milliseconds.
+
+    Raises:
+        TypeError, ValueError: A mean that is not a finite number > 0.
+    """
+
+    #: The mean.
+    mean_ms: float
+
+    def __post_init__(self) -> None:
+        _positive("mean_ms", self.mean_ms)
+
+    def sample(self, rng: random.Random) -> float:
+        """One time, in milliseconds."""
+        return -self.mean_ms * math.log(_open_unit(rng))
+
+
+@dataclass(frozen=True, slots=True)
+class LogNormal:
+    """Lognormal times with the given mean and 99th percentile, in milliseconds: a long tail.
+
+    Service times of LLM calls look like this: most answers come in a few seconds, a few take ten
+    times longer. A lognormal is fixed by its mean and its p99, which are what dashboards show. The
+    p99 must exceed the mean, and a lognormal's p99 is at most about 14.97 times its mean
+    (:data:`MAX_LOGNORMAL_P99_RATIO`).
+
+    Raises:
+        TypeError, ValueError: A mean or p99 that is not a finite number > 0, or a p99 not between
+            the mean and 14.97 times the mean.
+    """
+
+    #: The mean.
+    mean_ms: float
+    #: The 99th percentile.
+    p99_ms: float
+
+    def __post_init__(self) -> None:
+        mean = _positive("mean_ms", self.mean_ms)
+        p99 = _positive("p99_ms", self.p99_ms)
+        if not mean < p99 <= mean * MAX_LOGNORMAL_P99_RATIO:
+            raise ValueError(
+                f"a lognormal's p99 must be above its mean and at most {MAX_LOGNORMAL_P99_RATIO:.2f} "
+                f"times it; got mean {mean:g} ms, p99 {p99:g} ms"
+            )
+
+    @property
+    def sigma(self) -> float:
+        """The standard deviation of the time's logarithm."""
+        # mean = exp(mu + sigma^2 / 2) and p99 = exp(mu + z * sigma), so
+        # sigma^2 / 2 - z * sigma + ln(p99 / mean) = 0; the smaller root keeps p99 above the mean.
+        spread = math.log(self.p99_ms / self.mean_ms)
+        return _Z99 - math.sqrt(max(_Z99 * _Z99 - 2 * spread, 0.0))
+
+    @property
+    def mu(self) -> float:
+        """The mean of the time's logarithm."""
+        sigma = self.sigma
+        return math.log(self.mean_ms) - sigma * sigma / 2
+
+    def sample(self, rng: random.Random) -> float:
+        """One time, in milliseconds."""
+        return math.exp(NormalDist(self.mu, self.sigma).inv_cdf(_open_unit(rng)))
+
+
+Arrivals = Poisson | Bursts
+Distribution = Fixed | Exponential | LogNormal
+
+
+def _cumulative(mix: Sequence[float]) -> list[float]:
+    weights = list(mix)
+    if not weights:
+        raise ValueError("priority_mix needs a weight per class")
+    for weight in weights:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise TypeError(f"priority_mix weights must be numbers, got {weight!r}")
+        if not (weight >= 0 and math.isfinite(weight)):
+            raise ValueError(f"priority_mix weights must be finite and >= 0, got {weight!r}")
+    if not sum(weights) > 0:
+        raise ValueError("priority_mix must give some class a weight > 0")
+    return list(itertools.accumulate(weights))
+
+
+def _whole_ms(value: float) -> int:
+    return max(1, round(value))
+
+
+def generate(
+    arrivals: Arrivals | Sequence[Arrivals],
+    service: Distribution,
+    *,
+    duration_ms: int,
+    budget_ms: int | Distribution | None = None,
+    priority_mix: Sequence[float] | None = None,
+    seed: int = 0,
+) -> list[Job]:
+    """A reproducible script of requests, ready for :func:`simulate` or :func:`sweep`.
+
+    ::
+
+        jobs = generate(
+            [Poisson(rate=20), Bursts(300, start_ms=60_000)],
+            LogNormal(mean_ms=2_000, p99_ms=20_000),
+            budget_ms=30_000,
+            duration_ms=600_000,
+        )
+
+    Times are rounded to whole milliseconds; service times and budgets are at least 1 ms. Requests
+    are numbered in arrival order (``r00001``, ``r00002``...); several arrival processes are merged,
+    and requests arriving at the same instant keep the order of ``arrivals``.
+
+    Args:
+        arrivals: One arrival process, or several to merge.
+        service: The service time distribution.
+        duration_ms: Arrivals fall in ``[0, duration_ms)``, an int >= 1.
+        budget_ms: Each request's budget: None for no deadline, an int, or a distribution.
+        priority_mix: The weights of the priority classes 0, 1, 2... (``[1, 4]``: one request in
+            five is of class 0); None puts every request in class 0.
+        seed: The seed; the same arguments and seed give the same script.
+
+    Returns:
+        The jobs, sorted by arrival.
+
+    Raises:
+        TypeError, ValueError: A duration that is not an int >= 1, a fixed budget that is not an
+            int >= 1, an arrival process or distribution of the wrong type, or a priority mix
+            that is empty, has a weight that is not a finite number >= 0, or weighs nothing.
+    """
+    if type(duration_ms) is not int or duration_ms < 1:
+        raise ValueError(f"duration_ms must be an int >= 1, got {duration_ms!r}")
+    processes = [arrivals] if isinstance(arrivals, (Poisson, Bursts)) else list(arrivals)
+    for process in processes:
+        if not isinstance(process, (Poisson, Bursts)):
+            raise TypeError(f"arrivals must be Poisson or Bursts, got {process!r}")
+    if not isinstance(service, (Fixed, Exponential, LogNormal)):
+        raise TypeError(f"service must be Fixed, Exponential or LogNormal, got {service!r}")
+    if isinstance(budget_ms, bool) or not (
+        budget_ms is None or isinstance(budget_ms, (int, Fixed, Exponential, LogNormal))
+    ):
+        raise TypeError(f"budget_ms must be None, an int or a distribution, got {budget_ms!r}")
+    if isinstance(budget_ms, int) and budget_ms < 1:
+        raise ValueError(f"budget_ms must be >= 1, got {budget_ms}")
+
+    cumulative = _cumulative(priority_mix) if priority_mix is not None else None
+
+    arrival_rng = random.Random(f"boundedgate:{seed}:arrivals")
+    times = sorted(t for process in processes for t in process.times(duration_ms, arrival_rng))
+    service_rng = random.Random(f"boundedgate:{seed}:service")
+    budget_rng = random.Random(f"boundedgate:{seed}:budget")
+    priority_rng = random.Random(f"boundedgate:{seed}:priority")
+    width = len(str(len(times)))
+    jobs: list[Job] = []
+    for number, arrival in enumerate(times, start=1):
+        if budget_ms is None or isinstance(budget_ms, int):
+            budget = budget_ms
+        else:
+            budget = _whole_ms(budget_ms.sample(budget_rng))
+        priority = 0
+        if cumulative is not None:
+            priority = bisect.bisect_right(cumulative, priority_rng.random() * cumulative[-1])
+            priority = min(priority, len(cumulative) - 1)  # guards the float sum's last ulp
+        service_ms = _whole_ms(service.sample(service_rng))
+        jobs.append(Job(f"r{number:0{width}d}", arrival, service_ms, budget, priority))
+    return jobs

@@ -1,0 +1,368 @@
+"""The command line: tables, JSON, errors and exit statuses, charts with and without matplotlib."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from boundedgate._cli import main
+from boundedgate._cli._progress import ProgressBar
+from boundedgate.sim import Job, read_script, write_script
+
+SEED_CSV = "id,arrival_ms,service_ms,budget_ms\nA,0,100,300\nB,0,100,300\nC,0,50,200\nD,0,50,90\nE,0,20,200\n"
+PLAN = [
+    "plan",
+    "--rate",
+    "20",
+    "--service",
+    "lognormal:200ms,2s",
+    "--budget",
+    "1s",
+    "--duration",
+    "1m",
+    "-c",
+    "4",
+]
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    path = tmp_path / "seed.csv"
+    path.write_text(SEED_CSV)
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_simulate_prints_the_seeds_table(capsys: pytest.CaptureFixture[str], seed: Path) -> None:
+    status, out, err = run(capsys, "simulate", str(seed), "--max-running", "2", "--max-waiting", "2")
+    assert status == 0
+    assert err == ""
+    lines = out.splitlines()
+    assert "C   completed        0    100  150    100         150" in lines
+    assert "D   expired          0      -   90     90          90" in lines
+    assert "E   rejected         0      -    0      -           0" in lines
+    assert "peaks: 2 running, 2 waiting" in lines
+    assert "expired in the queue         1  20.0%" in lines
+    assert "end-to-end time  100  150  150  150  3 requests that ran" in lines
+    assert "event" not in out  # no trace unless asked
+
+
+def test_simulate_trace_and_summary_only(capsys: pytest.CaptureFixture[str], seed: Path) -> None:
+    _, out, _ = run(capsys, "simulate", str(seed), "-c", "2", "-q", "2", "--trace")
+    assert "  90  expired    D         2        1" in out.splitlines()
+    _, out, _ = run(capsys, "simulate", str(seed), "-c", "2", "-q", "2", "--summary-only")
+    assert "completed        0" not in out
+    assert "peaks: 2 running, 2 waiting" in out
+
+
+def test_simulate_json_parses(capsys: pytest.CaptureFixture[str], seed: Path) -> None:
+    status, out, _ = run(capsys, "simulate", str(seed), "-c", "2", "-q", "none", "--json")
+    assert status == 0
+    data = json.loads(out)
+    assert data["max_waiting"] is None
+    assert data["summary"]["rejected"] == 0
+    assert [r["outcome"] for r in data["requests"]] == [
+        "completed",
+        "completed",
+        "completed",
+        "expired",
+        "completed",
+    ]
+    assert data["trace"][0] == {"time_ms": 0, "event": "started", "id": "A", "running": 1, "waiting": 0}
+
+
+def test_simulate_reports_an_invalid_script_by_row(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("id,arrival_ms,service_ms\nA,0,5\nB,0,0\n")
+    status, out, err = run(capsys, "simulate", str(path), "-c", "1", "-q", "0")
+    assert status == 1
+    assert out == ""
+    assert err == f"boundedgate: error: {path}, line 3 (id 'B'): service_ms must be >= 1, got 0\n"
+
+
+def test_simulate_reports_a_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, _, err = run(capsys, "simulate", str(tmp_path / "nope.csv"), "-c", "1", "-q", "0")
+    assert status == 1
+    assert "cannot read" in err
+    assert "No such file" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "x.csv", "-q", "1"], "the following arguments are required: --max-running"),
+        (["simulate", "x.csv", "-c", "0", "-q", "1"], "max_running is a whole number >= 1"),
+        (["simulate", "x.csv", "-c", "1.5", "-q", "1"], "max_running is a whole number >= 1"),
+        (["simulate", "x.csv", "-c", "1", "-q", "-1"], "whole numbers >= 0"),
+        (["simulate", "x.csv", "-c", "1", "-q", "1,2"], "give one number"),
+        (
+            ["simulate", "x.csv", "-c", "1", "-q", "1", "--plot", "x.jpg"],
+            "a chart is saved as .svg, .png, .pdf",
+        ),
+        (["plan", "-c", "1", "-q", "1", "--service", "2s"], "give --rate and/or --burst"),
+        (["plan", "-c", "1", "-q", "1", "--rate", "5"], "give --service"),
+        (["plan", "-c", "1", "-q", "1", "--rate", "5/d", "--service", "2s"], "is not a rate"),
+        (["plan", "-c", "1", "-q", "1", "--rate", "5", "--service", "2"], "give a number and a unit"),
+        (["plan", "-c", "1", "-q", "1", "--rate", "5", "--service", "gamma:2s"], "give 2s, fixed:2s"),
+        (
+            ["plan", "-c", "1", "-q", "1", "--rate", "5", "--service", "lognormal:2s,1s"],
+            "p99 must be above its mean",
+        ),
+        (
+            ["plan", "-c", "1", "-q", "1", "--rate", "5", "--service", "2s", "--budget", "30"],
+            "give a number and a unit",
+        ),
+        (
+            ["plan", "-c", "1", "-q", "1", "--rate", "5", "--service", "2s", "--burst-at", "1s"],
+            "need --burst",
+        ),
+        (["plan", "-c", "1", "-q", "1", "--script", "x.csv", "--rate", "5"], "takes no --rate"),
+        (["plan", "-c", "none", "-q", "1", "--rate", "5", "--service", "2s"], "max_running values"),
+        ([], "required: COMMAND"),
+    ],
+)
+def test_argument_errors_exit_2_with_a_message(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_plan_prints_a_line_per_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, *PLAN, "--max-waiting", "0,5,none")
+    assert status == 0
+    assert err == ""  # stderr is not a terminal: no progress bar
+    assert out.startswith("Workload: ")
+    assert "(Poisson 20/s); service lognormal, mean 200ms, p99 2.00s; budget 1.00s; seed 0" in out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("max_running"))
+    assert header.split() == [
+        "max_running",
+        "max_waiting",
+        "rejected",
+        "expired",
+        "late",
+        "on",
+        "time",
+        "p99",
+        "wait",
+        "p99",
+        "end-to-end",
+        "peak",
+        "waiting",
+    ]
+    rows = [line.split() for line in out.splitlines() if line.lstrip().startswith("4 ")]
+    assert [row[1] for row in rows] == ["0", "5", "none"]
+    assert rows[-1][2] == "0%"  # an unbounded queue rejects nobody
+
+
+def test_plan_json_parses_and_matches_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, *PLAN, "--max-waiting", "0,5", "--json")
+    data = json.loads(out)
+    assert [(r["max_running"], r["max_waiting"]) for r in data["rows"]] == [(4, 0), (4, 5)]
+    assert data["rows"][0]["summary"]["requests"] > 1000
+    assert data["rows"][0]["summary"]["rejected"] >= data["rows"][1]["summary"]["rejected"]
+
+
+def test_plan_bursts_and_saved_script_replays_the_same(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    saved = tmp_path / "traffic.csv"
+    argv = [
+        "plan",
+        "--burst",
+        "30",
+        "--burst-every",
+        "1s",
+        "--service",
+        "exp:150ms",
+        "--duration",
+        "5s",
+        "-c",
+        "3",
+        "-q",
+        "0,10",
+    ]
+    _, generated, _ = run(capsys, *argv, "--json", "--save-script", str(saved))
+    assert len(read_script(saved)) == 150
+    _, replayed, _ = run(capsys, "plan", "--script", str(saved), "-c", "3", "-q", "0,10", "--json")
+    assert json.loads(generated)["rows"] == json.loads(replayed)["rows"]
+    assert json.loads(replayed)["workload"] == f"150 requests from {saved}"
+
+
+def test_plan_is_reproducible_and_seeded(capsys: pytest.CaptureFixture[str]) -> None:
+    _, first, _ = run(capsys, *PLAN, "-q", "3", "--json")
+    _, again, _ = run(capsys, *PLAN, "-q", "3", "--json")
+    _, other, _ = run(capsys, *PLAN, "-q", "3", "--json", "--seed", "9")
+    assert first == again != other
+
+
+def test_progress_bar_draws_on_a_terminal_only() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    bar = ProgressBar("simulating", terminal)
+    bar(0, 4)
+    bar(2, 4)
+    assert terminal.getvalue().endswith("\rsimulating [###############...............] 2/4")
+    bar(4, 4)
+    assert terminal.getvalue().endswith(
+        "\r" + " " * len("simulating [##############################] 4/4") + "\r"
+    )
+    plain = io.StringIO()
+    ProgressBar("simulating", plain)(1, 2)
+    assert plain.getvalue() == ""
+
+
+@pytest.mark.parametrize("suffix", [".svg", ".png"])
+def test_plot_draws_a_chart(
+    capsys: pytest.CaptureFixture[str], seed: Path, tmp_path: Path, suffix: str
+) -> None:
+    pytest.importorskip("matplotlib")  # the test extra installs it, so CI draws these
+    chart = tmp_path / f"trace{suffix}"
+    status, _, err = run(capsys, "simulate", str(seed), "-c", "2", "-q", "2", "--plot", str(chart))
+    assert status == 0
+    assert f"chart: {chart}" in err
+    data = chart.read_bytes()
+    assert data.startswith(b"\x89PNG") if suffix == ".png" else b"<svg" in data
+    sweep_chart = tmp_path / f"sweep{suffix}"
+    status, _, _ = run(capsys, *PLAN, "-q", "0,5,none", "--plot", str(sweep_chart))
+    assert status == 0
+    assert sweep_chart.stat().st_size > 1000
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(
+    capsys: pytest.CaptureFixture[str], seed: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    chart = tmp_path / "trace.svg"
+    status, out, err = run(capsys, "simulate", str(seed), "-c", "2", "-q", "2", "--plot", str(chart))
+    assert status == 1
+    assert out == ""  # it says so before doing the work
+    assert err == "boundedgate: error: plotting needs matplotlib: pip install 'boundedgate[plot]'\n"
+    assert not chart.exists()
+
+
+def test_python_dash_m_and_the_console_script(seed: Path) -> None:
+    for command in (
+        [sys.executable, "-m", "boundedgate"],
+        [str(Path(sys.executable).with_name("boundedgate"))],
+    ):
+        done = subprocess.run(
+            [*command, "simulate", str(seed), "-c", "2", "-q", "2", "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["summary"]["completed"] == 3
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+COMMANDS = re.findall(r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+def test_the_readme_shows_commands() -> None:
+    assert [command.split()[1] for command, _ in COMMANDS] == ["simulate", "plan"]
+
+
+@pytest.mark.parametrize(("command", "shown"), COMMANDS, ids=[c.split()[1] for c, _ in COMMANDS])
+def test_the_readme_shows_what_the_command_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, shown: str
+) -> None:
+    monkeypatch.chdir(README.parent)
+    status, out, _ = run(capsys, *shlex.split(command)[1:])
+    assert status == 0
+    assert out == shown
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    # `boundedgate simulate big.csv | head`: the pipe closes long before the table is written.
+    script = tmp_path / "big.csv"
+    write_script([Job(f"r{i}", i, 5) for i in range(20_000)], script)
+    command = [sys.executable, "-m", "boundedgate", "simulate", str(script), "-c", "1", "-q", "1"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        assert process.stdout.readline().startswith(b"20000 requests")
+        process.stdout.close()
+        errors = process.stderr.read()
+    assert process.returncode == 1
+    assert errors == b""
+
+
+def test_priorities_from_the_script_or_the_command_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "classes.csv"
+    path.write_text("id,arrival_ms,service_ms,priority\nrun,0,10,0\nlow1,0,5,1\nlow2,1,5,1\nurgent,2,5,0\n")
+    status, out, _ = run(capsys, "simulate", str(path), "-c", "1", "-q", "2")
+    assert status == 0
+    assert "through max_running=1, max_waiting=2, priorities=2, jump_share=0.2" in out
+    assert "low2    evicted          1      -    2      1           1" in out.splitlines()
+    assert ["evicted", "from", "the", "queue", "1", "25.0%"] in [line.split() for line in out.splitlines()]
+    status, _, err = run(capsys, "simulate", str(path), "-c", "1", "-q", "2", "--priorities", "1")
+    assert status == 1
+    assert "(id 'low1'): priority 1 is not one of the gate's 1 classes" in err
+    _, out, _ = run(
+        capsys,
+        "simulate",
+        str(path),
+        "-c",
+        "1",
+        "-q",
+        "2",
+        "--priorities",
+        "3",
+        "--jump-share",
+        "0",
+        "--json",
+    )
+    data = json.loads(out)
+    assert (data["priorities"], data["jump_share"]) == (3, 0)
+
+
+def test_plan_with_a_priority_mix_shows_evictions(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, *PLAN, "-q", "0,3", "--priority-mix", "1,4")
+    assert status == 0
+    assert "priority mix 1,4" in out
+    assert "Gate: priorities=2, jump_share=0.2" in out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("max_running"))
+    assert "evicted" in header.split()
+    _, out, _ = run(capsys, *PLAN, "-q", "0,3", "--priority-mix", "1,4", "--json")
+    data = json.loads(out)
+    assert data["priorities"] == 2
+    assert data["rows"][1]["summary"]["evicted"] > 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--jump-share", "1"], "jump_share is a number >= 0 and < 1"),
+        (["--priority-mix", "1,-1"], "give a weight >= 0 per priority class"),
+        (["--priority-mix", "0,0"], "give a weight >= 0 per priority class"),
+        (["--priorities", "0"], "max_running is a whole number >= 1"),
+    ],
+)
+def test_priority_argument_errors(capsys: pytest.CaptureFixture[str], extra: list[str], message: str) -> None:
+    with pytest.raises(SystemExit):
+        main([*PLAN, "-q", "1", *extra])
+    assert message in capsys.readouterr().err

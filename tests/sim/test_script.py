@@ -1,0 +1,234 @@
+"""Scripts in JSON and CSV: what they accept, and errors that name the row at fault."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from boundedgate.sim import Job, ScriptError, parse_script, read_script, write_script
+
+SEED_CSV = """id,arrival_ms,service_ms,budget_ms
+A,0,100,300
+B,0,100,300
+C,0,50,200
+D,0,50,90
+E,0,20,200
+"""
+
+SEED = [
+    Job("A", 0, 100, 300),
+    Job("B", 0, 100, 300),
+    Job("C", 0, 50, 200),
+    Job("D", 0, 50, 90),
+    Job("E", 0, 20, 200),
+]
+
+
+def test_csv_reads_the_seeds_jobs() -> None:
+    assert parse_script(SEED_CSV, "csv") == SEED
+
+
+def test_json_reads_a_list_or_an_object_with_jobs() -> None:
+    rows = [
+        {"id": j.id, "arrival_ms": j.arrival_ms, "service_ms": j.service_ms, "budget_ms": j.budget_ms}
+        for j in SEED
+    ]
+    assert parse_script(json.dumps(rows), "json") == SEED
+    assert parse_script(json.dumps({"jobs": rows}), "json") == SEED
+
+
+def test_budget_is_optional() -> None:
+    assert parse_script("id,arrival_ms,service_ms\nA,0,5\n", "csv") == [Job("A", 0, 5)]
+    assert parse_script("id,arrival_ms,service_ms,budget_ms\nA,0,5,\n", "csv") == [Job("A", 0, 5, None)]
+    jobs = parse_script(
+        '[{"id": "A", "arrival_ms": 0, "service_ms": 5, "budget_ms": null},'
+        ' {"id": "B", "arrival_ms": 1, "service_ms": 5}]',
+        "json",
+    )
+    assert [j.deadline_ms for j in jobs] == [math.inf, math.inf]
+
+
+def test_csv_cells_are_stripped_and_blank_lines_skipped() -> None:
+    assert parse_script(" id , arrival_ms , service_ms \n\n A , 0 , 5 \n\n", "csv") == [Job("A", 0, 5)]
+
+
+def test_columns_may_come_in_any_order() -> None:
+    assert parse_script("service_ms,budget_ms,id,arrival_ms\n5,7,A,1\n", "csv") == [Job("A", 1, 5, 7)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "id,arrival_ms,service_ms\nA,0,5\nB,-1,5\n",
+            r"<script>, line 3 \(id 'B'\): arrival_ms must be >= 0, got -1",
+        ),
+        (
+            "id,arrival_ms,service_ms\nA,0,5\nB,1.5,5\n",
+            r"line 3 \(id 'B'\): arrival_ms must be a whole number of milliseconds, got '1.5'",
+        ),
+        ("id,arrival_ms,service_ms\nA,0,0\n", r"line 2 \(id 'A'\): service_ms must be >= 1, got 0"),
+        (
+            "id,arrival_ms,service_ms,budget_ms\nA,0,1,0\n",
+            r"line 2 \(id 'A'\): budget_ms must be >= 1, got 0",
+        ),
+        (
+            "id,arrival_ms,service_ms\nA,0,True\n",
+            r"line 2 \(id 'A'\): service_ms must be a whole number of milliseconds, got 'True'",
+        ),
+        (
+            "id,arrival_ms,service_ms\nA,0,5\nB,1,5\nA,2,5\n",
+            r"line 4 \(id 'A'\): duplicate id \(first used at <script>, line 2\)",
+        ),
+        ("id,arrival_ms,service_ms\n,0,5\n", r"line 2: id must not be empty"),
+        ("id,arrival_ms,service_ms\nA,0\n", r"line 2: 2 cells for 3 columns"),
+        (
+            "id,arrival_ms,budget\nA,0,5\n",
+            r"line 1: unknown column 'budget' "
+            r"\(a script has: id, arrival_ms, service_ms, budget_ms, priority\)",
+        ),
+        ("id,arrival_ms\nA,0\n", r"line 1: no 'service_ms' column"),
+        ("id,arrival_ms,service_ms,id\nA,0,5,B\n", r"a column appears twice"),
+        ("", r"empty script"),
+    ],
+)
+def test_csv_errors_name_the_row(text: str, message: str) -> None:
+    with pytest.raises(ScriptError, match=message):
+        parse_script(text, "csv")
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (
+            {"id": "A", "arrival_ms": True, "service_ms": 5},
+            r"jobs\[1\] \(id 'A'\): arrival_ms must be a whole number of milliseconds, got a boolean",
+        ),
+        (
+            {"id": "A", "arrival_ms": 0, "service_ms": 5.0},
+            r"jobs\[1\] \(id 'A'\): service_ms must be a whole number of milliseconds, got 5.0",
+        ),
+        (
+            {"id": "A", "arrival_ms": 0, "service_ms": "5"},
+            r"service_ms must be a whole number of milliseconds, got '5'",
+        ),
+        (
+            {"id": "A", "arrival_ms": -3, "service_ms": 5},
+            r"jobs\[1\] \(id 'A'\): arrival_ms must be >= 0, got -3",
+        ),
+        (
+            {"id": "A", "arrival_ms": 0, "service_ms": 5, "budget_ms": False},
+            r"budget_ms must be a whole number of milliseconds, got a boolean",
+        ),
+        ({"id": 7, "arrival_ms": 0, "service_ms": 5}, r"jobs\[1\]: id must be a string, got 7"),
+        ({"id": "A", "service_ms": 5}, r"jobs\[1\] \(id 'A'\): missing arrival_ms"),
+        ({"id": "A", "arrival_ms": 0, "service_ms": 5, "cost": 1}, r"unknown column 'cost'"),
+        (
+            {"id": "Z", "arrival_ms": 0, "service_ms": 5},
+            r"jobs\[1\] \(id 'Z'\): duplicate id \(first used at <script>, jobs\[0\]\)",
+        ),
+        ("A,0,5", r"jobs\[1\]: a request is a JSON object"),
+    ],
+)
+def test_json_errors_name_the_row(item: object, message: str) -> None:
+    text = json.dumps([{"id": "Z", "arrival_ms": 0, "service_ms": 1}, item])
+    with pytest.raises(ScriptError, match=message):
+        parse_script(text, "json")
+
+
+def test_json_that_is_not_a_script() -> None:
+    with pytest.raises(ScriptError, match="not valid JSON"):
+        parse_script("[{", "json")
+    with pytest.raises(ScriptError, match="a JSON script is a list"):
+        parse_script('{"requests": []}', "json")
+
+
+def test_unknown_format() -> None:
+    with pytest.raises(ValueError, match="format"):
+        parse_script("", "yaml")  # type: ignore[arg-type]
+
+
+def test_script_error_carries_the_row_and_id() -> None:
+    with pytest.raises(ScriptError) as caught:
+        parse_script("id,arrival_ms,service_ms\nA,0,0\n", "csv", source="traffic.csv")
+    assert caught.value.where == "traffic.csv, line 2"
+    assert caught.value.job_id == "A"
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        (("A", True, 1), TypeError),
+        (("A", 0, 1.0), TypeError),
+        (("A", 0, 0), ValueError),
+        (("A", -1, 1), ValueError),
+        (("A", 0, 1, 0), ValueError),
+        (("", 0, 1), ValueError),
+        ((None, 0, 1), TypeError),
+    ],
+)
+def test_a_job_cannot_be_built_invalid(fields: tuple[object, ...], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Job(*fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["script.csv", "script.json", "script.txt"])
+def test_write_then_read_round_trips(tmp_path: Path, name: str) -> None:
+    jobs = [*SEED, Job("F", 7, 3)]
+    write_script(jobs, tmp_path / name)
+    assert read_script(tmp_path / name) == jobs
+
+
+def test_read_sniffs_json_without_a_suffix(tmp_path: Path) -> None:
+    path = tmp_path / "script"
+    path.write_text('[{"id": "A", "arrival_ms": 0, "service_ms": 5}]')
+    assert read_script(path) == [Job("A", 0, 5)]
+
+
+def test_read_names_the_file_in_errors(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("id,arrival_ms,service_ms\nA,0,5\nB,x,5\n")
+    with pytest.raises(ScriptError, match=r"bad.csv, line 3 \(id 'B'\)"):
+        read_script(path)
+
+
+def test_the_priority_column_is_optional_and_defaults_to_the_most_urgent_class() -> None:
+    jobs = parse_script("id,arrival_ms,service_ms,priority\nA,0,5,2\nB,0,5,\n", "csv")
+    assert [j.priority for j in jobs] == [2, 0]
+    one = parse_script('[{"id": "A", "arrival_ms": 0, "service_ms": 5, "priority": 1}]', "json")
+    assert one[0].priority == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "id,arrival_ms,service_ms,priority\nA,0,5,-1\n",
+            r"line 2 \(id 'A'\): priority must be >= 0, got -1",
+        ),
+        (
+            "id,arrival_ms,service_ms,priority\nA,0,5,high\n",
+            r"line 2 \(id 'A'\): priority must be a whole number, got 'high'",
+        ),
+    ],
+)
+def test_bad_priorities_name_the_row(text: str, message: str) -> None:
+    with pytest.raises(ScriptError, match=message):
+        parse_script(text, "csv")
+    with pytest.raises(TypeError, match="priority must be a whole number, got a boolean"):
+        Job("A", 0, 1, None, True)  # type: ignore[arg-type]
+
+
+def test_write_script_keeps_seed_000s_columns_unless_a_priority_is_used(tmp_path: Path) -> None:
+    write_script(SEED, tmp_path / "plain.csv")
+    assert (tmp_path / "plain.csv").read_text().splitlines()[0] == "id,arrival_ms,service_ms,budget_ms"
+    jobs = [*SEED, Job("F", 7, 3, None, 1)]
+    for name in ("mixed.csv", "mixed.json"):
+        write_script(jobs, tmp_path / name)
+        assert read_script(tmp_path / name) == jobs
+    header = (tmp_path / "mixed.csv").read_text().splitlines()[0]
+    assert header == "id,arrival_ms,service_ms,budget_ms,priority"

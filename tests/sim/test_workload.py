@@ -1,0 +1,162 @@
+"""Generated workloads: reproducible, with the distributions they claim, and checked arguments."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+
+import pytest
+
+from boundedgate.sim import Bursts, Exponential, Fixed, Job, LogNormal, Poisson, generate, percentile
+from boundedgate.sim._workload import MAX_LOGNORMAL_P99_RATIO
+
+
+def test_same_seed_same_script_other_seed_other_script() -> None:
+    args = (Poisson(50), LogNormal(200, 2000))
+    a = generate(*args, duration_ms=10_000, budget_ms=1000, seed=1)
+    assert a == generate(*args, duration_ms=10_000, budget_ms=1000, seed=1)
+    assert a != generate(*args, duration_ms=10_000, budget_ms=1000, seed=2)
+
+
+def test_arrivals_do_not_depend_on_the_service_distribution() -> None:
+    # Each part has its own random stream: changing the service times keeps the arrival instants.
+    a = generate(Poisson(50), Fixed(10), duration_ms=10_000, seed=3)
+    b = generate(Poisson(50), LogNormal(100, 900), duration_ms=10_000, seed=3)
+    assert [j.arrival_ms for j in a] == [j.arrival_ms for j in b]
+
+
+def test_poisson_rate_and_window() -> None:
+    jobs = generate(Poisson(100), Fixed(1), duration_ms=100_000, seed=0)
+    assert 9_500 < len(jobs) < 10_500  # 10,000 expected; sd 100
+    assert all(0 <= j.arrival_ms < 100_000 for j in jobs)
+    assert [j.arrival_ms for j in jobs] == sorted(j.arrival_ms for j in jobs)
+    gaps = [b.arrival_ms - a.arrival_ms for a, b in itertools.pairwise(jobs)]
+    assert 9.5 < statistics.mean(gaps) < 10.5
+
+
+def test_bursts() -> None:
+    jobs = generate(Bursts(3, start_ms=5, every_ms=10), Fixed(1), duration_ms=30)
+    assert [j.arrival_ms for j in jobs] == [5, 5, 5, 15, 15, 15, 25, 25, 25]
+    assert [j.arrival_ms for j in generate(Bursts(2), Fixed(1), duration_ms=1)] == [0, 0]
+    assert generate(Bursts(2, start_ms=50), Fixed(1), duration_ms=50) == []
+
+
+def test_merged_arrivals_keep_the_order_given_at_one_instant() -> None:
+    jobs = generate(
+        [Bursts(2, start_ms=0), Bursts(1, start_ms=0), Bursts(1, start_ms=0, every_ms=7)],
+        Fixed(5),
+        duration_ms=10,
+        seed=0,
+    )
+    assert [(j.id, j.arrival_ms) for j in jobs] == [("r1", 0), ("r2", 0), ("r3", 0), ("r4", 0), ("r5", 7)]
+
+
+def test_ids_are_unique_and_sort_in_arrival_order() -> None:
+    jobs = generate(Poisson(20), Fixed(1), duration_ms=60_000)
+    ids = [j.id for j in jobs]
+    assert len(set(ids)) == len(ids) == len(jobs) > 1000
+    assert ids == sorted(ids)
+
+
+def test_fixed_and_exponential_service() -> None:
+    assert {j.service_ms for j in generate(Poisson(10), Fixed(250.4), duration_ms=10_000)} == {250}
+    times = [j.service_ms for j in generate(Poisson(200), Exponential(100), duration_ms=100_000)]
+    assert 97 < statistics.mean(times) < 103
+    assert min(times) >= 1
+
+
+def test_lognormal_has_the_mean_and_p99_asked_for() -> None:
+    service = LogNormal(mean_ms=2000, p99_ms=20_000)
+    rng = random.Random(0)
+    samples = sorted(service.sample(rng) for _ in range(200_000))
+    assert 1950 < statistics.mean(samples) < 2050
+    p99 = percentile(samples, 99)
+    assert p99 is not None
+    assert 19_000 < p99 < 21_000
+
+
+def test_lognormal_parameters_by_formula() -> None:
+    service = LogNormal(100, 400)
+    z = statistics.NormalDist().inv_cdf(0.99)
+    assert math.exp(service.mu + service.sigma**2 / 2) == pytest.approx(100)
+    assert math.exp(service.mu + z * service.sigma) == pytest.approx(400)
+
+
+def test_budgets_fixed_none_or_drawn() -> None:
+    assert {j.budget_ms for j in generate(Poisson(10), Fixed(1), duration_ms=5000, budget_ms=300)} == {300}
+    assert {j.budget_ms for j in generate(Poisson(10), Fixed(1), duration_ms=5000)} == {None}
+    drawn = {
+        j.budget_ms for j in generate(Poisson(10), Fixed(1), duration_ms=5000, budget_ms=Exponential(500))
+    }
+    assert len(drawn) > 10
+
+
+def test_generated_jobs_are_valid_jobs() -> None:
+    for job in generate(Poisson(1000), Exponential(0.1), duration_ms=1000, budget_ms=Exponential(0.1)):
+        assert isinstance(job, Job)
+        assert job.service_ms >= 1
+        assert job.budget_ms is not None
+        assert job.budget_ms >= 1
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: Poisson(0), ValueError, "rate must be a finite number > 0"),
+        (lambda: Poisson(math.inf), ValueError, "rate"),
+        (lambda: Poisson(True), TypeError, "rate must be a number"),
+        (lambda: Bursts(0), ValueError, "size must be >= 1"),
+        (lambda: Bursts(2.0), TypeError, "size must be an int"),
+        (lambda: Bursts(2, start_ms=-1), ValueError, "start_ms"),
+        (lambda: Bursts(2, every_ms=0), ValueError, "every_ms must be >= 1"),
+        (lambda: Bursts(2, every_ms=1.5), TypeError, "every_ms"),
+        (lambda: Fixed(0), ValueError, "ms must be"),
+        (lambda: Exponential(-1), ValueError, "mean_ms"),
+        (lambda: LogNormal(100, 100), ValueError, "p99 must be above its mean"),
+        (lambda: LogNormal(100, 100 * MAX_LOGNORMAL_P99_RATIO + 1), ValueError, "at most 14.97 times"),
+        (lambda: generate(Poisson(1), Fixed(1), duration_ms=0), ValueError, "duration_ms"),
+        (
+            lambda: generate(Poisson(1), Fixed(1), duration_ms=10, budget_ms=0),
+            ValueError,
+            "budget_ms must be >= 1",
+        ),
+        (lambda: generate(Poisson(1), Fixed(1), duration_ms=10, budget_ms=True), TypeError, "budget_ms"),
+        (lambda: generate(Poisson(1), 5, duration_ms=10), TypeError, "service must be"),
+        (lambda: generate([Poisson(1), 3], Fixed(1), duration_ms=10), TypeError, "arrivals must be"),
+    ],
+)
+def test_bad_arguments_are_refused(make: object, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        make()  # type: ignore[operator]
+
+
+def test_priority_mix() -> None:
+    jobs = generate(Poisson(100), Fixed(1), duration_ms=100_000, priority_mix=[1, 4])
+    share = sum(j.priority == 0 for j in jobs) / len(jobs)
+    assert 0.18 < share < 0.22
+    assert {j.priority for j in jobs} == {0, 1}
+    assert {
+        j.priority for j in generate(Poisson(100), Fixed(1), duration_ms=10_000, priority_mix=[0, 0, 1])
+    } == {2}
+    assert {j.priority for j in generate(Poisson(100), Fixed(1), duration_ms=10_000)} == {0}
+    # the mix draws from its own stream: arrivals and service times are those of the same seed without it
+    plain = generate(Poisson(100), Exponential(5), duration_ms=10_000)
+    mixed = generate(Poisson(100), Exponential(5), duration_ms=10_000, priority_mix=[1, 1])
+    assert [(j.arrival_ms, j.service_ms) for j in plain] == [(j.arrival_ms, j.service_ms) for j in mixed]
+
+
+@pytest.mark.parametrize(
+    ("mix", "error"),
+    [
+        ([], ValueError),
+        ([0, 0], ValueError),
+        ([1, -1], ValueError),
+        ([1, math.nan], ValueError),
+        ([True], TypeError),
+    ],
+)
+def test_bad_priority_mixes_are_refused(mix: list[float], error: type[Exception]) -> None:
+    with pytest.raises(error, match="priority_mix"):
+        generate(Poisson(1), Fixed(1), duration_ms=10, priority_mix=mix)
