@@ -13,6 +13,7 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "BoundedGate",
         "GateError",
         "GateStatistics",
+        "GateUnavailable",
         "Late",
         "Permit",
         "QueueExpired",
@@ -49,6 +50,8 @@ def test_errors_hierarchy() -> None:
     assert issubclass(boundedgate.QueueExpired, TimeoutError)
     assert issubclass(boundedgate.Late, TimeoutError)
     assert not issubclass(boundedgate.QueueFull, TimeoutError)
+    assert issubclass(boundedgate.GateUnavailable, boundedgate.GateError)
+    assert not issubclass(boundedgate.GateUnavailable, TimeoutError)
 
 
 def test_version() -> None:

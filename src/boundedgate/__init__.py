@@ -6,7 +6,7 @@ measured from arrival, and permits that are released exactly once.
 
 from ._core import GateStatistics, Status
 from ._driver import BoundedGate, Permit
-from ._errors import GateError, Late, QueueExpired, QueueFull
+from ._errors import GateError, GateUnavailable, Late, QueueExpired, QueueFull
 
 __version__ = "0.1.0"
 
@@ -14,6 +14,7 @@ __all__ = (
     "BoundedGate",
     "GateError",
     "GateStatistics",
+    "GateUnavailable",
     "Late",
     "Permit",
     "QueueExpired",
