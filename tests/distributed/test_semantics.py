@@ -64,8 +64,10 @@ async def _waiting(client: redis.asyncio.Redis, name: str, n: int) -> bool:
 async def test_queue_full_at_exactly_q_and_nothing_is_queued(client: redis.asyncio.Redis, name: str) -> None:
     async with make_gate(client, name, 1, 2) as gate:
         holder = await gate.try_admit()
-        waiters = [asyncio.create_task(gate.admit().__aenter__()) for _ in range(2)]
-        await wait_until(lambda: _waiting(client, name, 2), 5, "2 waiting")
+        waiters = []
+        for i in range(2):  # one after the other: FIFO is by arrival at Redis, not by task creation
+            waiters.append(asyncio.create_task(gate.admit().__aenter__()))
+            await wait_until(lambda i=i: _waiting(client, name, i + 1), 5, f"{i + 1} waiting")
         with pytest.raises(QueueFull) as info:
             async with gate.admit():
                 pytest.fail("admitted past a full queue")

@@ -40,17 +40,20 @@ class Background:
         gate: The gate they serve.
     """
 
-    __slots__ = ("_gate", "_kick", "_listener", "_syncer")
+    __slots__ = ("_closing", "_gate", "_kick", "_listener", "_syncer")
 
     def __init__(self, gate: RedisGate) -> None:
         self._gate = gate
         self._syncer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._kick: asyncio.Event | None = None
+        self._closing = False
 
     def watch(self) -> None:
         """Make sure the loops run that the gate's current holders and waiters need."""
         gate = self._gate
+        if self._closing:
+            return
         if self._syncer is None:
             self._kick = asyncio.Event()
             self._syncer = gate._loop.create_task(self._sync_loop())  # type: ignore[union-attr]
@@ -64,6 +67,7 @@ class Background:
 
     async def aclose(self) -> None:
         """Stop both loops and wait until they have."""
+        self._closing = True  # in case a cancellation is swallowed by the client
         tasks = [t for t in (self._syncer, self._listener) if t is not None]
         for task in tasks:
             task.cancel()
@@ -79,7 +83,7 @@ class Background:
         kick: asyncio.Event = self._kick  # type: ignore[assignment]
         failing_since: float | None = None
         try:
-            while gate._holders or gate._waiters:
+            while (gate._holders or gate._waiters) and not self._closing:
                 period = gate._poll_interval if gate._waiters else gate._lease_ttl / 3
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await bounded(kick.wait(), period)
@@ -150,6 +154,8 @@ class Background:
                         message = await pubsub.get_message(
                             ignore_subscribe_messages=True, timeout=gate._poll_interval
                         )
+                        if self._closing:
+                            return
                         if message is not None and message.get("type") == "message":
                             permit_id, _, token = text(message["data"]).rpartition(" ")
                             waiter = gate._waiters.get(permit_id)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import redis.exceptions
 
@@ -24,18 +23,39 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
 )
 
-if sys.version_info >= (3, 11):
 
-    async def bounded(call: Awaitable[T], seconds: float) -> T:
-        """Await ``call`` for at most ``seconds``; raise :class:`TimeoutError` past that."""
-        async with asyncio.timeout(seconds):
-            return await call
+async def bounded(call: Coroutine[Any, Any, T], seconds: float) -> T:
+    """Run ``call`` in a task of its own and await it for at most ``seconds``.
 
-else:
+    The caller's cancellation is delivered here, at this ``await``, whatever the client does with
+    the cancellation of a command in flight (some redis-py versions swallow it and return the
+    reply). On a timeout or a cancellation the call's task is cancelled and its outcome dropped.
 
-    async def bounded(call: Awaitable[T], seconds: float) -> T:
-        """Await ``call`` for at most ``seconds``; raise :class:`TimeoutError` past that."""
-        return await asyncio.wait_for(call, seconds)
+    Raises:
+        TimeoutError: ``seconds`` passed first.
+    """
+    task = asyncio.ensure_future(call)
+    try:
+        # Not wait_for: on Python 3.11 it returns a result that is ready when the cancellation
+        # arrives, and the cancellation is lost.
+        done, _ = await asyncio.wait((task,), timeout=seconds)
+    except BaseException:
+        _abandon(task)
+        raise
+    if not done:
+        _abandon(task)
+        raise TimeoutError(f"no answer from Redis within {seconds:.3f}s")
+    return task.result()
+
+
+def _abandon(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    task.add_done_callback(_drop)
+
+
+def _drop(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so that asyncio does not log it as never retrieved
 
 
 def text(value: object) -> str:

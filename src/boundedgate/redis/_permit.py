@@ -286,9 +286,9 @@ class RedisPermit:
         gate = self._gate
         permit_id: str = self._id  # type: ignore[assignment]
         if isinstance(error, asyncio.CancelledError):
-            gate._abandon(permit_id, "cancelled")  # the admission may have landed: take it back
+            # The admission may have landed: take it back, and count it if it had.
+            gate._abandon(permit_id, "cancelled", count_if_found=True)
             self._end(CANCELLED)
-            gate._counters.cancelled += 1
             raise error
         if not isinstance(error, UNREACHABLE):
             raise error
