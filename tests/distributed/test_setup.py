@@ -71,3 +71,23 @@ def test_gate_unavailable_fields_and_http_body() -> None:
 
     for clone in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
         assert clone.args == error.args
+
+
+def test_the_redis_subpackage_is_documented_and_final() -> None:
+    import inspect
+
+    import boundedgate.redis
+
+    assert isinstance(boundedgate.redis.__all__, tuple)
+    public = {n for n in dir(boundedgate.redis) if not n.startswith("_")}
+    assert public == set(boundedgate.redis.__all__)
+    for name in boundedgate.redis.__all__:
+        obj = getattr(boundedgate.redis, name)
+        assert obj.__module__ == "boundedgate.redis", name
+        assert inspect.getdoc(obj), name
+        for attr, member in vars(obj).items() if inspect.isclass(obj) else ():
+            if not attr.startswith("_") and (inspect.isfunction(member) or isinstance(member, property)):
+                assert inspect.getdoc(member), f"{name}.{attr}"
+    for cls in (boundedgate.redis.RedisGate, boundedgate.redis.RedisPermit):
+        assert getattr(cls, "__final__", False)
+        assert not hasattr(cls.__new__(cls), "__dict__")

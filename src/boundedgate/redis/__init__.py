@@ -5,7 +5,7 @@ An optional part of boundedgate: ``pip install 'boundedgate[redis]'`` brings the
 """
 
 try:
-    import redis.asyncio  # noqa: F401
+    import redis.asyncio as _client  # noqa: F401  (bound privately: not part of this namespace)
 except ImportError as error:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError("boundedgate.redis needs the redis client: pip install 'boundedgate[redis]'") from error
 
