@@ -54,3 +54,21 @@ async def test_a_gate_without_state_says_so(client: redis.asyncio.Redis, name: s
     view = await read_cluster(client, name)
     assert (view.epoch, view.running, view.waiting, view.key_ttls) == (None, 0, 0, {})
     assert "no state in Redis" in format_cluster(view)
+
+
+def test_the_readme_example_runs_against_a_real_server(redis_server: RedisServer) -> None:
+    import os
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## One limit for the whole cluster") :]
+    block = re.search(r"```py\n(.*?)```", section, flags=re.DOTALL)
+    assert block is not None
+    env = {**os.environ, "REDIS_URL": redis_server.url}
+    result = subprocess.run(
+        [sys.executable, "-c", block.group(1)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert "holding slot" in result.stdout
+    assert "1 completed here; 0 running" in result.stdout
