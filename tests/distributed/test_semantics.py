@@ -269,7 +269,7 @@ async def test_an_explicit_fallback_gate_is_used_and_counted(name: str) -> None:
     local = BoundedGate(max_running=1, max_waiting=0, name="local")
     try:
         async with RedisGate(
-            dead, max_running=5, max_waiting=5, name=name, op_timeout=1.0, fallback=local
+            dead, max_running=5, max_waiting=5, name=name, op_timeout=0.5, fallback=local
         ) as gate:
             async with gate.admit(timeout=30) as permit:
                 assert permit.fallback
@@ -278,7 +278,14 @@ async def test_an_explicit_fallback_gate_is_used_and_counted(name: str) -> None:
                 assert permit.status is Status.RUNNING
             assert permit.status is Status.COMPLETED
             assert local.running == 0
-            assert gate.stats().fallbacks == 1
+            held = await gate.try_admit()  # the fallback's try_admit: a slot now, or QueueFull now
+            assert held.fallback
+            with pytest.raises(QueueFull) as info:
+                await gate.try_admit()
+            assert info.value.gate == "local"
+            held.release()
+            assert local.running == 0
+            assert gate.stats().fallbacks == 3
     finally:
         await dead.aclose()
 

@@ -10,6 +10,8 @@ import redis.exceptions
 
 __all__ = ("UNREACHABLE", "bounded", "text")
 
+_CANCELLING = getattr(asyncio.Task, "cancelling", None)  # Python 3.11+
+
 T = TypeVar("T")
 
 #: Errors that mean Redis could not be reached or did not answer in time: the gate fails closed.
@@ -25,19 +27,37 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
 
 
 async def bounded(call: Coroutine[Any, Any, T], seconds: float) -> T:
-    """Run ``call`` in a task of its own and await it for at most ``seconds``.
+    """Await ``call`` for at most ``seconds``, and make sure a cancellation of the caller is raised.
 
-    The caller's cancellation is delivered here, at this ``await``, whatever the client does with
-    the cancellation of a command in flight (some redis-py versions swallow it and return the
-    reply). On a timeout or a cancellation the call's task is cancelled and its outcome dropped.
+    Some redis-py versions swallow the cancellation of a command in flight and return its reply;
+    this raises ``CancelledError`` then, so a cancelled caller never carries on as if it had not
+    been (the reply is dropped: every script is idempotent, and the caller's cleanup undoes it).
 
     Raises:
         TimeoutError: ``seconds`` passed first.
+        asyncio.CancelledError: The caller was cancelled, even if the client swallowed it.
     """
+    task = asyncio.current_task()
+    if _CANCELLING is None or task is None:
+        return await _in_own_task(call, seconds)
+    before = _CANCELLING(task)
+    try:
+        async with asyncio.timeout(seconds):
+            result = await call
+    except TimeoutError:
+        raise TimeoutError(f"no answer from Redis within {seconds:.3f}s") from None
+    if _CANCELLING(task) > before:
+        raise asyncio.CancelledError
+    return result
+
+
+async def _in_own_task(call: Coroutine[Any, Any, T], seconds: float) -> T:
+    # Python 3.10 cannot tell a swallowed cancellation: the call runs in a task of its own, so the
+    # caller's cancellation is delivered at this await whatever the client does with it.
     task = asyncio.ensure_future(call)
     try:
-        # Not wait_for: on Python 3.11 it returns a result that is ready when the cancellation
-        # arrives, and the cancellation is lost.
+        # Not wait_for: on Python 3.10 and 3.11 it returns a result that is ready when the
+        # cancellation arrives, and the cancellation is lost.
         done, _ = await asyncio.wait((task,), timeout=seconds)
     except BaseException:
         _abandon(task)

@@ -260,7 +260,7 @@ class RedisPermit:
         except BaseException as error:
             del gate._waiters[permit_id]
             self._future = None
-            await self._not_admitted(error)
+            await self._not_admitted(error, wait)
             return
         state, value, running, waiting, epoch = reply
         gate._seen(running, waiting, epoch)
@@ -281,7 +281,7 @@ class RedisPermit:
             raise gate._unavailable(0.0, self.ended - now, "waiter_lease_lost")  # type: ignore[operator]
         await self._wait(future)
 
-    async def _not_admitted(self, error: BaseException) -> None:
+    async def _not_admitted(self, error: BaseException, wait: bool) -> None:
         """The admission call failed: re-raise, or raise the typed refusal, or use the fallback."""
         gate = self._gate
         permit_id: str = self._id  # type: ignore[assignment]
@@ -300,7 +300,7 @@ class RedisPermit:
         gate._abandon(permit_id, "cancelled")
         fallback = gate._fallback
         if fallback is not None:
-            await self._fall_back(fallback)
+            await self._fall_back(fallback, wait)
             return
         self._end(REJECTED)
         gate._counters.unavailable += 1
@@ -375,10 +375,13 @@ class RedisPermit:
         self._status = status
         self.ended = self._gate._loop.time()  # type: ignore[union-attr]
 
-    async def _fall_back(self, fallback: Any) -> None:
-        inner = fallback.admit(deadline=None if self.deadline == math.inf else self.deadline)
-        self._inner = inner
+    async def _fall_back(self, fallback: Any, wait: bool) -> None:
+        deadline = None if self.deadline == math.inf else self.deadline
         self._gate._counters.fallbacks += 1
+        if not wait:
+            self._inner = fallback.try_admit(deadline=deadline)
+            return
+        self._inner = inner = fallback.admit(deadline=deadline)
         await inner.__aenter__()
 
     def _granted(self, token: object) -> None:

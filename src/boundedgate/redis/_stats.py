@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._core import GateStatistics
+from .._core._state import RECENT_RUN_WEIGHT
 
 __all__ = ("ClusterHolder", "ClusterStatistics", "ClusterWaiter", "LocalCounters", "RedisGateStatistics")
 
@@ -81,7 +82,7 @@ class LocalCounters:
         if run > self.run_seconds_max:
             self.run_seconds_max = run
         recent = self.recent_run_seconds
-        self.recent_run_seconds = run if recent is None else recent + 0.2 * (run - recent)
+        self.recent_run_seconds = run if recent is None else recent + RECENT_RUN_WEIGHT * (run - recent)
         self.end_to_end_seconds_total += total
         if total > self.end_to_end_seconds_max:
             self.end_to_end_seconds_max = total
