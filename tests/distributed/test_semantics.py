@@ -142,17 +142,22 @@ async def test_deadline_in_the_queue_raises_queue_expired_and_frees_the_place(
         assert gate.stats().expired == 1
 
 
+@pytest.mark.parametrize("deadline_timer", [True, False], ids=["timer-and-grant", "grant-only"])
 async def test_a_grant_seen_after_the_deadline_expires_and_passes_the_slot_on(
-    client: redis.asyncio.Redis, redis_server: RedisServer, name: str
+    client: redis.asyncio.Redis, redis_server: RedisServer, name: str, deadline_timer: bool
 ) -> None:
     # This process stalls past its waiter's deadline while another one releases the slot: Redis
-    # grants it, but the waiter must not start late; the slot goes on to the next waiter.
+    # grants it, but the waiter must not start late; the slot goes on to the next waiter. Without
+    # its deadline timer, the waiter learns of the grant first, and must still refuse it.
     other = OtherProcess(redis_server.url, name, 1, 5)
     try:
         async with make_gate(client, name, 1, 5) as gate:
             holder = other.run(other.gate.try_admit())
             late = asyncio.create_task(gate.admit(timeout=0.2).__aenter__())
             await wait_until(lambda: _waiting(client, name, 1), 5, "1 waiting")
+            if not deadline_timer:
+                (waiter,) = gate._waiters.values()
+                waiter._timer.cancel()  # type: ignore[union-attr]
             second = other.submit(_enter(other.gate.admit(timeout=30)))
             await wait_until(lambda: _waiting(client, name, 2), 5, "2 waiting")
             other.loop.call_soon_threadsafe(holder.release)
