@@ -73,3 +73,14 @@ async def test_an_idle_gate_leaves_only_keys_that_expire(client: redis.asyncio.R
         return not [k async for k in client.scan_iter(f"boundedgate:{{{name}}}:*")]
 
     await wait_until(gone, 3, "every key expired")
+
+
+async def test_a_closed_gate_can_be_used_again(client: redis.asyncio.Redis, name: str) -> None:
+    gate = make_gate(client, name, 1, 1, lease_ttl=0.6)
+    for _ in range(2):
+        async with gate:
+            async with gate.admit(timeout=30) as permit:
+                await asyncio.sleep(1.0)  # longer than the lease: only the heartbeat keeps it
+            assert not permit.lease_lost
+    await settles_empty(client, name)
+    assert (await cluster(client, name)).counters.get("reclaimed", 0) == 0

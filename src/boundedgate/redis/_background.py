@@ -66,7 +66,7 @@ class Background:
             self._kick.set()
 
     async def aclose(self) -> None:
-        """Stop both loops and wait until they have."""
+        """Stop both loops and wait until they have (they start again if the gate is used again)."""
         self._closing = True  # in case a cancellation is swallowed by the client
         tasks = [t for t in (self._syncer, self._listener) if t is not None]
         for task in tasks:
@@ -74,6 +74,7 @@ class Background:
         if tasks:
             await asyncio.wait(tasks)
         self._syncer = self._listener = None
+        self._closing = False  # the gate may be used again: the loops restart on demand
 
     # -- the sync loop ----------------------------------------------------------------------
 
