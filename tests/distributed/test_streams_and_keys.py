@@ -38,20 +38,29 @@ async def test_a_stream_holds_its_cluster_slot_until_eof(client: redis.asyncio.R
 
 
 async def test_a_permit_handed_to_a_stream_is_ended_by_it(client: redis.asyncio.Redis, name: str) -> None:
-    # What the stream wrapper relies on: hand-over, a synchronous idempotent end, late detection.
+    # What the stream wrapper relies on (boundedgate's StreamPermit): hand-over, a synchronous and
+    # idempotent end, late detection, the owning loop.
     async with make_gate(client, name, 1, 0) as gate:
         async with gate.admit(timeout=0.05) as permit:
-            permit._hand_to_stream()
+            permit._hand_over()
+            with pytest.raises(RuntimeError, match="already handed"):
+                permit._hand_over()
         assert permit.status is Status.RUNNING  # the block's exit neither released nor raised
         assert (await cluster(client, name)).running == 1
-        assert permit._owner_loop is asyncio.get_running_loop()
+        assert permit._loop is asyncio.get_running_loop()
         await asyncio.sleep(0.1)
-        permit._finish(False)  # the stream reached EOF, past the deadline
-        permit._finish(True)
-        assert permit._ended_late
-        error = permit._late_error()
+        asyncio.get_running_loop().call_soon_threadsafe(permit._finish, False)  # as a finaliser does
+        await asyncio.sleep(0)
+        permit._finish(True)  # a second end does nothing
+        assert permit.status is Status.LATE
+        error = permit._late()
         assert isinstance(error, Late)
         assert error.gate == gate.name
+        permit.settle(120)
+        with pytest.raises(ValueError, match="cost"):
+            permit.settle(-1)
+        with pytest.raises(RuntimeError, match="no slot"):
+            permit._hand_over()
         await settles_empty(client, name)
         assert gate.stats().late == 1
 

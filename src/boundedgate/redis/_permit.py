@@ -173,13 +173,27 @@ class RedisPermit:
     def __repr__(self) -> str:
         return f"<RedisPermit of {self._gate.name!r}: {self.status.value}>"
 
-    # -- the stream hand-over (what the stream wrapper needs from a permit) ------------------
+    # -- the stream hand-over (boundedgate's StreamPermit contract) -------------------------
+
+    def settle(self, cost: float) -> None:
+        """Accept the request's real cost, for the same call sites as :meth:`Permit.settle`.
+
+        A cluster gate has no rate budget to charge, so this only checks ``cost``.
+
+        Raises:
+            TypeError, ValueError: ``cost`` is not a finite number >= 0.
+        """
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+            raise TypeError(f"cost must be a number, got {cost!r}")
+        if not (cost >= 0 and math.isfinite(cost)):
+            raise ValueError(f"cost must be a finite number >= 0, got {cost!r}")
 
     def _finish(self, failed: bool) -> None:
         """End the request now, if it holds a slot: ``FAILED``, else completed or late.
 
         Synchronous and idempotent, on the loop's thread: the permit ends at once, and the
-        release is sent to Redis by its own task, retried until it lands.
+        release is sent to Redis by its own task, retried until it lands. On a closed loop (a
+        stream collected after its loop ended) nothing can be sent: the lease lapses instead.
         """
         inner = self._inner
         if inner is not None:
@@ -188,7 +202,8 @@ class RedisPermit:
         if self._status is not RUNNING:
             return
         gate = self._gate
-        now = gate._loop.time()  # type: ignore[union-attr]
+        loop: asyncio.AbstractEventLoop = gate._loop  # type: ignore[assignment]
+        now = loop.time()
         if failed:
             self._status = status = FAILED
             gate._counters.failed += 1
@@ -202,27 +217,31 @@ class RedisPermit:
         gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
         del gate._holders[self._id]  # type: ignore[arg-type]
         self._token = None
-        self._release_task = gate._release(self._id, status.value)  # type: ignore[arg-type]
+        if not loop.is_closed():
+            self._release_task = gate._release(self._id, status.value)  # type: ignore[arg-type]
 
-    @property
-    def _ended_late(self) -> bool:
-        """True if the request ended at or after its deadline (then :meth:`_late_error` applies)."""
-        return self.status is LATE
-
-    def _late_error(self) -> Late:
-        """The :class:`~boundedgate.Late` to raise for a request that ended late."""
+    def _late(self) -> Late:
+        """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``."""
         inner = self._inner
         if inner is not None:
             return inner.gate._late(inner)
         return self._gate._late(self)
 
     @property
-    def _owner_loop(self) -> asyncio.AbstractEventLoop | None:
-        """The event loop the permit belongs to (to schedule a release from another thread)."""
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop that owns the permit's gate (to schedule a release from another thread)."""
         return self._gate._loop
 
-    def _hand_to_stream(self) -> None:
-        """A stream owns the slot from now on: the ``async with`` exit neither releases nor raises."""
+    def _hand_over(self) -> None:
+        """Pass the slot to a stream: from now on the ``async with`` exit neither releases nor raises.
+
+        Raises:
+            RuntimeError: The permit holds no slot, or was already handed to a stream.
+        """
+        if self.status is not RUNNING:
+            raise RuntimeError(f"{self!r} holds no slot to hand over")
+        if self._stream_owned:
+            raise RuntimeError(f"{self!r} was already handed to a stream")
         self._stream_owned = True
 
     # -- arrival ----------------------------------------------------------------------------
