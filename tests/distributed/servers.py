@@ -13,13 +13,34 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-__all__ = ("RedisServer", "find_server_binary", "in_ci", "missing_server")
+__all__ = ("RedisServer", "die_with_parent", "find_server_binary", "in_ci", "missing_server")
+
+
+if sys.platform.startswith("linux"):
+    import ctypes
+
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
+else:  # pragma: no cover
+    _prctl = None
+
+
+def die_with_parent() -> None:
+    """In a child about to exec (``preexec_fn``): ask Linux to SIGKILL it when the test process dies.
+
+    pytest-timeout ends a hung run with ``os._exit``, which runs no fixture teardown; without this,
+    the servers and workers of that run would outlive it. It calls one C function and takes no
+    Python lock, so it is safe in a child forked while other threads run. Linux sends the signal
+    when the thread that started the child ends: start children from the main thread.
+    """
+    if _prctl is not None:
+        _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def in_ci() -> bool:
@@ -104,7 +125,12 @@ class RedisServer:
             "--protected-mode", "yes",
             "--loglevel", "warning",
         ]  # fmt: skip
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 (see die_with_parent)
+        )
         give_up = time.monotonic() + 10
         while time.monotonic() < give_up:
             if self.process.poll() is not None:  # the port was taken meanwhile, say
@@ -143,6 +169,4 @@ class RedisServer:
 
 def worker_command(*args: str) -> list[str]:
     """The command that runs ``tests/distributed/worker.py`` with this interpreter."""
-    import sys
-
     return [sys.executable, str(Path(__file__).with_name("worker.py")), *args]

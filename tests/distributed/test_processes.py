@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio
 
 from .helpers import cluster, make_gate, settles_empty, wait_until
-from .servers import RedisServer, worker_command
+from .servers import RedisServer, die_with_parent, worker_command
 from .worker import witness_keys
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -23,7 +23,10 @@ pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 @contextmanager
 def workers(*commands: list[str]) -> Iterator[list[subprocess.Popen[str]]]:
     """Start worker processes; kill (by PID) any still running at the end."""
-    processes = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in commands]
+    processes = [
+        subprocess.Popen(c, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)  # noqa: PLW1509
+        for c in commands
+    ]
     try:
         yield processes
     finally:
