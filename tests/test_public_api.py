@@ -14,6 +14,7 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "Evicted",
         "GateError",
         "GateStatistics",
+        "GateUnavailable",
         "GatedStream",
         "Late",
         "Permit",
@@ -24,7 +25,7 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "Status",
         "StreamOpener",
     }
-    # Public subpackages (boundedgate.sim) appear as attributes once imported; they have their own __all__.
+    # Public subpackages (boundedgate.sim, boundedgate.redis) appear as attributes once imported.
     public = {
         n for n in dir(boundedgate) if not n.startswith("_") and not inspect.ismodule(getattr(boundedgate, n))
     }
@@ -68,6 +69,8 @@ def test_errors_hierarchy() -> None:
     assert issubclass(boundedgate.QueueExpired, TimeoutError)
     assert issubclass(boundedgate.Late, TimeoutError)
     assert not issubclass(boundedgate.QueueFull, TimeoutError)
+    assert issubclass(boundedgate.GateUnavailable, boundedgate.GateError)
+    assert not issubclass(boundedgate.GateUnavailable, TimeoutError)
 
 
 def test_version() -> None:

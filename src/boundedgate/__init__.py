@@ -6,7 +6,7 @@ measured from arrival, and permits that are released exactly once.
 
 from ._core import GateStatistics, RateLimit, Status
 from ._driver import BoundedGate, Permit
-from ._errors import Evicted, GateError, Late, QueueExpired, QueueFull, RateLimited
+from ._errors import Evicted, GateError, GateUnavailable, Late, QueueExpired, QueueFull, RateLimited
 from ._streams import GatedStream, StreamOpener
 
 __version__ = "0.1.0"
@@ -16,6 +16,7 @@ __all__ = (
     "Evicted",
     "GateError",
     "GateStatistics",
+    "GateUnavailable",
     "GatedStream",
     "Late",
     "Permit",

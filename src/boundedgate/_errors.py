@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
-__all__ = ("Evicted", "GateError", "Late", "QueueExpired", "QueueFull", "RateLimited")
+__all__ = ("Evicted", "GateError", "GateUnavailable", "Late", "QueueExpired", "QueueFull", "RateLimited")
 
 
 def _limit(value: int | None) -> str:
@@ -33,7 +33,7 @@ class GateError(Exception):
 
     Attributes:
         code: A stable machine-readable name: ``"queue_full"``, ``"rate_limited"``,
-            ``"queue_expired"``, ``"evicted"``, ``"late"``.
+            ``"queue_expired"``, ``"evicted"``, ``"late"``, ``"gate_unavailable"``.
         http_status: The HTTP status a server in front of the gate should answer with.
         gate: The gate's name.
         max_running: The gate's running slots (C; None when running is not limited).
@@ -353,3 +353,51 @@ class Late(GateError, TimeoutError):
             f"finished {self.overrun:.3f}s past its deadline, {self.elapsed:.3f}s after arrival, "
             f"at {self._where()}"
         )
+
+
+class GateUnavailable(GateError):
+    """Raised when a gate whose state lives elsewhere (Redis) cannot decide: it fails closed.
+
+    The shared store could not be reached, or did not answer in time, before a decision was
+    made; or a waiter lost its place because its process could not renew it there. The request
+    never started and nothing ran on its behalf. Never raised after the body started.
+    ``running`` and ``waiting`` are the last counts the gate saw. The underlying error, when
+    there is one, is the exception's ``__cause__``.
+
+    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
+    reason`` (``reason`` is a short machine-readable string: ``"unreachable"`` or
+    ``"waiter_lease_lost"``).
+    """
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            gate: str,
+            max_running: int,
+            max_waiting: int | None,
+            running: int,
+            waiting: int,
+            waited: float,
+            elapsed: float,
+            reason: str,
+        ) -> None: ...
+
+    else:
+        __init__ = Exception.__init__
+
+    code = "gate_unavailable"
+
+    @property
+    def reason(self) -> str:
+        """Why the gate could not decide: ``"unreachable"`` or ``"waiter_lease_lost"``."""
+        return self.args[7]  # type: ignore[no-any-return]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As for :meth:`GateError.to_dict`, plus the ``reason``."""
+        body = super().to_dict()
+        body["reason"] = self.reason
+        return body
+
+    def __str__(self) -> str:
+        return f"{self._where()} is unavailable ({self.reason}) after {self.elapsed:.3f}s"

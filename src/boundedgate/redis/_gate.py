@@ -1,0 +1,454 @@
+"""RedisGate: one limit for the whole cluster, with the API of :class:`~boundedgate.BoundedGate`.
+
+The decisions are taken in Redis by the Lua scripts (see ``lua/prelude.lua``); this class sends
+them, turns their replies into permits and typed errors, and keeps this process's side of the
+bargain: leases renewed, waiters polled, releases and cancellations retried until they land.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, final
+
+from .._core import check_deadline as _check_deadline
+from .._core import check_max_running, check_max_waiting, check_name, check_timeout
+from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
+from . import _scripts
+from ._background import Background
+from ._inspect import read_cluster
+from ._io import UNREACHABLE, bounded, text
+from ._layout import agent_id, gate_keys, wake_prefix
+from ._permit import RedisPermit
+from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from typing_extensions import Self
+
+    from .._driver import BoundedGate
+
+__all__ = ("RedisGate",)
+
+_INF = math.inf
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
+    seconds = float(value)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return seconds
+
+
+def _ms(seconds: float) -> int:
+    return max(1, math.ceil(seconds * 1000))
+
+
+@final
+class RedisGate:
+    """At most ``max_running`` requests running and ``max_waiting`` waiting across every process.
+
+    ::
+
+        client = redis.asyncio.Redis.from_url("redis://redis:6379/0")
+        gate = RedisGate(client, max_running=50, max_waiting=100, name="openai")
+
+        async with gate.admit(timeout=30):
+            reply = await openai_client.chat.completions.create(...)
+
+    The same API and outcomes as :class:`~boundedgate.BoundedGate`, enforced by one Redis primary
+    for every process that uses the same ``name``: each admission, release and cancellation is one
+    atomic Lua script; waiters are served in order of their arrival at Redis, and a freed slot is
+    handed to the oldest live waiter inside the script that freed it. A holder keeps its slot by a
+    lease on the Redis server's clock, renewed by this process every ``lease_ttl / 3``; if the
+    process dies, the slot comes back within ``lease_ttl``. A waiter keeps its place by renewing it
+    every ``poll_interval``; if its process dies, its place frees within ``waiter_ttl``. Grants are
+    recorded in Redis and announced on a pub/sub channel; the announcement only makes them fast,
+    since every waiter also polls.
+
+    Deadlines (``QueueExpired``, ``Late``) are measured on the caller's event-loop clock, as
+    in-process. When Redis cannot be reached, the gate fails closed with
+    :class:`~boundedgate.GateUnavailable`, unless a ``fallback`` gate was given.
+
+    The gate binds to the event loop that first uses it, like the client it is given. Close it
+    with :meth:`aclose` (or ``async with``) to stop its background work; the client stays yours.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` client (decoded responses or not).
+        max_running: Running slots, cluster-wide, an int >= 1.
+        max_waiting: Queue places, cluster-wide, an int >= 0, or None for an unbounded queue.
+        name: The gate's name: processes that give the same name share the gate.
+        lease_ttl: Seconds a holder's slot survives without a renewal from its process.
+        poll_interval: Seconds between polls of a waiting process (the longest a lost wake-up
+            message can delay a grant).
+        waiter_ttl: Seconds a waiter's place survives without a renewal from its process
+            (default: ``max(4 * poll_interval, 1)``); must exceed ``poll_interval``.
+        op_timeout: Seconds to wait for Redis to answer one call before failing closed.
+        idle_ttl: Seconds the gate's keys outlive its last use in Redis.
+        fallback: A local gate to admit through when Redis is unreachable, instead of raising
+            ``GateUnavailable``; each such admission is counted in ``stats().fallbacks``.
+
+    Raises:
+        TypeError: A limit that is not an int, a duration that is not a number, a name that is
+            not a str.
+        ValueError: A limit out of range, a duration <= 0 or infinite, or ``waiter_ttl`` not
+            above ``poll_interval``.
+    """
+
+    __slots__ = (
+        "_agent",
+        "_background",
+        "_client",
+        "_common",
+        "_counters",
+        "_epoch",
+        "_fallback",
+        "_holders",
+        "_idle_ttl",
+        "_keys",
+        "_last_running",
+        "_last_waiting",
+        "_lease_ttl",
+        "_loop",
+        "_max_running",
+        "_max_waiting",
+        "_name",
+        "_op_timeout",
+        "_poll_interval",
+        "_serial",
+        "_tasks",
+        "_waiter_ttl",
+        "_waiters",
+        "_waiting",
+    )
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        max_running: int,
+        max_waiting: int | None,
+        name: str = "gate",
+        lease_ttl: float = 10.0,
+        poll_interval: float = 0.5,
+        waiter_ttl: float | None = None,
+        op_timeout: float = 2.0,
+        idle_ttl: float = 86400.0,
+        fallback: BoundedGate | None = None,
+    ) -> None:
+        self._max_running = check_max_running(max_running)
+        self._max_waiting = check_max_waiting(max_waiting)
+        self._name = check_name(name)
+        self._lease_ttl = _seconds("lease_ttl", lease_ttl)
+        self._poll_interval = _seconds("poll_interval", poll_interval)
+        self._waiter_ttl = (
+            max(4 * self._poll_interval, 1.0) if waiter_ttl is None else _seconds("waiter_ttl", waiter_ttl)
+        )
+        if self._waiter_ttl <= self._poll_interval:
+            raise ValueError(f"waiter_ttl ({waiter_ttl}) must exceed poll_interval ({poll_interval})")
+        self._op_timeout = _seconds("op_timeout", op_timeout)
+        self._idle_ttl = _seconds("idle_ttl", idle_ttl)
+        self._client = client
+        self._fallback = fallback
+        self._agent = agent_id()
+        self._keys = gate_keys(self._name)
+        # Outcomes are kept long enough for any late message, retry or poll about them to find them.
+        outcome_ttl = 3 * max(self._lease_ttl, self._waiter_ttl, self._op_timeout)
+        self._common: tuple[object, ...] = (
+            self._max_running,
+            -1 if self._max_waiting is None else self._max_waiting,
+            _ms(self._lease_ttl),
+            _ms(self._waiter_ttl),
+            _ms(outcome_ttl),
+            _ms(self._idle_ttl),
+            wake_prefix(self._name),
+        )
+        self._serial = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: This process's permits that hold a slot, by id (the heartbeat renews their leases).
+        self._holders: dict[str, RedisPermit] = {}
+        #: This process's permits that are arriving or queued, by id (polled, and woken by messages).
+        self._waiters: dict[str, RedisPermit] = {}
+        self._waiting = 0  # of those, the ones queued
+        self._counters = LocalCounters()
+        self._epoch: str | None = None
+        self._last_running = 0
+        self._last_waiting = 0
+        self._background = Background(self)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The gate's name, shared by every process that uses the same gate."""
+        return self._name
+
+    @property
+    def client(self) -> Any:
+        """The Redis client the gate talks through."""
+        return self._client
+
+    @property
+    def max_running(self) -> int:
+        """Running slots (C), cluster-wide."""
+        return self._max_running
+
+    @property
+    def max_waiting(self) -> int | None:
+        """Queue places (Q), cluster-wide; None when the queue is unbounded."""
+        return self._max_waiting
+
+    @property
+    def running(self) -> int:
+        """Slots held by this process now."""
+        return len(self._holders)
+
+    @property
+    def waiting(self) -> int:
+        """Requests of this process in the queue now."""
+        return self._waiting
+
+    @property
+    def process(self) -> str:
+        """The id of this gate object in Redis (``host/pid/random``), as :meth:`cluster_stats` shows it."""
+        return self._agent
+
+    def admit(self, *, timeout: float | None = None, deadline: float | None = None) -> RedisPermit:
+        """A permit for one request, to enter with ``async with``; entering it is the arrival.
+
+        As :meth:`BoundedGate.admit <boundedgate.BoundedGate.admit>`: on entry the request starts
+        at once if a slot is free and nobody waits, anywhere in the cluster; or waits in the
+        cluster's queue (FIFO by arrival at Redis) if there is room; or is refused. On exit the
+        slot is released; a body that raised propagates its own exception, one that finished at
+        or after the deadline raises :class:`~boundedgate.Late`.
+
+        Args:
+            timeout: Budget in seconds from arrival (>= 0), covering the wait and the run.
+            deadline: Absolute deadline on the running loop's clock (``loop.time()``).
+                Give at most one of the two; neither means no deadline.
+
+        Raises (on entry):
+            QueueFull: Every slot busy and the queue full, after one round trip to Redis.
+            QueueExpired: The deadline passed while waiting, or had passed on arrival.
+            GateUnavailable: Redis could not be reached in time (and no fallback was given), or
+                this process could not keep its place in the queue.
+            asyncio.CancelledError: The caller was cancelled while waiting, or was already
+                cancelled on arrival (then nothing was counted).
+
+        Raises (at once):
+            TypeError, ValueError: A malformed timeout or deadline, or both given.
+        """
+        if deadline is None:
+            return RedisPermit(self, None if timeout is None else check_timeout(timeout), _INF)
+        if timeout is not None:
+            raise ValueError("give timeout or deadline, not both")
+        return RedisPermit(self, None, _check_deadline(deadline))
+
+    async def try_admit(self, *, timeout: float | None = None, deadline: float | None = None) -> RedisPermit:
+        """A permit that holds a slot now, or :class:`~boundedgate.QueueFull` now; it never waits.
+
+        The one difference from :meth:`BoundedGate.try_admit <boundedgate.BoundedGate.try_admit>`:
+        asking Redis takes a round trip, so this is a coroutine. It never jumps the queue. Release
+        the permit with :meth:`RedisPermit.release` or by entering and leaving it with ``async with``.
+
+        Raises:
+            QueueFull: The request cannot start at once (no free slot, or others are queued).
+            QueueExpired: The deadline had already passed (nothing was counted).
+            GateUnavailable: Redis could not be reached in time (and no fallback was given).
+            asyncio.CancelledError: The calling task is being cancelled.
+        """
+        permit = self.admit(timeout=timeout, deadline=deadline)
+        await permit._arrive(False)
+        return permit
+
+    def stats(self) -> RedisGateStatistics:
+        """Statistics of the requests of this process through the gate (see :class:`RedisGateStatistics`)."""
+        return self._counters.snapshot(
+            self._name, self._max_running, self._max_waiting, len(self._holders), self._waiting
+        )
+
+    async def cluster_stats(self) -> ClusterStatistics:
+        """The cluster's view, read from Redis: holders with their leases, waiters, counters.
+
+        Raises:
+            GateUnavailable: Redis could not be reached in time.
+        """
+        try:
+            return await bounded(read_cluster(self._client, self._name), self._op_timeout)
+        except UNREACHABLE as error:
+            raise self._unavailable(0.0, 0.0, "unreachable") from error
+
+    async def aclose(self) -> None:
+        """Stop the gate's background work, after the releases and cancellations still in flight.
+
+        Those get ``op_timeout`` to land; any still retrying then (Redis is out of reach) is
+        abandoned, and its lease or queue place lapses in Redis instead. Permits still held stop
+        being renewed: their slots come back within ``lease_ttl``. The client is not closed.
+        """
+        await self._background.aclose()
+        tasks = list(self._tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self._op_timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        waiting = "unbounded" if self._max_waiting is None else self._max_waiting
+        return (
+            f"<RedisGate {self._name!r} [here: running {len(self._holders)}, waiting {self._waiting}; "
+            f"cluster limits {self._max_running}/{waiting}]>"
+        )
+
+    # -- internals used by RedisPermit and Background ---------------------------------------
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        old = self._loop
+        if loop is not old:
+            if old is not None and (self._holders or self._waiters) and not old.is_closed():
+                raise RuntimeError(f"{self!r} is in use on another event loop")
+            self._loop = loop
+            self._background = Background(self)
+            self._tasks = set()
+        return loop
+
+    def _new_id(self) -> str:
+        return f"{self._agent}#{next(self._serial)}"
+
+    async def _run(
+        self, script: _scripts.Script, args: Sequence[object], seconds: float | None = None
+    ) -> Any:
+        """Run one script with the gate's keys and settings, within ``op_timeout`` (or ``seconds``)."""
+        return await bounded(
+            script(self._client, self._keys, self._common + tuple(args)),
+            self._op_timeout if seconds is None else seconds,
+        )
+
+    def _seen(self, running: object, waiting: object, epoch: object) -> None:
+        """Note the cluster's counts and epoch from a reply."""
+        self._last_running = int(running)  # type: ignore[call-overload]
+        self._last_waiting = int(waiting)  # type: ignore[call-overload]
+        epoch = text(epoch)
+        old = self._epoch
+        if old != epoch and (old is None or (len(epoch), epoch) > (len(old), old)):
+            if old is not None:
+                self._counters.epoch_changes += 1
+            self._epoch = epoch
+
+    def _spawn(self, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``call`` in its own task, which the caller's cancellation cannot reach."""
+        task = self._loop.create_task(call)  # type: ignore[union-attr]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _abandon(self, permit_id: str, how: str, count_if_found: bool = False) -> None:
+        """Take back, in the background, whatever place or unused slot ``permit_id`` has in Redis.
+
+        With ``count_if_found``, the local ``cancelled`` count follows Redis's: it grows only if
+        Redis had heard of the request (its admission landed before the cancellation).
+        """
+        horizon = max(self._lease_ttl, self._waiter_ttl)
+        self._spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon, count_if_found))
+
+    def _release(self, permit_id: str, how: str) -> asyncio.Task[None]:
+        """Give the slot of ``permit_id`` back, in the background; returns the task doing it."""
+        return self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl))
+
+    async def _until_done(
+        self, script: _scripts.Script, permit_id: str, how: str, horizon: float, count_if_found: bool = False
+    ) -> None:
+        # Scripts are idempotent, so retrying after a lost reply is safe. Past the horizon the
+        # lease (or the waiter's place) has lapsed in Redis anyway: the slot is back without us.
+        loop = self._loop
+        give_up = loop.time() + horizon  # type: ignore[union-attr]
+        delay = 0.05
+        retried = False
+        while True:
+            try:
+                reply = await self._run(script, (permit_id, how))
+            except UNREACHABLE:
+                if not retried:
+                    retried = True
+                    self._counters.retries += 1
+                if loop.time() + delay > give_up:  # type: ignore[union-attr]
+                    return
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 1.0)
+                continue
+            self._seen(reply[1], reply[2], reply[3])
+            if count_if_found and reply[0]:
+                self._counters.cancelled += 1
+            return
+
+    def _refused(self, permit: RedisPermit, running: int, waiting: int) -> QueueFull:
+        return QueueFull(
+            self._name,
+            self._max_running,
+            self._max_waiting,
+            running,
+            waiting,
+            0.0,
+            permit.ended - permit.arrival,  # type: ignore[operator]
+            self._counters.recent_run_seconds,
+        )
+
+    def _expired(self, permit: RedisPermit) -> QueueExpired:
+        waited = permit.ended - permit.arrival  # type: ignore[operator]
+        return QueueExpired(
+            self._name,
+            self._max_running,
+            self._max_waiting,
+            self._last_running,
+            self._last_waiting,
+            waited,
+            waited,
+            permit.deadline,
+            self._counters.recent_run_seconds,
+        )
+
+    def _unavailable(self, waited: float, elapsed: float, reason: str) -> GateUnavailable:
+        return GateUnavailable(
+            self._name,
+            self._max_running,
+            self._max_waiting,
+            self._last_running,
+            self._last_waiting,
+            waited,
+            elapsed,
+            reason,
+        )
+
+    def _late(self, permit: RedisPermit) -> Late:
+        arrival: float = permit.arrival  # type: ignore[assignment]
+        ended: float = permit.ended  # type: ignore[assignment]
+        return Late(
+            self._name,
+            self._max_running,
+            self._max_waiting,
+            self._last_running,
+            self._last_waiting,
+            permit.started - arrival,  # type: ignore[operator]
+            ended - arrival,
+            permit.deadline,
+            ended - permit.deadline,
+        )

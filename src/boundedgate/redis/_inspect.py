@@ -1,0 +1,162 @@
+"""Inspecting a cluster gate: its live state read from Redis, and the command that prints it.
+
+``python -m boundedgate.redis inspect NAME [--url URL] [--json]`` prints the gate's holders (with
+their leases), its waiters (head first), its counters and the TTL of each of its keys. Reading is
+one ``MULTI`` transaction of plain reads: it changes nothing, so it also works on a replica, and a
+lease that has lapsed shows a negative ``lease_left`` until the next operation reclaims it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio
+
+from ._io import text
+from ._layout import KEY_NAMES, gate_keys
+from ._stats import ClusterHolder, ClusterStatistics, ClusterWaiter
+
+__all__ = ("format_cluster", "main", "read_cluster")
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    if isinstance(flat, dict):
+        return {text(k): text(v) for k, v in flat.items()}
+    return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+async def read_cluster(client: Any, name: str) -> ClusterStatistics:
+    """Read a cluster gate's live state and counters from Redis, without changing anything.
+
+    Args:
+        client: A ``redis.asyncio.Redis`` client.
+        name: The gate's name.
+
+    Returns:
+        A :class:`ClusterStatistics` snapshot.
+
+    Raises:
+        redis.exceptions.RedisError: Redis could not be reached or refused the reads.
+    """
+    keys = dict(zip(KEY_NAMES, gate_keys(name), strict=True))
+    async with client.pipeline(transaction=True) as pipe:
+        pipe.time()
+        pipe.hgetall(keys["meta"])
+        pipe.zrange(keys["holders"], 0, -1, withscores=True)
+        pipe.zrange(keys["waiters"], 0, -1)
+        pipe.zrange(keys["wdue"], 0, -1, withscores=True)
+        pipe.hgetall(keys["info"])
+        pipe.hgetall(keys["stats"])
+        for key in keys.values():
+            pipe.pttl(key)
+        clock, meta, holders, waiters, due, info, stats, *ttls = await pipe.execute()
+    now_ms = clock[0] * 1000 + clock[1] // 1000
+    meta, info, stats = _pairs(meta), _pairs(info), _pairs(stats)
+    due_at = {text(member): score for member, score in due}
+
+    def fields(permit_id: str) -> tuple[str, int, int, str]:
+        agent, deadline, since, token = (info.get(permit_id) or "|-1|0|").split("|")
+        return agent, int(deadline), int(since or 0), token
+
+    held = []
+    for member, lease in holders:
+        permit_id = text(member)
+        agent, _, since, token = fields(permit_id)
+        held.append(
+            ClusterHolder(permit_id, agent, int(token or 0), (now_ms - since) / 1000, (lease - now_ms) / 1000)
+        )
+    queued = []
+    for position, member in enumerate(waiters):
+        permit_id = text(member)
+        agent, deadline, since, _ = fields(permit_id)
+        queued.append(
+            ClusterWaiter(
+                permit_id,
+                agent,
+                position,
+                (now_ms - since) / 1000,
+                None if deadline < 0 else (deadline - now_ms) / 1000,
+                (due_at.get(permit_id, now_ms) - now_ms) / 1000,
+            )
+        )
+    queue_limit = int(meta["Q"]) if "Q" in meta else None
+    return ClusterStatistics(
+        name=name,
+        epoch=meta.get("epoch"),
+        server_time=now_ms / 1000,
+        max_running=int(meta["C"]) if "C" in meta else None,
+        max_waiting=None if queue_limit is None or queue_limit < 0 else queue_limit,
+        holders=tuple(sorted(held, key=lambda h: h.token)),
+        waiters=tuple(queued),
+        counters={k: int(v) for k, v in sorted(stats.items())},
+        key_ttls={key: ttl / 1000 for key, ttl in zip(keys.values(), ttls, strict=True) if ttl >= 0},
+    )
+
+
+def format_cluster(view: ClusterStatistics) -> str:
+    """A human-readable report of a :func:`read_cluster` snapshot."""
+    if view.epoch is None:
+        return f"gate {view.name!r}: no state in Redis (never used, or idle for longer than its idle_ttl)"
+    limit = "unbounded" if view.max_waiting is None else view.max_waiting
+    lines = [
+        f"gate {view.name!r} (epoch {view.epoch}): running {view.running}/{view.max_running}, "
+        f"waiting {view.waiting}/{limit}",
+        "",
+        f"holders ({view.running}):",
+    ]
+    lines += [
+        f"  token {h.token:>8}  held {h.held_for:8.3f}s  lease left {h.lease_left:7.3f}s  {h.id}"
+        for h in view.holders
+    ]
+    lines += ["", f"waiters ({view.waiting}), head first:"]
+    for w in view.waiters:
+        deadline = "none" if w.deadline_in is None else f"{w.deadline_in:.3f}s"
+        lines.append(
+            f"  #{w.position:<4} waited {w.waited:8.3f}s  deadline in {deadline:>9}  "
+            f"place lapses in {w.due_in:.3f}s  {w.id}"
+        )
+    lines += ["", "counters: " + ", ".join(f"{k} {v}" for k, v in view.counters.items())]
+    lines += ["key TTLs: " + ", ".join(f"{k.rsplit(':', 1)[1]} {v:.0f}s" for k, v in view.key_ttls.items())]
+    return "\n".join(lines)
+
+
+async def _inspect(url: str, name: str, as_json: bool) -> str:
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        view = await read_cluster(client, name)
+    finally:
+        await client.aclose()
+    if as_json:
+        return json.dumps(dataclasses.asdict(view), indent=2)
+    return format_cluster(view)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``python -m boundedgate.redis`` command; returns the exit status.
+
+    Args:
+        argv: The arguments (default: ``sys.argv[1:]``).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m boundedgate.redis", description="Inspect a cluster gate's live state in Redis."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    inspect = commands.add_parser("inspect", help="print a gate's holders, waiters, leases and counters")
+    inspect.add_argument("name", help="the gate's name")
+    inspect.add_argument(
+        "--url", default="redis://localhost:6379/0", help="the Redis URL (default: %(default)s)"
+    )
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    print(asyncio.run(_inspect(args.url, args.name, args.json)))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,416 @@
+"""RedisPermit: one request's claim on a cluster gate, from arrival until its slot is back in Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, final
+
+from typing_extensions import Self
+
+from .._core import Status
+from .._driver._compat import current_task, is_cancelling
+from .._errors import Late
+from ._io import UNREACHABLE, text
+from ._scripts import ADMIT as _ADMIT
+
+if TYPE_CHECKING:
+    from .._driver import Permit
+    from ._gate import RedisGate
+
+__all__ = ("RedisPermit",)
+
+NEW = Status.NEW
+QUEUED = Status.QUEUED
+RUNNING = Status.RUNNING
+REJECTED = Status.REJECTED
+EXPIRED = Status.EXPIRED
+CANCELLED = Status.CANCELLED
+COMPLETED = Status.COMPLETED
+LATE = Status.LATE
+FAILED = Status.FAILED
+
+_GRANTED = "granted"
+
+
+def _wake(future: asyncio.Future[tuple[str, Any]], what: str, value: Any = None) -> None:
+    if not future.done():
+        future.set_result((what, value))
+
+
+@final
+class RedisPermit:
+    """A request's claim on a :class:`RedisGate`: a cluster slot, held until released.
+
+    It behaves as :class:`~boundedgate.Permit`: ``gate.admit(...)`` returns a permit that has not
+    arrived; entering it with ``async with`` is the arrival; leaving the block releases the slot
+    and raises :class:`~boundedgate.Late` if the block finished at or after the deadline.
+    Releasing is idempotent and synchronous: the permit ends at once, and the release is sent to
+    Redis by a task of its own, retried until it lands, which no cancellation of the caller can
+    interrupt. The ``async with`` exit waits for that release (at most ``op_timeout``), so the slot
+    is free cluster-wide when the block has exited.
+
+    Attributes:
+        arrival: When it arrived, on the loop's clock (None before it has).
+        deadline: When it must be done by, on the loop's clock (``math.inf`` for no deadline).
+        started: When it got its slot (None if it has not).
+        ended: When it reached its outcome (None while it is pending).
+        lease_lost: True if, while it held its slot, its lease lapsed in Redis (this process
+            stalled or lost Redis for longer than ``lease_ttl``) or Redis forgot it (a restart):
+            its slot may have been given to another request meanwhile. It was counted again as
+            soon as this process could renew it.
+    """
+
+    __slots__ = (
+        "_future",
+        "_gate",
+        "_id",
+        "_inner",
+        "_release_task",
+        "_status",
+        "_stream_owned",
+        "_timeout",
+        "_timer",
+        "_token",
+        "arrival",
+        "deadline",
+        "ended",
+        "lease_lost",
+        "started",
+    )
+
+    def __init__(self, gate: RedisGate, timeout: float | None, deadline: float) -> None:
+        self.arrival: float | None = None
+        self.deadline = deadline
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.lease_lost = False
+        self._status = NEW
+        self._gate = gate
+        self._timeout = timeout
+        self._id: str | None = None
+        self._token: tuple[str, int] | None = None
+        self._future: asyncio.Future[tuple[str, Any]] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._release_task: asyncio.Task[None] | None = None
+        self._inner: Permit | None = None
+        self._stream_owned = False
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def gate(self) -> RedisGate:
+        """The gate this permit belongs to."""
+        return self._gate
+
+    @property
+    def status(self) -> Status:
+        """Where the request stands (:class:`~boundedgate.Status`); its outcome once it has ended.
+
+        A request refused with :class:`~boundedgate.GateUnavailable` ends ``REJECTED``.
+        """
+        inner = self._inner
+        return self._status if inner is None else inner.status
+
+    @property
+    def id(self) -> str | None:
+        """The request's id in Redis (``host/pid/random#n``), None before it arrived."""
+        return self._id
+
+    @property
+    def token(self) -> tuple[str, int] | None:
+        """A fencing token ``(epoch, n)`` while it holds a cluster slot, None otherwise.
+
+        ``n`` grows with every grant of the gate within one ``epoch`` (the creation time of the
+        gate's state in Redis), so a downstream service can refuse a holder older than one it has
+        seen. A permit counted again after losing its lease gets a new token. None for a permit
+        admitted through the local fallback gate.
+        """
+        return self._token
+
+    @property
+    def fallback(self) -> bool:
+        """True if Redis was unreachable and the permit was admitted by the local fallback gate."""
+        return self._inner is not None
+
+    def release(self) -> None:
+        """Give the slot back now, as a normal end (completed, or late past the deadline).
+
+        Does nothing if the permit does not hold a slot (not yet admitted, or already released).
+        Never raises: the release is sent to Redis in the background and retried until it lands
+        (or until the lease has lapsed, which returns the slot too). Call it on the event loop's
+        thread.
+        """
+        self._finish(False)
+
+    async def __aenter__(self) -> Self:
+        if self._status is RUNNING or self._inner is not None:
+            return self  # from try_admit(): it holds its slot already
+        await self._arrive(True)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._stream_owned:
+            return  # a stream owns the slot now and ends it
+        inner = self._inner
+        if inner is not None:
+            await inner.__aexit__(exc_type, exc, tb)
+            return
+        # No await before the release is started: a second cancellation cannot stop it.
+        self._finish(exc_type is not None)
+        task = self._release_task
+        if task is not None and not task.done():
+            await asyncio.wait((task,), timeout=self._gate._op_timeout)
+        if exc_type is None and self._status is LATE:
+            raise self._gate._late(self)
+
+    def __repr__(self) -> str:
+        return f"<RedisPermit of {self._gate.name!r}: {self.status.value}>"
+
+    # -- the stream hand-over (boundedgate's StreamPermit contract) -------------------------
+
+    def settle(self, cost: float) -> None:
+        """Accept the request's real cost, for the same call sites as :meth:`Permit.settle`.
+
+        A cluster gate has no rate budget to charge, so this only checks ``cost``.
+
+        Raises:
+            TypeError, ValueError: ``cost`` is not a finite number >= 0.
+        """
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+            raise TypeError(f"cost must be a number, got {cost!r}")
+        if not (cost >= 0 and math.isfinite(cost)):
+            raise ValueError(f"cost must be a finite number >= 0, got {cost!r}")
+
+    def _finish(self, failed: bool) -> None:
+        """End the request now, if it holds a slot: ``FAILED``, else completed or late.
+
+        Synchronous and idempotent, on the loop's thread: the permit ends at once, and the
+        release is sent to Redis by its own task, retried until it lands. On a closed loop (a
+        stream collected after its loop ended) nothing can be sent: the lease lapses instead.
+        """
+        inner = self._inner
+        if inner is not None:
+            inner._finish(failed)
+            return
+        if self._status is not RUNNING:
+            return
+        gate = self._gate
+        loop: asyncio.AbstractEventLoop = gate._loop  # type: ignore[assignment]
+        now = loop.time()
+        if failed:
+            self._status = status = FAILED
+            gate._counters.failed += 1
+        elif now >= self.deadline:
+            self._status = status = LATE
+            gate._counters.late += 1
+        else:
+            self._status = status = COMPLETED
+            gate._counters.completed += 1
+        self.ended = now
+        gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
+        del gate._holders[self._id]  # type: ignore[arg-type]
+        self._token = None
+        if not loop.is_closed():
+            self._release_task = gate._release(self._id, status.value)  # type: ignore[arg-type]
+
+    def _late(self) -> Late:
+        """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``."""
+        inner = self._inner
+        if inner is not None:
+            return inner.gate._late(inner)
+        return self._gate._late(self)
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop that owns the permit's gate (to schedule a release from another thread)."""
+        return self._gate._loop
+
+    def _hand_over(self) -> None:
+        """Pass the slot to a stream: from now on the ``async with`` exit neither releases nor raises.
+
+        Raises:
+            RuntimeError: The permit holds no slot, or was already handed to a stream.
+        """
+        if self.status is not RUNNING:
+            raise RuntimeError(f"{self!r} holds no slot to hand over")
+        if self._stream_owned:
+            raise RuntimeError(f"{self!r} was already handed to a stream")
+        self._stream_owned = True
+
+    # -- arrival ----------------------------------------------------------------------------
+
+    async def _arrive(self, wait: bool) -> None:
+        """Arrive at the gate now: hold a slot when this returns, or raise why not."""
+        if self._status is not NEW:
+            raise RuntimeError(f"{self!r} was already used; call admit() for each request")
+        gate = self._gate
+        loop = gate._bind()
+        task = current_task(loop)
+        if task is not None and is_cancelling(task):
+            self._status = CANCELLED  # refused before it is counted
+            raise asyncio.CancelledError()
+        now = loop.time()
+        self.arrival = now
+        if self._timeout is not None:
+            self.deadline = now + self._timeout
+        deadline = self.deadline
+        if deadline <= now:
+            self._status = EXPIRED  # refused before it is counted
+            self.ended = now
+            raise gate._expired(self)
+        remaining = -1 if deadline == math.inf else math.ceil((deadline - now) * 1000)
+        self._id = permit_id = gate._new_id()
+        future = self._future = loop.create_future()
+        # Registered before the request is sent: a grant message may overtake the reply.
+        gate._waiters[permit_id] = self
+        try:
+            reply = await gate._run(
+                _ADMIT,
+                (permit_id, gate._agent, remaining, 1 if wait else 0),
+                min(gate._op_timeout, deadline - now),
+            )
+        except BaseException as error:
+            del gate._waiters[permit_id]
+            self._future = None
+            await self._not_admitted(error, wait)
+            return
+        state, value, running, waiting, epoch = reply
+        gate._seen(running, waiting, epoch)
+        if state == 1:
+            del gate._waiters[permit_id]
+            self._future = None
+            self._start(value)
+            return
+        if state != 2:
+            del gate._waiters[permit_id]
+            self._future = None
+            if state == 3:
+                self._end(REJECTED)
+                gate._counters.rejected += 1
+                raise gate._refused(self, int(running), int(waiting))
+            self._end(REJECTED)  # an outcome already recorded for a fresh id: state was lost
+            gate._counters.unavailable += 1
+            raise gate._unavailable(0.0, self.ended - now, "waiter_lease_lost")  # type: ignore[operator]
+        await self._wait(future)
+
+    async def _not_admitted(self, error: BaseException, wait: bool) -> None:
+        """The admission call failed: re-raise, or raise the typed refusal, or use the fallback."""
+        gate = self._gate
+        permit_id: str = self._id  # type: ignore[assignment]
+        if isinstance(error, asyncio.CancelledError):
+            # The admission may have landed: take it back, and count it if it had.
+            gate._abandon(permit_id, "cancelled", count_if_found=True)
+            self._end(CANCELLED)
+            raise error
+        if not isinstance(error, UNREACHABLE):
+            raise error
+        if gate._loop.time() >= self.deadline:  # type: ignore[union-attr]
+            gate._abandon(permit_id, "expired")
+            self._end(EXPIRED)
+            gate._counters.expired += 1
+            raise gate._expired(self) from error
+        gate._abandon(permit_id, "cancelled")
+        fallback = gate._fallback
+        if fallback is not None:
+            await self._fall_back(fallback, wait)
+            return
+        self._end(REJECTED)
+        gate._counters.unavailable += 1
+        elapsed = self.ended - self.arrival  # type: ignore[operator]
+        raise gate._unavailable(0.0, elapsed, "unreachable") from error
+
+    async def _wait(self, future: asyncio.Future[tuple[str, Any]]) -> None:
+        """Wait in the cluster's queue until granted, expired or cancelled."""
+        gate = self._gate
+        loop = gate._loop
+        self._status = QUEUED
+        gate._waiting += 1
+        counters = gate._counters
+        if gate._waiting > counters.peak_waiting:
+            counters.peak_waiting = gate._waiting
+        gate._background.watch()
+        if self.deadline != math.inf and not future.done():
+            self._timer = loop.call_at(self.deadline, _wake, future, "deadline")  # type: ignore[union-attr]
+        try:
+            what, value = await future
+        except asyncio.CancelledError:
+            # Cancelled while waiting, or in the same turn as a grant reached it: either way the
+            # cancellation script takes back the place or passes the unused slot on.
+            self._leave()
+            gate._abandon(self._id, "cancelled")  # type: ignore[arg-type]
+            counters.cancelled += 1
+            self._end(CANCELLED)
+            raise
+        self._leave()
+        now = loop.time()  # type: ignore[union-attr]
+        if what == _GRANTED and now < self.deadline:
+            counters.waited(now - self.arrival)  # type: ignore[operator]
+            self._start(value)
+            return
+        counters.waited(now - self.arrival)  # type: ignore[operator]
+        if what in (_GRANTED, "deadline", "expired"):
+            # Never start at or after the deadline: a grant that arrives then passes the slot on.
+            if what != "expired":
+                gate._abandon(self._id, "expired")  # type: ignore[arg-type]
+            counters.expired += 1
+            self._end(EXPIRED)
+            raise gate._expired(self)
+        counters.unavailable += 1
+        self._end(REJECTED)
+        waited = self.ended - self.arrival  # type: ignore[operator]
+        if what == "unreachable":
+            raise gate._unavailable(waited, waited, "unreachable") from value
+        raise gate._unavailable(waited, waited, "waiter_lease_lost")
+
+    def _leave(self) -> None:
+        gate = self._gate
+        del gate._waiters[self._id]  # type: ignore[arg-type]
+        gate._waiting -= 1
+        self._future = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _start(self, token: object) -> None:
+        gate = self._gate
+        self._status = RUNNING
+        self.started = gate._loop.time()  # type: ignore[union-attr]
+        self._token = (gate._epoch or "", int(text(token)))
+        gate._holders[self._id] = self  # type: ignore[index]
+        counters = gate._counters
+        counters.admitted += 1
+        if len(gate._holders) > counters.peak_running:
+            counters.peak_running = len(gate._holders)
+        gate._background.watch()
+
+    def _end(self, status: Status) -> None:
+        self._status = status
+        self.ended = self._gate._loop.time()  # type: ignore[union-attr]
+
+    async def _fall_back(self, fallback: Any, wait: bool) -> None:
+        deadline = None if self.deadline == math.inf else self.deadline
+        self._gate._counters.fallbacks += 1
+        if not wait:
+            self._inner = fallback.try_admit(deadline=deadline)
+            return
+        self._inner = inner = fallback.admit(deadline=deadline)
+        await inner.__aenter__()
+
+    def _granted(self, token: object) -> None:
+        """A message or a poll says Redis granted this waiter a slot."""
+        future = self._future
+        if future is not None:
+            _wake(future, _GRANTED, token)
+
+    def _told(self, what: str, value: Any = None) -> None:
+        """A poll says how this waiter's place ended (expired, lapsed, ...) or that Redis is out of reach."""
+        future = self._future
+        if future is not None:
+            _wake(future, what, value)

@@ -1,0 +1,25 @@
+-- cancel: a request gives up before it began (cancelled by its caller, or its deadline passed on
+-- the caller's clock). A waiter leaves the queue; a slot granted to it but never used passes on (it
+-- no longer counts as admitted). An id the server does not know is recorded as ended, so that an
+-- admit still in flight cannot bring it back. ARGV 8 id, 9 how (cancelled | expired).
+-- Returns {what was removed (0 nothing, 1 a place, 2 an unused slot), running, waiting, epoch}.
+local id, how = ARGV[8], ARGV[9]
+local e = epoch()
+local removed = 0
+if not redis.call('HGET', OUTCOME, id) then
+  if redis.call('ZSCORE', WAITERS, id) then
+    drop_waiter(id, how)
+    removed = 1
+  elseif redis.call('ZREM', HOLDERS, id) == 1 then
+    redis.call('HDEL', INFO, id)
+    record(id, how)
+    count('admitted', -1)
+    count(how)
+    removed = 2
+  else
+    record(id, how)
+  end
+end
+tick()
+local running, waiting = counts()
+return {removed, running, waiting, e}

@@ -1,0 +1,157 @@
+-- boundedgate: the prelude of every RedisGate script (each script is this file followed by its own).
+--
+-- Rule 1: every decision about a cluster gate is taken here, in one atomic script per event, never
+-- by a client reading state and writing it back.
+-- Rule 2: time is the Redis server's clock (TIME, in ms). Clients' clocks decide nothing here; their
+-- deadlines arrive as a remaining budget and are stored on the server's clock, only to free places.
+--
+-- Keys (one hash tag, so one slot in a cluster; every key is declared in KEYS):
+--   1 meta     hash   epoch (TIME when the state was created), C and Q last used
+--   2 holders  zset   id -> lease expiry (ms)
+--   3 waiters  zset   id -> arrival sequence (FIFO by arrival at Redis)
+--   4 wdue     zset   id -> min(deadline, waiter-lease expiry) (ms): the sweep index of waiters
+--   5 info     hash   id -> "agent|deadline_ms|since_ms|token" (deadline -1: none)
+--   6 outcome  hash   id -> how it ended: released, cancelled, expired, lapsed, reclaimed
+--   7 ended    zset   id -> when it ended (ms): outcomes are forgotten OUTCOME_TTL later
+--   8 seq      string INCR counter: arrival order and fencing tokens
+--   9 stats    hash   cluster counters and peaks
+-- Every key gets PEXPIRE IDLE_TTL on every script; a gate that goes idle leaves only meta, seq,
+-- stats and its recent outcomes, for IDLE_TTL (holders, waiters, wdue and info are empty, and Redis
+-- deletes empty collections).
+--
+-- Common ARGV: 1 C, 2 Q (-1: unbounded), 3 lease ms, 4 waiter lease ms, 5 outcome ttl ms,
+-- 6 idle ttl ms, 7 wake channel prefix (the agent's id completes it). A script's own ARGV follow.
+
+if redis.replicate_commands then pcall(redis.replicate_commands) end -- effects replication (Redis < 7)
+
+local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOME, ENDED, SEQ, STATS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local C = tonumber(ARGV[1])
+local Q = tonumber(ARGV[2])
+local LEASE = tonumber(ARGV[3])
+local WAITER_TTL = tonumber(ARGV[4])
+local OUTCOME_TTL = tonumber(ARGV[5])
+local IDLE_TTL = tonumber(ARGV[6])
+local WAKE = ARGV[7]
+local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per script: no long script
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+local function epoch()
+  local e = redis.call('HGET', META, 'epoch')
+  if not e then
+    e = string.format('%s.%06d', clock[1], tonumber(clock[2]))
+    redis.call('HSET', META, 'epoch', e)
+  end
+  return e
+end
+
+local function parse(info)
+  -- agent, deadline (ms, -1: none), since (ms), token ('' while waiting)
+  local agent, deadline, since, token = string.match(info or '|-1|0|', '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  return agent, tonumber(deadline), tonumber(since), token
+end
+
+local function record(id, how)
+  redis.call('HSET', OUTCOME, id, how)
+  redis.call('ZADD', ENDED, now, id)
+end
+
+local function count(field, n)
+  redis.call('HINCRBY', STATS, field, n or 1)
+end
+
+local function peak(field, value)
+  if value > tonumber(redis.call('HGET', STATS, field) or '0') then
+    redis.call('HSET', STATS, field, value)
+  end
+end
+
+local function grant(id, agent, deadline, wake)
+  local token = redis.call('INCR', SEQ)
+  redis.call('ZADD', HOLDERS, now + LEASE, id)
+  redis.call('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
+  count('admitted')
+  peak('peak_running', redis.call('ZCARD', HOLDERS))
+  if wake then
+    -- A hint only: the grant is the holders entry above; a lost message costs the waiter one poll.
+    redis.call('PUBLISH', WAKE .. agent, id .. ' ' .. token)
+  end
+  return token
+end
+
+local function enqueue(id, agent, deadline)
+  local order = redis.call('INCR', SEQ)
+  redis.call('ZADD', WAITERS, order, id)
+  local due = now + WAITER_TTL
+  if deadline >= 0 and deadline < due then due = deadline end
+  redis.call('ZADD', WDUE, due, id)
+  redis.call('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|')
+  peak('peak_waiting', redis.call('ZCARD', WAITERS))
+  return order
+end
+
+local function drop_waiter(id, how)
+  redis.call('ZREM', WAITERS, id)
+  redis.call('ZREM', WDUE, id)
+  redis.call('HDEL', INFO, id)
+  record(id, how)
+  count(how)
+end
+
+local function renew_waiter(id)
+  local _, deadline = parse(redis.call('HGET', INFO, id))
+  local due = now + WAITER_TTL
+  if deadline >= 0 and deadline < due then due = deadline end
+  redis.call('ZADD', WDUE, due, id)
+end
+
+-- Every script runs this first: reclaim lapsed leases, drop dead or expired waiters, and hand every
+-- free slot to the head of the queue, inside this atomic step, so no newcomer can barge in.
+local function tick()
+  local lapsed = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', 0, SWEEP)
+  for _, id in ipairs(lapsed) do
+    redis.call('ZREM', HOLDERS, id)
+    redis.call('HDEL', INFO, id)
+    record(id, 'reclaimed')
+    count('reclaimed')
+  end
+  local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', 0, SWEEP)
+  for _, id in ipairs(due) do
+    local _, deadline = parse(redis.call('HGET', INFO, id))
+    if deadline >= 0 and deadline <= now then
+      drop_waiter(id, 'expired')
+    else
+      drop_waiter(id, 'lapsed') -- its process stopped renewing its place: presumed dead
+    end
+  end
+  local free = C - redis.call('ZCARD', HOLDERS)
+  while free > 0 do
+    local head = redis.call('ZPOPMIN', WAITERS)
+    if #head == 0 then break end
+    local id = head[1]
+    redis.call('ZREM', WDUE, id)
+    local agent, deadline = parse(redis.call('HGET', INFO, id))
+    if deadline >= 0 and deadline <= now then
+      redis.call('HDEL', INFO, id)
+      record(id, 'expired')
+      count('expired')
+    else
+      grant(id, agent, deadline, true)
+      free = free - 1
+    end
+  end
+  local old = redis.call('ZRANGEBYSCORE', ENDED, '-inf', now - OUTCOME_TTL, 'LIMIT', 0, SWEEP)
+  if #old > 0 then
+    redis.call('HDEL', OUTCOME, unpack(old))
+    redis.call('ZREM', ENDED, unpack(old))
+  end
+  for i = 1, 9 do
+    redis.call('PEXPIRE', KEYS[i], IDLE_TTL)
+  end
+end
+
+local function counts()
+  return redis.call('ZCARD', HOLDERS), redis.call('ZCARD', WAITERS)
+end

@@ -1,0 +1,70 @@
+-- sync: one process's heartbeat and poll for one gate, covering all its ids at once.
+-- ARGV 8 agent, 9 number of holder ids H, then H holder ids, then (waiter id, remaining ms) pairs.
+-- Holders: renew the lease; one found missing (reclaimed after a stall, or forgotten by a restarted
+-- server) is counted again ("reattached": the holder is still running, so the count must include
+-- it, even above C), unless it has already ended. Waiters: renew the place; report a grant whose
+-- message may have been lost, or how the place ended; one the server forgot arrives again.
+-- Returns {epoch, running, waiting, id, what, value, id, what, value, ...} for ids that changed.
+local agent = ARGV[8]
+local e = epoch()
+tick()
+local out = {e, 0, 0}
+local function report(id, what, value)
+  out[#out + 1] = id
+  out[#out + 1] = what
+  out[#out + 1] = value
+end
+local holders = tonumber(ARGV[9])
+local i = 10
+for _ = 1, holders do
+  local id = ARGV[i]
+  i = i + 1
+  if redis.call('ZSCORE', HOLDERS, id) then
+    redis.call('ZADD', HOLDERS, now + LEASE, id)
+  else
+    local how = redis.call('HGET', OUTCOME, id)
+    if how and how ~= 'reclaimed' then
+      report(id, 'ended', how) -- released or cancelled meanwhile: never resurrect it
+    else
+      if how then
+        redis.call('HDEL', OUTCOME, id)
+        redis.call('ZREM', ENDED, id)
+      end
+      local token = redis.call('INCR', SEQ)
+      redis.call('ZADD', HOLDERS, now + LEASE, id)
+      redis.call('HSET', INFO, id, agent .. '|-1|' .. now .. '|' .. token)
+      count('reattached')
+      peak('peak_running', redis.call('ZCARD', HOLDERS))
+      report(id, 'reattached', token)
+    end
+  end
+end
+while i < #ARGV do
+  local id, remaining = ARGV[i], tonumber(ARGV[i + 1])
+  i = i + 2
+  if redis.call('ZSCORE', WAITERS, id) then
+    renew_waiter(id)
+  elseif redis.call('ZSCORE', HOLDERS, id) then
+    redis.call('ZADD', HOLDERS, now + LEASE, id)
+    local _, _, _, token = parse(redis.call('HGET', INFO, id))
+    report(id, 'granted', token)
+  else
+    local how = redis.call('HGET', OUTCOME, id)
+    if how then
+      report(id, how, 0)
+    else
+      -- Forgotten (a restart without persistence): it arrives again, at the back of the queue.
+      local deadline = -1
+      if remaining >= 0 then deadline = now + remaining end
+      local running, waiting = counts()
+      if running < C and waiting == 0 then
+        report(id, 'granted', grant(id, agent, deadline, false))
+      else
+        enqueue(id, agent, deadline)
+        report(id, 'requeued', 0)
+      end
+    end
+  end
+end
+out[2], out[3] = counts()
+return out

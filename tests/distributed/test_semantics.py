@@ -1,0 +1,323 @@
+"""RedisGate keeps BoundedGate's rules, with the state in a real Redis: one process, several tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import pytest
+import redis.asyncio
+
+from boundedgate import BoundedGate, GateUnavailable, Late, QueueExpired, QueueFull, Status
+from boundedgate.redis import RedisGate
+
+from .helpers import OtherProcess, cluster, make_gate, settles_empty, wait_until
+from .servers import RedisServer
+
+pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+
+
+async def test_a_free_slot_is_granted_at_once_and_released_on_exit(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(client, name, 2, 2) as gate:
+        async with gate.admit(timeout=30) as permit:
+            assert permit.status is Status.RUNNING
+            assert permit.token is not None
+            assert permit.token[1] >= 1
+            view = await cluster(client, name)
+            assert [h.id for h in view.holders] == [permit.id]
+            assert view.holders[0].process == gate.process
+        assert permit.status is Status.COMPLETED
+        assert (await cluster(client, name)).running == 0  # the exit waited for the release
+        stats = gate.stats()
+        assert (stats.admitted, stats.completed, stats.running) == (1, 1, 0)
+
+
+async def test_waiters_are_served_in_arrival_order(client: redis.asyncio.Redis, name: str) -> None:
+    async with make_gate(client, name, 1, 10) as gate:
+        order: list[int] = []
+        holder = await gate.try_admit()
+
+        async def request(i: int) -> None:
+            async with gate.admit():
+                order.append(i)
+                await asyncio.sleep(0.01)
+
+        tasks = []
+        for i in range(6):
+            tasks.append(asyncio.create_task(request(i)))
+            await wait_until(lambda i=i: _waiting(client, name, i + 1), 5, f"{i + 1} waiting")
+        holder.release()
+        await asyncio.gather(*tasks)
+        assert order == list(range(6))
+        view = await settles_empty(client, name)
+        assert view.counters["admitted"] == 7
+        assert view.counters["peak_waiting"] == 6
+
+
+async def _waiting(client: redis.asyncio.Redis, name: str, n: int) -> bool:
+    return (await cluster(client, name)).waiting == n
+
+
+async def test_queue_full_at_exactly_q_and_nothing_is_queued(client: redis.asyncio.Redis, name: str) -> None:
+    async with make_gate(client, name, 1, 2) as gate:
+        holder = await gate.try_admit()
+        waiters = []
+        for i in range(2):  # one after the other: FIFO is by arrival at Redis, not by task creation
+            waiters.append(asyncio.create_task(gate.admit().__aenter__()))
+            await wait_until(lambda i=i: _waiting(client, name, i + 1), 5, f"{i + 1} waiting")
+        with pytest.raises(QueueFull) as info:
+            async with gate.admit():
+                pytest.fail("admitted past a full queue")
+        error = info.value
+        assert (error.gate, error.max_running, error.max_waiting, error.running, error.waiting) == (
+            name,
+            1,
+            2,
+            1,
+            2,
+        )
+        assert error.waited == 0.0
+        assert (await cluster(client, name)).waiting == 2  # the refused one left nothing behind
+        holder.release()
+        for task in waiters:
+            (await task).release()
+        view = await settles_empty(client, name)
+        assert view.counters["rejected"] == 1
+        assert gate.stats().rejected == 1
+
+
+async def test_max_waiting_zero_refuses_as_soon_as_every_slot_is_busy(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(client, name, 1, 0) as gate:
+        async with gate.admit():
+            with pytest.raises(QueueFull):
+                await gate.admit().__aenter__()
+        async with gate.admit():
+            pass
+
+
+async def test_a_newcomer_never_barges_past_the_queue(
+    client: redis.asyncio.Redis, redis_server: RedisServer, name: str
+) -> None:
+    # The release and a newcomer from another process race; the queued waiter must win either way.
+    other = OtherProcess(redis_server.url, name, 1, 5)
+    try:
+        async with make_gate(client, name, 1, 5) as gate:
+            holder = await gate.try_admit()
+            waiter = asyncio.create_task(gate.admit().__aenter__())
+            await wait_until(lambda: _waiting(client, name, 1), 5, "1 waiting")
+            newcomer = other.submit(other.gate.try_admit())
+            holder.release()
+            first = await waiter
+            with pytest.raises(QueueFull):
+                await newcomer  # it may arrive before or after the release: there is a waiter, or no slot
+            assert first.status is Status.RUNNING
+            first.release()
+            await settles_empty(client, name)
+    finally:
+        other.close()
+
+
+async def test_deadline_in_the_queue_raises_queue_expired_and_frees_the_place(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(client, name, 1, 3) as gate:
+        holder = await gate.try_admit()
+        loop = asyncio.get_running_loop()
+        with pytest.raises(QueueExpired) as info:
+            async with gate.admit(timeout=0.3):
+                pytest.fail("ran after its deadline")
+        late_by = loop.time() - info.value.deadline
+        assert 0 <= late_by < 0.25  # raised at the deadline, on the loop's clock
+        assert info.value.waited == pytest.approx(0.3, abs=0.25)
+        took = await wait_until(lambda: _waiting(client, name, 0), 2, "the place freed")
+        assert took < 1.0
+        holder.release()
+        view = await settles_empty(client, name)
+        assert view.counters["expired"] == 1
+        assert gate.stats().expired == 1
+
+
+@pytest.mark.parametrize("deadline_timer", [True, False], ids=["timer-and-grant", "grant-only"])
+async def test_a_grant_seen_after_the_deadline_expires_and_passes_the_slot_on(
+    client: redis.asyncio.Redis, redis_server: RedisServer, name: str, deadline_timer: bool
+) -> None:
+    # This process stalls past its waiter's deadline while another one releases the slot: Redis
+    # grants it, but the waiter must not start late; the slot goes on to the next waiter. Without
+    # its deadline timer, the waiter learns of the grant first, and must still refuse it.
+    other = OtherProcess(redis_server.url, name, 1, 5)
+    try:
+        async with make_gate(client, name, 1, 5) as gate:
+            holder = other.run(other.gate.try_admit())
+            late = asyncio.create_task(gate.admit(timeout=0.2).__aenter__())
+            await wait_until(lambda: _waiting(client, name, 1), 5, "1 waiting")
+            if not deadline_timer:
+                (waiter,) = gate._waiters.values()
+                waiter._timer.cancel()  # type: ignore[union-attr]
+            second = other.submit(_enter(other.gate.admit(timeout=30)))
+            await wait_until(lambda: _waiting(client, name, 2), 5, "2 waiting")
+            other.loop.call_soon_threadsafe(holder.release)
+            time.sleep(0.5)  # this loop stalls past the deadline, while the release lands
+            with pytest.raises(QueueExpired):
+                await late
+            permit = await second
+            assert permit.status is Status.RUNNING
+            other.run(_release(permit))
+            view = await settles_empty(client, name)
+            assert view.counters["expired"] == 1
+            assert view.counters["admitted"] == 2  # the grant it never used does not count
+    finally:
+        other.close()
+
+
+async def _enter(permit):  # type: ignore[no-untyped-def]
+    return await permit.__aenter__()
+
+
+async def _release(permit) -> None:  # type: ignore[no-untyped-def]
+    permit.release()
+
+
+async def test_late_on_exit_and_failed_body(client: redis.asyncio.Redis, name: str) -> None:
+    async with make_gate(client, name, 1, 1) as gate:
+        with pytest.raises(Late) as info:
+            async with gate.admit(timeout=0.1) as permit:
+                await asyncio.sleep(0.2)
+        assert permit.status is Status.LATE
+        assert info.value.overrun >= 0
+        with pytest.raises(KeyError):
+            async with gate.admit(timeout=10) as permit:
+                raise KeyError("the body's own")
+        assert permit.status is Status.FAILED
+        view = await settles_empty(client, name)
+        assert (view.counters["late"], view.counters["failed"]) == (1, 1)
+        stats = gate.stats()
+        assert (stats.late, stats.failed, stats.completed) == (1, 1, 0)
+
+
+async def test_refused_uncounted_when_already_expired_or_cancelled(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(client, name, 1, 1) as gate:
+        loop = asyncio.get_running_loop()
+        with pytest.raises(QueueExpired):
+            await gate.admit(deadline=loop.time() - 1).__aenter__()
+        with pytest.raises(QueueExpired):
+            await gate.admit(timeout=0).__aenter__()
+
+        async def cancelled_caller() -> None:
+            asyncio.current_task().cancel()  # type: ignore[union-attr]
+            async with gate.admit():
+                pytest.fail("a cancelled caller must not start")
+
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.create_task(cancelled_caller())
+        assert (await cluster(client, name)).epoch is None  # Redis never heard of them
+        assert gate.stats().arrived == 0
+
+
+async def test_release_is_idempotent_and_works_from_another_task(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(client, name, 1, 1) as gate:
+        permit = await gate.try_admit()
+        waiter = asyncio.create_task(gate.admit().__aenter__())
+        await wait_until(lambda: _waiting(client, name, 1), 5, "1 waiting")
+        asyncio.get_running_loop().call_soon(permit.release)
+        second = await waiter
+        permit.release()
+        permit.release()
+        assert permit.status is Status.COMPLETED
+        async with second:
+            assert (await cluster(client, name)).running == 1
+        await settles_empty(client, name)
+        assert gate.stats().completed == 2
+
+
+async def test_try_admit_refuses_rather_than_queue(client: redis.asyncio.Redis, name: str) -> None:
+    async with make_gate(client, name, 1, 5) as gate:
+        async with await gate.try_admit():
+            with pytest.raises(QueueFull) as info:
+                await gate.try_admit()
+            assert info.value.waiting == 0
+        async with gate.admit() as permit:
+            pass
+        with pytest.raises(RuntimeError, match="already used"):
+            await permit.__aenter__()
+
+
+async def test_unreachable_redis_fails_closed_with_gate_unavailable(name: str) -> None:
+    dead = redis.asyncio.Redis(host="127.0.0.1", port=_closed_port(), socket_connect_timeout=0.5)
+    try:
+        async with RedisGate(dead, max_running=1, max_waiting=1, name=name, op_timeout=1.0) as gate:
+            start = time.monotonic()
+            with pytest.raises(GateUnavailable) as info:
+                async with gate.admit(timeout=30):
+                    pytest.fail("admitted without Redis")
+            assert time.monotonic() - start < 5
+            error = info.value
+            assert (error.code, error.reason, error.http_status) == ("gate_unavailable", "unreachable", 503)
+            assert error.__cause__ is not None
+            assert gate.stats().unavailable == 1
+            with pytest.raises(GateUnavailable):
+                await gate.cluster_stats()
+    finally:
+        await dead.aclose()
+
+
+async def test_an_explicit_fallback_gate_is_used_and_counted(name: str) -> None:
+    dead = redis.asyncio.Redis(host="127.0.0.1", port=_closed_port(), socket_connect_timeout=0.5)
+    local = BoundedGate(max_running=1, max_waiting=0, name="local")
+    try:
+        async with RedisGate(
+            dead, max_running=5, max_waiting=5, name=name, op_timeout=0.5, fallback=local
+        ) as gate:
+            async with gate.admit(timeout=30) as permit:
+                assert permit.fallback
+                assert permit.token is None
+                assert local.running == 1
+                assert permit.status is Status.RUNNING
+            assert permit.status is Status.COMPLETED
+            assert local.running == 0
+            held = await gate.try_admit()  # the fallback's try_admit: a slot now, or QueueFull now
+            assert held.fallback
+            with pytest.raises(QueueFull) as info:
+                await gate.try_admit()
+            assert info.value.gate == "local"
+            held.release()
+            assert local.running == 0
+            assert gate.stats().fallbacks == 3
+    finally:
+        await dead.aclose()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"max_running": 0, "max_waiting": 1}, ValueError),
+        ({"max_running": True, "max_waiting": 1}, TypeError),
+        ({"max_running": 1, "max_waiting": 1.5}, TypeError),
+        ({"max_running": 1, "max_waiting": 1, "lease_ttl": 0}, ValueError),
+        ({"max_running": 1, "max_waiting": 1, "lease_ttl": math.inf}, ValueError),
+        ({"max_running": 1, "max_waiting": 1, "op_timeout": "1"}, TypeError),
+        ({"max_running": 1, "max_waiting": 1, "poll_interval": 1.0, "waiter_ttl": 0.5}, ValueError),
+        ({"max_running": 1, "max_waiting": 1, "name": 3}, TypeError),
+    ],
+)
+def test_bad_settings_are_refused_at_construction(
+    settings: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        RedisGate(None, **settings)  # type: ignore[arg-type]
