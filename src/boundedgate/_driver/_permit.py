@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeVar, final
 from typing_extensions import Self
 
 from .._core import Status, Ticket, check_cost
-from .._streams import GatedStream, hand_over
+from .._streams import GatedStream, StreamPermit, hand_over
 from ._compat import current_task, is_cancelling
 
 if TYPE_CHECKING:
@@ -224,3 +224,9 @@ class Permit(Ticket):
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
+
+
+if TYPE_CHECKING:
+
+    def _is_a_stream_permit(permit: Permit) -> StreamPermit:  # mypy checks the contract here
+        return permit

@@ -11,11 +11,12 @@ import asyncio
 import itertools
 import math
 from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from .._core import check_deadline as _check_deadline
 from .._core import check_max_running, check_max_waiting, check_name, check_timeout
 from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
+from .._streams import StreamOpener, StreamSource
 from . import _scripts
 from ._background import Background
 from ._inspect import read_cluster
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ("RedisGate",)
 
 _INF = math.inf
+_T = TypeVar("_T")
 
 
 def _seconds(name: str, value: object) -> float:
@@ -266,6 +268,30 @@ class RedisGate:
         permit = self.admit(timeout=timeout, deadline=deadline)
         await permit._arrive(False)
         return permit
+
+    def stream(
+        self,
+        source: StreamSource[_T],
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        raise_late: bool = True,
+    ) -> StreamOpener[_T]:
+        """Admit a request, open a stream, and hand the stream the cluster slot.
+
+        As :meth:`BoundedGate.stream <boundedgate.BoundedGate.stream>`: await the opener, or enter
+        it with ``async with`` (which closes the stream on exit). The slot stays taken in Redis,
+        its lease renewed, until the stream ends.
+
+        Raises (when awaited or entered):
+            QueueFull, QueueExpired, GateUnavailable, asyncio.CancelledError: As for
+                :meth:`admit`; nothing was opened.
+            Exception: Whatever opening the stream raised; the slot was released as failed.
+
+        Raises (at once):
+            TypeError, ValueError: A malformed timeout or deadline, or both given.
+        """
+        return StreamOpener(self.admit(timeout=timeout, deadline=deadline), source, raise_late)
 
     def stats(self) -> RedisGateStatistics:
         """Statistics of the requests of this process through the gate (see :class:`RedisGateStatistics`)."""

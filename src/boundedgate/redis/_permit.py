@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from typing_extensions import Self
 
-from .._core import Status
+from .._core import Status, check_cost
 from .._driver._compat import current_task, is_cancelling
 from .._errors import Late
+from .._streams import GatedStream, StreamPermit, hand_over
 from ._io import UNREACHABLE, text
 from ._scripts import ADMIT as _ADMIT
 
@@ -32,6 +34,8 @@ LATE = Status.LATE
 FAILED = Status.FAILED
 
 _GRANTED = "granted"
+
+_T = TypeVar("_T")
 
 
 def _wake(future: asyncio.Future[tuple[str, Any]], what: str, value: Any = None) -> None:
@@ -183,10 +187,19 @@ class RedisPermit:
         Raises:
             TypeError, ValueError: ``cost`` is not a finite number >= 0.
         """
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)):
-            raise TypeError(f"cost must be a number, got {cost!r}")
-        if not (cost >= 0 and math.isfinite(cost)):
-            raise ValueError(f"cost must be a finite number >= 0, got {cost!r}")
+        check_cost(cost)
+
+    def hand_to(self, stream: AsyncIterator[_T], *, raise_late: bool = True) -> GatedStream[_T]:
+        """Give the cluster slot to ``stream``, as :meth:`Permit.hand_to <boundedgate.Permit.hand_to>`.
+
+        The returned wrapper releases the slot (in Redis, in the background) when the stream ends;
+        the ``async with`` block no longer does. Its lease is renewed meanwhile like any holder's.
+
+        Raises:
+            TypeError: ``stream`` is not an async iterator (the block still owns the slot).
+            RuntimeError: The permit holds no slot, or was already handed to a stream.
+        """
+        return hand_over(self, stream, raise_late=raise_late)
 
     def _finish(self, failed: bool) -> None:
         """End the request now, if it holds a slot: ``FAILED``, else completed or late.
@@ -414,3 +427,9 @@ class RedisPermit:
         future = self._future
         if future is not None:
             _wake(future, what, value)
+
+
+if TYPE_CHECKING:
+
+    def _is_a_stream_permit(permit: RedisPermit) -> StreamPermit:  # mypy checks the contract here
+        return permit
