@@ -11,13 +11,18 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
     assert isinstance(boundedgate.__all__, tuple)
     assert set(boundedgate.__all__) == {
         "BoundedGate",
+        "CombinedPermit",
         "GateError",
+        "GateLimits",
         "GateStatistics",
+        "KeyedGate",
+        "KeyedStatistics",
         "Late",
         "Permit",
         "QueueExpired",
         "QueueFull",
         "Status",
+        "admit_all",
     }
     public = {n for n in dir(boundedgate) if not n.startswith("_")}
     assert public == set(boundedgate.__all__)

@@ -4,21 +4,26 @@ At most C calls running, at most Q waiting, an immediate typed refusal beyond th
 measured from arrival, and permits that are released exactly once.
 """
 
-from ._core import GateStatistics, Status
-from ._driver import BoundedGate, Permit
+from ._core import GateStatistics, KeyedStatistics, Status
+from ._driver import BoundedGate, CombinedPermit, GateLimits, KeyedGate, Permit, admit_all
 from ._errors import GateError, Late, QueueExpired, QueueFull
 
 __version__ = "0.1.0"
 
 __all__ = (
     "BoundedGate",
+    "CombinedPermit",
     "GateError",
+    "GateLimits",
     "GateStatistics",
+    "KeyedGate",
+    "KeyedStatistics",
     "Late",
     "Permit",
     "QueueExpired",
     "QueueFull",
     "Status",
+    "admit_all",
 )
 
 for _name in __all__:

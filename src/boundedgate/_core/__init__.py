@@ -7,15 +7,19 @@ from ._settings import check_deadline, check_max_running, check_max_waiting, che
 from ._state import GateState
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket
+from ._totals import KeyedStatistics, Totals, total
 
 __all__ = (
     "GateState",
     "GateStatistics",
+    "KeyedStatistics",
     "Status",
     "Ticket",
+    "Totals",
     "check_deadline",
     "check_max_running",
     "check_max_waiting",
     "check_name",
     "check_timeout",
+    "total",
 )

@@ -62,7 +62,7 @@ class BoundedGate:
         ValueError: ``max_running < 1`` or ``max_waiting < 0``.
     """
 
-    __slots__ = ("_loop", "_name", "_state", "_timer", "_timer_at")
+    __slots__ = ("__weakref__", "_loop", "_name", "_state", "_timer", "_timer_at")
 
     def __init__(self, *, max_running: int, max_waiting: int | None, name: str = "gate") -> None:
         self._state = GateState(max_running, max_waiting)
@@ -145,7 +145,7 @@ class BoundedGate:
         """
         permit = self.admit(timeout=timeout, deadline=deadline)
         if permit._arrive(False) is not RUNNING:
-            raise self._refusal(permit)
+            raise permit._gate._refusal(permit)  # the gate it arrived at (a keyed gate may move it)
         return permit
 
     def stats(self) -> GateStatistics:

@@ -1,0 +1,262 @@
+"""Idle keys lose their gates: memory follows activity, not the number of keys ever seen.
+
+And the races that come with dropping: a permit taken from a gate that is dropped before it is
+entered, a gate created for a permit that is never entered, releases that must count after the
+gate is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+import tracemalloc
+import weakref
+
+import pytest
+
+from boundedgate import KeyedGate, QueueExpired, QueueFull, Status
+
+
+async def test_a_keys_gate_is_dropped_when_its_last_request_ends() -> None:
+    tenants = KeyedGate(max_running=2, max_waiting=2, name="tenant")
+    first = tenants.try_admit("a")
+    second = tenants.try_admit("a")
+    first.release()
+    assert "a" in tenants
+    second.release()
+    assert "a" not in tenants
+    assert len(tenants) == 0
+    stats = tenants.stats()
+    assert (stats.created, stats.dropped, stats.keys, stats.peak_keys) == (1, 1, 0, 1)
+    assert (stats.total.admitted, stats.total.completed) == (2, 2)
+
+
+async def test_a_key_used_again_after_being_dropped_gets_a_fresh_gate() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0)
+    async with tenants.admit("a") as first:
+        pass
+    async with tenants.admit("a") as second:
+        assert second.gate is not first.gate
+        assert second.gate.stats().admitted == 1  # per-key counters start again
+    assert tenants.stats().total.completed == 2
+
+
+async def test_a_gate_is_not_dropped_while_its_queue_hands_over() -> None:
+    # The last running request releases while others wait: the slot passes on, the gate stays.
+    tenants = KeyedGate(max_running=1, max_waiting=3)
+    holder = tenants.try_admit("a")
+    gate = holder.gate
+    waiters = [asyncio.create_task(tenants.admit("a", timeout=t).__aenter__()) for t in (1, 5, 5)]
+    await asyncio.sleep(1)  # the first waiter expires: still busy
+    assert tenants.get("a") is gate
+    holder.release()
+    assert tenants.get("a") is gate
+    with pytest.raises(QueueExpired):
+        await waiters[0]
+    second = await waiters[1]
+    second.release()
+    assert tenants.get("a") is gate
+    (await waiters[2]).release()
+    assert "a" not in tenants
+
+
+async def test_a_slot_freed_at_the_instant_every_waiter_expires_leaves_the_gate_idle() -> None:
+    # release() hands off after expiring the due waiters: nobody is left, so the gate is dropped.
+    tenants = KeyedGate(max_running=1, max_waiting=2)
+    holder = tenants.try_admit("a", timeout=10)
+    waiter = asyncio.create_task(_enter(tenants, "a", timeout=2))
+    await asyncio.sleep(0)
+    asyncio.get_running_loop().call_later(2, holder.release)
+    with pytest.raises(QueueExpired) as expired:
+        await waiter
+    assert expired.value.gate == "keyed/a"
+    assert "a" not in tenants
+    total = tenants.stats().total
+    assert (total.expired, total.completed, total.running, total.waiting) == (1, 1, 0, 0)
+
+
+async def _enter(tenants: KeyedGate[str], key: str, timeout: float) -> None:
+    async with tenants.admit(key, timeout=timeout):
+        pass
+
+
+async def test_idle_keys_kept_up_to_keep_idle_least_recently_idle_dropped_first() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0, keep_idle=2)
+    for key in "abc":
+        async with tenants.admit(key):
+            pass
+    assert sorted(tenants) == ["b", "c"]
+    gate_b = tenants.get("b")
+    async with tenants.admit("b") as again:  # reused: same gate, counters continue
+        assert again.gate is gate_b
+    async with tenants.admit("d"):
+        pass
+    assert sorted(tenants) == ["b", "d"]  # c was the least recently idle
+    assert gate_b.stats().completed == 2  # type: ignore[union-attr]
+    stats = tenants.stats()
+    assert (stats.keys, stats.busy_keys, stats.created, stats.dropped) == (2, 0, 4, 2)
+    assert stats.total.completed == 5
+
+
+async def test_a_refused_arrival_at_a_kept_idle_gate_leaves_it_kept() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0, keep_idle=1)
+    async with tenants.admit("a"):
+        pass
+    now = asyncio.get_running_loop().time()
+    with pytest.raises(QueueExpired):
+        async with tenants.admit("a", deadline=now):
+            pass
+    assert "a" in tenants
+    assert tenants.stats().busy_keys == 0
+    async with tenants.admit("b"):
+        pass
+    assert sorted(tenants) == ["b"]
+
+
+async def test_random_tenant_ids_do_not_grow_the_table() -> None:
+    # An attacker sends every request with a new tenant id: the table holds only the busy keys.
+    tenants = KeyedGate(max_running=2, max_waiting=2, name="tenant")
+    rng = random.Random(5)
+    busiest = 0
+
+    async def request() -> None:
+        nonlocal busiest
+        async with tenants.admit(f"t-{rng.getrandbits(64):x}", timeout=5):
+            busiest = max(busiest, len(tenants))
+            await asyncio.sleep(rng.choice((0, 1, 2)))
+
+    for _ in range(100):
+        await asyncio.gather(*(request() for _ in range(50)))
+    stats = tenants.stats()
+    assert stats.created == stats.dropped == 5000
+    assert stats.keys == len(tenants) == 0
+    assert busiest <= 50
+    assert stats.peak_keys == 50
+    assert stats.total.completed == 5000
+
+
+async def test_memory_stays_flat_however_many_distinct_keys_pass() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=1)
+
+    async def burst(first: int) -> None:
+        for key in range(first, first + 5000):
+            async with tenants.admit(key, timeout=1):
+                pass
+
+    await burst(0)  # warm up: caches, the totals' dict, interned names
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        await burst(10_000)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert tenants.stats().dropped == 10_000
+    assert grown < 20_000, grown  # 5000 more keys: under 4 bytes each, i.e. nothing kept per key
+
+
+async def test_a_gate_made_for_a_permit_never_entered_goes_with_the_permit() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0)
+    permit = tenants.admit("a")
+    gate = weakref.ref(permit.gate)
+    assert tenants.admit("a").gate is permit.gate  # the same gate while it lives
+    assert len(tenants) == 0  # not listed until something arrives
+    del permit
+    gc.collect()
+    assert gate() is None
+    assert tenants.stats().created == 1
+
+
+async def test_callers_cancelled_before_they_arrive_leave_no_gate_behind() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0)
+
+    async def cancelled_request(key: int) -> None:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        async with tenants.admit(key):
+            pytest.fail("a cancelled caller must not start")
+
+    for key in range(1000):
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.create_task(cancelled_request(key))
+    gc.collect()
+    assert len(tenants) == 0
+    # The last CancelledError may still be alive, and its traceback holds the last permit.
+    assert len(tenants._fresh) <= 1
+    assert tenants.stats().total.arrived == 0
+
+
+async def test_a_permit_whose_gate_was_dropped_before_it_entered_joins_the_keys_gate() -> None:
+    # `late` was taken while the key's gate G1 was fresh; G1 is then used and dropped, and the key
+    # gets G2, which is full. Entering `late` must queue on G2, not start on the dropped G1.
+    tenants = KeyedGate(max_running=1, max_waiting=1, name="tenant")
+    late = tenants.admit("a")
+    dropped = late.gate
+    async with tenants.admit("a"):
+        pass
+    assert "a" not in tenants
+    holder = tenants.try_admit("a")
+    assert holder.gate is not dropped
+    task = asyncio.create_task(late.__aenter__())
+    await asyncio.sleep(0)
+    assert late.status is Status.QUEUED
+    assert late.gate is holder.gate
+    assert (holder.gate.running, holder.gate.waiting) == (1, 1)
+    assert (dropped.running, dropped.waiting) == (0, 0)
+    holder.release()
+    assert await task is late
+    late.release()
+    assert "a" not in tenants
+    total = tenants.stats().total
+    assert (total.admitted, total.completed, total.running) == (3, 3, 0)
+
+
+async def test_a_permit_whose_gate_was_dropped_arrives_at_a_new_gate_if_the_key_has_none() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0)
+    late = tenants.admit("a")
+    dropped = late.gate
+    async with tenants.admit("a"):
+        pass
+    async with late:
+        assert late.gate is not dropped
+        assert late.gate is tenants.get("a")
+    assert tenants.stats().total.completed == 2
+    assert len(tenants) == 0
+
+
+async def test_try_admit_on_a_dropped_gate_reports_the_keys_gate() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0, name="tenant")
+    async with tenants.admit("a") as old:
+        pass
+    holder = tenants.try_admit("a")
+    with pytest.raises(QueueFull) as refused:
+        old.gate.try_admit()  # a stale reference: it arrives at the key's current gate
+    assert (refused.value.gate, refused.value.running) == ("tenant/a", 1)
+    assert holder.gate.stats().rejected == 1
+    holder.release()
+
+
+async def test_every_release_counts_whatever_the_gate_became() -> None:
+    tenants = KeyedGate(max_running=3, max_waiting=3, keep_idle=1)
+    permits = [tenants.try_admit(k) for k in ("a", "a", "b", "c")]
+    for permit in permits:
+        permit.release()
+        permit.release()
+    stats = tenants.stats()
+    assert (stats.total.completed, stats.total.running, stats.dropped, stats.keys) == (4, 0, 2, 1)
+
+
+async def test_a_dropped_gates_timer_firing_later_changes_nothing() -> None:
+    # The gate's loop timer stays armed at an old waiter's deadline after its queue emptied.
+    tenants = KeyedGate(max_running=1, max_waiting=1)
+    holder = tenants.try_admit("a")
+    waiter = asyncio.create_task(tenants.admit("a", timeout=10).__aenter__())
+    await asyncio.sleep(1)
+    holder.release()
+    (await waiter).release()
+    assert len(tenants) == 0
+    await asyncio.sleep(20)
+    total = tenants.stats().total
+    assert (total.expired, total.completed, total.waiting) == (0, 2, 0)
