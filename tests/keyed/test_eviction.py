@@ -76,6 +76,34 @@ async def test_a_slot_freed_at_the_instant_every_waiter_expires_leaves_the_gate_
     assert (total.expired, total.completed, total.running, total.waiting) == (1, 1, 0, 0)
 
 
+async def test_a_gate_empty_for_an_instant_inside_a_release_is_not_dropped() -> None:
+    # The slot comes back, the due waiter expires, then the slot passes to the next waiter: for a
+    # moment nothing runs and one waits. The gate must stay the key's gate throughout.
+    tenants = KeyedGate(max_running=1, max_waiting=3)
+    holder = tenants.try_admit("a", timeout=10)
+    gate = holder.gate
+    loop = asyncio.get_running_loop()
+    # Scheduled before the gate arms its timer for the same instant, so it runs first: the due
+    # waiter is expired by the release itself, not by the timer.
+    loop.call_at(loop.time() + 2, holder.release)
+    due = asyncio.create_task(_enter(tenants, "a", timeout=2))
+    await asyncio.sleep(0)
+    later = tenants.admit("a", timeout=10)
+    later_task = asyncio.create_task(later.__aenter__())
+    await asyncio.sleep(0)
+    with pytest.raises(QueueExpired):
+        await due
+    assert holder.ended == loop.time()
+    assert await later_task is later
+    assert tenants.get("a") is gate
+    with pytest.raises(QueueFull):  # the key's one gate has its slot taken: no second gate
+        tenants.try_admit("a")
+    later.release()
+    assert "a" not in tenants
+    total = tenants.stats().total
+    assert (total.completed, total.expired, total.rejected, total.running) == (2, 1, 1, 0)
+
+
 async def _enter(tenants: KeyedGate[str], key: str, timeout: float) -> None:
     async with tenants.admit(key, timeout=timeout):
         pass
