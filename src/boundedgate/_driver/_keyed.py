@@ -7,20 +7,23 @@ A key's gate goes through three phases, recorded on its state (a :class:`GateSta
 that plain gates pay nothing for any of this):
 
 ``FRESH``
-    Created by a lookup (``admit(key)``), not yet used: the keyed gate holds it only weakly
-    (``_fresh``), so a permit that is never entered, or whose caller was cancelled before it arrived,
-    takes its gate with it when it is garbage. Every lookup of the key finds this same gate.
+    Made by ``admit(key)`` for a key with no gate, and held by nothing but its permit: a permit
+    that is never entered, or whose caller was cancelled before it arrived, takes its gate with
+    it when it is garbage.
 
 ``LISTED``
-    Its first counted arrival moved it into ``_gates``, which holds it strongly while anything runs
-    or waits in it. When it becomes idle it is kept for reuse if ``keep_idle`` allows (the least
-    recently idle key goes first), else dropped.
+    At its first counted arrival it becomes the key's gate, in ``_gates``, which holds it while
+    anything runs or waits in it. When it becomes idle it is kept for reuse if ``keep_idle``
+    allows (the least recently idle key goes first), else dropped.
 
 ``RETIRED``
     Dropped: its counters were folded into the keyed gate's totals, and it is out of every table.
-    Nothing runs or waits in it, and nothing will: a permit that still points at it (taken from a
-    lookup before it was dropped, and entered after) is moved, at its arrival, to the key's current
-    gate. So a key never has two gates admitting at once, and every release counts.
+    Nothing runs or waits in it, and nothing will.
+
+An arrival at a gate that is not its key's listed gate (a retired one, or a fresh one when the
+key was listed meanwhile, through another permit taken at the same time) moves the permit to the
+key's gate of that moment. So a key never has two gates admitting at once, whatever the permits
+were taken from, and every release counts.
 
 A gate can only become idle through a release or a cancellation (expiry leaves the queue but never
 frees a slot, and a gate with a queue has every slot busy), so only those two events check for it.
@@ -29,7 +32,6 @@ The overrides also keep running totals of running and waiting across keys, for e
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar, cast, final
@@ -88,16 +90,12 @@ class _KeyState(GateState):
 
     def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
         woken = super().release(ticket, now, failed)
-        self._owner._tell(self)
-        if not self.running and self._phase is _LISTED:
-            self._owner._idle(self._key)
+        self._owner._freed(self)
         return woken
 
     def cancel(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
         woken = super().cancel(ticket, now)
-        self._owner._tell(self)
-        if not self.running and self._phase is _LISTED:
-            self._owner._idle(self._key)
+        self._owner._freed(self)
         return woken
 
     def advance(self, now: float) -> list[Ticket]:
@@ -149,7 +147,6 @@ class KeyedGate(Generic[K]):
         "__weakref__",
         "_created",
         "_dropped",
-        "_fresh",
         "_gates",
         "_idle_keys",
         "_keep_idle",
@@ -197,8 +194,6 @@ class KeyedGate(Generic[K]):
         self._gates: dict[K, BoundedGate] = {}
         # The idle keys among them, least recently idle first.
         self._idle_keys: OrderedDict[K, None] = OrderedDict()
-        # Fresh gates, alive only as long as a permit (or anyone) refers to them.
-        self._fresh: weakref.WeakValueDictionary[K, BoundedGate] = weakref.WeakValueDictionary()
         self._retired = Totals()
         self._created = 0
         self._dropped = 0
@@ -333,19 +328,19 @@ class KeyedGate(Generic[K]):
     # -- internals (used by _KeyState and admit_all) ------------------------------------------
 
     def _gate_for(self, key: K) -> BoundedGate:
-        """The key's gate: listed, else fresh, else a new fresh one. Never one that was dropped."""
+        """The key's listed gate, else a fresh one (listed at its first arrival)."""
         gate = self._gates.get(key)
         if gate is None:
-            gate = self._fresh.get(key)
-            if gate is None:
-                gate = self._create(key)
+            gate = self._create(key)
         return gate
 
     def _create(self, key: K) -> BoundedGate:
-        max_running, max_waiting = self.limits(key)
+        if self._overrides is None and self._override is None:
+            max_running, max_waiting = self._max_running, self._max_waiting
+        else:
+            max_running, max_waiting = self.limits(key)
         gate = BoundedGate(max_running=max_running, max_waiting=max_waiting, name=f"{self._name}/{key}")
         gate._state = _KeyState(self, key, max_running, max_waiting)
-        self._fresh[key] = gate
         self._created += 1
         return gate
 
@@ -353,8 +348,9 @@ class KeyedGate(Generic[K]):
         """An arrival at an idle gate: a kept one leaves the idle keys, a fresh one is listed."""
         key = cast(K, state._key)
         phase = state._phase
-        if phase is _RETIRED:
-            # A permit taken from this gate before it was dropped: it arrives at the key's gate now.
+        if phase is _RETIRED or (phase is _FRESH and key in self._gates):
+            # Not the key's gate (any more): the permit arrives at the key's gate of this moment.
+            state._phase = _RETIRED
             permit = cast(Permit, ticket)
             gate = self._gate_for(key)
             permit._gate = gate
@@ -369,7 +365,7 @@ class KeyedGate(Generic[K]):
         if phase is _FRESH:
             state._phase = _LISTED
             gates = self._gates
-            gates[key] = self._fresh.pop(key)
+            gates[key] = cast(Permit, ticket)._gate  # the gate whose state this is
             if len(gates) > self._peak_keys:
                 self._peak_keys = len(gates)
         else:
@@ -389,6 +385,12 @@ class KeyedGate(Generic[K]):
             self._peak_running = total_running
         if total_waiting > self._peak_waiting:
             self._peak_waiting = total_waiting
+
+    def _freed(self, state: _KeyState) -> None:
+        """After a release or a cancellation: tell the counts, and see whether the gate became idle."""
+        self._tell(state)
+        if not state.running and state._phase is _LISTED:
+            self._idle(cast(K, state._key))
 
     def _idle(self, key: K) -> None:
         """``key``'s listed gate has just become idle: keep it among the idle keys, or drop it."""
