@@ -413,3 +413,17 @@ async def test_taking_the_provider_first_would_let_a_saturated_tenant_starve_the
         async with admit_all(openai, (tenants, "B"), timeout=5):
             pass
     await asyncio.gather(*flood, return_exceptions=True)
+
+
+def test_gates_that_died_neither_constrain_nor_vouch_for_new_ones() -> None:
+    import gc
+
+    for _ in range(20):  # new gates often reuse the addresses of the ones just freed
+        a, b = (BoundedGate(max_running=1, max_waiting=0, name=n) for n in "ab")
+        admit_all(a, b)
+        del a, b
+        gc.collect()
+        c, d = (BoundedGate(max_running=1, max_waiting=0, name=n) for n in "cd")
+        admit_all(d, c)  # no order recorded for these yet
+        with pytest.raises(ValueError, match="takes 'c' before 'd'"):
+            admit_all(c, d)

@@ -85,24 +85,17 @@ def admit_all(
         ValueError: No gates; a gate (or keyed gate) given twice; an order that contradicts one
             already used; both timeout and deadline.
     """
-    steps: list[Step] = []
-    families: list[object] = []
-    names: list[str] = []
+    families: list[BoundedGate | KeyedGate[Any]] = []
     for gate in gates:
-        if isinstance(gate, BoundedGate):
+        if type(gate) is BoundedGate:  # both classes are final: no subclass to miss
             state = gate._state
-            family: object = state._owner if isinstance(state, _KeyState) else gate
-            steps.append(gate)
-            families.append(family)
-            names.append(family.name)  # type: ignore[attr-defined]
-        elif isinstance(gate, tuple) and len(gate) == 2 and isinstance(gate[0], KeyedGate):
+            families.append(state._owner if type(state) is _KeyState else gate)
+        elif type(gate) is tuple and len(gate) == 2 and type(gate[0]) is KeyedGate:
             hash(gate[1])
-            steps.append(gate)
             families.append(gate[0])
-            names.append(gate[0].name)
         else:
             raise TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {gate!r}")
-    if not steps:
+    if not families:
         raise ValueError("admit_all() needs at least one gate")
     if deadline is None:
         relative = None if timeout is None else check_timeout(timeout)
@@ -112,8 +105,8 @@ def admit_all(
     else:
         relative = None
         absolute = check_deadline(deadline)
-    check_order(families, names)
-    return CombinedPermit(tuple(steps), relative, absolute)
+    check_order(families)
+    return CombinedPermit(gates, relative, absolute)
 
 
 @final
@@ -223,12 +216,16 @@ class CombinedPermit:
         """End the request now, if it holds its gates: release each, last first."""
         if self.status is not RUNNING:
             return
-        permits = self._permits
-        for permit in reversed(permits):
+        # Each gate judges lateness on its own reading of the clock; the last reading is the end.
+        late = False
+        ended: float = self.started  # type: ignore[assignment]
+        for permit in reversed(self._permits):
             permit._finish(failed)
-        # Each gate judged lateness on its own reading of the clock; the last reading is the end.
-        late = any(permit.status is LATE for permit in permits)
-        self.ended = max(permit.ended for permit in permits)  # type: ignore[type-var]
+            if permit.status is LATE:
+                late = True
+            if permit.ended > ended:  # type: ignore[operator]
+                ended = permit.ended  # type: ignore[assignment]
+        self.ended = ended
         self.status = FAILED if failed else LATE if late else COMPLETED
 
     def _give_back(self, taken: list[Permit], refused: Permit | None) -> None:

@@ -13,8 +13,8 @@ sequence of gates already checked) costs one set lookup.
 
 A "gate" here is a family: a :class:`BoundedGate`, or a :class:`KeyedGate` with all its keys (two
 keys of one keyed gate in one admission have no order between them, so that is refused too).
-Families are identified by a number given on first use and held weakly: a gate that is garbage
-collected leaves only integers behind.
+Families are held weakly: a gate that is garbage collected leaves only integers behind (its
+number in the graph) and, until the cache of checked sequences is next cleared, dead references.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import itertools
 import threading
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ("check_order",)
 
@@ -30,31 +31,34 @@ _ids: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
 _new_id = itertools.count(1).__next__
 # Edges: family id -> ids that have been taken after it (directly).
 _after: dict[int, set[int]] = {}
-# Sequences of family ids already checked, for the fast path (bounded; refilled when cleared).
-_checked: set[tuple[int, ...]] = set()
+# Sequences of families already checked, for the fast path (bounded; refilled when cleared). A
+# weakref compares and hashes as its referent while that lives, and a dead one never equals the
+# reference to a new object, so a sequence of dead gates never matches a sequence of new ones.
+# weakref.ref(gate) returns the gate's one plain reference once it exists: no allocation.
+_checked: set[tuple[weakref.ref[object], ...]] = set()
 _CHECKED_MAX = 4096
 # Admissions on several event loops in several threads share the graph.
 _lock = threading.Lock()
 
 
-def check_order(families: Sequence[object], names: Sequence[str]) -> None:
+def check_order(families: Sequence[Any]) -> None:
     """Record that ``families`` are taken in this order, or raise if that contradicts another order.
 
     Args:
-        families: The gates (or keyed gates) in the order they will be taken.
-        names: Their names, for the error message.
+        families: The gates (or keyed gates) in the order they will be taken; each has a ``name``.
 
     Raises:
         ValueError: A family appears twice, or the order contradicts one already used.
     """
-    ids = tuple(_id(family) for family in families)
-    if ids in _checked:
+    refs = tuple(map(weakref.ref, families))
+    if refs in _checked:
         return
+    ids = tuple(_id(family) for family in families)
     with _lock:
-        _check(ids, names)
+        _check(ids, [family.name for family in families])
         if len(_checked) >= _CHECKED_MAX:
             _checked.clear()
-        _checked.add(ids)
+        _checked.add(refs)
 
 
 def _id(family: object) -> int:
