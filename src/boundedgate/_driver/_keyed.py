@@ -388,8 +388,15 @@ class KeyedGate(Generic[K]):
 
     def _freed(self, state: _KeyState) -> None:
         """After a release or a cancellation: tell the counts, and see whether the gate became idle."""
-        self._tell(state)
-        if not state.running and state._phase is _LISTED:
+        # A freed slot goes to at most one waiter, who leaves the queue: the totals cannot rise
+        # here, so there is no peak to check.
+        running = state.running
+        waiting = state.waiting
+        self._running += running - state._told_running
+        self._waiting += waiting - state._told_waiting
+        state._told_running = running
+        state._told_waiting = waiting
+        if not running and state._phase is _LISTED:
             self._idle(cast(K, state._key))
 
     def _idle(self, key: K) -> None:
