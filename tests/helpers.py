@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import looptime
 
@@ -191,15 +191,23 @@ EXPECTED_EXCEPTION: dict[str, type[BaseException] | None] = {
 SETTLE = 5
 
 
-async def run_script(gate: BoundedGate, jobs: Sequence[Job]) -> dict[str, Result]:
-    """Drive the real gate through ``jobs`` on the running (virtual-time) loop; see module doc."""
+async def run_script(
+    gate: BoundedGate | None, jobs: Sequence[Job], admit: Callable[[Job], Permit] | None = None
+) -> dict[str, Result]:
+    """Drive the real gate through ``jobs`` on the running (virtual-time) loop; see module doc.
+
+    ``admit(job)``, if given, makes each job's permit instead of ``gate.admit(timeout=job.budget)``.
+    """
     loop = asyncio.get_running_loop()
     permits: dict[str, Permit] = {}
     tasks: dict[str, asyncio.Task[None]] = {}
     seen: dict[str, type[BaseException] | None] = {}
+    if admit is None:
+        assert gate is not None
+        admit = lambda job: gate.admit(timeout=job.budget, priority=job.priority)  # noqa: E731
 
     async def request(job: Job) -> None:
-        permit = permits[job.id] = gate.admit(timeout=job.budget, priority=job.priority)
+        permit = permits[job.id] = admit(job)
         try:
             async with permit:
                 await asyncio.sleep(job.service)

@@ -11,11 +11,15 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
     assert isinstance(boundedgate.__all__, tuple)
     assert set(boundedgate.__all__) == {
         "BoundedGate",
+        "CombinedPermit",
         "Evicted",
         "GateError",
+        "GateLimits",
         "GateStatistics",
         "GateUnavailable",
         "GatedStream",
+        "KeyedGate",
+        "KeyedStatistics",
         "Late",
         "Permit",
         "QueueExpired",
@@ -24,6 +28,7 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "RateLimited",
         "Status",
         "StreamOpener",
+        "admit_all",
     }
     # Public subpackages (boundedgate.sim, boundedgate.redis) appear as attributes once imported.
     public = {

@@ -4,8 +4,8 @@ At most C calls running, at most Q waiting, an immediate typed refusal beyond th
 measured from arrival, and permits that are released exactly once.
 """
 
-from ._core import GateStatistics, RateLimit, Status
-from ._driver import BoundedGate, Permit
+from ._core import GateStatistics, KeyedStatistics, RateLimit, Status
+from ._driver import BoundedGate, CombinedPermit, GateLimits, KeyedGate, Permit, admit_all
 from ._errors import Evicted, GateError, GateUnavailable, Late, QueueExpired, QueueFull, RateLimited
 from ._streams import GatedStream, StreamOpener
 
@@ -13,11 +13,15 @@ __version__ = "0.1.0"
 
 __all__ = (
     "BoundedGate",
+    "CombinedPermit",
     "Evicted",
     "GateError",
+    "GateLimits",
     "GateStatistics",
     "GateUnavailable",
     "GatedStream",
+    "KeyedGate",
+    "KeyedStatistics",
     "Late",
     "Permit",
     "QueueExpired",
@@ -26,6 +30,7 @@ __all__ = (
     "RateLimited",
     "Status",
     "StreamOpener",
+    "admit_all",
 )
 
 for _name in __all__:

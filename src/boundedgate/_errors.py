@@ -136,7 +136,7 @@ class QueueFull(GateError):
         def __init__(
             self,
             gate: str,
-            max_running: int,
+            max_running: int | None,
             max_waiting: int | None,
             running: int,
             waiting: int,
@@ -230,7 +230,7 @@ class QueueExpired(GateError, TimeoutError):
         def __init__(
             self,
             gate: str,
-            max_running: int,
+            max_running: int | None,
             max_waiting: int | None,
             running: int,
             waiting: int,
@@ -275,7 +275,7 @@ class Evicted(GateError):
         def __init__(
             self,
             gate: str,
-            max_running: int,
+            max_running: int | None,
             max_waiting: int | None,
             running: int,
             waiting: int,
@@ -322,7 +322,7 @@ class Late(GateError, TimeoutError):
         def __init__(
             self,
             gate: str,
-            max_running: int,
+            max_running: int | None,
             max_waiting: int | None,
             running: int,
             waiting: int,
@@ -374,7 +374,7 @@ class GateUnavailable(GateError):
         def __init__(
             self,
             gate: str,
-            max_running: int,
+            max_running: int | None,
             max_waiting: int | None,
             running: int,
             waiting: int,

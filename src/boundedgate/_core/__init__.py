@@ -16,14 +16,17 @@ from ._settings import (
 from ._state import GateState
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket
+from ._totals import KeyedStatistics, Totals, total
 
 __all__ = (
     "GateState",
     "GateStatistics",
+    "KeyedStatistics",
     "RateLimit",
     "Status",
     "Ticket",
     "TokenBucket",
+    "Totals",
     "check_cost",
     "check_deadline",
     "check_max_running",
@@ -31,4 +34,5 @@ __all__ = (
     "check_name",
     "check_priority",
     "check_timeout",
+    "total",
 )

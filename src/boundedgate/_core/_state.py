@@ -200,7 +200,7 @@ class GateState:
             if self._deadlines and self._deadlines[0][0] <= now:
                 woken = self._expire(now)
         else:
-            woken = self.advance(now) if self.waiting else _NOBODY  # bring the queue up to `now`
+            woken = self._advance(now) if self.waiting else _NOBODY  # bring the queue up to `now`
             if self.running < self.max_running and not self.waiting and self._affordable(ticket, now):
                 self._start(ticket, now)
                 return woken
@@ -259,6 +259,10 @@ class GateState:
 
         Due queued tickets expire, then those whose tokens have accrued start while slots are free.
         """
+        return self._advance(now)
+
+    def _advance(self, now: float) -> list[Ticket]:
+        # advance() itself is the caller's event; inside other events the core calls this instead.
         woken = self._expire(now)
         if self._buckets and self.waiting:
             self._fill(now, woken)
@@ -371,6 +375,17 @@ class GateState:
                     f"({bucket.burst:g}): it could never be served"
                 )
         return value
+
+    def full_at(self) -> float:
+        """When every bucket will be full again, if nothing takes from them (``-inf`` without any).
+
+        A gate whose buckets are not full still remembers a debt of rate: forgetting it (dropping
+        an idle keyed gate) would hand its key a fresh burst.
+        """
+        return max(
+            (b.updated + (b.burst - b.tokens) / b.rate for b in self._buckets if b.tokens < b.burst),
+            default=-math.inf,
+        )
 
     def tokens(self, now: float) -> tuple[float, ...]:
         """Each bucket's balance at ``now``."""

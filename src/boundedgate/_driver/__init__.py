@@ -1,6 +1,8 @@
 """The asyncio driver: the only package that knows about the event loop."""
 
+from ._combined import CombinedPermit, admit_all
 from ._gate import BoundedGate
+from ._keyed import GateLimits, KeyedGate
 from ._permit import Permit
 
-__all__ = ("BoundedGate", "Permit")
+__all__ = ("BoundedGate", "CombinedPermit", "GateLimits", "KeyedGate", "Permit", "admit_all")

@@ -99,12 +99,12 @@ class BoundedGate:
             ``jump_share`` outside [0, 1).
     """
 
-    __slots__ = ("_loop", "_max_running", "_name", "_rated", "_state", "_timer", "_timer_at")
+    __slots__ = ("__weakref__", "_loop", "_max_running", "_name", "_rated", "_state", "_timer", "_timer_at")
 
     def __init__(
         self,
         *,
-        max_running: int,
+        max_running: int | None,
         max_waiting: int | None,
         name: str = "gate",
         priorities: int = 1,
@@ -224,7 +224,7 @@ class BoundedGate:
         """
         permit = self.admit(timeout=timeout, deadline=deadline, cost=cost)
         if permit._arrive(False) is not RUNNING:
-            raise self._refusal(permit)
+            raise permit._gate._refusal(permit)  # the gate it arrived at (a keyed gate may move it)
         return permit
 
     def stream(

@@ -1,0 +1,320 @@
+"""admit_all: one request through several gates (tenant, then model, then provider), all or nothing.
+
+The gates are taken one after the other, in the order given, each waiting only what is left of
+one deadline for the whole; a gate already taken is held while the next is waited for (ordered
+locking: with one global order, see ``_order``, this cannot deadlock). If a step is refused,
+expires or is cancelled, every gate already taken is given back at once, as a slot handed over
+but never used (each of those gates counts it ``cancelled``, not ``admitted``), and the caller
+sees the refused step's own error, which names its gate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Hashable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar, final
+
+from typing_extensions import Self
+
+from .._core import Status, check_deadline, check_timeout
+from .._errors import Late
+from .._streams import GatedStream, StreamPermit, hand_over
+from ._gate import BoundedGate
+from ._keyed import KeyedGate, _KeyState
+from ._order import check_order
+from ._permit import Permit
+
+__all__ = ("CombinedPermit", "admit_all")
+
+NEW = Status.NEW
+QUEUED = Status.QUEUED
+RUNNING = Status.RUNNING
+CANCELLED = Status.CANCELLED
+COMPLETED = Status.COMPLETED
+LATE = Status.LATE
+FAILED = Status.FAILED
+
+_T = TypeVar("_T")
+
+#: A gate, or a keyed gate and the key to take in it.
+Step = BoundedGate | tuple[KeyedGate[Any], Hashable]
+
+
+def admit_all(
+    *gates: BoundedGate | tuple[KeyedGate[Any], Hashable],
+    timeout: float | None = None,
+    deadline: float | None = None,
+    priority: int = 0,
+    cost: float | None = None,
+) -> CombinedPermit:
+    """One request through several gates, taken in the order given, under one deadline; all or nothing.
+
+    ::
+
+        async with admit_all((tenants, tenant_id), (models, model), openai, timeout=30):
+            reply = await client.chat.completions.create(...)
+
+    Entering the returned :class:`CombinedPermit` with ``async with`` is the arrival: it enters
+    each gate in turn, holding the ones taken while it waits for the next, and each step waits only
+    what is left of the one budget. If a step is refused (:class:`QueueFull`), expires
+    (:class:`QueueExpired`) or is cancelled, the gates already taken are given back at once (they
+    count it as ``cancelled``: the slot was never used) and the step's own error propagates,
+    naming its gate. On exit every gate is released, exactly once.
+
+    The order is the caller's, and must be the same wherever the same gates meet: put first the
+    gates whose slot may sit idle while later ones are waited for (tenant, session), and last the
+    scarce shared one (the provider), so that a provider slot is only ever held by a request
+    that is about to run. An admission that takes two gates in the opposite order of an earlier
+    one (directly or through other gates), or takes a gate twice, is refused with ``ValueError``:
+    two such callers could deadlock.
+
+    Args:
+        gates: The gates, in the order to take them: each a :class:`BoundedGate`, or a pair
+            ``(keyed_gate, key)`` for a key of a :class:`KeyedGate` (resolved when its turn comes).
+        timeout: Budget in seconds from arrival (>= 0), covering every wait and the run.
+        deadline: Absolute deadline on the running loop's clock. Give at most one of the two.
+        priority: The request's priority class at every gate (each must have that many classes).
+        cost: The request's rate cost, paid at every gate that has rate limits.
+
+    Returns:
+        A :class:`CombinedPermit`, to enter with ``async with``.
+
+    Raises (on entry):
+        QueueFull: A step's gate was full; names that gate.
+        RateLimited: A step's rate limits could not pay the cost in time; names that gate.
+        QueueExpired: The deadline passed while waiting at a step (or had passed on arrival).
+        Evicted: A more urgent arrival took the request's place at a step; names that gate.
+        asyncio.CancelledError: The caller was cancelled while waiting, or before it arrived.
+
+    Raises (at once):
+        TypeError: Something other than a gate or a ``(KeyedGate, key)`` pair; a malformed timeout
+            or deadline.
+        ValueError: No gates; a gate (or keyed gate) given twice; an order that contradicts one
+            already used; both timeout and deadline; a priority or cost out of range (found when
+            the step's gate is reached).
+    """
+    families: list[BoundedGate | KeyedGate[Any]] = []
+    for gate in gates:
+        if type(gate) is BoundedGate:  # both classes are final: no subclass to miss
+            state = gate._state
+            families.append(state._owner if type(state) is _KeyState else gate)
+        elif type(gate) is tuple and len(gate) == 2 and type(gate[0]) is KeyedGate:
+            hash(gate[1])
+            families.append(gate[0])
+        else:
+            raise TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {gate!r}")
+    if not families:
+        raise ValueError("admit_all() needs at least one gate")
+    if deadline is None:
+        relative = None if timeout is None else check_timeout(timeout)
+        absolute = math.inf
+    elif timeout is not None:
+        raise ValueError("give timeout or deadline, not both")
+    else:
+        relative = None
+        absolute = check_deadline(deadline)
+    check_order(families)
+    return CombinedPermit(gates, relative, absolute, priority, cost)
+
+
+@final
+class CombinedPermit:
+    """One request's claim on several gates at once, from :func:`admit_all`.
+
+    It has the shape of a :class:`Permit`: entered with ``async with`` (the arrival), released
+    exactly once by :meth:`release` or the end of the block (from any task), ``Late`` on exit when
+    the block finished at or after the deadline, and the same timing attributes. Releasing it
+    releases every gate's permit, last gate first.
+
+    Attributes:
+        status: ``NEW``, then ``QUEUED`` while it goes through the gates, ``RUNNING`` once it
+            holds them all; then ``COMPLETED``, ``LATE`` (any gate judged it late) or ``FAILED``.
+            If a step was refused it ends with that step's status: ``REJECTED``, ``EXPIRED`` or
+            ``CANCELLED``.
+        arrival: When it arrived at the first gate, on the loop's clock (None before).
+        deadline: The one deadline of every step (``math.inf`` for none).
+        started: When it held every gate, and the body could start (None if it never did).
+        ended: When it reached its outcome (None while pending).
+    """
+
+    __slots__ = (
+        "_cost",
+        "_handed_over",
+        "_loop",
+        "_permits",
+        "_priority",
+        "_steps",
+        "_timeout",
+        "arrival",
+        "deadline",
+        "ended",
+        "started",
+        "status",
+    )
+
+    def __init__(
+        self,
+        steps: tuple[Step, ...],
+        timeout: float | None,
+        deadline: float,
+        priority: int = 0,
+        cost: float | None = None,
+    ) -> None:
+        self._steps = steps
+        self._priority = priority
+        self._cost = cost
+        # True once a stream owns the gates: the block's exit then leaves them alone.
+        self._handed_over = False
+        # The relative budget, turned into `deadline` at arrival (None when it was absolute).
+        self._timeout = timeout
+        self._permits: tuple[Permit, ...] = ()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.arrival: float | None = None
+        self.deadline = deadline
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.status = NEW
+
+    @property
+    def permits(self) -> tuple[Permit, ...]:
+        """One permit per gate reached, in order.
+
+        After a refusal the last is the refused one, and the others were given back (``CANCELLED``).
+        """
+        return self._permits
+
+    @property
+    def gates(self) -> tuple[BoundedGate, ...]:
+        """The gates of :attr:`permits` (for a keyed gate, the key's gate)."""
+        return tuple(permit._gate for permit in self._permits)
+
+    @property
+    def gate(self) -> BoundedGate:
+        """The last gate taken (the scarce shared one, usually): the one named in ``Late``."""
+        return self._permits[-1]._gate
+
+    def release(self) -> None:
+        """Release every gate now, as a normal end (completed, or late past the deadline).
+
+        Does nothing unless it holds its gates (not yet entered, refused, or already released).
+        Never raises :class:`Late`; the ``async with`` exit does that.
+        """
+        self._finish(False)
+
+    def settle(self, cost: float) -> None:
+        """Record the request's real rate cost at every gate, as :meth:`Permit.settle` does at one."""
+        for permit in self._permits:
+            permit.settle(cost)
+
+    def hand_to(self, stream: AsyncIterator[_T], *, raise_late: bool = True) -> GatedStream[_T]:
+        """Give every gate's slot to ``stream``, as :meth:`Permit.hand_to` does with one.
+
+        The returned wrapper releases them all, exactly once, when the stream ends; the ``async
+        with`` block no longer does.
+
+        Raises:
+            TypeError: ``stream`` is not an async iterator (the block still owns the gates).
+            RuntimeError: The permit holds no gates, or was already handed to a stream.
+        """
+        return hand_over(self, stream, raise_late=raise_late)
+
+    def _hand_over(self) -> None:
+        if self.status is not RUNNING:
+            raise RuntimeError(f"{self!r} holds no gates to hand over")
+        if self._handed_over:
+            raise RuntimeError(f"{self!r} was already handed to a stream")
+        self._handed_over = True
+
+    async def __aenter__(self) -> Self:
+        if self.status is RUNNING:
+            return self
+        if self.status is not NEW:
+            raise RuntimeError(f"{self!r} was already used; call admit_all() for each request")
+        loop = self._loop = asyncio.get_running_loop()
+        now = self.arrival = loop.time()
+        if self._timeout is not None:
+            self.deadline = now + self._timeout
+        deadline = self.deadline
+        self.status = QUEUED
+        taken: list[Permit] = []
+        for step in self._steps:
+            permit = None
+            try:
+                gate = step if isinstance(step, BoundedGate) else step[0]._gate_for(step[1])
+                permit = gate.admit(deadline=deadline, priority=self._priority, cost=self._cost)
+                await permit.__aenter__()
+            except BaseException:
+                self._give_back(taken, permit)
+                raise
+            taken.append(permit)
+        self._permits = tuple(taken)
+        self.started = loop.time()
+        self.status = RUNNING
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._handed_over:
+            return  # a stream owns the gates now
+        # No await before the release, as for Permit.
+        self._finish(exc_type is not None)
+        if exc_type is None and self.status is LATE:
+            raise self._late()
+
+    def _finish(self, failed: bool) -> None:
+        """End the request now, if it holds its gates: release each, last first."""
+        if self.status is not RUNNING:
+            return
+        # Each gate judges lateness on its own reading of the clock; the last reading is the end.
+        late = False
+        ended: float = self.started  # type: ignore[assignment]
+        for permit in reversed(self._permits):
+            permit._finish(failed)
+            if permit.status is LATE:
+                late = True
+            if permit.ended > ended:  # type: ignore[operator]
+                ended = permit.ended  # type: ignore[assignment]
+        self.ended = ended
+        self.status = FAILED if failed else LATE if late else COMPLETED
+
+    def _give_back(self, taken: list[Permit], refused: Permit | None) -> None:
+        """A step failed: the gates taken give their slots back unused, and the request ends."""
+        for permit in reversed(taken):
+            permit._gate._cancel(permit)
+        self._permits = (*taken, refused) if refused is not None else tuple(taken)
+        status = refused.status if refused is not None else NEW
+        self.status = status if status.is_final else CANCELLED
+        self.ended = self._loop.time()  # type: ignore[union-attr]
+
+    def _late(self) -> Late:
+        """The :class:`Late` for a request that finished at or after its deadline, naming the last gate."""
+        gate = self._permits[-1]._gate
+        arrival: float = self.arrival  # type: ignore[assignment]
+        ended: float = self.ended  # type: ignore[assignment]
+        return Late(
+            gate.name,
+            gate.max_running,
+            gate.max_waiting,
+            gate.running,
+            gate.waiting,
+            self.started - arrival,  # type: ignore[operator]
+            ended - arrival,
+            self.deadline,
+            ended - self.deadline,
+        )
+
+    def __repr__(self) -> str:
+        names = ", ".join(repr(gate.name) for gate in self.gates) or f"{len(self._steps)} gates"
+        return f"<CombinedPermit of {names}: {self.status.value}>"
+
+
+if TYPE_CHECKING:
+
+    def _is_a_stream_permit(permit: CombinedPermit) -> StreamPermit:  # mypy checks the contract here
+        return permit

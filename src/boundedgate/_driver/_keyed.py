@@ -1,0 +1,524 @@
+"""KeyedGate: one BoundedGate per key (provider, tenant, session), dropped when its key is idle.
+
+Theory of operation
+===================
+
+A key's gate goes through three phases, recorded on its state (a :class:`GateState` subclass, so
+that plain gates pay nothing for any of this):
+
+``FRESH``
+    Made by ``admit(key)`` for a key with no gate, and held by nothing but its permit: a permit
+    that is never entered, or whose caller was cancelled before it arrived, takes its gate with
+    it when it is garbage.
+
+``LISTED``
+    At its first counted arrival it becomes the key's gate, in ``_gates``, which holds it while
+    anything runs or waits in it. When it becomes idle it is kept for reuse if ``keep_idle``
+    allows (the least recently idle key goes first), else dropped.
+
+``RETIRED``
+    Dropped: its counters were folded into the keyed gate's totals, and it is out of every table.
+    Nothing runs or waits in it, and nothing will.
+
+An arrival at a gate that is not its key's listed gate (a retired one, or a fresh one when the
+key was listed meanwhile, through another permit taken at the same time) moves the permit to the
+key's gate of that moment. So a key never has two gates admitting at once, whatever the permits
+were taken from, and every release counts.
+
+A gate becomes idle through a release or a cancellation, or, with rate limits (whose waiters may wait
+for tokens while no slot is busy), through the expiry of its last waiter; those events check for it.
+The overrides also keep running totals of running and waiting across keys, for exact aggregate peaks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar, cast, final
+
+from .._core import (
+    GateState,
+    KeyedStatistics,
+    RateLimit,
+    Ticket,
+    Totals,
+    check_max_running,
+    check_max_waiting,
+    check_name,
+    total,
+)
+from .._streams import StreamOpener, StreamSource
+from ._gate import BoundedGate
+from ._permit import Permit
+
+__all__ = ("GateLimits", "KeyedGate")
+
+K = TypeVar("K", bound=Hashable)
+_T = TypeVar("_T")
+
+_FRESH, _LISTED, _RETIRED = "fresh", "listed", "retired"
+
+
+class GateLimits(NamedTuple):
+    """The limits of one key's gate, for :class:`KeyedGate`'s ``overrides``."""
+
+    #: Running slots (C), an int >= 1, or None for no limit on running.
+    max_running: int | None
+    #: Queue places (Q), an int >= 0, or None for an unbounded queue.
+    max_waiting: int | None
+
+
+class _KeyState(GateState):
+    """A key's gate state: tells its keyed gate when it arrives idle, changes counts, becomes idle."""
+
+    __slots__ = ("_key", "_owner", "_phase", "_told_running", "_told_waiting")
+
+    def __init__(
+        self, owner: KeyedGate[Any], key: Hashable, max_running: int | None, max_waiting: int | None
+    ) -> None:
+        super().__init__(max_running, max_waiting, owner._priorities, owner._jump_share, owner._rate_limits)
+        self._owner = owner
+        self._key = key
+        self._phase = _FRESH
+        # The running and waiting counts the owner's totals include for this gate.
+        self._told_running = 0
+        self._told_waiting = 0
+
+    def arrive(self, ticket: Ticket, now: float, wait: bool = True) -> Sequence[Ticket]:
+        if self.running or self.waiting:  # busy, hence listed
+            woken = super().arrive(ticket, now, wait)
+            self._owner._tell(self)
+            return woken
+        return self._owner._arrive_idle(self, ticket, now, wait)
+
+    def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
+        woken = super().release(ticket, now, failed)
+        self._owner._freed(self, now)
+        return woken
+
+    def cancel(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
+        woken = super().cancel(ticket, now)
+        self._owner._freed(self, now)
+        return woken
+
+    def advance(self, now: float) -> list[Ticket]:
+        # The driver's timer: waiters expired (the last one may leave the gate idle, when it waited
+        # for tokens with no slot busy) or started on accrued tokens.
+        woken = super().advance(now)
+        if woken:
+            self._owner._tell(self)  # starts on accrued tokens can raise the running peak
+            self._owner._freed(self, now)
+        return woken
+
+    def settle(self, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
+        woken = super().settle(ticket, cost, now)
+        if woken:  # a refund let waiters start
+            self._owner._tell(self)
+        return woken
+
+
+@final
+class KeyedGate(Generic[K]):
+    """One :class:`BoundedGate` per key: per provider, per tenant, per session.
+
+    ::
+
+        tenants = KeyedGate(max_running=5, max_waiting=50, name="tenant")
+
+        async with tenants.admit(tenant_id, timeout=30):
+            reply = await client.chat.completions.create(...)
+
+    Each key gets its own gate, created on first use with the template limits (or the key's
+    override), and named ``"<name>/<key>"``; admissions, refusals, errors and permits are exactly
+    those of that gate, so one key that saturates its gate never delays another. A key's gate is
+    dropped as soon as nothing runs or waits in it (or, with ``keep_idle=N``, once it is not among
+    the N most recently idle keys), so the number of gates alive is bounded by current activity
+    plus ``keep_idle``, never by how many distinct keys were ever seen: keys that a client
+    controls (a tenant id from a header) cannot grow memory without bound. Dropped gates' counters
+    live on in :meth:`stats`.
+
+    Args:
+        max_running: Running slots (C) for each key, an int >= 1, or None for no limit on running
+            (with ``rate_limits``: a rate limiter per key).
+        max_waiting: Queue places (Q) for each key, an int >= 0, or None for an unbounded queue.
+        name: The keyed gate's name; each key's gate is named ``f"{name}/{key}"``.
+        overrides: Limits for particular keys: a mapping from key to :class:`GateLimits`, or a
+            function from key to :class:`GateLimits` (or None for the template). Read when a
+            key's gate is created, so a change applies once the key has been idle.
+        keep_idle: How many idle keys keep their gates (and per-key statistics) for reuse, an
+            int >= 0; 0 drops every gate the moment its key is idle.
+        priorities, jump_share: Every key's gate's priority classes, as for :class:`BoundedGate`.
+        rate_limits: Every key's gate's own rate limits (a tenant's or a tool's requests per
+            minute, say): each key gets buckets of its own, starting full.
+
+    Raises:
+        TypeError: A limit or ``keep_idle`` that is not an int, a name that is not a str, or
+            overrides that are neither a mapping nor callable.
+        ValueError: A limit out of range (as for :class:`BoundedGate`), or ``keep_idle < 0``.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_created",
+        "_dropped",
+        "_gates",
+        "_idle_keys",
+        "_jump_share",
+        "_keep_idle",
+        "_max_running",
+        "_max_waiting",
+        "_name",
+        "_override",
+        "_overrides",
+        "_peak_keys",
+        "_peak_running",
+        "_peak_waiting",
+        "_priorities",
+        "_rate_limits",
+        "_resting",
+        "_retired",
+        "_running",
+        "_ticks",
+        "_waiting",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_running: int | None,
+        max_waiting: int | None,
+        name: str = "keyed",
+        overrides: Mapping[K, GateLimits] | Callable[[K], GateLimits | None] | None = None,
+        keep_idle: int = 0,
+        priorities: int = 1,
+        jump_share: float = 0.2,
+        rate_limits: Sequence[RateLimit] = (),
+    ) -> None:
+        # The template, checked now rather than at the first key (GateState checks every setting).
+        GateState(max_running, max_waiting, priorities, jump_share, rate_limits)
+        self._priorities = priorities
+        self._jump_share = jump_share
+        self._rate_limits = tuple(rate_limits)
+        self._max_running = None if max_running is None else check_max_running(max_running)
+        self._max_waiting = check_max_waiting(max_waiting)
+        self._name = check_name(name)
+        self._overrides: Mapping[K, GateLimits] | None = None
+        self._override: Callable[[K], GateLimits | None] | None = None
+        if isinstance(overrides, Mapping):
+            for key, limits in overrides.items():
+                _check_limits(key, limits)
+            self._overrides = overrides
+        elif callable(overrides):
+            self._override = overrides
+        elif overrides is not None:
+            raise TypeError(f"overrides must be a mapping or a function of the key, got {overrides!r}")
+        if isinstance(keep_idle, bool) or not isinstance(keep_idle, int):
+            raise TypeError(f"keep_idle must be an int, got {keep_idle!r}")
+        if keep_idle < 0:
+            raise ValueError(f"keep_idle must be >= 0, got {keep_idle}")
+        self._keep_idle = keep_idle
+        # Listed gates: every key with requests running or waiting, and the idle ones kept.
+        self._gates: dict[K, BoundedGate] = {}
+        # The idle keys among them, least recently idle first.
+        self._idle_keys: OrderedDict[K, None] = OrderedDict()
+        # Idle keys whose rate limits are refilling, by when they will be full: (when, tick, key).
+        self._resting: list[tuple[float, int, K]] = []
+        self._ticks = itertools.count()
+        self._retired = Totals()
+        self._created = 0
+        self._dropped = 0
+        self._peak_keys = 0
+        # Running and waiting summed over keys, kept up to date by the keys' states.
+        self._running = 0
+        self._waiting = 0
+        self._peak_running = 0
+        self._peak_waiting = 0
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The keyed gate's name."""
+        return self._name
+
+    @property
+    def max_running(self) -> int | None:
+        """The template's running slots (C), for keys without an override."""
+        return self._max_running
+
+    @property
+    def max_waiting(self) -> int | None:
+        """The template's queue places (Q), for keys without an override."""
+        return self._max_waiting
+
+    @property
+    def running(self) -> int:
+        """Requests holding a slot now, over all keys."""
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued now, over all keys."""
+        return self._waiting
+
+    def admit(
+        self,
+        key: K,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        priority: int = 0,
+        cost: float | None = None,
+    ) -> Permit:
+        """A permit for one request through ``key``'s gate: :meth:`BoundedGate.admit` on that gate.
+
+        Args:
+            key: Which gate: any hashable.
+            timeout: Budget in seconds from arrival (>= 0), covering the wait and the run.
+            deadline: Absolute deadline on the running loop's clock (``loop.time()``).
+                Give at most one of the two; neither means no deadline.
+            priority: The request's priority class, as for :meth:`BoundedGate.admit`.
+            cost: The request's rate cost, as for :meth:`BoundedGate.admit`.
+
+        Raises (on entry, named after the key's gate, e.g. ``"tenant/acme"``):
+            QueueFull: Every slot of the key's gate busy and its queue full.
+            RateLimited: The key's rate limits cannot pay its cost in time.
+            QueueExpired: The deadline passed while waiting, or had passed on arrival.
+            Evicted: A more urgent arrival took its place in the key's full queue.
+            asyncio.CancelledError: The caller was cancelled while waiting, or before it arrived.
+
+        Raises (at once):
+            TypeError, ValueError: As for :meth:`BoundedGate.admit`, or (for a key without a gate
+                yet) limits from ``overrides`` that are out of range.
+        """
+        return self._gate_for(key).admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
+
+    def try_admit(
+        self,
+        key: K,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        cost: float | None = None,
+    ) -> Permit:
+        """A permit holding a slot of ``key``'s gate now, or a refusal now.
+
+        As :meth:`BoundedGate.try_admit` on the key's gate; arguments are as for :meth:`admit`.
+
+        Raises:
+            QueueFull: The request cannot start at once.
+            RateLimited: A slot is free but the key's rate limits do not hold its cost now.
+            QueueExpired: The deadline had already passed (nothing was counted).
+            asyncio.CancelledError: The calling task is being cancelled (nothing was counted).
+        """
+        return self._gate_for(key).try_admit(timeout=timeout, deadline=deadline, cost=cost)
+
+    def stream(
+        self,
+        key: K,
+        source: StreamSource[_T],
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        priority: int = 0,
+        cost: float | None = None,
+        raise_late: bool = True,
+    ) -> StreamOpener[_T]:
+        """Admit a request through ``key``'s gate and hand the opened stream its slot.
+
+        As :meth:`BoundedGate.stream` on the key's gate.
+        """
+        permit = self.admit(key, timeout=timeout, deadline=deadline, priority=priority, cost=cost)
+        return StreamOpener(permit, source, raise_late)
+
+    def get(self, key: K) -> BoundedGate | None:
+        """The gate ``key`` has now, if it has one (running, waiting, or kept idle); never creates one.
+
+        Use it for a key's own statistics: ``keyed.get(key).stats()``.
+        """
+        return self._gates.get(key)
+
+    def limits(self, key: K) -> GateLimits:
+        """The limits a gate for ``key`` is created with: the key's override, else the template.
+
+        Raises:
+            TypeError, ValueError: The key's override is malformed or out of range.
+        """
+        limits: GateLimits | None = None
+        if self._overrides is not None:
+            limits = self._overrides.get(key)
+        elif self._override is not None:
+            limits = self._override(key)
+        if limits is None:
+            return GateLimits(self._max_running, self._max_waiting)
+        _check_limits(key, limits)
+        return GateLimits(*limits)
+
+    def stats(self) -> KeyedStatistics:
+        """An immutable snapshot: the gate counts, and every key's counters summed, dropped keys included."""
+        gates = self._gates
+        return KeyedStatistics(
+            name=self._name,
+            keys=len(gates),
+            busy_keys=len(gates) - len(self._idle_keys),
+            peak_keys=self._peak_keys,
+            created=self._created,
+            dropped=self._dropped,
+            total=total(
+                self._name,
+                self._retired,
+                [gate._state for gate in gates.values()],
+                self._running,
+                self._waiting,
+                self._peak_running,
+                self._peak_waiting,
+            ),
+        )
+
+    def __len__(self) -> int:
+        """The number of keys with a gate now."""
+        return len(self._gates)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` has a gate now."""
+        return key in self._gates
+
+    def __iter__(self) -> Iterator[K]:
+        """The keys with a gate now (a snapshot: admitting while iterating is safe)."""
+        return iter(tuple(self._gates))
+
+    def __repr__(self) -> str:
+        return (
+            f"<KeyedGate {self._name!r} [keys {len(self._gates)} ({len(self._idle_keys)} idle), "
+            f"running {self._running}, waiting {self._waiting}]>"
+        )
+
+    # -- internals (used by _KeyState and admit_all) ------------------------------------------
+
+    def _gate_for(self, key: K) -> BoundedGate:
+        """The key's listed gate, else a fresh one (listed at its first arrival)."""
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = self._create(key)
+        return gate
+
+    def _create(self, key: K) -> BoundedGate:
+        if self._overrides is None and self._override is None:
+            max_running, max_waiting = self._max_running, self._max_waiting
+        else:
+            max_running, max_waiting = self.limits(key)
+        gate = BoundedGate(
+            max_running=max_running,
+            max_waiting=max_waiting,
+            name=f"{self._name}/{key}",
+            priorities=self._priorities,
+            jump_share=self._jump_share,
+            rate_limits=self._rate_limits,
+        )
+        gate._state = _KeyState(self, key, max_running, max_waiting)
+        self._created += 1
+        return gate
+
+    def _arrive_idle(self, state: _KeyState, ticket: Ticket, now: float, wait: bool) -> Sequence[Ticket]:
+        """An arrival at an idle gate: a kept one leaves the idle keys, a fresh one is listed."""
+        key = cast(K, state._key)
+        phase = state._phase
+        if phase is _RETIRED or (phase is _FRESH and key in self._gates):
+            # Not the key's gate (any more): the permit arrives at the key's gate of this moment.
+            state._phase = _RETIRED
+            permit = cast(Permit, ticket)
+            gate = self._gate_for(key)
+            permit._gate = gate
+            gate._bind()
+            woken = gate._state.arrive(permit, now, wait)
+            if woken:
+                gate._wake(woken)
+            return ()
+        woken = GateState.arrive(state, ticket, now, wait)
+        if not state.running and not state.waiting:
+            return woken  # refused (at once, or before it was counted): still idle
+        if phase is _FRESH:
+            state._phase = _LISTED
+            gates = self._gates
+            gates[key] = cast(Permit, ticket)._gate  # the gate whose state this is
+            if len(gates) > self._peak_keys:
+                self._peak_keys = len(gates)
+        else:
+            self._idle_keys.pop(key, None)  # it was kept idle, or resting while its buckets refill
+        self._tell(state)
+        return woken
+
+    def _tell(self, state: _KeyState) -> None:
+        """Bring the running totals up to date with ``state``'s counts."""
+        running = state.running
+        waiting = state.waiting
+        self._running = total_running = self._running + running - state._told_running
+        self._waiting = total_waiting = self._waiting + waiting - state._told_waiting
+        state._told_running = running
+        state._told_waiting = waiting
+        if total_running > self._peak_running:
+            self._peak_running = total_running
+        if total_waiting > self._peak_waiting:
+            self._peak_waiting = total_waiting
+
+    def _freed(self, state: _KeyState, now: float) -> None:
+        """After a release, a cancellation or the timer: tell the counts, see if the gate is idle."""
+        # A freed slot goes to at most one waiter, who leaves the queue: the totals cannot rise here,
+        # so there is no peak to check.
+        running = state.running
+        waiting = state.waiting
+        self._running += running - state._told_running
+        self._waiting += waiting - state._told_waiting
+        state._told_running = running
+        state._told_waiting = waiting
+        if not running and not waiting and state._phase is _LISTED:
+            self._idle(cast(K, state._key), state, now)
+        if self._resting and self._resting[0][0] <= now:
+            self._rested(now)
+
+    def _idle(self, key: K, state: _KeyState, now: float) -> None:
+        """``key``'s listed gate is idle: keep it among the idle keys, or drop it.
+
+        A gate whose rate limits are still refilling rests (stays listed) until they are full: its
+        key must not get a fresh burst by going idle for a moment.
+        """
+        full_at = state.full_at()
+        if full_at > now:
+            heapq.heappush(self._resting, (full_at, next(self._ticks), key))
+            return
+        keep = self._keep_idle
+        if not keep:
+            self._drop(key)
+            return
+        idle = self._idle_keys
+        idle[key] = None
+        if len(idle) > keep:
+            self._drop(idle.popitem(last=False)[0])
+
+    def _rested(self, now: float) -> None:
+        """Resting keys whose buckets are full by ``now`` go idle (kept or dropped), if still unused."""
+        resting = self._resting
+        while resting and resting[0][0] <= now:
+            key = heapq.heappop(resting)[2]
+            gate = self._gates.get(key)
+            if gate is None:
+                continue
+            state = cast(_KeyState, gate._state)
+            if not state.running and not state.waiting and key not in self._idle_keys:
+                self._idle(key, state, now)
+
+    def _drop(self, key: K) -> None:
+        state = cast(_KeyState, self._gates.pop(key)._state)
+        state._phase = _RETIRED
+        self._retired.add(state)
+        self._dropped += 1
+
+
+def _check_limits(key: object, limits: object) -> None:
+    if not isinstance(limits, tuple) or len(limits) != 2:
+        raise TypeError(f"limits for {key!r} must be GateLimits(max_running, max_waiting), got {limits!r}")
+    if limits[0] is not None:
+        check_max_running(limits[0])
+    check_max_waiting(limits[1])

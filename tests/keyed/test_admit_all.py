@@ -1,0 +1,429 @@
+"""admit_all: several gates for one call, in one order, under one deadline; all or nothing.
+
+A step that is refused, expires or is cancelled gives back every gate already taken at once (as a
+slot handed over but never used: ``cancelled``, not ``admitted``) and raises its own error, naming
+its gate. The combined permit releases every gate exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from boundedgate import (
+    BoundedGate,
+    CombinedPermit,
+    KeyedGate,
+    Late,
+    QueueExpired,
+    QueueFull,
+    Status,
+    admit_all,
+)
+from tests.helpers import Boom
+
+
+def _gates() -> tuple[KeyedGate[str], BoundedGate]:
+    return KeyedGate(max_running=1, max_waiting=2, name="tenant"), BoundedGate(
+        max_running=1, max_waiting=2, name="openai"
+    )
+
+
+async def test_takes_every_gate_in_order_and_releases_them_all_once() -> None:
+    tenants, openai = _gates()
+    async with admit_all((tenants, "acme"), openai, timeout=30) as permit:
+        assert isinstance(permit, CombinedPermit)
+        assert permit.status is Status.RUNNING
+        assert [g.name for g in permit.gates] == ["tenant/acme", "openai"]
+        assert all(p.status is Status.RUNNING for p in permit.permits)
+        assert (tenants.running, openai.running) == (1, 1)
+        assert permit.started == permit.arrival
+        assert permit.deadline == permit.arrival + 30  # type: ignore[operator]
+    assert permit.status is Status.COMPLETED
+    assert all(p.status is Status.COMPLETED for p in permit.permits)
+    assert (tenants.running, openai.running, len(tenants)) == (0, 0, 0)
+    permit.release()
+    assert (tenants.stats().total.completed, openai.stats().completed) == (1, 1)
+
+
+async def test_each_step_waits_only_what_is_left_of_the_one_budget() -> None:
+    tenants, openai = _gates()
+    loop = asyncio.get_running_loop()
+    tenant_holder = tenants.try_admit("acme")
+    openai_holder = openai.try_admit()
+    loop.call_later(3, tenant_holder.release)  # the tenant slot frees at 3 s
+    loop.call_later(10, openai_holder.release)  # the provider slot only at 10 s
+    start = loop.time()
+    with pytest.raises(QueueExpired) as expired:
+        async with admit_all((tenants, "acme"), openai, timeout=5):
+            pytest.fail("must not start")
+    assert loop.time() - start == 5  # not 3 + 5
+    assert expired.value.gate == "openai"
+    assert expired.value.waited == 2  # the provider's queue got what was left
+    tenant = tenants.stats().total
+    assert (tenant.admitted, tenant.cancelled, tenant.completed) == (1, 1, 1)  # the holder, and us
+    assert tenants.running == 0  # given back at once
+    await asyncio.sleep(5)
+
+
+async def test_a_refused_step_gives_back_the_earlier_gates_at_once_uncounted_as_work() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=1, name="tenant")
+    openai = BoundedGate(max_running=1, max_waiting=0, name="openai")
+    held = openai.try_admit()
+    combined = admit_all((tenants, "acme"), openai)
+    with pytest.raises(QueueFull) as refused:
+        async with combined:
+            pytest.fail("must not start")
+    assert refused.value.gate == "openai"
+    assert combined.status is Status.REJECTED
+    tenant_permit, openai_permit = combined.permits
+    assert tenant_permit.status is Status.CANCELLED
+    assert tenant_permit.started is None
+    assert openai_permit.status is Status.REJECTED
+    assert combined.ended == combined.arrival
+    stats = tenants.stats()
+    assert (stats.total.admitted, stats.total.cancelled, stats.total.completed, stats.keys) == (0, 1, 0, 0)
+    assert openai.stats().rejected == 1
+    held.release()
+
+
+async def test_the_slot_given_back_passes_to_the_next_waiter_at_that_instant() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=2, name="tenant")
+    openai = BoundedGate(max_running=1, max_waiting=0, name="openai")
+    tenant_holder = tenants.try_admit("acme")
+    held = openai.try_admit()
+    loop = asyncio.get_running_loop()
+    combined = asyncio.create_task(admit_all((tenants, "acme"), openai).__aenter__())
+    await asyncio.sleep(0)
+    waiter = tenants.admit("acme")
+    waiter_task = asyncio.create_task(waiter.__aenter__())
+    await asyncio.sleep(1)
+    tenant_holder.release()  # to the combined admission, which is refused by openai: passes on now
+    with pytest.raises(QueueFull):
+        await combined
+    assert await waiter_task is waiter
+    assert waiter.started == loop.time()
+    waiter.release()
+    held.release()
+
+
+async def test_cancelled_while_waiting_at_a_later_step_gives_everything_back() -> None:
+    tenants, openai = _gates()
+    held = openai.try_admit()
+    combined = admit_all((tenants, "acme"), openai, timeout=60)
+    task = asyncio.create_task(combined.__aenter__())
+    await asyncio.sleep(1)
+    assert combined.status is Status.QUEUED
+    assert (tenants.running, openai.waiting) == (1, 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert combined.status is Status.CANCELLED
+    assert [p.status for p in combined.permits] == [Status.CANCELLED, Status.CANCELLED]
+    assert (tenants.running, openai.running, openai.waiting) == (0, 1, 0)
+    held.release()
+    assert (tenants.stats().total.cancelled, openai.stats().cancelled) == (1, 1)
+
+
+async def test_a_caller_cancelled_before_it_arrives_touches_no_counter() -> None:
+    tenants, openai = _gates()
+
+    async def request() -> None:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        async with admit_all((tenants, "acme"), openai):
+            pytest.fail("a cancelled caller must not start")
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.create_task(request())
+    assert (tenants.stats().total.arrived, openai.stats().arrived) == (0, 0)
+
+
+async def test_a_deadline_already_passed_is_refused_before_anything_is_counted() -> None:
+    tenants, openai = _gates()
+    now = asyncio.get_running_loop().time()
+    combined = admit_all((tenants, "acme"), openai, deadline=now)
+    with pytest.raises(QueueExpired) as expired:
+        async with combined:
+            pytest.fail("must not start")
+    assert expired.value.gate == "tenant/acme"
+    assert combined.status is Status.EXPIRED
+    assert (tenants.stats().total.arrived, openai.stats().arrived) == (0, 0)
+
+
+async def test_a_body_that_raises_fails_every_gate_and_propagates_unchanged() -> None:
+    tenants, openai = _gates()
+    combined = admit_all((tenants, "acme"), openai)
+    with pytest.raises(Boom):
+        async with combined:
+            raise Boom
+    assert combined.status is Status.FAILED
+    assert [p.status for p in combined.permits] == [Status.FAILED, Status.FAILED]
+    assert (tenants.stats().total.failed, openai.stats().failed) == (1, 1)
+
+
+async def test_a_body_finishing_past_the_deadline_is_late_at_every_gate() -> None:
+    tenants, openai = _gates()
+    tenant_holder = tenants.try_admit("acme")
+    asyncio.get_running_loop().call_later(2, tenant_holder.release)
+    combined = admit_all((tenants, "acme"), openai, timeout=5)
+    with pytest.raises(Late) as late:
+        async with combined:
+            await asyncio.sleep(4)
+    assert combined.status is Status.LATE
+    assert [p.status for p in combined.permits] == [Status.LATE, Status.LATE]
+    error = late.value
+    assert (error.gate, error.waited, error.elapsed, error.overrun) == ("openai", 2, 6, 1)
+    assert error.deadline == combined.deadline
+    assert (tenants.stats().total.late, openai.stats().late) == (1, 1)
+
+
+async def test_release_is_idempotent_and_works_from_another_task() -> None:
+    tenants, openai = _gates()
+    combined = admit_all((tenants, "acme"), openai)
+    combined.release()  # not entered yet: nothing
+    await combined.__aenter__()
+
+    async def consumer() -> None:  # what a stream wrapper does with a permit handed to it
+        await asyncio.sleep(1)
+        combined.release()
+
+    await asyncio.create_task(consumer())
+    combined.release()
+    assert combined.status is Status.COMPLETED
+    assert combined.ended == combined.arrival + 1  # type: ignore[operator]
+    async with admit_all((tenants, "acme"), openai) as second:
+        second.release()
+        assert (tenants.running, openai.running) == (0, 0)
+        third = openai.try_admit()  # the slot really is free
+    assert second.status is Status.COMPLETED  # the exit released nothing more
+    assert openai.running == 1
+    third.release()
+    assert (tenants.stats().total.completed, openai.stats().completed) == (2, 3)
+    assert (tenants.running, openai.running) == (0, 0)
+
+
+async def test_a_combined_permit_is_used_once() -> None:
+    tenants, openai = _gates()
+    combined = admit_all((tenants, "acme"), openai)
+    async with combined:
+        pass
+    with pytest.raises(RuntimeError, match="already used"):
+        await combined.__aenter__()
+
+
+async def test_a_keyed_step_is_resolved_when_its_turn_comes() -> None:
+    openai = BoundedGate(max_running=1, max_waiting=1, name="openai")
+    sessions = KeyedGate(max_running=1, max_waiting=0, name="session")
+    held = openai.try_admit()
+    asyncio.get_running_loop().call_later(2, held.release)
+    task = asyncio.create_task(admit_all(openai, (sessions, "s1")).__aenter__())
+    await asyncio.sleep(1)
+    assert len(sessions) == 0  # nothing created while the provider is waited for
+    combined = await task
+    assert combined.gates[1] is sessions.get("s1")
+    combined.release()
+    assert len(sessions) == 0
+
+
+async def test_a_keyed_gates_own_gate_may_be_given_directly() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0, name="tenant", keep_idle=1)
+    openai = BoundedGate(max_running=1, max_waiting=0, name="openai")
+    async with tenants.admit("acme") as first:
+        pass
+    kept = tenants.get("acme")
+    assert kept is first.gate
+    async with admit_all(kept, openai) as combined:
+        assert combined.gates[0] is kept
+    async with tenants.admit("other"):
+        pass  # acme's gate is dropped: only one idle key is kept
+    assert "acme" not in tenants
+    async with admit_all(kept, openai) as combined:  # a dropped gate: the key's new gate is used
+        assert combined.gates[0] is tenants.get("acme") is not kept
+    assert tenants.stats().total.completed == 4
+
+
+async def test_a_single_gate_admission_is_just_that_gate() -> None:
+    openai = BoundedGate(max_running=1, max_waiting=0, name="openai")
+    async with admit_all(openai, timeout=math.inf) as combined:
+        assert combined.deadline == math.inf
+        assert openai.running == 1
+    assert openai.stats().completed == 1
+
+
+async def test_repr_names_the_gates_and_the_status() -> None:
+    tenants, openai = _gates()
+    combined = admit_all((tenants, "acme"), openai)
+    assert repr(combined) == "<CombinedPermit of 2 gates: new>"
+    async with combined:
+        assert repr(combined) == "<CombinedPermit of 'tenant/acme', 'openai': running>"
+
+
+def test_combined_permit_is_final_and_slotted() -> None:
+    assert getattr(CombinedPermit, "__final__", False)
+    assert not hasattr(admit_all(BoundedGate(max_running=1, max_waiting=0)), "__dict__")
+
+
+# -- arguments and the order ---------------------------------------------------------------------
+
+
+def test_arguments_are_checked_at_once() -> None:
+    tenants, openai = _gates()
+    with pytest.raises(ValueError, match="at least one gate"):
+        admit_all()
+    with pytest.raises(TypeError, match=r"takes gates and \(KeyedGate, key\) pairs, got 'openai'"):
+        admit_all("openai")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="pairs"):
+        admit_all((openai, "x"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unhashable"):
+        admit_all((tenants, ["acme"]))
+    with pytest.raises(ValueError, match="not both"):
+        admit_all(openai, timeout=1, deadline=1)
+    with pytest.raises(ValueError, match="timeout must be >= 0"):
+        admit_all(openai, timeout=-1)
+    with pytest.raises(TypeError, match="deadline must be a number"):
+        admit_all(openai, deadline="soon")  # type: ignore[arg-type]
+
+
+def test_a_gate_twice_is_refused() -> None:
+    tenants, openai = _gates()
+    with pytest.raises(ValueError, match=r"^'openai' appears twice in one admission"):
+        admit_all(openai, openai)
+    with pytest.raises(ValueError, match=r"^'tenant' appears twice"):
+        admit_all((tenants, "a"), openai, (tenants, "b"))  # two keys of one keyed gate: no order
+
+
+async def test_a_keyed_gates_own_gate_and_the_keyed_gate_are_one_family() -> None:
+    tenants, _ = _gates()
+    permit = tenants.try_admit("a")
+    with pytest.raises(ValueError, match=r"^'tenant' appears twice"):
+        admit_all(permit.gate, (tenants, "b"))
+    permit.release()
+
+
+def test_opposite_orders_are_refused_before_anything_is_taken() -> None:
+    tenants, openai = _gates()
+    admit_all((tenants, "a"), openai)
+    admit_all((tenants, "b"), openai)  # same families, same order: fine
+    with pytest.raises(ValueError, match="takes 'openai' before 'tenant' here") as refused:
+        admit_all(openai, (tenants, "a"))
+    assert "can deadlock" in str(refused.value)
+
+
+def test_opposite_orders_through_other_gates_are_refused() -> None:
+    a, b, c = (BoundedGate(max_running=1, max_waiting=0, name=n) for n in "abc")
+    admit_all(a, b)
+    admit_all(b, c)
+    with pytest.raises(ValueError, match="takes 'c' before 'a'"):
+        admit_all(c, a)
+    admit_all(a, c)  # consistent with a -> b -> c
+    admit_all(a, b, c)
+
+
+def test_a_refused_order_leaves_no_edge_behind() -> None:
+    a, b, c = (BoundedGate(max_running=1, max_waiting=0, name=n) for n in "abc")
+    admit_all(b, c)
+    with pytest.raises(ValueError, match="takes 'c' before 'b'"):
+        admit_all(a, c, b)  # a -> c would be new, c -> b contradicts: neither is kept
+    admit_all(c, a)  # possible only if the refused a -> c was not recorded
+
+
+# -- seed 004, L05: tenant A saturated, tenant B keeps its own max_inflight --------------------
+
+
+async def test_l05_a_saturated_tenant_never_delays_another() -> None:
+    # Seed 004's tenant layer: max_inflight 5, queue_max 50, queue_timeout_sec 30.
+    tenants = KeyedGate(max_running=5, max_waiting=50, name="tenant")
+    loop = asyncio.get_running_loop()
+    starts: dict[str, list[float]] = {"A": [], "B": []}
+
+    async def request(tenant: str) -> str:
+        try:
+            async with tenants.admit(tenant, timeout=30):
+                starts[tenant].append(loop.time())
+                await asyncio.sleep(10)
+        except QueueFull:
+            return "rejected"
+        except QueueExpired:
+            return "expired"
+        except Late:
+            return "late"
+        return "completed"
+
+    flood = [asyncio.create_task(request("A")) for _ in range(200)]
+    await asyncio.sleep(1)
+    assert (tenants.get("A").running, tenants.get("A").waiting) == (5, 50)  # type: ignore[union-attr]
+    begin = loop.time()
+    others = await asyncio.gather(*(request("B") for _ in range(5)))
+    assert others == ["completed"] * 5
+    assert starts["B"] == [begin] * 5  # all five at once: B waited for nothing
+    outcomes = await asyncio.gather(*flood)
+    # 5 run at once and 50 queue; 10 s each against 30 s from arrival: two rounds complete, the
+    # third finishes at its deadline (late), and the rest of the queue expires.
+    assert outcomes.count("rejected") == 145
+    assert outcomes.count("completed") == 10
+    assert outcomes.count("late") == 5
+    assert outcomes.count("expired") == 40
+    b = tenants.stats().total
+    assert (b.running, b.waiting) == (0, 0)
+
+
+async def test_l05_through_a_shared_provider_taken_last() -> None:
+    # Tenant, then provider: A's overflow waits at A's gate holding nothing, so A never holds more
+    # than its 5 provider slots and B runs at once.
+    tenants = KeyedGate(max_running=5, max_waiting=50, name="tenant")
+    openai = BoundedGate(max_running=8, max_waiting=100, name="openai")
+    loop = asyncio.get_running_loop()
+    b_started: list[float] = []
+
+    async def request(tenant: str) -> None:
+        try:
+            async with admit_all((tenants, tenant), openai, timeout=30):
+                if tenant == "B":
+                    b_started.append(loop.time())
+                await asyncio.sleep(10)
+        except (QueueFull, QueueExpired, Late):
+            pass
+
+    flood = [asyncio.create_task(request("A")) for _ in range(100)]
+    await asyncio.sleep(1)
+    assert (openai.running, openai.waiting) == (5, 0)
+    begin = loop.time()
+    await asyncio.gather(*(request("B") for _ in range(3)))
+    assert b_started == [begin] * 3
+    await asyncio.gather(*flood)
+    assert openai.stats().peak_running == 8
+
+
+async def test_taking_the_provider_first_would_let_a_saturated_tenant_starve_the_others() -> None:
+    # Why the order is the caller's to choose, and why the provider goes last: here A's overflow
+    # holds provider slots idle while it queues at its own tenant gate, and B cannot get one.
+    tenants = KeyedGate(max_running=5, max_waiting=50, name="tenant")
+    openai = BoundedGate(max_running=8, max_waiting=100, name="openai")
+
+    async def request(tenant: str) -> None:
+        async with admit_all(openai, (tenants, tenant), timeout=100):
+            await asyncio.sleep(10)
+
+    flood = [asyncio.create_task(request("A")) for _ in range(20)]
+    await asyncio.sleep(1)
+    assert (openai.running, tenants.running) == (8, 5)  # three provider slots held by A's queue
+    with pytest.raises(QueueExpired):
+        async with admit_all(openai, (tenants, "B"), timeout=5):
+            pass
+    await asyncio.gather(*flood, return_exceptions=True)
+
+
+def test_gates_that_died_neither_constrain_nor_vouch_for_new_ones() -> None:
+    import gc
+
+    for _ in range(20):  # new gates often reuse the addresses of the ones just freed
+        a, b = (BoundedGate(max_running=1, max_waiting=0, name=n) for n in "ab")
+        admit_all(a, b)
+        del a, b
+        gc.collect()
+        c, d = (BoundedGate(max_running=1, max_waiting=0, name=n) for n in "cd")
+        admit_all(d, c)  # no order recorded for these yet
+        with pytest.raises(ValueError, match="takes 'c' before 'd'"):
+            admit_all(c, d)
