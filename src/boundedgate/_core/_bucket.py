@@ -86,8 +86,7 @@ class RateLimit:
         name: str = "",
     ) -> RateLimit:
         """``amount`` per second, bursts of up to ``burst`` (default: ``amount``)."""
-        rate = _positive("amount", amount)
-        return cls(rate, rate if burst is None else burst, unit, floor, name or f"{amount:g} {unit}/s")
+        return cls._per(1, "s", amount, burst, unit, floor, name)
 
     @classmethod
     def per_minute(
@@ -100,9 +99,26 @@ class RateLimit:
         name: str = "",
     ) -> RateLimit:
         """``amount`` per minute, bursts of up to ``burst`` (default: ``amount``)."""
+        return cls._per(60, "min", amount, burst, unit, floor, name)
+
+    @classmethod
+    def _per(
+        cls,
+        window: float,
+        label: str,
+        amount: float,
+        burst: float | None,
+        unit: Literal["requests", "tokens"],
+        floor: float | None,
+        name: str,
+    ) -> RateLimit:
         quota = _positive("amount", amount)
         return cls(
-            quota / 60, quota if burst is None else burst, unit, floor, name or f"{amount:g} {unit}/min"
+            quota / window,
+            quota if burst is None else burst,
+            unit,
+            floor,
+            name or f"{amount:g} {unit}/{label}",
         )
 
     @property

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
@@ -20,7 +20,8 @@ from typing_extensions import Self
 
 from .._core import Status, check_deadline, check_timeout
 from .._errors import Late
-from .._streams import GatedStream, StreamPermit, hand_over
+from .._streams import StreamPermit
+from .._streams._handing import HandsOver
 from ._gate import BoundedGate
 from ._keyed import KeyedGate, _KeyState
 from ._order import check_order
@@ -120,7 +121,7 @@ def admit_all(
 
 
 @final
-class CombinedPermit:
+class CombinedPermit(HandsOver):
     """One request's claim on several gates at once, from :func:`admit_all`.
 
     It has the shape of a :class:`Permit`: entered with ``async with`` (the arrival), released
@@ -153,6 +154,8 @@ class CombinedPermit:
         "started",
         "status",
     )
+
+    status: Status
 
     def __init__(
         self,
@@ -207,25 +210,6 @@ class CombinedPermit:
         """Record the request's real rate cost at every gate, as :meth:`Permit.settle` does at one."""
         for permit in self._permits:
             permit.settle(cost)
-
-    def hand_to(self, stream: AsyncIterator[_T], *, raise_late: bool = True) -> GatedStream[_T]:
-        """Give every gate's slot to ``stream``, as :meth:`Permit.hand_to` does with one.
-
-        The returned wrapper releases them all, exactly once, when the stream ends; the ``async
-        with`` block no longer does.
-
-        Raises:
-            TypeError: ``stream`` is not an async iterator (the block still owns the gates).
-            RuntimeError: The permit holds no gates, or was already handed to a stream.
-        """
-        return hand_over(self, stream, raise_late=raise_late)
-
-    def _hand_over(self) -> None:
-        if self.status is not RUNNING:
-            raise RuntimeError(f"{self!r} holds no gates to hand over")
-        if self._handed_over:
-            raise RuntimeError(f"{self!r} was already handed to a stream")
-        self._handed_over = True
 
     async def __aenter__(self) -> Self:
         if self.status is RUNNING:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar, final
 
 from typing_extensions import Self
 
 from .._core import Status, Ticket, check_cost
-from .._streams import GatedStream, StreamPermit, hand_over
+from .._streams import StreamPermit
+from .._streams._handing import HandsOver
 from ._compat import current_task, is_cancelling
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ _T = TypeVar("_T")
 
 
 @final
-class Permit(Ticket):
+class Permit(Ticket, HandsOver):
     """A request's claim on a :class:`BoundedGate`: a running slot, held until released.
 
     ``gate.admit(...)`` returns a permit that has not arrived yet; entering it with ``async with``
@@ -110,29 +110,6 @@ class Permit(Ticket):
         if gate._rated and gate._state.waiting:
             gate._rearm()
 
-    def hand_to(self, stream: AsyncIterator[_T], *, raise_late: bool = True) -> GatedStream[_T]:
-        """Give the slot to ``stream``: the returned wrapper releases it when the stream ends.
-
-        From then on the ``async with`` block neither releases the slot nor raises :class:`Late`,
-        whatever happens in it, so hand over last (``return permit.hand_to(raw)``); if the block
-        raises before the hand-over, it releases as usual. The permit's deadline is the stream's.
-
-        Args:
-            stream: An async iterator: an SDK stream (``create(stream=True)``), the stream an SDK's
-                ``.stream()`` manager yields, or any async generator.
-            raise_late: Raise :class:`Late` at the end of a stream that ends at or after the
-                deadline (True), or only count it as late in ``stats()`` (False).
-
-        Returns:
-            The :class:`GatedStream` that now owns the slot: a drop-in for ``stream``.
-
-        Raises:
-            TypeError: ``stream`` is not an async iterator (the block still owns the slot).
-            RuntimeError: The permit holds no slot (not admitted, or already released), or was
-                already handed to a stream.
-        """
-        return hand_over(self, stream, raise_late=raise_late)
-
     async def __aenter__(self) -> Self:
         status = self.status
         if status is RUNNING:
@@ -211,13 +188,6 @@ class Permit(Ticket):
     @property
     def _loop(self) -> asyncio.AbstractEventLoop | None:
         return self._gate._loop
-
-    def _hand_over(self) -> None:
-        if self.status is not RUNNING:
-            raise RuntimeError(f"{self!r} holds no slot to hand over")
-        if self._handed_over:
-            raise RuntimeError(f"{self!r} was already handed to a stream")
-        self._handed_over = True
 
     def _late(self) -> Late:
         return self._gate._late(self)

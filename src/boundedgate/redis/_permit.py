@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
@@ -13,7 +12,8 @@ from typing_extensions import Self
 from .._core import Status, check_cost
 from .._driver._compat import current_task, is_cancelling
 from .._errors import Late
-from .._streams import GatedStream, StreamPermit, hand_over
+from .._streams import StreamPermit
+from .._streams._handing import HandsOver
 from ._io import UNREACHABLE, text
 from ._scripts import ADMIT as _ADMIT
 
@@ -44,7 +44,7 @@ def _wake(future: asyncio.Future[tuple[str, Any]], what: str, value: Any = None)
 
 
 @final
-class RedisPermit:
+class RedisPermit(HandsOver):
     """A request's claim on a :class:`RedisGate`: a cluster slot, held until released.
 
     It behaves as :class:`~boundedgate.Permit`: ``gate.admit(...)`` returns a permit that has not
@@ -69,11 +69,11 @@ class RedisPermit:
     __slots__ = (
         "_future",
         "_gate",
+        "_handed_over",
         "_id",
         "_inner",
         "_release_task",
         "_status",
-        "_stream_owned",
         "_timeout",
         "_timer",
         "_token",
@@ -99,7 +99,7 @@ class RedisPermit:
         self._timer: asyncio.TimerHandle | None = None
         self._release_task: asyncio.Task[None] | None = None
         self._inner: Permit | None = None
-        self._stream_owned = False
+        self._handed_over = False
 
     # -- public API -------------------------------------------------------------------------
 
@@ -160,7 +160,7 @@ class RedisPermit:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._stream_owned:
+        if self._handed_over:
             return  # a stream owns the slot now and ends it
         inner = self._inner
         if inner is not None:
@@ -188,18 +188,6 @@ class RedisPermit:
             TypeError, ValueError: ``cost`` is not a finite number >= 0.
         """
         check_cost(cost)
-
-    def hand_to(self, stream: AsyncIterator[_T], *, raise_late: bool = True) -> GatedStream[_T]:
-        """Give the cluster slot to ``stream``, as :meth:`Permit.hand_to <boundedgate.Permit.hand_to>`.
-
-        The returned wrapper releases the slot (in Redis, in the background) when the stream ends;
-        the ``async with`` block no longer does. Its lease is renewed meanwhile like any holder's.
-
-        Raises:
-            TypeError: ``stream`` is not an async iterator (the block still owns the slot).
-            RuntimeError: The permit holds no slot, or was already handed to a stream.
-        """
-        return hand_over(self, stream, raise_late=raise_late)
 
     def _finish(self, failed: bool) -> None:
         """End the request now, if it holds a slot: ``FAILED``, else completed or late.
@@ -244,18 +232,6 @@ class RedisPermit:
     def _loop(self) -> asyncio.AbstractEventLoop | None:
         """The event loop that owns the permit's gate (to schedule a release from another thread)."""
         return self._gate._loop
-
-    def _hand_over(self) -> None:
-        """Pass the slot to a stream: from now on the ``async with`` exit neither releases nor raises.
-
-        Raises:
-            RuntimeError: The permit holds no slot, or was already handed to a stream.
-        """
-        if self.status is not RUNNING:
-            raise RuntimeError(f"{self!r} holds no slot to hand over")
-        if self._stream_owned:
-            raise RuntimeError(f"{self!r} was already handed to a stream")
-        self._stream_owned = True
 
     # -- arrival ----------------------------------------------------------------------------
 
