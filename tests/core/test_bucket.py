@@ -42,6 +42,11 @@ def test_RateLimit_constructors_and_defaults() -> None:
         ({"rate": 1, "burst": 1, "floor": 1}, ValueError, r"^floor must be a finite number <= 0, got 1$"),
         ({"rate": 1, "burst": 1, "floor": "0"}, TypeError, r"^floor must be a number, got '0'$"),
         ({"rate": 1, "burst": 1, "name": 3}, TypeError, r"^name must be a str, got 3$"),
+        (
+            {"rate": 1, "burst": 0.5},
+            ValueError,
+            r"^burst must be >= 1 for a limit counted in requests, got 0.5$",
+        ),
     ],
 )
 def test_RateLimit_refuses_bad_settings(kwargs: dict[str, object], error: type, message: str) -> None:
@@ -56,26 +61,46 @@ def test_RateLimit_per_minute_refuses_a_bad_amount() -> None:
 
 def test_TokenBucket_refills_up_to_its_burst() -> None:
     bucket = TokenBucket(RateLimit(rate=2, burst=10))
+    assert bucket.tokens(0) == 10
     assert bucket.covers(10, 0)
-    bucket.take(10)
+    bucket.take(10, 0)
     assert not bucket.covers(1, 0)
     assert bucket.ready_at(3) == 1.5
     assert bucket.covers(3, 1.5)
-    bucket.refill(100)
-    assert bucket.tokens == 10
-    bucket.refill(50)  # a clock that stepped back adds nothing
-    assert (bucket.tokens, bucket.updated) == (10, 100)
+    assert not bucket.covers(3, 1.4999)
+    assert bucket.tokens(1) == 2
+    assert bucket.tokens(100) == 10
+    assert bucket.full_at() == 5
+
+
+def test_TokenBucket_a_full_bucket_takes_from_full() -> None:
+    bucket = TokenBucket(RateLimit(rate=1, burst=4))
+    bucket.take(1, 100)  # full long before 100: 3 left, not 99
+    assert bucket.tokens(100) == 3
+    assert bucket.ready_at(4) == 101
 
 
 def test_TokenBucket_refund_and_charge_stay_within_floor_and_burst() -> None:
     bucket = TokenBucket(RateLimit(rate=1, burst=10, floor=-5))
-    bucket.give(100)
-    assert bucket.tokens == 10
-    bucket.charge(12)
-    assert bucket.tokens == -2
-    bucket.charge(100)
-    assert bucket.tokens == -5
-    assert bucket.ready_at(1) == bucket.updated + 6
+    bucket.give(100, 0)
+    assert bucket.tokens(0) == 10
+    bucket.charge(12, 0)
+    assert bucket.tokens(0) == -2
+    bucket.charge(100, 0)
+    assert bucket.tokens(0) == -5
+    assert bucket.ready_at(1) == 6
+    bucket.give(3, 0)
+    assert bucket.tokens(0) == -2
+
+
+def test_TokenBucket_times_are_exact_when_the_period_is() -> None:
+    # 60 a minute on a millisecond clock: a token every 1000 ms, with no float drift over many takes.
+    bucket = TokenBucket(RateLimit(rate=60 / 60_000, burst=1))
+    for second in range(1, 10_000):
+        assert bucket.covers(1, second * 1000 - 1000)
+        bucket.take(1, second * 1000 - 1000)
+        assert bucket.ready_at(1) == second * 1000
+        assert not bucket.covers(1, second * 1000 - 0.001)
 
 
 def test_TokenBucket_need_by_unit() -> None:

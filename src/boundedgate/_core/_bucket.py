@@ -5,8 +5,12 @@ when it starts; a request whose cost was an estimate settles later, which refund
 (never above ``burst``) or charges the rest (never below ``floor``: a debt that later requests wait
 out). Nothing here reads a clock: every operation is told ``now``.
 
-Times computed from floats are compared with a relative tolerance of one part in a billion, so that
-a request told to wait until its tokens are due finds them there when it wakes.
+The balance is kept as a single time, the moment it was (or will be) empty: ``balance(t) =
+min(burst, (t - empty) / period)`` with ``period = 1 / rate`` (the generic cell rate algorithm's
+bookkeeping). Taking ``n`` tokens moves that moment ``n * period`` later; a request's tokens are due
+at ``empty + n * period``, and "are they there at ``t``" compares ``t`` with that very sum. So the
+moment a waiter is woken for its tokens is exactly the moment they are there, no tolerance is
+needed, and times stay exact whenever the period is (a minute's 60 requests: one a second).
 """
 
 from __future__ import annotations
@@ -16,9 +20,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = ("RateLimit", "TokenBucket")
-
-#: Relative tolerance when comparing a balance with a cost.
-_TOLERANCE = 1e-9
 
 
 def _positive(name: str, value: object) -> float:
@@ -63,6 +64,8 @@ class RateLimit:
         object.__setattr__(self, "burst", _positive("burst", self.burst))
         if self.unit not in ("requests", "tokens"):
             raise ValueError(f"unit must be 'requests' or 'tokens', got {self.unit!r}")
+        if self.unit == "requests" and self.burst < 1:
+            raise ValueError(f"burst must be >= 1 for a limit counted in requests, got {self.burst!r}")
         if self.floor is None:
             object.__setattr__(self, "floor", -self.burst)
         elif isinstance(self.floor, bool) or not isinstance(self.floor, (int, float)):
@@ -128,50 +131,51 @@ class RateLimit:
 
 
 class TokenBucket:
-    """The live balance of one :class:`RateLimit`."""
+    """The live balance of one :class:`RateLimit`, as the moment it is empty (see the module doc)."""
 
-    __slots__ = ("burst", "floor", "limit", "per_request", "rate", "tokens", "updated")
+    __slots__ = ("empty", "floor", "limit", "per_request", "period", "window")
 
     def __init__(self, limit: RateLimit) -> None:
         #: The rate limit this bucket enforces.
         self.limit = limit
-        self.rate = limit.rate
-        self.burst = limit.burst
-        self.floor: float = limit.floor  # type: ignore[assignment]
         self.per_request = limit.per_request
-        #: The balance as of ``updated`` (full before the first refill, whenever that is).
-        self.tokens = limit.burst
-        self.updated = -math.inf
+        #: Seconds per token.
+        self.period = 1.0 / limit.rate
+        #: Seconds to fill the bucket from empty: at ``empty + window`` the balance is ``burst``.
+        self.window = limit.burst * self.period
+        self.floor: float = limit.floor  # type: ignore[assignment]
+        #: When the balance was (or will be) zero; long ago means full.
+        self.empty = -math.inf
 
     def need(self, cost: float) -> float:
         """What a request declaring ``cost`` takes from this bucket."""
         return 1.0 if self.per_request else cost
 
-    def refill(self, now: float) -> None:
-        """Bring the balance up to ``now`` (a clock that stepped back adds nothing)."""
-        elapsed = now - self.updated
-        if elapsed > 0:
-            self.tokens = min(self.burst, self.tokens + elapsed * self.rate)
-            self.updated = now
+    def ready_at(self, amount: float) -> float:
+        """When the balance will pay ``amount``, if nothing else takes from it."""
+        return self.empty + amount * self.period
 
     def covers(self, amount: float, now: float) -> bool:
         """True if the balance at ``now`` pays ``amount``."""
-        self.refill(now)
-        return self.tokens >= amount - _TOLERANCE * max(1.0, amount)
+        return now >= self.empty + amount * self.period
 
-    def ready_at(self, amount: float) -> float:
-        """When the balance will pay ``amount``, if nothing else takes from it."""
-        short = amount - self.tokens
-        return self.updated + short / self.rate if short > 0 else self.updated
+    def take(self, amount: float, now: float) -> None:
+        """Take ``amount`` at ``now`` (the caller checked :meth:`covers` at the same instant)."""
+        self.empty = max(self.empty, now - self.window) + amount * self.period
 
-    def take(self, amount: float) -> None:
-        """Take ``amount`` (the caller checked :meth:`covers` at the same instant)."""
-        self.tokens -= amount
+    def give(self, amount: float, now: float) -> None:
+        """Refund ``amount`` at ``now``; the balance never exceeds ``burst``."""
+        self.empty = max(self.empty - amount * self.period, now - self.window)
 
-    def give(self, amount: float) -> None:
-        """Refund ``amount``; the balance never exceeds ``burst``."""
-        self.tokens = min(self.burst, self.tokens + amount)
+    def charge(self, amount: float, now: float) -> None:
+        """Charge ``amount`` more at ``now``; the balance never falls below ``floor``."""
+        full = now - self.window
+        self.empty = min(max(self.empty, full) + amount * self.period, now - self.floor * self.period)
 
-    def charge(self, amount: float) -> None:
-        """Charge ``amount`` more; the balance never falls below ``floor``."""
-        self.tokens = max(self.floor, self.tokens - amount)
+    def tokens(self, now: float) -> float:
+        """The balance at ``now``."""
+        return min(self.limit.burst, (now - self.empty) / self.period)
+
+    def full_at(self) -> float:
+        """When the balance is ``burst`` again, if nothing takes from it (in the past: full now)."""
+        return self.empty + self.window

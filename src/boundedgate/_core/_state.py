@@ -211,13 +211,14 @@ class GateState:
             return self._rate_limit(ticket, now, woken)
         elif self.waiting < self._queue_limit:
             self._enqueue(ticket)
-            return woken
+            return self._jumped(ticket, now, woken) if buckets else woken
         elif self._queue.classes > 1 and (victim := self._queue.evict_for(ticket.priority)) is not None:
             victim.status = EVICTED
             self._leave_queue(victim, now)
             self.evicted += 1
             self._enqueue(ticket)
-            return [*woken, victim]
+            woken = [*woken, victim]
+            return self._jumped(ticket, now, woken) if buckets else woken
         ticket.status = REJECTED
         ticket.ended = now
         self.rejected += 1
@@ -290,8 +291,7 @@ class GateState:
             self.admitted -= 1
             self.cancelled += 1
             for bucket in self._buckets:
-                bucket.refill(now)
-                bucket.give(bucket.need(ticket.cost))
+                bucket.give(bucket.need(ticket.cost), now)
             return self._hand_off(now) if self.waiting else _NOBODY
         return _NOBODY
 
@@ -311,11 +311,10 @@ class GateState:
             return _NOBODY
         for bucket in self._buckets:
             if not bucket.per_request:
-                bucket.refill(now)
                 if extra > 0:
-                    bucket.charge(extra)
+                    bucket.charge(extra, now)
                 else:
-                    bucket.give(-extra)
+                    bucket.give(-extra, now)
         if extra < 0 and self.waiting:
             woken: list[Ticket] = []
             self._fill(now, woken)
@@ -349,10 +348,7 @@ class GateState:
         return when
 
     def ready_at(self, ticket: Ticket) -> float:
-        """When the buckets will hold ``ticket``'s cost, if nothing else takes from them.
-
-        Buckets are read as of their last refill: call it right after an event at the same time.
-        """
+        """When the buckets will hold ``ticket``'s cost, if nothing else takes from them."""
         return max((b.ready_at(b.need(ticket.cost)) for b in self._buckets), default=-math.inf)
 
     def limiting(self, ticket: Ticket) -> RateLimit | None:
@@ -369,10 +365,10 @@ class GateState:
         """
         value = check_cost(cost)
         for bucket in self._buckets:
-            if not bucket.per_request and value > bucket.burst:
+            if not bucket.per_request and value > bucket.limit.burst:
                 raise ValueError(
                     f"cost {cost!r} exceeds the burst of rate limit {bucket.limit.name!r} "
-                    f"({bucket.burst:g}): it could never be served"
+                    f"({bucket.limit.burst:g}): it could never be served"
                 )
         return value
 
@@ -382,19 +378,17 @@ class GateState:
         A gate whose buckets are not full still remembers a debt of rate: forgetting it (dropping
         an idle keyed gate) would hand its key a fresh burst.
         """
-        return max(
-            (b.updated + (b.burst - b.tokens) / b.rate for b in self._buckets if b.tokens < b.burst),
-            default=-math.inf,
-        )
+        return max((bucket.full_at() for bucket in self._buckets), default=-math.inf)
 
     def tokens(self, now: float) -> tuple[float, ...]:
         """Each bucket's balance at ``now``."""
-        for bucket in self._buckets:
-            bucket.refill(now)
-        return tuple(bucket.tokens for bucket in self._buckets)
+        return tuple(bucket.tokens(now) for bucket in self._buckets)
 
     def snapshot(self, name: str, now: float | None = None) -> GateStatistics:
-        """An immutable copy of the counters (and of the buckets' balances at ``now``)."""
+        """An immutable copy of the counters, and of the buckets' balances at ``now``.
+
+        Without a ``now`` (before any request) the buckets are reported full.
+        """
         return GateStatistics(
             name=name,
             max_running=None if self.max_running == sys.maxsize else self.max_running,
@@ -418,7 +412,7 @@ class GateState:
             run_seconds_max=self.run_seconds_max,
             end_to_end_seconds_total=self.end_to_end_seconds_total,
             end_to_end_seconds_max=self.end_to_end_seconds_max,
-            tokens=self.tokens(now) if now is not None else tuple(b.tokens for b in self._buckets),
+            tokens=tuple(b.limit.burst for b in self._buckets) if now is None else self.tokens(now),
         )
 
     def check(self, now: float | None = None) -> None:
@@ -433,8 +427,10 @@ class GateState:
         assert len(live) == self.waiting, (len(live), self.waiting)
         assert len(set(map(id, live))) == len(live)
         assert all(t.status is QUEUED for t in live)
-        for bucket in self._buckets:
-            assert bucket.floor - 1e-6 <= bucket.tokens <= bucket.burst + 1e-6, bucket.tokens
+        if now is not None:
+            for bucket in self._buckets:
+                tokens = bucket.tokens(now)
+                assert bucket.floor - 1e-6 <= tokens <= bucket.limit.burst, tokens
 
     # -- internals --------------------------------------------------------------------------
 
@@ -446,7 +442,19 @@ class GateState:
         if running > self.peak_running:
             self.peak_running = running
         for bucket in self._buckets:
-            bucket.take(bucket.need(ticket.cost))
+            bucket.take(bucket.need(ticket.cost), now)
+
+    def _jumped(
+        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...]
+    ) -> Sequence[Ticket]:
+        # With rate limits a slot may be free while the head waits for its tokens: a newcomer that
+        # goes to the front of the line (a more urgent class) and can pay starts now. Another
+        # ticket can only start here if this one does not (the head is unchanged otherwise).
+        if self.running >= self.max_running:
+            return woken
+        started: list[Ticket] = []
+        self._fill(now, started)
+        return [*woken, *(t for t in started if t is not ticket)] if started else woken
 
     def _rate_limit(
         self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...]

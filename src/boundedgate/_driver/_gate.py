@@ -266,7 +266,7 @@ class BoundedGate:
     def stats(self) -> GateStatistics:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
         loop = self._loop
-        return self._state.snapshot(self._name, None if loop is None or loop.is_closed() else loop.time())
+        return self._state.snapshot(self._name, None if loop is None else loop.time())
 
     def __repr__(self) -> str:
         state = self._state
