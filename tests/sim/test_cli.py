@@ -479,7 +479,7 @@ def test_plan_sweeps_quotas_and_settles_costs(capsys: pytest.CaptureFixture[str]
     assert status == 0
     assert err == ""
     assert "; cost 2000 tokens; settles exponential, mean 800 tokens; seed 0" in out
-    assert "Gate: rpm burst 10; tpm burst one minute of quota" in out
+    assert "Gate: rpm burst 10; tpm burst of a minute's quota" in out
     header = next(line for line in out.splitlines() if line.lstrip().startswith("max_running"))
     assert "rate limits" in header
     assert "rate limited" in header
@@ -517,6 +517,7 @@ def test_plan_saves_costs_in_the_script(capsys: pytest.CaptureFixture[str], tmp_
         (["--cost", "lognormal:1000,500"], "p99 must be above its mean"),
         (["--cost", "2s"], "'2s': give a number > 0"),
         (["--actual-cost", "gamma:3"], "give 2000, fixed:2000"),
+        (["--tpm-burst", "100"], "--tpm-burst needs --tpm"),
     ],
 )
 def test_rate_limit_argument_errors(

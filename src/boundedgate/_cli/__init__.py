@@ -467,7 +467,8 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             gate.append(f"priorities={classes}, jump_share={args.jump_share:g}")
         for kind, given, burst in (("rpm", args.rpm, args.rpm_burst), ("tpm", args.tpm, args.tpm_burst)):
             if any(value is not None for value in given or ()):
-                gate.append(f"{kind} burst {_whole(burst) if burst else 'one minute of quota'}")
+                size = _whole(burst) if burst else "of a minute's quota"
+                gate.append(f"{kind} burst {size}")
         if gate:
             print(f"Gate: {'; '.join(gate)}")
         print()
@@ -492,6 +493,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    for kind in ("rpm", "tpm"):
+        if getattr(args, f"{kind}_burst") is not None and getattr(args, kind) is None:
+            parser.error(f"--{kind}-burst needs --{kind}")
     try:
         if args.command == "simulate":
             _simulate(args)

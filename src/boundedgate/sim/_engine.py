@@ -75,9 +75,6 @@ _NOISE = 1e-9
 _RELATIVE_NOISE = 1e-12
 #: How far the clock moves on when the core asks, twice, for an instant already reached (1 µs).
 _STEP = 1e-3
-#: Decimal places of the balances kept in the trace.
-_TOKEN_DIGITS = 9
-
 _FINAL = frozenset(status.value for status in OUTCOMES)
 
 
@@ -164,15 +161,20 @@ class _Run:
         what it took (nothing else in a step changes a balance: the buckets were brought up to
         ``now`` before it, and a settle is a step of its own).
         """
-        current = list(self.state.tokens(now))
-        after: list[tuple[float, ...]] = [()] * len(events)
-        for number in range(len(events) - 1, -1, -1):
-            after[number] = tuple(_whole(round(balance, _TOKEN_DIGITS)) for balance in current)
+        after = self.state.tokens(now)
+        if len(events) == 1:
+            return [after]
+        current = list(after)
+        balances = [after] * len(events)
+        for number in range(len(events) - 1, 0, -1):
             event, request = events[number]
             if event == "started":
                 for k, limit in enumerate(self.limits):
                     current[k] += 1.0 if limit.per_request else request.cost
-        return after
+                balances[number - 1] = tuple(current)
+            else:
+                balances[number - 1] = balances[number]
+        return balances
 
     def arrive(self, now: float, request: _Request) -> None:
         woken = self.state.arrive(request, now)

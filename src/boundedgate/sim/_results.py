@@ -145,12 +145,16 @@ class TraceEvent:
     running: int
     #: Requests waiting just after it.
     waiting: int
-    #: Each rate limit's balance just after it, in the simulation's order, rounded to a billionth
-    #: of a token (empty without rate limits).
+    #: Each rate limit's balance just after it, in the simulation's order (empty without rate
+    #: limits).
     tokens: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict, for JSON (``tokens`` only when there are rate limits)."""
+        """The fields as a dict, for JSON.
+
+        ``tokens`` appears only with rate limits, rounded to a billionth of a token so that float
+        noise does not show.
+        """
         data: dict[str, Any] = {
             "time_ms": self.time_ms,
             "event": self.event,
@@ -159,8 +163,13 @@ class TraceEvent:
             "waiting": self.waiting,
         }
         if self.tokens:
-            data["tokens"] = list(self.tokens)
+            data["tokens"] = [_rounded(balance) for balance in self.tokens]
         return data
+
+
+def _rounded(balance: float) -> float:
+    value = round(balance, 9)
+    return int(value) if value == int(value) else value
 
 
 @dataclass(frozen=True, slots=True)
