@@ -369,10 +369,10 @@ def test_rate_limits_the_simulator_cannot_replay_are_refused(
 def test_keeping_the_trace_changes_no_outcome_even_with_inexact_rates(
     jobs: list[Job], amounts: list[int]
 ) -> None:
-    # Rates such as 100 a minute are not exact in binary on any clock: the simulator must still
-    # give the same answer whether it reads the balances for the trace or not.
+    # Rates such as 7 a second (0.007 a millisecond) are not exact in binary: the simulator must
+    # still give the same answer whether it reads the balances for the trace or not.
     limits = [
-        RateLimit.per_minute(amount * 60, burst=20, unit="tokens" if i else "requests")
+        RateLimit.per_second(amount, burst=20, unit="tokens" if i else "requests")
         for i, amount in enumerate(amounts)
     ]
     traced = simulate(jobs, max_running=2, max_waiting=3, rate_limits=limits)
