@@ -180,7 +180,7 @@ class _Run:
         woken = self.state.arrive(request, now)
         status = request.status
         event = "started" if status is RUNNING else status.value
-        self.apply(now, [*_events(woken), (event, request)])
+        self.apply(now, [*_events(woken), (event, request)] if woken else ((event, request),))
 
     def end(self, now: float, request: _Request) -> None:
         actual = self.jobs[request.index].actual_cost
@@ -188,7 +188,8 @@ class _Run:
             woken = self.state.settle(request, float(actual), now)
             self.apply(now, [("settled", request), *_events(woken)])
         woken = self.state.release(request, now)
-        self.apply(now, [(request.status.value, request), *_events(woken)])
+        event = request.status.value
+        self.apply(now, [(event, request), *_events(woken)] if woken else ((event, request),))
 
     def run(self) -> None:
         state, jobs, requests, ends = self.state, self.jobs, self.requests, self.ends
@@ -206,7 +207,7 @@ class _Run:
                     return
                 instant = math.inf
             else:
-                instant = _instant(wakeup)
+                instant = wakeup if type(wakeup) is int else _instant(wakeup)  # deadlines are ints
                 if instant <= now:
                     instant = now if not again else wakeup if wakeup > now else now + _STEP
             again = instant == now
