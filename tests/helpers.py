@@ -23,7 +23,17 @@ from collections.abc import Callable, Sequence
 
 import looptime
 
-from boundedgate import BoundedGate, Evicted, GateError, Late, Permit, QueueExpired, QueueFull, RateLimit
+from boundedgate import (
+    BoundedGate,
+    Evicted,
+    GateError,
+    Late,
+    Permit,
+    QueueExpired,
+    QueueFull,
+    RateLimit,
+    RateLimited,
+)
 from boundedgate._core import GateState, Ticket
 
 
@@ -38,6 +48,10 @@ class Job:
     cancel_at: int | None = None
     raises: bool = False
     priority: int = 0
+    #: Declared with ``admit(cost=...)``.
+    cost: float = 0
+    #: Settled with ``permit.settle(...)`` as the body ends (None: nothing settled).
+    actual_cost: float | None = None
 
     @property
     def deadline(self) -> float:
@@ -183,6 +197,7 @@ EXPECTED_EXCEPTION: dict[str, type[BaseException] | None] = {
     "late": Late,
     "failed": Boom,
     "evicted": Evicted,
+    "rate_limited": RateLimited,
 }
 
 
@@ -204,13 +219,15 @@ async def run_script(
     seen: dict[str, type[BaseException] | None] = {}
     if admit is None:
         assert gate is not None
-        admit = lambda job: gate.admit(timeout=job.budget, priority=job.priority)  # noqa: E731
+        admit = lambda job: gate.admit(timeout=job.budget, priority=job.priority, cost=job.cost)  # noqa: E731
 
     async def request(job: Job) -> None:
         permit = permits[job.id] = admit(job)
         try:
             async with permit:
                 await asyncio.sleep(job.service)
+                if job.actual_cost is not None:
+                    permit.settle(job.actual_cost)
                 if job.raises:
                     raise Boom
         except (GateError, Boom, asyncio.CancelledError) as exc:

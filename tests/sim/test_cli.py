@@ -105,8 +105,9 @@ def test_simulate_reports_a_missing_file(capsys: pytest.CaptureFixture[str], tmp
     ("argv", "message"),
     [
         (["simulate", "x.csv", "-q", "1"], "the following arguments are required: --max-running"),
-        (["simulate", "x.csv", "-c", "0", "-q", "1"], "max_running is a whole number >= 1"),
-        (["simulate", "x.csv", "-c", "1.5", "-q", "1"], "max_running is a whole number >= 1"),
+        (["simulate", "x.csv", "-c", "0", "-q", "1"], "max_running values are whole numbers >= 1, or none"),
+        (["simulate", "x.csv", "-c", "1.5", "-q", "1"], "max_running values are whole numbers >= 1, or none"),
+        (["simulate", "x.csv", "-c", "1,2", "-q", "1"], "give one number"),
         (["simulate", "x.csv", "-c", "1", "-q", "-1"], "whole numbers >= 0"),
         (["simulate", "x.csv", "-c", "1", "-q", "1,2"], "give one number"),
         (
@@ -131,7 +132,7 @@ def test_simulate_reports_a_missing_file(capsys: pytest.CaptureFixture[str], tmp
             "need --burst",
         ),
         (["plan", "-c", "1", "-q", "1", "--script", "x.csv", "--rate", "5"], "takes no --rate"),
-        (["plan", "-c", "none", "-q", "1", "--rate", "5", "--service", "2s"], "max_running values"),
+        (["plan", "-c", "0,none", "-q", "1", "--rate", "5", "--service", "2s"], "max_running values"),
         ([], "required: COMMAND"),
     ],
 )
@@ -281,7 +282,7 @@ COMMANDS = re.findall(r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", README.read_tex
 
 
 def test_the_readme_shows_commands() -> None:
-    assert [command.split()[1] for command, _ in COMMANDS] == ["simulate", "plan"]
+    assert [command.split()[1] for command, _ in COMMANDS] == ["simulate", "plan", "simulate", "plan"]
 
 
 @pytest.mark.parametrize(("command", "shown"), COMMANDS, ids=[c.split()[1] for c, _ in COMMANDS])
@@ -366,3 +367,202 @@ def test_priority_argument_errors(capsys: pytest.CaptureFixture[str], extra: lis
     with pytest.raises(SystemExit):
         main([*PLAN, "-q", "1", *extra])
     assert message in capsys.readouterr().err
+
+
+RATED = [
+    "simulate",
+    "examples/rate_limited.csv",
+    "-c",
+    "2",
+    "-q",
+    "3",
+    "--rpm",
+    "60",
+    "--rpm-burst",
+    "2",
+    "--tpm",
+    "6000",
+]
+
+
+@pytest.fixture
+def repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(README.parent)
+
+
+@pytest.mark.usefixtures("repository")
+def test_simulate_with_rate_limits_shows_outcomes_balances_and_settles(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, err = run(capsys, *RATED, "--trace")
+    assert status == 0
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0].endswith("through max_running=2, max_waiting=3, 60 rpm (burst 2), 6000 tpm (burst 6000)")
+    assert "f   rate_limited     1200      -  1200      -           0" in lines
+    assert "time  event         id  running  waiting  60 rpm  6000 tpm" in lines
+    assert "1500  settled       a         2        3     1.5      3350" in lines
+    assert "rate limited at once         1  16.7%" in lines
+
+
+@pytest.mark.usefixtures("repository")
+def test_simulate_json_with_rate_limits(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, *RATED, "--json")
+    data = json.loads(out)
+    assert data["rate_limits"] == [
+        {"name": "60 rpm", "unit": "requests", "per_second": 1.0, "burst": 2.0, "floor": -2.0},
+        {"name": "6000 tpm", "unit": "tokens", "per_second": 100.0, "burst": 6000.0, "floor": -6000.0},
+    ]
+    assert data["summary"]["rate_limited"] == 1
+    assert data["trace"][0] == {
+        "time_ms": 0,
+        "event": "started",
+        "id": "a",
+        "running": 1,
+        "waiting": 0,
+        "tokens": [1, 4000],
+    }
+
+
+def test_simulate_a_pure_rate_limiter(capsys: pytest.CaptureFixture[str], seed: Path) -> None:
+    status, out, _ = run(
+        capsys, "simulate", str(seed), "-c", "none", "-q", "2", "--rpm", "600", "--rpm-burst", "2"
+    )
+    assert status == 0
+    assert "through max_running=none, max_waiting=2, 600 rpm (burst 2)" in out
+    # Ten a second, two at once: C's token comes at 100, D's after its deadline (refused at once),
+    # E's at its deadline, 200 (it expires then).
+    assert [line.split()[:4] for line in out.splitlines()[6:9]] == [
+        ["C", "completed", "0", "100"],
+        ["D", "rate_limited", "0", "-"],
+        ["E", "expired", "0", "-"],
+    ]
+
+
+def test_tpm_without_costs_says_so(capsys: pytest.CaptureFixture[str], seed: Path) -> None:
+    status, _, err = run(
+        capsys, "simulate", str(seed), "-c", "2", "-q", "2", "--tpm", "1000", "--summary-only"
+    )
+    assert status == 0
+    assert "--tpm is set, but no request has a cost or an actual_cost: each pays 0 tokens" in err
+
+
+@pytest.mark.usefixtures("repository")
+def test_a_cost_above_the_tpm_burst_fails_naming_the_row(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, *RATED[:-1], "3000")
+    assert status == 1
+    assert out == ""
+    assert err == (
+        "boundedgate: error: examples/rate_limited.csv: job 5 (id 'f'): cost 6000 exceeds the burst of "
+        "rate limit '3000 tpm' (3000): it could never be served\n"
+    )
+    status, _, err = run(capsys, *RATED, "--rpm-burst", "0.5")
+    assert status == 1
+    assert "--rpm/--tpm: burst must be >= 1 for a limit counted in requests, got 0.5" in err
+
+
+def test_plan_sweeps_quotas_and_settles_costs(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        *PLAN,
+        "-q",
+        "5",
+        "--cost",
+        "2000",
+        "--actual-cost",
+        "exp:800",
+        "--rpm",
+        "60,none",
+        "--tpm",
+        "60000,120000",
+    ]
+    status, out, err = run(capsys, *argv, "--rpm-burst", "10")
+    assert status == 0
+    assert err == ""
+    assert "; cost 2000 tokens; settles exponential, mean 800 tokens; seed 0" in out
+    assert "Gate: rpm burst 10; tpm burst of a minute's quota" in out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("max_running"))
+    assert "rate limits" in header
+    assert "rate limited" in header
+    rows = [line for line in out.splitlines() if line.lstrip().startswith("4 ")]
+    expected = ["60 rpm + 60000 tpm", "60 rpm + 120000 tpm", "60000 tpm", "120000 tpm"]
+    assert len(rows) == len(expected)
+    for row, name in zip(rows, expected, strict=True):
+        assert [cell.strip() for cell in row.split("  ") if cell][:3] == ["4", "5", name], row
+    _, out, _ = run(capsys, *argv, "--json")
+    rows = json.loads(out)["rows"]
+    assert [[limit["name"] for limit in row["rate_limits"]] for row in rows] == [
+        ["60 rpm", "60000 tpm"],
+        ["60 rpm", "120000 tpm"],
+        ["60000 tpm"],
+        ["120000 tpm"],
+    ]
+    assert rows[0]["summary"]["completed"] < rows[3]["summary"]["completed"]
+
+
+def test_plan_saves_costs_in_the_script(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    saved = tmp_path / "costed.csv"
+    status, _, _ = run(capsys, *PLAN, "-q", "5", "--cost", "lognormal:1000,4000", "--save-script", str(saved))
+    assert status == 0
+    jobs = read_script(saved)
+    assert all(type(job.cost) is int and job.cost > 0 for job in jobs)
+    assert saved.read_text().splitlines()[0] == "id,arrival_ms,service_ms,budget_ms,cost"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--rpm", "0"], "give quotas per minute > 0 separated by commas, or none"),
+        (["--rpm", "60,x"], "give quotas per minute > 0"),
+        (["--tpm-burst", "-1"], "give a number > 0"),
+        (["--cost", "lognormal:1000,500"], "p99 must be above its mean"),
+        (["--cost", "2s"], "'2s': give a number > 0"),
+        (["--actual-cost", "gamma:3"], "give 2000, fixed:2000"),
+        (["--tpm-burst", "100"], "--tpm-burst needs --tpm"),
+    ],
+)
+def test_rate_limit_argument_errors(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main([*PLAN, "-q", "1", *extra])
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_plan_replaying_a_script_takes_no_costs(capsys: pytest.CaptureFixture[str], seed: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--script", str(seed), "-c", "1", "-q", "1", "--cost", "100"])
+    assert "takes no --cost" in capsys.readouterr().err
+
+
+def test_simulate_breaks_the_summary_down_by_class(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "classes.csv"
+    path.write_text("id,arrival_ms,service_ms,priority\nrun,0,10,0\nlow1,0,5,1\nlow2,1,5,1\nurgent,2,5,0\n")
+    _, out, _ = run(capsys, "simulate", str(path), "-c", "1", "-q", "2", "--summary-only")
+    lines = out.splitlines()
+    header = lines.index(
+        "class  requests  on time  late  expired  rejected  evicted  p50 wait  p99 wait  p99 end-to-end"
+    )
+    assert [line.split() for line in lines[header + 2 :]] == [
+        ["0", "2", "2", "0", "0", "0", "0", "0", "8", "13"],
+        ["1", "2", "1", "0", "0", "0", "1", "1", "15", "20"],
+    ]
+
+
+@pytest.mark.usefixtures("repository")
+def test_plot_a_sweep_over_rate_limits_and_a_pure_rate_limiter(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    chart = tmp_path / "limits.svg"
+    status, _, _ = run(capsys, *PLAN, "-q", "5", "--rpm", "30,60,120,none", "--plot", str(chart))
+    assert status == 0
+    svg = chart.read_text()
+    assert "rate limits" in svg  # the x axis is the limits, the one thing that varies
+    assert "rate limited" in svg
+    run_chart = tmp_path / "run.svg"
+    status, _, _ = run(capsys, *RATED[:3], "none", *RATED[4:], "--plot", str(run_chart))
+    assert status == 0
+    assert "max_running=unbounded, max_waiting=3, 60 rpm, 6000 tpm" in run_chart.read_text()

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundedgate import Status
-from boundedgate.sim import Job, Percentiles, percentile, simulate
+from boundedgate.sim import ClassSummary, Job, Percentiles, percentile, simulate
 
 
 def test_nearest_rank_on_known_samples() -> None:
@@ -81,3 +81,51 @@ def test_to_dict_is_json_ready() -> None:
     ]
     assert data["summary"]["late"] == 1
     assert data["trace"][-1] == {"time_ms": 10, "event": "late", "id": "a", "running": 0, "waiting": 0}
+
+
+def test_the_summary_breaks_down_counts_and_waits_by_priority_class() -> None:
+    # The eviction example: `urgent` evicts `low2` from the full queue and starts first.
+    jobs = [
+        Job("run", 0, 10),
+        Job("low1", 0, 5, None, 1),
+        Job("low2", 1, 5, None, 1),
+        Job("urgent", 2, 5, None, 0),
+    ]
+    summary = simulate(jobs, max_running=1, max_waiting=2, priorities=2).summary
+    assert summary.classes == (
+        ClassSummary(0, 2, 2, 0, 0, 0, 0, 0, Percentiles.of([0, 8]), Percentiles.of([10, 13])),
+        ClassSummary(1, 2, 1, 0, 0, 0, 1, 0, Percentiles.of([15, 1]), Percentiles.of([20])),
+    )
+    data = summary.to_dict()["classes"]
+    assert [(c["priority"], c["requests"], c["evicted"], c["queue_ms"]["max"]) for c in data] == [
+        (0, 2, 0, 8),
+        (1, 2, 1, 15),
+    ]
+    assert simulate(jobs, max_running=1, max_waiting=2, priorities=2).summary.evicted == 1
+
+
+def test_one_class_has_no_breakdown() -> None:
+    summary = simulate([Job("a", 0, 1)], max_running=1, max_waiting=0).summary
+    assert summary.classes == ()
+    assert summary.to_dict()["classes"] == []
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 20), st.integers(1, 10), st.none() | st.integers(1, 30), st.integers(0, 2))
+    ),
+    st.integers(1, 3),
+    st.none() | st.integers(0, 3),
+)
+def test_the_classes_add_up_to_the_whole(
+    rows: list[tuple[int, int, int | None, int]], max_running: int, max_waiting: int | None
+) -> None:
+    jobs = [Job(f"j{i}", *row) for i, row in enumerate(rows)]
+    summary = simulate(jobs, max_running=max_running, max_waiting=max_waiting, priorities=3).summary
+    assert [c.priority for c in summary.classes] == [0, 1, 2]
+    for field in ("requests", "completed", "late", "expired", "rejected", "evicted", "rate_limited"):
+        assert sum(getattr(c, field) for c in summary.classes) == getattr(summary, field), field
+    assert sum(c.queue_ms.count for c in summary.classes) == summary.queue_ms.count
+    assert sum(c.end_to_end_ms.count for c in summary.classes) == summary.end_to_end_ms.count
+    maxima = [c.queue_ms.max for c in summary.classes if c.queue_ms.max is not None]
+    assert max(maxima, default=None) == summary.queue_ms.max

@@ -88,7 +88,7 @@ def test_columns_may_come_in_any_order() -> None:
         (
             "id,arrival_ms,budget\nA,0,5\n",
             r"line 1: unknown column 'budget' "
-            r"\(a script has: id, arrival_ms, service_ms, budget_ms, priority\)",
+            r"\(a script has: id, arrival_ms, service_ms, budget_ms, priority, cost, actual_cost\)",
         ),
         ("id,arrival_ms\nA,0\n", r"line 1: no 'service_ms' column"),
         ("id,arrival_ms,service_ms,id\nA,0,5,B\n", r"a column appears twice"),
@@ -125,7 +125,7 @@ def test_csv_errors_name_the_row(text: str, message: str) -> None:
         ),
         ({"id": 7, "arrival_ms": 0, "service_ms": 5}, r"jobs\[1\]: id must be a string, got 7"),
         ({"id": "A", "service_ms": 5}, r"jobs\[1\] \(id 'A'\): missing arrival_ms"),
-        ({"id": "A", "arrival_ms": 0, "service_ms": 5, "cost": 1}, r"unknown column 'cost'"),
+        ({"id": "A", "arrival_ms": 0, "service_ms": 5, "tenant": "x"}, r"unknown column 'tenant'"),
         (
             {"id": "Z", "arrival_ms": 0, "service_ms": 5},
             r"jobs\[1\] \(id 'Z'\): duplicate id \(first used at <script>, jobs\[0\]\)",
@@ -232,3 +232,81 @@ def test_write_script_keeps_seed_000s_columns_unless_a_priority_is_used(tmp_path
         assert read_script(tmp_path / name) == jobs
     header = (tmp_path / "mixed.csv").read_text().splitlines()[0]
     assert header == "id,arrival_ms,service_ms,budget_ms,priority"
+
+
+def test_cost_columns_are_optional_numbers() -> None:
+    text = "id,arrival_ms,service_ms,cost,actual_cost\nA,0,5,1500,1200\nB,0,5,,\nC,0,5,2.5,0\nD,0,5,1e3,.5\n"
+    jobs = parse_script(text, "csv")
+    assert [(j.cost, j.actual_cost) for j in jobs] == [(1500, 1200), (0, None), (2.5, 0), (1000.0, 0.5)]
+    assert parse_script("id,arrival_ms,service_ms\nA,0,5\n", "csv")[0].cost == 0
+    one = parse_script(
+        '[{"id": "A", "arrival_ms": 0, "service_ms": 5, "cost": 2000, "actual_cost": null},'
+        ' {"id": "B", "arrival_ms": 0, "service_ms": 5, "cost": 0.5, "actual_cost": 3}]',
+        "json",
+    )
+    assert [(j.cost, j.actual_cost) for j in one] == [(2000, None), (0.5, 3)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "id,arrival_ms,service_ms,cost\nA,0,5,-1\n",
+            r"line 2 \(id 'A'\): cost must be a finite number >= 0, got -1",
+        ),
+        (
+            "id,arrival_ms,service_ms,cost\nA,0,5,True\n",
+            r"line 2 \(id 'A'\): cost must be a number, got 'True'",
+        ),
+        (
+            "id,arrival_ms,service_ms,cost\nA,0,5,nan\n",
+            r"line 2 \(id 'A'\): cost must be a number, got 'nan'",
+        ),
+        (
+            "id,arrival_ms,service_ms,cost\nA,0,5,1e999\n",
+            r"line 2 \(id 'A'\): cost must be a finite number >= 0",
+        ),
+        (
+            "id,arrival_ms,service_ms,actual_cost\nA,0,5,lots\n",
+            r"line 2 \(id 'A'\): actual_cost must be a number, got 'lots'",
+        ),
+    ],
+)
+def test_bad_costs_in_csv_name_the_row(text: str, message: str) -> None:
+    with pytest.raises(ScriptError, match=message):
+        parse_script(text, "csv")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"cost": True}, r"jobs\[1\] \(id 'A'\): cost must be a number, got a boolean"),
+        ({"cost": "5"}, r"cost must be a number, got '5'"),
+        ({"cost": None}, r"cost must be a number, got None"),
+        ({"cost": -0.5}, r"cost must be a finite number >= 0, got -0.5"),
+        ({"actual_cost": False}, r"actual_cost must be a number, got a boolean"),
+        ({"actual_cost": -2}, r"actual_cost must be a finite number >= 0, got -2"),
+    ],
+)
+def test_bad_costs_in_json_name_the_row(fields: dict[str, object], message: str) -> None:
+    text = json.dumps(
+        [
+            {"id": "Z", "arrival_ms": 0, "service_ms": 1},
+            {"id": "A", "arrival_ms": 0, "service_ms": 5, **fields},
+        ]
+    )
+    with pytest.raises(ScriptError, match=message):
+        parse_script(text, "json")
+    with pytest.raises((TypeError, ValueError)):
+        Job("A", 0, 5, **fields)  # type: ignore[arg-type]
+
+
+def test_write_script_adds_cost_columns_only_when_used(tmp_path: Path) -> None:
+    jobs = [Job("A", 0, 5, None, 0, 1500, 1200), Job("B", 1, 5, 100, 0, 2.5), Job("C", 2, 5)]
+    for name in ("costs.csv", "costs.json"):
+        write_script(jobs, tmp_path / name)
+        assert read_script(tmp_path / name) == jobs
+    header = (tmp_path / "costs.csv").read_text().splitlines()[0]
+    assert header == "id,arrival_ms,service_ms,budget_ms,cost,actual_cost"
+    write_script([Job("A", 0, 5, None, 0, 3)], tmp_path / "cost.csv")
+    assert (tmp_path / "cost.csv").read_text().splitlines()[0] == "id,arrival_ms,service_ms,budget_ms,cost"

@@ -160,3 +160,43 @@ def test_priority_mix() -> None:
 def test_bad_priority_mixes_are_refused(mix: list[float], error: type[Exception]) -> None:
     with pytest.raises(error, match="priority_mix"):
         generate(Poisson(1), Fixed(1), duration_ms=10, priority_mix=mix)
+
+
+def test_costs_fixed_or_drawn_in_whole_tokens_on_their_own_streams() -> None:
+    plain = generate(Poisson(20), Fixed(100), duration_ms=60_000, seed=4)
+    fixed = generate(Poisson(20), Fixed(100), duration_ms=60_000, cost=2000, seed=4)
+    assert [j.cost for j in plain] == [0] * len(plain)
+    assert [j.actual_cost for j in plain] == [None] * len(plain)
+    assert [j.cost for j in fixed] == [2000] * len(fixed)
+    drawn = generate(
+        Poisson(20),
+        Fixed(100),
+        duration_ms=60_000,
+        cost=4000,
+        actual_cost=LogNormal(1200, 6000),
+        seed=4,
+    )
+    # The arrivals and service times do not move when costs are added.
+    assert [(j.arrival_ms, j.service_ms) for j in drawn] == [(j.arrival_ms, j.service_ms) for j in plain]
+    actual = [j.actual_cost for j in drawn]
+    assert all(type(a) is int and a >= 0 for a in actual)
+    assert 1100 < statistics.mean(actual) < 1300  # type: ignore[type-var]
+    assert drawn == generate(
+        Poisson(20), Fixed(100), duration_ms=60_000, cost=4000, actual_cost=LogNormal(1200, 6000), seed=4
+    )
+    exponential = generate(Poisson(20), Fixed(100), duration_ms=60_000, cost=Exponential(500), seed=4)
+    assert 450 < statistics.mean(j.cost for j in exponential) < 550
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"cost": -1}, ValueError),
+        ({"cost": math.inf}, ValueError),
+        ({"cost": True}, TypeError),
+        ({"actual_cost": "1k"}, TypeError),
+    ],
+)
+def test_bad_costs_are_refused(kwargs: dict[str, object], error: type[Exception]) -> None:
+    with pytest.raises(error, match="cost"):
+        generate(Poisson(1), Fixed(1), duration_ms=10, **kwargs)  # type: ignore[arg-type]

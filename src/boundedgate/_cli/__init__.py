@@ -2,8 +2,10 @@
 
 ``simulate`` replays a script (JSON or CSV, see :mod:`boundedgate.sim`) through a gate with given
 settings and prints what became of each request. ``plan`` generates traffic (or reads a script) and
-sweeps settings, printing a line per setting. Exit status: 0 on success, 1 when the work could not
-be done (an unreadable or invalid script, a missing extra), 2 for a malformed command line.
+sweeps settings, printing a line per setting. Both take rate limits as ``--rpm`` (requests per
+minute) and ``--tpm`` (tokens per minute, paid by each request's cost). Exit status: 0 on success,
+1 when the work could not be done (an unreadable or invalid script, a missing extra), 2 for a
+malformed command line.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .. import RateLimit, __version__
 from ..sim import Bursts, Job, Poisson, ScriptError, generate, read_script, simulate, sweep, write_script
 from ..sim._plot import FORMATS, plot_simulation, plot_sweep, require_matplotlib
-from ..sim._text import human_ms, requests_table, summary_lines, sweep_table, trace_table
-from ..sim._workload import Arrivals, Exponential, Fixed, LogNormal
+from ..sim._results import rate_limit_dict
+from ..sim._text import human_ms, number, requests_table, summary_lines, sweep_table, trace_table
+from ..sim._workload import Arrivals, Distribution, Exponential, Fixed
 from . import _units
 from ._progress import ProgressBar
 
@@ -38,18 +41,18 @@ def _max_running(text: str) -> int:
     return int(text)
 
 
-def _max_waiting(text: str) -> int | None:
-    values = _units.limits(text)
+def _one_running(text: str) -> int | None:
+    values = _units.running_limits(text)
     if len(values) != 1:
         raise argparse.ArgumentTypeError(f"{text!r}: give one number (plan sweeps several)")
     return values[0]
 
 
-def _running_list(text: str) -> list[int]:
+def _max_waiting(text: str) -> int | None:
     values = _units.limits(text)
-    if any(value is None or value < 1 for value in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: max_running values are whole numbers >= 1")
-    return values  # type: ignore[return-value]
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one number (plan sweeps several)")
+    return values[0]
 
 
 def _share(text: str) -> float:
@@ -90,16 +93,83 @@ def _add_priority_options(group: Any) -> None:
     )
 
 
+def _add_rate_limit_options(group: Any, several: bool) -> None:
+    kind = _units.quotas if several else _units.amount
+    more = ", or several to try: 30,60,none" if several else ""
+    group.add_argument(
+        "--rpm", metavar="N,..." if several else "N", type=kind, help=f"requests per minute{more}"
+    )
+    group.add_argument(
+        "--rpm-burst",
+        metavar="B",
+        type=_units.amount,
+        help="the most requests the rpm limit lets through at once (default: one minute's quota)",
+    )
+    group.add_argument(
+        "--tpm",
+        metavar="N,..." if several else "N",
+        type=kind,
+        help=f"tokens per minute, paid by each request's cost{more}",
+    )
+    group.add_argument(
+        "--tpm-burst",
+        metavar="B",
+        type=_units.amount,
+        help="the most tokens the tpm limit lets through at once (default: one minute's quota)",
+    )
+
+
+def _whole(value: float) -> str:
+    return number(value) or ""
+
+
+def _rate_limits(
+    rpm: float | None, tpm: float | None, rpm_burst: float | None, tpm_burst: float | None
+) -> list[RateLimit]:
+    limits = []
+    try:
+        if rpm is not None:
+            limits.append(RateLimit.per_minute(rpm, burst=rpm_burst, name=f"{_whole(rpm)} rpm"))
+        if tpm is not None:
+            tokens = RateLimit.per_minute(tpm, burst=tpm_burst, unit="tokens", name=f"{_whole(tpm)} tpm")
+            limits.append(tokens)
+    except ValueError as error:
+        raise _Failed(f"--rpm/--tpm: {error}") from None
+    return limits
+
+
+def _note_costless(limits: Sequence[RateLimit], jobs: Sequence[Job]) -> None:
+    if any(not limit.per_request for limit in limits) and not any(
+        job.cost or job.actual_cost for job in jobs
+    ):
+        print(
+            "boundedgate: note: --tpm is set, but no request has a cost or an actual_cost: "
+            "each pays 0 tokens",
+            file=sys.stderr,
+        )
+
+
 def _classes(args: argparse.Namespace, jobs: Sequence[Job]) -> int:
     if args.priorities is not None:
         return int(args.priorities)
     return max((job.priority for job in jobs), default=0) + 1
 
 
-def _settings(max_running: object, max_waiting: int | None, classes: int, jump_share: float) -> str:
+def _settings(
+    max_running: int | None,
+    max_waiting: int | None,
+    classes: int,
+    jump_share: float,
+    limits: Sequence[RateLimit] = (),
+) -> str:
+    c = "none" if max_running is None else max_running
     q = "none" if max_waiting is None else max_waiting
-    text = f"max_running={max_running}, max_waiting={q}"
-    return text if classes == 1 else f"{text}, priorities={classes}, jump_share={jump_share:g}"
+    text = f"max_running={c}, max_waiting={q}"
+    if classes > 1:
+        text += f", priorities={classes}, jump_share={jump_share:g}"
+    for limit in limits:
+        text += f", {limit.name} (burst {_whole(limit.burst)})"
+    return text
 
 
 def _plot_path(text: str) -> Path:
@@ -122,16 +192,23 @@ def _parser() -> argparse.ArgumentParser:
         "simulate",
         help="replay a script of requests through a gate",
         description="Replay a script (JSON or CSV with id, arrival_ms, service_ms and an optional "
-        "budget_ms, in whole milliseconds) through a gate, and print what became of each request.",
+        "budget_ms, in whole milliseconds, and optionally priority, cost and actual_cost) through a "
+        "gate, and print what became of each request.",
     )
     sim.add_argument("script", metavar="FILE", type=Path, help="the script, .json or .csv")
     sim.add_argument(
-        "--max-running", "-c", metavar="C", type=_max_running, required=True, help="running slots"
+        "--max-running",
+        "-c",
+        metavar="C",
+        type=_one_running,
+        required=True,
+        help="running slots, or none (a pure rate limiter)",
     )
     sim.add_argument(
         "--max-waiting", "-q", metavar="Q", type=_max_waiting, required=True, help="queue places, or none"
     )
     _add_priority_options(sim)
+    _add_rate_limit_options(sim, several=False)
     sim.add_argument("--json", action="store_true", help="print the result as JSON")
     sim.add_argument("--trace", action="store_true", help="also print every event")
     sim.add_argument("--summary-only", action="store_true", help="print the summary alone")
@@ -177,7 +254,12 @@ def _parser() -> argparse.ArgumentParser:
     traffic.add_argument("--seed", type=int, default=0, help="the random seed (default 0)")
     settings = plan.add_argument_group("settings")
     settings.add_argument(
-        "--max-running", "-c", metavar="C,...", type=_running_list, required=True, help="running slots to try"
+        "--max-running",
+        "-c",
+        metavar="C,...",
+        type=_units.running_limits,
+        required=True,
+        help="running slots to try, or none",
     )
     settings.add_argument(
         "--max-waiting",
@@ -193,7 +275,19 @@ def _parser() -> argparse.ArgumentParser:
         type=_weights,
         help="weights of the priority classes 0, 1...: 1,4 makes one request in five class 0",
     )
+    traffic.add_argument(
+        "--cost",
+        type=_units.cost,
+        help="each request's declared cost in tokens, for --tpm: 2000, exp:2000, lognormal:1200,6000",
+    )
+    traffic.add_argument(
+        "--actual-cost",
+        metavar="COST",
+        type=_units.cost,
+        help="the cost each request settles as it ends (the difference is charged or refunded)",
+    )
     _add_priority_options(settings)
+    _add_rate_limit_options(settings, several=True)
     plan.add_argument("--json", action="store_true", help="print the result as JSON")
     plan.add_argument("--plot", metavar="FILE", type=_plot_path, help="draw the sweep's curves (.svg, .png)")
     plan.add_argument(
@@ -202,12 +296,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _describe_distribution(d: Fixed | Exponential | LogNormal) -> str:
+def _describe_distribution(d: Distribution, unit: Callable[[float], str] = human_ms) -> str:
     if isinstance(d, Fixed):
-        return human_ms(d.ms)
+        return unit(d.ms)
     if isinstance(d, Exponential):
-        return f"exponential, mean {human_ms(d.mean_ms)}"
-    return f"lognormal, mean {human_ms(d.mean_ms)}, p99 {human_ms(d.p99_ms)}"
+        return f"exponential, mean {unit(d.mean_ms)}"
+    return f"lognormal, mean {unit(d.mean_ms)}, p99 {unit(d.p99_ms)}"
 
 
 def _check_plotting() -> None:
@@ -231,6 +325,8 @@ def _simulate(args: argparse.Namespace) -> None:
         _check_plotting()
     jobs = _read(args.script)
     classes = _classes(args, jobs)
+    limits = _rate_limits(args.rpm, args.tpm, args.rpm_burst, args.tpm_burst)
+    _note_costless(limits, jobs)
     try:
         result = simulate(
             jobs,
@@ -238,27 +334,30 @@ def _simulate(args: argparse.Namespace) -> None:
             max_waiting=args.max_waiting,
             priorities=classes,
             jump_share=args.jump_share,
+            rate_limits=limits,
         )
     except ScriptError as error:
         raise _Failed(f"{args.script}: {error}") from None
+    except ValueError as error:
+        raise _Failed(str(error)) from None
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
-        settings = _settings(args.max_running, args.max_waiting, classes, args.jump_share)
+        settings = _settings(args.max_running, args.max_waiting, classes, args.jump_share, limits)
         print(f"{len(jobs)} requests from {args.script} through {settings}")
         if not args.summary_only:
             print("\n" + requests_table(result) + "\n\n(times in ms from the script's origin)")
             if args.trace:
                 print("\n" + trace_table(result))
         print()
-        print("\n".join(summary_lines(result.summary)))
+        print("\n".join(summary_lines(result.summary, rate_limits=bool(limits))))
     if args.plot:
         plot_simulation(result, args.plot)
         print(f"\nchart: {args.plot}", file=sys.stderr)
 
 
 def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Job], str]:
-    options = ("rate", "burst", "service", "budget", "priority_mix")
+    options = ("rate", "burst", "service", "budget", "priority_mix", "cost", "actual_cost")
     generated = [name for name in options if getattr(args, name) is not None]
     if args.script is not None:
         if generated:
@@ -288,17 +387,35 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         duration_ms=args.duration,
         budget_ms=args.budget,
         priority_mix=args.priority_mix,
+        cost=_fixed_or_drawn(args.cost),
+        actual_cost=_fixed_or_drawn(args.actual_cost),
         seed=args.seed,
     )
     budget = "none" if args.budget is None else human_ms(args.budget)
     mix = (
         "" if args.priority_mix is None else f"; priority mix {','.join(f'{w:g}' for w in args.priority_mix)}"
     )
+    costs = ""
+    if args.cost is not None:
+        costs += f"; cost {_describe_distribution(args.cost, _tokens)}"
+    if args.actual_cost is not None:
+        costs += f"; settles {_describe_distribution(args.actual_cost, _tokens)}"
     description = (
         f"{len(jobs)} requests in {human_ms(args.duration)} ({' + '.join(described)}); "
-        f"service {_describe_distribution(args.service)}; budget {budget}{mix}; seed {args.seed}"
+        f"service {_describe_distribution(args.service)}; budget {budget}{mix}{costs}; seed {args.seed}"
     )
     return jobs, description
+
+
+def _tokens(value: float) -> str:
+    return f"{_whole(value)} tokens"
+
+
+def _fixed_or_drawn(value: Distribution | None) -> float | Distribution | None:
+    # A fixed cost is a number, so that the script holds it as given.
+    if isinstance(value, Fixed):
+        return int(value.ms) if value.ms == int(value.ms) else value.ms
+    return value
 
 
 def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -311,6 +428,12 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         except OSError as error:
             raise _Failed(f"cannot write {args.save_script}: {error.strerror or error}") from None
     classes = _classes(args, jobs)
+    limit_sets = [
+        _rate_limits(rpm, tpm, args.rpm_burst, args.tpm_burst)
+        for rpm in args.rpm or [None]
+        for tpm in args.tpm or [None]
+    ]
+    _note_costless([limit for limits in limit_sets for limit in limits], jobs)
     try:
         rows = sweep(
             jobs,
@@ -318,9 +441,12 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             max_waiting=args.max_waiting,
             priorities=classes,
             jump_share=args.jump_share,
+            rate_limits=limit_sets,
             progress=ProgressBar("simulating", sys.stderr),
         )
     except ScriptError as error:
+        raise _Failed(str(error)) from None
+    except ValueError as error:
         raise _Failed(str(error)) from None
     if args.json:
         out: dict[str, Any] = {
@@ -331,6 +457,7 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
                 {
                     "max_running": row.max_running,
                     "max_waiting": row.max_waiting,
+                    "rate_limits": [rate_limit_dict(limit) for limit in row.rate_limits],
                     "summary": row.summary.to_dict(),
                 }
                 for row in rows
@@ -339,8 +466,15 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         print(json.dumps(out, indent=1))
     else:
         print(f"Workload: {description}")
+        gate = []
         if classes > 1:
-            print(f"Gate: priorities={classes}, jump_share={args.jump_share:g}")
+            gate.append(f"priorities={classes}, jump_share={args.jump_share:g}")
+        for kind, given, burst in (("rpm", args.rpm, args.rpm_burst), ("tpm", args.tpm, args.tpm_burst)):
+            if any(value is not None for value in given or ()):
+                size = _whole(burst) if burst else "of a minute's quota"
+                gate.append(f"{kind} burst {size}")
+        if gate:
+            print(f"Gate: {'; '.join(gate)}")
         print()
         print(sweep_table(rows))
         print("\n(shares of all requests; wait = queue time of the requests that queued, p99)")
@@ -363,6 +497,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    for kind in ("rpm", "tpm"):
+        if getattr(args, f"{kind}_burst") is not None and getattr(args, kind) is None:
+            parser.error(f"--{kind}-burst needs --{kind}")
     try:
         if args.command == "simulate":
             _simulate(args)

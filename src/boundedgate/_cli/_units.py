@@ -1,7 +1,8 @@
-"""Reading the command line's quantities: durations, rates, distributions, lists of limits.
+"""Reading the command line's quantities: durations, rates, distributions, costs, lists of limits.
 
 Durations always carry a unit (``250ms``, ``2s``, ``1.5m``, ``1h``): a bare number would be
-milliseconds in a script and seconds in an SDK, and a planner must not guess.
+milliseconds in a script and seconds in an SDK, and a planner must not guess. Costs and quotas are
+plain numbers (tokens, requests).
 """
 
 from __future__ import annotations
@@ -9,11 +10,23 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
 
 from ..sim import Exponential, Fixed, LogNormal
 from ..sim._workload import Distribution
 
-__all__ = ("distribution", "duration_ms", "limits", "optional_duration_ms", "rate", "whole_duration_ms")
+__all__ = (
+    "amount",
+    "cost",
+    "distribution",
+    "duration_ms",
+    "limits",
+    "optional_duration_ms",
+    "quotas",
+    "rate",
+    "running_limits",
+    "whole_duration_ms",
+)
 
 _UNITS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
 _DURATION = re.compile(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m|h)")
@@ -57,11 +70,20 @@ def rate(text: str) -> float:
     return value / _PER[per or "s"]
 
 
-def distribution(text: str) -> Distribution:
-    """A time distribution: ``2s`` or ``fixed:2s``, ``exp:2s`` (its mean), ``lognormal:2s,20s`` (mean, p99).
+def amount(text: str) -> float:
+    """A plain number > 0 (a quota, a burst, a cost): ``60``, ``1.5``, ``8e4``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number > 0")
+    return value
 
-    The lognormal's parameters may be named: ``lognormal:mean=2s,p99=20s``.
-    """
+
+def _distribution(text: str, value: Callable[[str], float], examples: str) -> Distribution:
+    # `2s` or `fixed:2s`, `exp:2s`, `lognormal:2s,20s` or `lognormal:mean=2s,p99=20s`, with the
+    # parameters read by `value`.
     kind, sep, rest = text.strip().partition(":")
     if not sep:
         kind, rest = "fixed", kind
@@ -70,11 +92,11 @@ def distribution(text: str) -> Distribution:
     named: dict[str, float] = {}
     positional: list[float] = []
     for param in params:
-        key, eq, value = param.partition("=")
+        key, eq, number = param.partition("=")
         if eq:
-            named[key.strip().lower()] = duration_ms(value)
+            named[key.strip().lower()] = value(number)
         else:
-            positional.append(duration_ms(param))
+            positional.append(value(param))
     try:
         if kind == "fixed" and len(params) == 1 and positional:
             return Fixed(positional[0])
@@ -87,10 +109,51 @@ def distribution(text: str) -> Distribution:
         pass
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not a distribution: give 2s, fixed:2s, exp:2s (the mean) "
-        "or lognormal:2s,20s (mean, p99)"
+    raise argparse.ArgumentTypeError(f"{text!r} is not a distribution: give {examples}")
+
+
+def distribution(text: str) -> Distribution:
+    """A time distribution: ``2s`` or ``fixed:2s``, ``exp:2s`` (its mean), ``lognormal:2s,20s`` (mean, p99).
+
+    The lognormal's parameters may be named: ``lognormal:mean=2s,p99=20s``.
+    """
+    return _distribution(text, duration_ms, "2s, fixed:2s, exp:2s (the mean) or lognormal:2s,20s (mean, p99)")
+
+
+def cost(text: str) -> Distribution:
+    """A cost in tokens: ``2000``, ``exp:2000`` (its mean), ``lognormal:1200,6000`` (mean, p99)."""
+    return _distribution(
+        text, amount, "2000, fixed:2000, exp:2000 (the mean) or lognormal:1200,6000 (mean, p99), in tokens"
     )
+
+
+def quotas(text: str) -> list[float | None]:
+    """A comma-separated list of quotas per minute: numbers > 0, or ``none`` for no such limit."""
+    values: list[float | None] = []
+    for part in text.split(","):
+        if part.strip().lower() == "none":
+            values.append(None)
+            continue
+        try:
+            values.append(amount(part))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: give quotas per minute > 0 separated by commas, or none for no limit"
+            ) from None
+    return values
+
+
+def running_limits(text: str) -> list[int | None]:
+    """A comma-separated list of running limits: whole numbers >= 1, or ``none`` for no limit."""
+    try:
+        values = limits(text)
+    except argparse.ArgumentTypeError:
+        values = [0]
+    if any(value is not None and value < 1 for value in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: max_running values are whole numbers >= 1, or none for no limit"
+        )
+    return values
 
 
 def limits(text: str) -> list[int | None]:

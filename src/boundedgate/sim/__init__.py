@@ -18,12 +18,13 @@ The command line (``python -m boundedgate simulate|plan``) is built on this pack
 
 from ._engine import simulate
 from ._plan import SweepRow, sweep
-from ._results import Percentiles, RequestResult, Simulation, Summary, TraceEvent, percentile
+from ._results import ClassSummary, Percentiles, RequestResult, Simulation, Summary, TraceEvent, percentile
 from ._script import Job, ScriptError, parse_script, read_script, write_script
 from ._workload import Bursts, Exponential, Fixed, LogNormal, Poisson, generate
 
 __all__ = (
     "Bursts",
+    "ClassSummary",
     "Exponential",
     "Fixed",
     "Job",

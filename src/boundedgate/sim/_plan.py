@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .._core import check_max_running, check_max_waiting
+from .._core import RateLimit, check_max_running, check_max_waiting
 from .._core._settings import check_jump_share, check_priorities
-from ._engine import _simulate_checked
+from ._engine import _simulate_checked, check_costs, check_rate_limits
 from ._engine import check_priorities as check_job_priorities
 from ._results import Summary
 from ._script import Job, check_jobs
@@ -19,24 +19,39 @@ __all__ = ("SweepRow", "sweep")
 class SweepRow:
     """One setting of a sweep and what the script gave under it."""
 
-    #: Running slots (C).
-    max_running: int
+    #: Running slots (C); None when running is not limited.
+    max_running: int | None
     #: Queue places (Q); None when unbounded.
     max_waiting: int | None
     #: The simulation's summary.
     summary: Summary
+    #: The rate limits (rates per second); empty for none.
+    rate_limits: tuple[RateLimit, ...] = ()
+
+
+def _rate_limit_sets(
+    rate_limits: Sequence[RateLimit] | Iterable[Sequence[RateLimit]],
+) -> list[tuple[RateLimit, ...]]:
+    # One set (a list of RateLimit, possibly empty) or several (a list of such lists).
+    if isinstance(rate_limits, RateLimit):
+        raise TypeError("rate_limits is a list of RateLimit objects, or a list of such lists")
+    items = list(rate_limits)
+    if all(isinstance(item, RateLimit) for item in items):
+        return [check_rate_limits(items)]  # type: ignore[arg-type]
+    return [check_rate_limits(item) for item in items]  # type: ignore[arg-type]
 
 
 def sweep(
     jobs: Iterable[Job],
     *,
-    max_running: int | Iterable[int],
+    max_running: int | Iterable[int | None] | None,
     max_waiting: int | Iterable[int | None] | None,
     priorities: int = 1,
     jump_share: float = 0.2,
+    rate_limits: Sequence[RateLimit] | Iterable[Sequence[RateLimit]] = (),
     progress: Callable[[int, int], object] | None = None,
 ) -> list[SweepRow]:
-    """Simulate ``jobs`` under every pair of settings, for a table of "what if".
+    """Simulate ``jobs`` under every combination of settings, for a table of "what if".
 
     ::
 
@@ -44,21 +59,28 @@ def sweep(
         for row in rows:
             print(row.max_waiting, row.summary.rejected, row.summary.queue_ms.p99)
 
+        rpm = [RateLimit.per_minute(n, name=f"{n} rpm") for n in (30, 60, 120)]
+        rows = sweep(jobs, max_running=10, max_waiting=50, rate_limits=[[], *([r] for r in rpm)])
+
     Args:
         jobs: The script.
-        max_running: One number of running slots, or several.
+        max_running: One number of running slots (None: not limited), or several.
         max_waiting: One number of queue places (None: unbounded), or several.
         priorities: Priority classes, the same for every setting (see :func:`simulate`).
         jump_share: The share of starts that may jump the queue, the same for every setting.
+        rate_limits: One set of rate limits (a list of :class:`RateLimit`, rates per second, as for
+            :func:`simulate`), or several sets to try (a list of such lists; ``[]`` for none).
         progress: Called as ``progress(done, total)`` before the first setting and after each.
 
     Returns:
-        A row per pair, ``max_running`` varying slowest, in the order given.
+        A row per combination, ``max_running`` varying slowest, then ``max_waiting``, then the
+        rate limits, each in the order given.
 
     Raises:
-        ScriptError: An item that is not a :class:`Job`, a duplicate id, or a priority that is
-            not one of the gate's classes.
-        TypeError: A setting of the wrong type (booleans included).
+        ScriptError: An item that is not a :class:`Job`, a duplicate id, a priority that is not
+            one of the gate's classes, or a cost above the burst of a rate limit counted in tokens.
+        TypeError: A setting of the wrong type (booleans included), or rate limits that are not
+            :class:`RateLimit` objects.
         ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1``, a
             ``jump_share`` outside ``[0, 1)``, or no settings at all.
     """
@@ -66,21 +88,23 @@ def sweep(
     priorities = check_priorities(priorities)
     check_jump_share(jump_share)
     check_job_priorities(script, priorities)
-    runnings = [max_running] if isinstance(max_running, int) else list(max_running)
+    runnings = [max_running] if max_running is None or isinstance(max_running, int) else list(max_running)
     waitings = [max_waiting] if max_waiting is None or isinstance(max_waiting, int) else list(max_waiting)
     # Check every setting before the first simulation: a typo in the last should not cost the rest.
-    runnings = [check_max_running(value) for value in runnings]
+    runnings = [None if value is None else check_max_running(value) for value in runnings]
     waitings = [check_max_waiting(value) for value in waitings]
-    settings = [(c, q) for c in runnings for q in waitings]
+    limit_sets = _rate_limit_sets(rate_limits)
+    for limits in limit_sets:
+        check_costs(script, limits)
+    settings = [(c, q, limits) for c in runnings for q in waitings for limits in limit_sets]
     if not settings:
         raise ValueError("no settings to sweep")
     rows: list[SweepRow] = []
     if progress is not None:
         progress(0, len(settings))
-    for c, q in settings:
-        rows.append(
-            SweepRow(c, q, _simulate_checked(script, c, q, priorities, jump_share, trace=False).summary)
-        )
+    for c, q, limits in settings:
+        result = _simulate_checked(script, c, q, priorities, jump_share, limits, trace=False)
+        rows.append(SweepRow(c, q, result.summary, limits))
         if progress is not None:
             progress(len(rows), len(settings))
     return rows

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._core import RateLimit
 from ._plan import SweepRow
 from ._results import Simulation
 
@@ -68,6 +69,7 @@ def plot_simulation(result: Simulation, path: str | Path, title: str | None = No
     # Counts start at zero before the first event; a step holds each value until the next event.
     times = [0.0] + [event.time_ms / scale for event in result.trace]
     q = "unbounded" if result.max_waiting is None else result.max_waiting
+    c = "unbounded" if result.max_running is None else result.max_running
     for axes, counts, limit, name, color in (
         (running_axes, [e.running for e in result.trace], result.max_running, "running", "tab:blue"),
         (waiting_axes, [e.waiting for e in result.trace], result.max_waiting, "waiting", "tab:orange"),
@@ -79,15 +81,17 @@ def plot_simulation(result: Simulation, path: str | Path, title: str | None = No
         axes.set_ylim(bottom=0)
         axes.legend(loc="upper right")
     waiting_axes.set_xlabel(f"time ({unit})")
-    running_axes.set_title(title or f"max_running={result.max_running}, max_waiting={q}")
+    limits = "".join(f", {limit.name}" for limit in result.rate_limits)
+    running_axes.set_title(title or f"max_running={c}, max_waiting={q}{limits}")
     _save(figure, path)
 
 
 def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = None) -> None:
-    """Draw each outcome's share, and the p99 wait, against ``max_waiting``, to ``path``.
+    """Draw each outcome's share, and the p99 wait, against the setting that varies, to ``path``.
 
-    The settings of ``max_waiting`` are evenly spaced in the order given (an unbounded queue reads
-    ``none``), with one line per ``max_running`` and outcome.
+    The x axis is ``max_waiting``, or the rate limits when they vary and ``max_waiting`` does not;
+    its settings are evenly spaced in the order given (an unbounded queue reads ``none``), with one
+    line per outcome and per value of the other settings.
 
     Args:
         rows: The sweep.
@@ -103,24 +107,41 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = N
     figure = _new_figure()
     shares, waits = figure.subplots(1, 2)
     waitings = list(dict.fromkeys(row.max_waiting for row in rows))
-    runnings = list(dict.fromkeys(row.max_running for row in rows))
-    outcomes = (("completed", "on time", "tab:green"), ("rejected", "rejected", "tab:red"),
-                ("expired", "expired", "tab:orange"), ("late", "late", "tab:purple"))  # fmt: skip
+    limit_sets = list(dict.fromkeys(row.rate_limits for row in rows))
+    by_limits = len(waitings) == 1 and len(limit_sets) > 1
+
+    def x_of(row: SweepRow) -> int:
+        return limit_sets.index(row.rate_limits) if by_limits else waitings.index(row.max_waiting)
+
+    def line_of(row: SweepRow) -> tuple[object, ...]:
+        return (row.max_running,) if by_limits else (row.max_running, row.rate_limits)
+
+    lines = list(dict.fromkeys(line_of(row) for row in rows))
+    outcomes = [("completed", "on time", "tab:green"), ("rejected", "rejected", "tab:red"),
+                ("expired", "expired", "tab:orange"), ("late", "late", "tab:purple")]  # fmt: skip
+    if any(row.rate_limits for row in rows):
+        outcomes.append(("rate_limited", "rate limited", "tab:brown"))
     styles = ("-", "--", "-.", ":")
-    for number, c in enumerate(runnings):
-        mine = [row for row in rows if row.max_running == c]
-        xs = [waitings.index(row.max_waiting) for row in mine]
-        suffix = f", C={c}" if len(runnings) > 1 else ""
+    for number, line in enumerate(lines):
+        mine = [row for row in rows if line_of(row) == line]
+        xs = [x_of(row) for row in mine]
+        suffix = _line_label(line, len({key[0] for key in lines}) > 1, len(limit_sets) > 1 and not by_limits)
         style = styles[number % len(styles)]
         for field, label, color in outcomes:
             ys = [100 * getattr(row.summary, field) / max(row.summary.requests, 1) for row in mine]
             shares.plot(xs, ys, style, marker="o", color=color, label=label + suffix)
         p99 = [(row.summary.queue_ms.p99 or 0) / 1000 for row in mine]
         waits.plot(xs, p99, style, marker="o", color="tab:blue", label="p99 wait" + suffix)
-    labels = ["none" if q is None else str(q) for q in waitings]
+    if by_limits:
+        labels = [_limits_label(limits, "\n") for limits in limit_sets]
+        name = "rate limits"
+    else:
+        labels = ["none" if q is None else str(q) for q in waitings]
+        name = "max_waiting"
+    tilt = {"rotation": 30, "ha": "right"} if by_limits and len(labels) > 3 else {}
     for axes in (shares, waits):
-        axes.set_xticks(range(len(waitings)), labels)
-        axes.set_xlabel("max_waiting")
+        axes.set_xticks(range(len(labels)), labels, fontsize="small", **tilt)
+        axes.set_xlabel(name)
         axes.legend()
     shares.set_ylabel("% of requests")
     shares.set_ylim(0, 100)
@@ -129,3 +150,16 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = N
     if title:
         figure.suptitle(title)
     _save(figure, path)
+
+
+def _limits_label(limits: Sequence[RateLimit], between: str = " + ") -> str:
+    return between.join(limit.name for limit in limits) or "none"
+
+
+def _line_label(line: tuple[object, ...], running: bool, limits: bool) -> str:
+    parts = []
+    if running:
+        parts.append(f"C={'none' if line[0] is None else line[0]}")
+    if limits:
+        parts.append(_limits_label(line[1]))  # type: ignore[arg-type]
+    return "".join(f", {part}" for part in parts)

@@ -1,5 +1,9 @@
 """What a simulation gives back: a row per request, a trace of events, and a summary.
 
+Times are milliseconds from the script's origin. They are ints while they are whole (always,
+without rate limits), and floats when a request started on tokens that came between two
+milliseconds.
+
 Percentiles are nearest-rank: the p-th percentile of n sorted values is the value at rank
 ``ceil(p / 100 * n)`` (counting from 1). It is always one of the values, never an interpolation, so
 a p99 of 150 ms means one request really waited that long, and whole milliseconds stay whole.
@@ -8,15 +12,24 @@ a p99 of 150 ms means one request really waited that long, and whole millisecond
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .._core import Status
+from .._core import RateLimit, Status
 
 _N = TypeVar("_N", int, float)
 
-__all__ = ("Percentiles", "RequestResult", "Simulation", "Summary", "TraceEvent", "percentile")
+__all__ = (
+    "ClassSummary",
+    "Percentiles",
+    "RequestResult",
+    "Simulation",
+    "Summary",
+    "TraceEvent",
+    "percentile",
+    "rate_limit_dict",
+)
 
 
 def percentile(values: Sequence[_N], p: float) -> _N | None:
@@ -49,16 +62,16 @@ class Percentiles:
     #: How many values.
     count: int
     #: The median.
-    p50: int | None
+    p50: float | None
     #: The 95th percentile.
-    p95: int | None
+    p95: float | None
     #: The 99th percentile.
-    p99: int | None
+    p99: float | None
     #: The largest value.
-    max: int | None
+    max: float | None
 
     @classmethod
-    def of(cls, values: Sequence[int]) -> Percentiles:
+    def of(cls, values: Iterable[float]) -> Percentiles:
         """The percentiles of ``values``, in any order."""
         ordered = sorted(values)
         return cls(
@@ -69,7 +82,7 @@ class Percentiles:
             max=ordered[-1] if ordered else None,
         )
 
-    def to_dict(self) -> dict[str, int | None]:
+    def to_dict(self) -> dict[str, float | None]:
         """The fields as a dict, for JSON."""
         return {"count": self.count, "p50": self.p50, "p95": self.p95, "p99": self.p99, "max": self.max}
 
@@ -79,24 +92,26 @@ class RequestResult:
     """What became of one scripted request. Times are milliseconds from the script's origin.
 
     ``queue_ms`` is the time it spent in the queue: until it started (0 if it started at once),
-    or until it expired or was evicted; None if it was rejected, since it never queued.
-    ``end_to_end_ms`` is what its caller waited for an outcome of any kind: ``end_ms - arrival_ms``.
+    or until it expired or was evicted; None if it was rejected or rate limited, since it never
+    queued. ``end_to_end_ms`` is what its caller waited for an outcome of any kind:
+    ``end_ms - arrival_ms``.
     """
 
     #: The request's id.
     id: str
-    #: Its outcome: COMPLETED, LATE, EXPIRED, REJECTED, or EVICTED (with priorities).
+    #: Its outcome: COMPLETED, LATE, EXPIRED, REJECTED, EVICTED (with priorities) or
+    #: RATE_LIMITED (with rate limits).
     outcome: Status
     #: When it arrived.
-    arrival_ms: int
+    arrival_ms: float
     #: When it got a running slot, or None if it never did.
-    start_ms: int | None
+    start_ms: float | None
     #: When it reached its outcome.
-    end_ms: int
+    end_ms: float
     #: Time in the queue (see above).
-    queue_ms: int | None
+    queue_ms: float | None
     #: Arrival to outcome.
-    end_to_end_ms: int
+    end_to_end_ms: float
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, for JSON (the outcome as its string value)."""
@@ -113,14 +128,15 @@ class RequestResult:
 
 @dataclass(frozen=True, slots=True)
 class TraceEvent:
-    """One event of a simulation, with the gate's counts just after it.
+    """One event of a simulation, with the gate's counts (and its buckets' balances) just after it.
 
-    ``event`` is ``"started"``, ``"queued"``, ``"rejected"``, ``"expired"``, ``"evicted"``,
-    ``"completed"`` or ``"late"``.
+    ``event`` is ``"started"``, ``"queued"``, ``"rejected"``, ``"rate_limited"``, ``"expired"``,
+    ``"evicted"``, ``"completed"``, ``"late"``, or ``"settled"`` (a request's actual cost was
+    settled as its body ended, just before it released its slot).
     """
 
     #: When it happened, in milliseconds.
-    time_ms: int
+    time_ms: float
     #: What happened.
     event: str
     #: To which request.
@@ -129,15 +145,74 @@ class TraceEvent:
     running: int
     #: Requests waiting just after it.
     waiting: int
+    #: Each rate limit's balance just after it, in the simulation's order (empty without rate
+    #: limits).
+    tokens: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict, for JSON."""
-        return {
+        """The fields as a dict, for JSON.
+
+        ``tokens`` appears only with rate limits, rounded to a billionth of a token so that float
+        noise does not show.
+        """
+        data: dict[str, Any] = {
             "time_ms": self.time_ms,
             "event": self.event,
             "id": self.id,
             "running": self.running,
             "waiting": self.waiting,
+        }
+        if self.tokens:
+            data["tokens"] = [_rounded(balance) for balance in self.tokens]
+        return data
+
+
+def _rounded(balance: float) -> float:
+    value = round(balance, 9)
+    return int(value) if value == int(value) else value
+
+
+@dataclass(frozen=True, slots=True)
+class ClassSummary:
+    """Counts per outcome and the distributions of times, for the requests of one priority class.
+
+    The populations of ``queue_ms`` and ``end_to_end_ms`` are those of :class:`Summary`.
+    """
+
+    #: The class: 0 is the most urgent.
+    priority: int
+    #: Requests of this class in the script.
+    requests: int
+    #: Ran and finished before their deadline.
+    completed: int
+    #: Ran and finished at or after their deadline.
+    late: int
+    #: Left the queue at their deadline, never started.
+    expired: int
+    #: Refused at arrival: every slot busy and the queue full.
+    rejected: int
+    #: Pushed out of a full queue by a more urgent arrival, never started.
+    evicted: int
+    #: Refused at arrival: their tokens could not come before their deadline.
+    rate_limited: int
+    #: Queue time of requests that started, expired or were evicted.
+    queue_ms: Percentiles
+    #: Arrival to end of requests that ran.
+    end_to_end_ms: Percentiles
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict, for JSON."""
+        return {
+            "priority": self.priority,
+            "requests": self.requests,
+            "completed": self.completed,
+            "late": self.late,
+            "expired": self.expired,
+            "rejected": self.rejected,
+            "evicted": self.evicted,
+            "rate_limited": self.rate_limited,
+            "queue_ms": self.queue_ms.to_dict(),
+            "end_to_end_ms": self.end_to_end_ms.to_dict(),
         }
 
 
@@ -146,9 +221,11 @@ class Summary:
     """Counts per outcome, peaks, and the distributions of queue time and end-to-end time.
 
     ``queue_ms`` covers the requests that got past the door: those that started, and those that
-    left the queue at their deadline or were evicted from it. Rejected requests never queued and
-    are left out, so they cannot make the wait look shorter than it was. ``end_to_end_ms`` covers
-    the requests that ran (completed or late): how long their callers waited for an answer.
+    left the queue at their deadline or were evicted from it. Rejected and rate-limited requests
+    never queued and are left out, so they cannot make the wait look shorter than it was.
+    ``end_to_end_ms`` covers the requests that ran (completed or late): how long their callers
+    waited for an answer. ``classes`` breaks the counts and times down by priority class when the
+    gate has several.
     """
 
     #: Requests in the script.
@@ -163,6 +240,8 @@ class Summary:
     rejected: int
     #: Pushed out of a full queue by a more urgent arrival, never started (with priorities).
     evicted: int
+    #: Refused at arrival: their tokens could not come before their deadline (with rate limits).
+    rate_limited: int
     #: The most requests running at once.
     peak_running: int
     #: The most requests waiting at once.
@@ -171,6 +250,8 @@ class Summary:
     queue_ms: Percentiles
     #: Arrival to end of requests that ran.
     end_to_end_ms: Percentiles
+    #: One :class:`ClassSummary` per priority class, 0 first; empty when the gate has one class.
+    classes: tuple[ClassSummary, ...] = ()
 
     @property
     def admitted(self) -> int:
@@ -189,6 +270,7 @@ class Summary:
             Status.EXPIRED: self.expired,
             Status.REJECTED: self.rejected,
             Status.EVICTED: self.evicted,
+            Status.RATE_LIMITED: self.rate_limited,
         }
         if outcome not in counts:
             raise ValueError(f"a simulation has no {outcome.value} requests")
@@ -203,10 +285,12 @@ class Summary:
             "expired": self.expired,
             "rejected": self.rejected,
             "evicted": self.evicted,
+            "rate_limited": self.rate_limited,
             "peak_running": self.peak_running,
             "peak_waiting": self.peak_waiting,
             "queue_ms": self.queue_ms.to_dict(),
             "end_to_end_ms": self.end_to_end_ms.to_dict(),
+            "classes": [summary.to_dict() for summary in self.classes],
         }
 
 
@@ -214,8 +298,8 @@ class Summary:
 class Simulation:
     """The result of :func:`simulate`: the settings, a row per request, the trace and a summary."""
 
-    #: Running slots (C).
-    max_running: int
+    #: Running slots (C); None when running is not limited.
+    max_running: int | None
     #: Queue places (Q); None when unbounded.
     max_waiting: int | None
     #: One row per request, in the script's order.
@@ -228,6 +312,8 @@ class Simulation:
     priorities: int = 1
     #: The share of starts that may jump ahead of an older waiter.
     jump_share: float = 0.2
+    #: The rate limits, as given (rates per second).
+    rate_limits: tuple[RateLimit, ...] = ()
 
     def __getitem__(self, job_id: str) -> RequestResult:
         """The row of the request with this id.
@@ -247,7 +333,19 @@ class Simulation:
             "max_waiting": self.max_waiting,
             "priorities": self.priorities,
             "jump_share": self.jump_share,
+            "rate_limits": [rate_limit_dict(limit) for limit in self.rate_limits],
             "summary": self.summary.to_dict(),
             "requests": [request.to_dict() for request in self.requests],
             "trace": [event.to_dict() for event in self.trace],
         }
+
+
+def rate_limit_dict(limit: RateLimit) -> dict[str, Any]:
+    """A rate limit as a dict, for JSON: its name, unit, rate per second, burst and floor."""
+    return {
+        "name": limit.name,
+        "unit": limit.unit,
+        "per_second": limit.rate,
+        "burst": limit.burst,
+        "floor": limit.floor,
+    }

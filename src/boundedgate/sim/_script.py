@@ -3,12 +3,15 @@
 A script is seed 000's job format: one request per row, with an ``id``, an ``arrival_ms``, a
 ``service_ms`` (how long its body runs once it starts) and an optional ``budget_ms`` (its deadline,
 counted from arrival; none if absent), and optionally its ``priority`` class (0, the most urgent,
-if absent). Times are whole milliseconds, so that no float rounding ever
-decides which of two events at the same instant comes first.
+if absent), its rate ``cost`` (what it declares to the gate's rate limits counted in tokens; 0 if
+absent) and its ``actual_cost`` (what it settles when its body ends; nothing is settled if absent).
+Times are whole milliseconds, so that no float rounding ever decides which of two events at the
+same instant comes first.
 
 Columns are looked up by name in :data:`COLUMNS`, and a column that is not there is an error (a typo
-such as ``budget`` must not silently mean "no deadline"). Later columns (a key, a cost) are added to
-that table with a default, as ``priority`` was, so scripts written before them keep their meaning.
+such as ``budget`` must not silently mean "no deadline"). Later columns (a key) are added to that
+table with a default, as ``priority`` and ``cost`` were, so scripts written before them keep their
+meaning.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any, Literal
 __all__ = ("COLUMNS", "Job", "ScriptError", "check_jobs", "parse_script", "read_script", "write_script")
 
 _WHOLE = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 class ScriptError(ValueError):
@@ -55,6 +59,14 @@ def _whole(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def _cost(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "a boolean" if isinstance(value, bool) else repr(value)
+        raise TypeError(f"{name} must be a number, got {kind}")
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One scripted request (seed 000's job), in whole milliseconds.
@@ -68,11 +80,18 @@ class Job:
             deadline.
         priority: Its priority class, >= 0; 0 is the most urgent (see ``BoundedGate``'s
             ``priorities``).
+        cost: Its declared rate cost, a number >= 0: what ``admit(cost=...)`` would declare, taken
+            by the rate limits counted in tokens when it starts (a limit counted in requests takes
+            1 whatever the cost).
+        actual_cost: Its real cost, settled when its body ends, as ``permit.settle(...)`` would:
+            the difference to ``cost`` is charged or refunded. None settles nothing.
 
     Raises:
         TypeError: A field of the wrong type: a time that is not an int (floats, strings and
-            booleans included), an id that is not a str.
-        ValueError: An empty id, or a time below its minimum.
+            booleans included), a cost that is not a number (booleans included), an id that is
+            not a str.
+        ValueError: An empty id, a time below its minimum, or a cost that is negative or not
+            finite.
     """
 
     id: str
@@ -80,6 +99,8 @@ class Job:
     service_ms: int
     budget_ms: int | None = None
     priority: int = 0
+    cost: float = 0
+    actual_cost: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -95,6 +116,9 @@ class Job:
             raise TypeError(f"priority must be a whole number, got {kind}")
         if self.priority < 0:
             raise ValueError(f"priority must be >= 0, got {self.priority}")
+        _cost("cost", self.cost)
+        if self.actual_cost is not None:
+            _cost("actual_cost", self.actual_cost)
 
     @property
     def deadline_ms(self) -> float:
@@ -124,6 +148,22 @@ def _text_priority(name: str, cell: str) -> object:
     raise TypeError(f"{name} must be a whole number, got {cell!r}")
 
 
+def _text_number(cell: str, name: str) -> object:
+    if _WHOLE.fullmatch(cell):
+        return int(cell)
+    if _NUMBER.fullmatch(cell):
+        return float(cell)
+    raise TypeError(f"{name} must be a number, got {cell!r}")
+
+
+def _text_cost(name: str, cell: str) -> object:
+    return 0 if cell == "" else _text_number(cell, name)
+
+
+def _text_optional_cost(name: str, cell: str) -> object:
+    return None if cell == "" else _text_number(cell, name)
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     """One column of a script: its name, whether a row must have it, and how a CSV cell reads."""
@@ -142,6 +182,8 @@ COLUMNS: Mapping[str, Column] = {
         Column("service_ms", True, _text_time),
         Column("budget_ms", False, _text_optional_time),
         Column("priority", False, _text_priority),
+        Column("cost", False, _text_cost),
+        Column("actual_cost", False, _text_optional_cost),
     )
 }
 
@@ -253,7 +295,8 @@ def parse_script(text: str, format: Literal["json", "csv"], source: str = "<scri
     JSON: a list of objects (or an object whose ``"jobs"`` is that list), each with the keys of
     :data:`COLUMNS`; times are JSON integers and a missing or null ``budget_ms`` means no deadline.
     CSV: a header line naming the columns, then one request per line; an empty ``budget_ms`` cell
-    means no deadline. Cells are stripped of surrounding spaces.
+    means no deadline, an empty ``priority`` or ``cost`` cell the default, an empty
+    ``actual_cost`` cell nothing to settle. Cells are stripped of surrounding spaces.
 
     Args:
         text: The script.

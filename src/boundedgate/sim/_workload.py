@@ -2,7 +2,9 @@
 
 A workload is arrivals (:class:`Poisson` at a rate, :class:`Bursts`, or several merged), a service
 time distribution (:class:`Fixed`, :class:`Exponential`, :class:`LogNormal` given its mean and its
-p99) and a budget (none, a fixed one, or a distribution). :func:`generate` turns it into a script.
+p99), a budget (none, a fixed one, or a distribution), and for rate limits counted in tokens a
+declared cost and an actual one to settle (none, a fixed number, or a distribution: the same classes,
+whose numbers are then tokens rather than milliseconds). :func:`generate` turns it into a script.
 
 Each part draws from its own random stream, seeded from the workload's seed and the part's name,
 so two workloads with the same seed and the same arrivals arrive at the same instants even when
@@ -221,6 +223,20 @@ def _whole_ms(value: float) -> int:
     return max(1, round(value))
 
 
+def _check_cost(name: str, value: object) -> None:
+    if value is None or isinstance(value, (Fixed, Exponential, LogNormal)):
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be None, a number or a distribution, got {value!r}")
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _cost(value: float | Distribution, rng: random.Random) -> float:
+    # Whole tokens, as LLM usage is counted.
+    return value if isinstance(value, (int, float)) else round(value.sample(rng))
+
+
 def generate(
     arrivals: Arrivals | Sequence[Arrivals],
     service: Distribution,
@@ -228,6 +244,8 @@ def generate(
     duration_ms: int,
     budget_ms: int | Distribution | None = None,
     priority_mix: Sequence[float] | None = None,
+    cost: float | Distribution | None = None,
+    actual_cost: float | Distribution | None = None,
     seed: int = 0,
 ) -> list[Job]:
     """A reproducible script of requests, ready for :func:`simulate` or :func:`sweep`.
@@ -252,6 +270,10 @@ def generate(
         budget_ms: Each request's budget: None for no deadline, an int, or a distribution.
         priority_mix: The weights of the priority classes 0, 1, 2... (``[1, 4]``: one request in
             five is of class 0); None puts every request in class 0.
+        cost: Each request's declared cost for rate limits counted in tokens: None (0), a number,
+            or a distribution of tokens (sampled costs are rounded to whole tokens).
+        actual_cost: The cost each request settles as its body ends: None (nothing settled), a
+            number, or a distribution of tokens, drawn independently of ``cost``.
         seed: The seed; the same arguments and seed give the same script.
 
     Returns:
@@ -259,8 +281,9 @@ def generate(
 
     Raises:
         TypeError, ValueError: A duration that is not an int >= 1, a fixed budget that is not an
-            int >= 1, an arrival process or distribution of the wrong type, or a priority mix
-            that is empty, has a weight that is not a finite number >= 0, or weighs nothing.
+            int >= 1, an arrival process or distribution of the wrong type, a priority mix
+            that is empty, has a weight that is not a finite number >= 0, or weighs nothing, or
+            a fixed cost that is not a finite number >= 0.
     """
     if type(duration_ms) is not int or duration_ms < 1:
         raise ValueError(f"duration_ms must be an int >= 1, got {duration_ms!r}")
@@ -277,6 +300,9 @@ def generate(
     if isinstance(budget_ms, int) and budget_ms < 1:
         raise ValueError(f"budget_ms must be >= 1, got {budget_ms}")
 
+    _check_cost("cost", cost)
+    _check_cost("actual_cost", actual_cost)
+
     cumulative = _cumulative(priority_mix) if priority_mix is not None else None
 
     arrival_rng = random.Random(f"boundedgate:{seed}:arrivals")
@@ -284,6 +310,8 @@ def generate(
     service_rng = random.Random(f"boundedgate:{seed}:service")
     budget_rng = random.Random(f"boundedgate:{seed}:budget")
     priority_rng = random.Random(f"boundedgate:{seed}:priority")
+    cost_rng = random.Random(f"boundedgate:{seed}:cost")
+    actual_rng = random.Random(f"boundedgate:{seed}:actual_cost")
     width = len(str(len(times)))
     jobs: list[Job] = []
     for number, arrival in enumerate(times, start=1):
@@ -296,5 +324,7 @@ def generate(
             priority = bisect.bisect_right(cumulative, priority_rng.random() * cumulative[-1])
             priority = min(priority, len(cumulative) - 1)  # guards the float sum's last ulp
         service_ms = _whole_ms(service.sample(service_rng))
-        jobs.append(Job(f"r{number:0{width}d}", arrival, service_ms, budget, priority))
+        declared = 0 if cost is None else _cost(cost, cost_rng)
+        actual = None if actual_cost is None else _cost(actual_cost, actual_rng)
+        jobs.append(Job(f"r{number:0{width}d}", arrival, service_ms, budget, priority, declared, actual))
     return jobs
