@@ -7,6 +7,7 @@ infinities: a limit is a count.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from fractions import Fraction
@@ -113,6 +114,12 @@ def check_jump_share(value: object) -> Fraction:
         raise ValueError("jump_share must not be NaN")
     if not 0 <= value < 1:
         raise ValueError(f"jump_share must be >= 0 and < 1, got {value!r}")
+    return _fraction(value)
+
+
+@functools.lru_cache(maxsize=64)
+def _fraction(value: float) -> Fraction:
+    # Making a Fraction costs more than the rest of a gate put together; keyed gates make many.
     return Fraction(value).limit_denominator(1000)
 
 

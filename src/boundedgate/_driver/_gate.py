@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 from collections.abc import Sequence
 from typing import TypeVar, final
 
@@ -111,10 +112,20 @@ class BoundedGate:
         jump_share: float = 0.2,
         rate_limits: Sequence[RateLimit] = (),
     ) -> None:
-        self._state = GateState(max_running, max_waiting, priorities, jump_share, rate_limits)
-        self._max_running = max_running if max_running is None else self._state.max_running
+        self._setup(GateState(max_running, max_waiting, priorities, jump_share, rate_limits), name)
+
+    @classmethod
+    def _around(cls, state: GateState, name: str) -> BoundedGate:
+        """A gate driving ``state`` (a keyed gate's per-key state, say) rather than one of its own."""
+        gate = cls.__new__(cls)
+        gate._setup(state, name)
+        return gate
+
+    def _setup(self, state: GateState, name: str) -> None:
+        self._state = state
+        self._max_running = None if state.max_running == sys.maxsize else state.max_running
         # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
-        self._rated = bool(rate_limits)
+        self._rated = bool(state.rate_limits)
         self._name = check_name(name)
         self._loop: asyncio.AbstractEventLoop | None = None
         # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).

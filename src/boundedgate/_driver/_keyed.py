@@ -409,15 +409,7 @@ class KeyedGate(Generic[K]):
             max_running, max_waiting = self._max_running, self._max_waiting
         else:
             max_running, max_waiting = self.limits(key)
-        gate = BoundedGate(
-            max_running=max_running,
-            max_waiting=max_waiting,
-            name=f"{self._name}/{key}",
-            priorities=self._priorities,
-            jump_share=self._jump_share,
-            rate_limits=self._rate_limits,
-        )
-        gate._state = _KeyState(self, key, max_running, max_waiting)
+        gate = BoundedGate._around(_KeyState(self, key, max_running, max_waiting), f"{self._name}/{key}")
         self._created += 1
         return gate
 
