@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 CHECKED := src tests benchmarks examples
 
-.PHONY: setup demo test lint typecheck pytest bench mutation clean redis-server bench-redis compat
+.PHONY: setup demo test lint typecheck pytest bench bench-instructions mutation clean redis-server bench-redis compat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,10 @@ compat: redis-server
 
 bench: $(STAMP)
 	cd benchmarks && ../$(PY) bench.py
+
+# Instructions per operation under valgrind: the same figures on a busy machine (a few minutes).
+bench-instructions: $(STAMP)
+	cd benchmarks && ../$(PY) instructions.py
 
 # Mutation testing of the decision core and the driver (slow; installs mutmut on first use).
 mutation: $(STAMP)

@@ -1,0 +1,228 @@
+"""Instructions per operation, counted by valgrind's callgrind: the same figure on a busy machine.
+
+Wall-clock ratios on a shared 2-core machine swing from run to run; instruction counts do not. Each
+scenario runs twice under ``valgrind --tool=callgrind`` with two iteration counts, and the difference
+divided by the difference in iterations is the cost of one operation, startup excluded. Run with
+``make bench-instructions`` (or ``python instructions.py``); it takes a few minutes.
+
+The scenarios also take the hot path apart, so that the README can say where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from contenders import EmptyCM, HandWritten, RaisingCM, Refused
+
+from boundedgate import BoundedGate, QueueFull
+from boundedgate._core import GateState, Ticket
+from boundedgate._driver._compat import current_task, is_cancelling
+
+Scenario = Callable[[int], Coroutine[Any, Any, None]]
+SCENARIOS: dict[str, tuple[str, Scenario]] = {}
+
+
+def scenario(name: str, what: str) -> Callable[[Scenario], Scenario]:
+    def register(run: Scenario) -> Scenario:
+        SCENARIOS[name] = (what, run)
+        return run
+
+    return register
+
+
+@scenario("floor", "an empty async context manager (the floor of any `async with`)")
+async def floor(n: int) -> None:
+    for _ in range(n):
+        async with EmptyCM():
+            pass
+
+
+@scenario("semaphore", "asyncio.Semaphore, uncontended")
+async def semaphore(n: int) -> None:
+    sem = asyncio.Semaphore(1)
+    for _ in range(n):
+        async with sem:
+            pass
+
+
+@scenario("hand-written", "semaphore + waiter counter (+ asyncio.timeout when waiting), uncontended")
+async def hand_written(n: int) -> None:
+    gate = HandWritten(1, 0)
+    for _ in range(n):
+        async with gate.cm():
+            pass
+
+
+@scenario("gate", "BoundedGate admit/release, uncontended")
+async def gate_pair(n: int) -> None:
+    admit = BoundedGate(max_running=1, max_waiting=0).admit
+    for _ in range(n):
+        async with admit():
+            pass
+
+
+@scenario("gate-timeout", "the same with timeout=30")
+async def gate_pair_timeout(n: int) -> None:
+    admit = BoundedGate(max_running=1, max_waiting=0).admit
+    for _ in range(n):
+        async with admit(timeout=30):
+            pass
+
+
+@scenario("part:admit", "part of the pair: gate.admit() making the per-request Permit")
+async def part_admit(n: int) -> None:
+    admit = BoundedGate(max_running=1, max_waiting=0).admit
+    for _ in range(n):
+        admit()
+
+
+@scenario("part:core", "part of the pair: the decision core's arrive() and release() on a ticket")
+async def part_core(n: int) -> None:
+    state = GateState(1, 0)
+    for _ in range(n):
+        ticket = Ticket()
+        state.arrive(ticket, 1.0)
+        state.release(ticket, 2.0)
+
+
+@scenario("part:ticket", "part of part:core: making a Ticket")
+async def part_ticket(n: int) -> None:
+    for _ in range(n):
+        Ticket()
+
+
+@scenario("part:clock+task", "part of the pair: two loop.time() and the current task's cancellation")
+async def part_clock_task(n: int) -> None:
+    loop = asyncio.get_running_loop()
+    for _ in range(n):
+        task = current_task(loop)
+        is_cancelling(task)  # type: ignore[arg-type]
+        loop.time()
+        loop.time()
+
+
+@scenario("refusal-floor", "an async context manager whose entry raises a plain exception, caught")
+async def refusal_floor(n: int) -> None:
+    for _ in range(n):
+        with contextlib.suppress(Refused):
+            async with RaisingCM():
+                pass
+
+
+@scenario("refusal-hand-written", "the hand-written gate refusing")
+async def refusal_hand_written(n: int) -> None:
+    gate = HandWritten(1, 0)
+    held = gate.cm()
+    await held.__aenter__()
+    for _ in range(n):
+        with contextlib.suppress(Refused):
+            async with gate.cm():
+                pass
+
+
+@scenario("refusal-gate", "BoundedGate refusing with QueueFull")
+async def refusal_gate(n: int) -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    holder = gate.try_admit()
+    admit = gate.admit
+    for _ in range(n):
+        with contextlib.suppress(QueueFull):
+            async with admit():
+                pass
+    holder.release()
+
+
+def _contended(make: Callable[[], Callable[[], Any]]) -> Scenario:
+    # `make()` returns what each admission calls to get its async context manager.
+    async def run(n: int) -> None:
+        cm = make()
+
+        async def worker(k: int) -> None:
+            for _ in range(k):
+                async with cm():
+                    await asyncio.sleep(0)
+
+        await asyncio.gather(*(worker(n // 64) for _ in range(64)))
+
+    return run
+
+
+def _semaphore() -> Callable[[], Any]:
+    sem = asyncio.Semaphore(8)
+    return lambda: sem
+
+
+def _gate() -> Callable[[], Any]:
+    return BoundedGate(max_running=8, max_waiting=None).admit
+
+
+def _gate_timeout() -> Callable[[], Any]:
+    gate = BoundedGate(max_running=8, max_waiting=None)
+    return lambda: gate.admit(timeout=60)
+
+
+def _hand_written_timeout() -> Callable[[], Any]:
+    gate = HandWritten(8, None)
+    return lambda: gate.timed(60)
+
+
+SCENARIOS["contended-semaphore"] = (
+    "asyncio.Semaphore(8), 64 tasks, each admission yielding once",
+    _contended(_semaphore),
+)
+SCENARIOS["contended-gate"] = ("BoundedGate(8), the same", _contended(_gate))
+SCENARIOS["contended-gate-timeout"] = (
+    "BoundedGate(8) with timeout=60 on every admission",
+    _contended(_gate_timeout),
+)
+SCENARIOS["contended-hand-written-timeout"] = (
+    "hand-written gate with timeout=60 on every admission",
+    _contended(_hand_written_timeout),
+)
+
+
+def count(name: str, n: int) -> int:
+    """Instructions of one run of scenario ``name`` with ``n`` iterations, startup included."""
+    valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    out = subprocess.run(
+        [*valgrind, sys.executable, __file__, name, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
+    match = re.search(r"Collected : (\d+)", out)
+    if match is None:
+        raise RuntimeError(f"no instruction count in valgrind's output:\n{out}")
+    return int(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("scenario", nargs="?", help="run one scenario (as valgrind does)")
+    parser.add_argument("n", nargs="?", type=int, default=0)
+    parser.add_argument("--iterations", type=int, default=8000)
+    args = parser.parse_args()
+    if args.scenario:
+        asyncio.run(SCENARIOS[args.scenario][1](args.n))
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
+    base, more = 1000, 1000 + args.iterations
+    print(f"Instructions per operation (callgrind, CPython {sys.version.split()[0]})\n")
+    print("| scenario | what | instructions per op |")
+    print("| --- | --- | ---: |")
+    for name, (what, _) in SCENARIOS.items():
+        per_op = (count(name, more) - count(name, base)) / (more - base)
+        print(f"| {name} | {what} | {per_op:,.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
