@@ -11,6 +11,7 @@ from boundedgate._core import (
     check_max_running,
     check_max_waiting,
     check_name,
+    check_priority,
     check_timeout,
 )
 
@@ -85,3 +86,11 @@ def test_name() -> None:
     assert check_name("openai") == "openai"
     with pytest.raises(TypeError, match=r"^name must be a str, got 3$"):
         check_name(3)
+
+
+def test_a_priority_is_any_class_from_the_most_urgent_to_the_last() -> None:
+    assert [check_priority(p, 3) for p in range(3)] == [0, 1, 2]
+    for bad in (-1, 3):
+        message = rf"^priority must be >= 0 and < 3 \(the gate's priorities\), got {bad}$"
+        with pytest.raises(ValueError, match=message):
+            check_priority(bad, 3)

@@ -8,6 +8,7 @@ its gate. The combined permit releases every gate exactly once.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from boundedgate import (
     BoundedGate,
     CombinedPermit,
+    GateLimits,
     KeyedGate,
     Late,
     QueueExpired,
@@ -22,6 +24,7 @@ from boundedgate import (
     Status,
     admit_all,
 )
+from boundedgate._driver import _order
 from tests.helpers import Boom
 
 
@@ -270,7 +273,7 @@ def test_combined_permit_is_final_and_slotted() -> None:
 
 def test_arguments_are_checked_at_once() -> None:
     tenants, openai = _gates()
-    with pytest.raises(ValueError, match="at least one gate"):
+    with pytest.raises(ValueError, match=r"^admit_all\(\) needs at least one gate$"):
         admit_all()
     with pytest.raises(TypeError, match=r"takes gates and \(KeyedGate, key\) pairs, got 'openai'"):
         admit_all("openai")  # type: ignore[arg-type]
@@ -278,7 +281,7 @@ def test_arguments_are_checked_at_once() -> None:
         admit_all((openai, "x"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="unhashable"):
         admit_all((tenants, ["acme"]))
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match=r"^give timeout or deadline, not both$"):
         admit_all(openai, timeout=1, deadline=1)
     with pytest.raises(ValueError, match="timeout must be >= 0"):
         admit_all(openai, timeout=-1)
@@ -319,6 +322,56 @@ def test_opposite_orders_through_other_gates_are_refused() -> None:
         admit_all(c, a)
     admit_all(a, c)  # consistent with a -> b -> c
     admit_all(a, b, c)
+
+
+def test_the_refusal_names_the_pair_that_contradicts_the_order() -> None:
+    a, b, c = (BoundedGate(max_running=1, max_waiting=0, name=n) for n in "abc")
+    admit_all(b, c)
+    with pytest.raises(ValueError, match="can deadlock") as refused:
+        admit_all(a, c, b)
+    assert str(refused.value) == (
+        "admit_all() takes 'c' before 'b' here, but another admission took 'b' before 'c' (directly or "
+        "through other gates): taking gates in opposite orders can deadlock, so use one order everywhere"
+    )
+
+
+def test_a_gate_twice_is_refused_with_the_reason() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0, name="g")
+    with pytest.raises(ValueError, match="appears twice") as refused:
+        admit_all(gate, gate)
+    assert str(refused.value) == (
+        "'g' appears twice in one admission; each gate (each keyed gate, with one key) may be taken once"
+    )
+
+
+def test_an_order_checked_once_is_not_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = (BoundedGate(max_running=1, max_waiting=0, name=n) for n in "ab")
+    admit_all(a, b)
+
+    def must_not_run(*args: object) -> None:
+        raise AssertionError("the fast path should have answered")
+
+    monkeypatch.setattr(_order, "_check", must_not_run)
+    admit_all(a, b)
+    with pytest.raises(AssertionError):
+        admit_all(b, a)  # not seen before: checked (and refused, were it not for the patch)
+
+
+def test_the_order_check_visits_each_gate_once_however_many_paths_lead_to_it() -> None:
+    # A ladder of 40 diamonds has 2**40 paths from top to bottom; the check must not walk them.
+    class Family:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    rungs = [(Family(f"a{i}"), Family(f"b{i}")) for i in range(41)]
+    for upper, lower in itertools.pairwise(rungs):
+        for first in upper:
+            for then in lower:
+                _order.check_order([first, then])
+    top = Family("top")
+    _order.check_order([top, rungs[0][0]])  # is top reachable from the ladder? every rung is visited
+    with pytest.raises(ValueError, match="can deadlock"):
+        _order.check_order([rungs[-1][1], rungs[0][0]])
 
 
 def test_a_refused_order_leaves_no_edge_behind() -> None:
@@ -427,3 +480,57 @@ def test_gates_that_died_neither_constrain_nor_vouch_for_new_ones() -> None:
         admit_all(d, c)  # no order recorded for these yet
         with pytest.raises(ValueError, match="takes 'c' before 'd'"):
             admit_all(c, d)
+
+
+# -- what is forwarded to every step, and what a refusal leaves -----------------------------------
+
+
+async def test_timing_attributes_are_none_until_entered() -> None:
+    combined = admit_all(BoundedGate(max_running=1, max_waiting=0), timeout=5)
+    assert (combined.arrival, combined.started, combined.ended) == (None, None, None)
+    assert combined.deadline == math.inf  # until arrival starts the budget
+    assert combined.permits == ()
+
+
+async def test_a_step_whose_gate_cannot_be_made_gives_back_the_gates_taken() -> None:
+    openai = BoundedGate(max_running=1, max_waiting=0, name="openai")
+    models = KeyedGate(max_running=1, max_waiting=0, name="model", overrides=lambda key: GateLimits(0, 0))
+    combined = admit_all(openai, (models, "gpt"))
+    with pytest.raises(ValueError, match="max_running must be >= 1"):
+        await combined.__aenter__()
+    assert combined.status is Status.CANCELLED
+    assert [p.gate.name for p in combined.permits] == ["openai"]
+    assert combined.permits[0].status is Status.CANCELLED
+    assert (openai.running, openai.stats().cancelled, openai.stats().admitted) == (0, 1, 0)
+
+
+async def test_the_priority_is_every_step_s() -> None:
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=2, name="tenant", priorities=2)
+    openai = BoundedGate(max_running=1, max_waiting=2, name="openai", priorities=2)
+    holder = openai.try_admit()
+    calm = asyncio.create_task(openai.admit(priority=1).__aenter__())
+    await asyncio.sleep(0)
+    urgent = asyncio.create_task(admit_all((tenants, "acme"), openai, priority=0).__aenter__())
+    await asyncio.sleep(0)
+    assert tenants.get("acme").running == 1  # type: ignore[union-attr]
+    holder.release()  # the urgent request jumps the calm one at the provider
+    combined = await urgent
+    assert not calm.done()
+    combined.release()
+    (await calm).release()
+
+
+async def test_late_names_the_last_gate_with_its_limits_and_counts() -> None:
+    tenants: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=3, name="tenant")
+    models = BoundedGate(max_running=4, max_waiting=5, name="model")
+    openai = BoundedGate(max_running=6, max_waiting=7, name="openai")
+    other = openai.try_admit()
+    await asyncio.sleep(1)  # arrival at 1, so that a sum and a difference of times differ
+    with pytest.raises(Late) as late:
+        async with admit_all((tenants, "acme"), models, openai, timeout=2):
+            await asyncio.sleep(3)
+    error = late.value
+    assert error.gate == "openai"
+    assert (error.max_running, error.max_waiting, error.running, error.waiting) == (6, 7, 1, 0)
+    assert (error.waited, error.elapsed, error.deadline, error.overrun) == (0, 3, 3, 1)
+    other.release()

@@ -282,3 +282,28 @@ async def test_a_keyed_permit_moves_between_tasks_like_any_permit() -> None:
     async with tenants.admit("a") as second:
         assert second.started == permit.ended
     assert permit.status is Status.COMPLETED
+
+
+# -- limits, checked ----------------------------------------------------------------------------
+
+
+def test_limits_without_overrides_are_the_template() -> None:
+    assert KeyedGate(max_running=3, max_waiting=None).limits("any") == GateLimits(3, None)
+
+
+def test_an_override_may_leave_running_unlimited_or_waiting_unbounded() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0, overrides={"a": GateLimits(None, 5), "b": (2, None)})
+    assert tenants.limits("a") == GateLimits(None, 5)
+    assert tenants.limits("b") == GateLimits(2, None)
+
+
+def test_an_override_with_a_bad_queue_is_refused_naming_nothing_but_the_setting() -> None:
+    with pytest.raises(ValueError, match=r"^max_waiting must be >= 0, got -1$"):
+        KeyedGate(max_running=1, max_waiting=0, overrides={"a": GateLimits(1, -1)})
+
+
+def test_a_malformed_override_from_a_function_names_its_key() -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0, overrides=lambda key: 3)  # type: ignore[arg-type,return-value]
+    message = r"^limits for 'acme' must be GateLimits\(max_running, max_waiting\), got 3$"
+    with pytest.raises(TypeError, match=message):
+        tenants.limits("acme")

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from boundedgate import BoundedGate, Evicted, KeyedGate, QueueExpired, RateLimit, RateLimited, admit_all
+from boundedgate import BoundedGate, Evicted, KeyedGate, Late, QueueExpired, RateLimit, RateLimited, admit_all
+from tests.streams.sources import ticks
 
 
 async def test_each_key_gets_its_own_rate_limit_and_keeps_it_while_idle() -> None:
@@ -115,3 +116,87 @@ async def test_a_combined_permit_hands_every_slot_to_a_stream() -> None:
     assert (tenants.running, provider.running) == (0, 0)
     assert provider.stats().completed == 1
     assert tenants.stats().total.completed == 1
+
+
+async def test_try_admit_pays_the_cost_it_is_given() -> None:
+    keyed: KeyedGate[str] = KeyedGate(
+        max_running=None, max_waiting=0, rate_limits=[RateLimit.per_second(1, burst=10, unit="tokens")]
+    )
+    permit = keyed.try_admit("a", cost=7)
+    assert keyed.get("a").stats().tokens == (3,)  # type: ignore[union-attr]
+    with pytest.raises(RateLimited) as refused:
+        keyed.try_admit("a", cost=4)
+    assert refused.value.retry_after == pytest.approx(1)
+    permit.release()
+
+
+async def test_a_refund_that_starts_waiters_raises_the_running_total() -> None:
+    keyed: KeyedGate[str] = KeyedGate(
+        max_running=None, max_waiting=5, rate_limits=[RateLimit.per_minute(10, burst=10, unit="tokens")]
+    )
+    first = keyed.try_admit("a", cost=10)
+    second = asyncio.create_task(keyed.admit("a", cost=5).__aenter__())
+    await asyncio.sleep(0)
+    assert (keyed.running, keyed.waiting) == (1, 1)
+    first.settle(2)  # 8 tokens back: the waiter's 5 are there now
+    await asyncio.sleep(0)
+    assert (keyed.running, keyed.waiting) == (2, 0)
+    assert keyed.stats().total.peak_running == 2
+    (await second).release()
+    first.release()
+
+
+async def test_a_resting_key_goes_idle_at_the_very_instant_its_buckets_are_full() -> None:
+    keyed: KeyedGate[str] = KeyedGate(
+        max_running=None, max_waiting=0, rate_limits=[RateLimit.per_second(1, burst=1)]
+    )
+    keyed.try_admit("a").release()  # its bucket is full again at 1
+    other = keyed.try_admit("b")  # b rests too, until 1
+    await asyncio.sleep(1)
+    other.release()  # at 1: a's (and b's) buckets are full, so both go now
+    assert list(keyed) == []
+
+
+async def test_a_resting_key_used_again_is_not_dropped_while_busy() -> None:
+    # A key's buckets may be full before the request that reuses it ends (it cost no tokens):
+    # when its resting time comes it must stay, since something runs in it.
+    keyed: KeyedGate[str] = KeyedGate(
+        max_running=None, max_waiting=0, rate_limits=[RateLimit.per_second(1, burst=5, unit="tokens")]
+    )
+    keyed.try_admit("a", cost=1).release()  # a rests until 1
+    busy = keyed.try_admit("a", cost=0)  # used again, at no cost: its buckets are still full at 1
+    await asyncio.sleep(1)
+    keyed.try_admit("b", cost=0).release()  # an event at 1 lets the rested keys go
+    assert keyed.get("a") is busy.gate
+    busy.release()
+    assert "a" not in keyed
+    assert keyed.stats().dropped == 2
+
+
+async def test_a_keyed_stream_holds_its_key_s_slot_and_forwards_every_argument() -> None:
+    keyed: KeyedGate[str] = KeyedGate(
+        max_running=1,
+        max_waiting=2,
+        priorities=2,
+        rate_limits=[RateLimit.per_second(1, burst=10, unit="tokens")],
+    )
+    holder = keyed.try_admit("a", cost=1)
+    opener = keyed.stream("a", lambda: ticks(3, every=1), timeout=4, priority=1, cost=5, raise_late=False)
+    opening = asyncio.create_task(opener.__aenter__())
+    await asyncio.sleep(0)
+    urgent = asyncio.create_task(keyed.admit("a", priority=0).__aenter__())
+    await asyncio.sleep(0)
+    holder.release()  # the urgent request starts before the older, calmer stream
+    (await urgent).release()
+    stream = await opening
+    assert keyed.get("a").stats().tokens == (pytest.approx(4),)  # type: ignore[union-attr]
+    assert keyed.running == 1
+    assert [item async for item in stream] == [0, 1, 2]  # ends at 3, before its deadline at 4
+    assert keyed.stats().total.completed == 3
+
+    late = await keyed.stream("b", lambda: ticks(2, every=1), deadline=asyncio.get_running_loop().time() + 1)
+    with pytest.raises(Late):
+        _ = [item async for item in late]
+    quiet = await keyed.stream("b", lambda: ticks(2, every=1), timeout=1, raise_late=False)
+    assert [item async for item in quiet] == [0, 1]
+    assert keyed.stats().total.late == 2

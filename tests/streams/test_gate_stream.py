@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from boundedgate import GatedStream, QueueFull, StreamOpener
+from boundedgate import GatedStream, Late, QueueFull, StreamOpener
 from tests.helpers import checked_gate
 from tests.streams.sources import Log, outcomes, ticks
 
@@ -147,3 +147,27 @@ async def test_the_deadline_of_the_admission_is_the_stream_s() -> None:
     stream = await gate.stream(lambda: ticks(3, every=1), timeout=2.5, raise_late=False)
     assert [item async for item in stream] == [0, 1, 2]
     assert outcomes(gate) == {"running": 0, "late": 1}
+
+
+async def test_an_absolute_deadline_is_the_stream_s_too() -> None:
+    gate = checked_gate(1, 0)
+    deadline = asyncio.get_running_loop().time() + 1.5
+    stream = await gate.stream(lambda: ticks(2, every=1), deadline=deadline)
+    with pytest.raises(Late) as late:
+        _ = [item async for item in stream]
+    assert late.value.deadline == deadline
+    assert outcomes(gate) == {"running": 0, "late": 1}
+
+
+async def test_the_priority_decides_who_opens_a_stream_first() -> None:
+    gate = checked_gate(1, 2, priorities=2)
+    holder = gate.try_admit()
+    calm = asyncio.create_task(_await(gate.stream(lambda: ticks(1), priority=1)))
+    await asyncio.sleep(0)
+    urgent = asyncio.create_task(_await(gate.stream(lambda: ticks(1), priority=0)))
+    await asyncio.sleep(0)
+    holder.release()
+    first = await urgent
+    assert not calm.done()
+    await first.aclose()
+    await (await calm).aclose()

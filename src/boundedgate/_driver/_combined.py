@@ -109,7 +109,7 @@ def admit_all(
     if not families:
         raise ValueError("admit_all() needs at least one gate")
     if deadline is None:
-        relative = None if timeout is None else check_timeout(timeout)
+        relative = check_timeout(timeout)  # inf for None: no deadline
         absolute = math.inf
     elif timeout is not None:
         raise ValueError("give timeout or deadline, not both")
@@ -162,8 +162,8 @@ class CombinedPermit(HandsOver):
         steps: tuple[Step, ...],
         timeout: float | None,
         deadline: float,
-        priority: int = 0,
-        cost: float | None = None,
+        priority: int,
+        cost: float | None,
     ) -> None:
         self._steps = steps
         self._priority = priority

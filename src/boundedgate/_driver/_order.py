@@ -70,14 +70,14 @@ def _id(family: object) -> int:
 
 
 def _check(ids: tuple[int, ...], names: Sequence[str]) -> None:
-    seen: dict[int, int] = {}
+    seen: set[int] = set()
     for i, number in enumerate(ids):
         if number in seen:
             raise ValueError(
                 f"{names[i]!r} appears twice in one admission; each gate (each keyed gate, with one key) "
                 "may be taken once"
             )
-        seen[number] = i
+        seen.add(number)
     added: list[tuple[int, int]] = []
     try:
         for i in range(len(ids) - 1):
