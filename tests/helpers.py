@@ -34,7 +34,7 @@ from boundedgate import (
     RateLimit,
     RateLimited,
 )
-from boundedgate._core import GateState, Ticket
+from boundedgate._core import GateState, Status, Ticket
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +117,24 @@ def reference(jobs: Sequence[Job], max_running: int, max_waiting: int | None) ->
     return done
 
 
+def check_invariants(state: GateState, now: float | None = None) -> None:
+    """Assert a gate state's invariants (costs O(queue)). ``now`` is the time of its last event."""
+    assert 0 <= state.running <= state.max_running, (state.running, state.max_running)
+    assert 0 <= state.waiting <= state._queue_limit, (state.waiting, state.max_waiting)
+    if state.waiting and state.running < state.max_running:
+        assert state._buckets, (state.running, state.waiting)  # only tokens may keep a slot free
+        if now is not None:
+            assert not state._affordable(state._queue.peek(), now), "the next ticket could start"
+    live = list(state._queue)
+    assert len(live) == state.waiting, (len(live), state.waiting)
+    assert len(set(map(id, live))) == len(live)
+    assert all(t.status is Status.QUEUED for t in live)
+    if now is not None:
+        for bucket in state._buckets:
+            tokens = bucket.tokens(now)
+            assert bucket.floor - 1e-6 <= tokens <= bucket.limit.burst, tokens
+
+
 class CheckedState(GateState):
     """A GateState that asserts its invariants after every event, and records every count it had."""
 
@@ -134,7 +152,7 @@ class CheckedState(GateState):
         self.counts: list[tuple[int, int]] = []
 
     def _checked(self, now: float) -> None:
-        self.check(now)
+        check_invariants(self, now)
         self.counts.append((self.running, self.waiting))
 
     def arrive(self, ticket: Ticket, now: float, wait: bool = True) -> Sequence[Ticket]:

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundedgate._core import GateState, RateLimit, Status, Ticket, TokenBucket
+from tests.helpers import check_invariants
 
 
 def test_RateLimit_constructors_and_defaults() -> None:
@@ -26,6 +27,7 @@ def test_RateLimit_constructors_and_defaults() -> None:
     assert (tpm.burst, tpm.name, tpm.per_request) == (120_000, "tpm", False)
     rps = RateLimit.per_second(5, burst=7, floor=0)
     assert (rps.rate, rps.burst, rps.floor, rps.name) == (5, 7, 0, "5 requests/s")
+    assert RateLimit.per_minute(60, floor=-10).floor == -10
     assert RateLimit(2.0, 4.0).name == "2 rps"
     assert RateLimit(2.0, 4.0, unit="tokens").name == "2 tps"
 
@@ -157,13 +159,17 @@ def test_GateState_refuses_a_request_whose_tokens_cannot_come_before_its_deadlin
         t = Ticket()
         state.arrive(t, 0)
         state.release(t, 0)
-    soon, later = Ticket(deadline=1), Ticket(deadline=2)
+    soon, later, sooner = Ticket(deadline=1), Ticket(deadline=2), Ticket(deadline=0.5)
     for t in (soon, later):
         state.arrive(t, 0)
-    state.check(0)
+    check_invariants(state, 0)
     assert soon.status is Status.RATE_LIMITED  # its token is due at 1, its deadline is 1
+    assert soon.ended == 0
     assert later.status is Status.QUEUED
     assert state.snapshot("s").rate_limited == 1
+    state.arrive(sooner, 0)
+    assert sooner.status is Status.RATE_LIMITED
+    assert state.snapshot("s").rate_limited == 2
 
 
 def test_GateState_cost_above_a_burst_can_never_be_served() -> None:
@@ -253,9 +259,34 @@ def test_GateState_granted_cost_never_exceeds_rate_times_window_plus_burst(
             record(state.arrive(t, now))
             if t.status is Status.RUNNING:
                 record([t])
-        state.check(now)
+        check_invariants(state, now)
     times = sorted({s for s, _ in started})
     for i, begin in enumerate(times):
         for end in times[i:]:
             granted = sum(c for s, c in started if begin <= s <= end)
             assert granted <= limit.rate * (end - begin) + limit.burst + 1e-6
+
+
+def test_GateState_an_urgent_newcomer_that_jumps_can_let_the_oldest_start_behind_it() -> None:
+    # The head (class 1, jumping the older class 2 waiter on the banked jump) waits for 5 tokens;
+    # the class 2 waiter, 1 token, waits behind it. An urgent newcomer that can pay jumps and spends
+    # the jump: the head is the oldest waiter again, who can pay too. Both start, and the core
+    # must report the one that was waiting, or its caller would never hear of it.
+    state = GateState(10, 10, priorities=3, jump_share=0.5, rate_limits=[RateLimit(1, 10, unit="tokens")])
+    spender = Ticket(cost=10)
+    state.arrive(spender, 0)
+    oldest, big = Ticket(priority=2, cost=1), Ticket(priority=1, cost=5)
+    for t in (oldest, big):
+        assert not state.arrive(t, 0)
+    assert state.advance(2) == []  # 2 tokens: not enough for the head
+    urgent = Ticket(priority=0, cost=1)
+    assert list(state.arrive(urgent, 2)) == [oldest]
+    assert (urgent.status, oldest.status, big.status) == (Status.RUNNING, Status.RUNNING, Status.QUEUED)
+    check_invariants(state, 2)
+
+
+def test_GateState_without_rate_limits_is_never_waiting_for_tokens() -> None:
+    state = GateState(1, 1)
+    assert state.ready_at(Ticket()) == -math.inf
+    assert state.full_at() == -math.inf
+    assert state.limiting(Ticket()) is None

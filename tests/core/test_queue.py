@@ -34,6 +34,19 @@ def test_WaitQueue_one_class_is_plain_fifo() -> None:
     assert [take(q) for _ in range(4)] == [tickets[0], tickets[2], tickets[3], tickets[4]]
 
 
+def test_WaitQueue_peek_skips_tickets_that_left_in_one_class_and_in_several() -> None:
+    for classes in (1, 2):
+        q = WaitQueue(classes)
+        gone, first, second = queued(), queued(), queued()
+        for t in (gone, first, second):
+            q.push(t)
+        gone.status = Status.EXPIRED
+        assert q.peek() is first
+        first.status = Status.CANCELLED
+        assert q.peek() is second
+        assert take(q) is second
+
+
 def test_WaitQueue_the_most_urgent_head_goes_first_when_it_is_also_the_oldest() -> None:
     q = WaitQueue(3)
     urgent, calm = queued(0), queued(2)
@@ -58,6 +71,18 @@ def test_WaitQueue_an_urgent_arrival_jumps_once_then_pays_for_the_next_jump() ->
     assert order[5:8] == background[3:6]
     assert order[8] is urgent[2]
     assert order[9:] == background[6:]
+
+
+def test_WaitQueue_taking_the_oldest_waiter_spends_no_jump() -> None:
+    q = WaitQueue(2, jump_share=0.5)  # one jump banked, and no more than that
+    oldest = queued(0)
+    q.push(oldest)
+    assert take(q) is oldest  # urgent, but also the oldest: not a jump
+    calm, urgent = queued(1), queued(0)
+    q.push(calm)
+    q.push(urgent)
+    assert take(q) is urgent  # the banked jump is still there
+    assert take(q) is calm
 
 
 def test_WaitQueue_zero_jump_share_is_fifo_across_classes() -> None:

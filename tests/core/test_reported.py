@@ -8,6 +8,7 @@ import pytest
 
 from boundedgate import RateLimit, Status
 from boundedgate._core import GateState, Ticket
+from tests.helpers import check_invariants
 
 
 def test_a_newcomer_that_jumps_to_the_head_with_its_tokens_there_starts() -> None:
@@ -21,7 +22,7 @@ def test_a_newcomer_that_jumps_to_the_head_with_its_tokens_there_starts() -> Non
     urgent = Ticket(priority=0, cost=0)
     state.arrive(urgent, 0.0)  # next in line (one jump is banked), and it costs nothing
     assert urgent.status is Status.RUNNING  # it is QUEUED, and nothing will start it but advance()
-    state.check(0.0)
+    check_invariants(state, 0.0)
 
 
 def test_a_requests_limit_whose_burst_is_below_one_is_refused() -> None:

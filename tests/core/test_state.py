@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from boundedgate._core import GateState, Status, Ticket
 from boundedgate._core._state import _SLACK
+from tests.helpers import check_invariants
 
 
 def ticket(deadline: float = math.inf) -> Ticket:
@@ -40,7 +41,7 @@ def test_GateState_seed_worked_example_as_pure_steps() -> None:
     assert state.release(c, 150) == ()
     assert c.status is Status.COMPLETED
     assert state.next_wakeup() == math.inf
-    state.check()
+    check_invariants(state)
     snap = state.snapshot("seed")
     assert (snap.admitted, snap.completed, snap.expired, snap.rejected) == (3, 3, 1, 1)
 
@@ -115,6 +116,7 @@ def test_GateState_cancel_of_a_granted_ticket_uncounts_it_and_passes_the_slot_on
     assert state.release(holder, 5) == [granted]
     assert state.cancel(granted, 5) == [next_in_line]
     assert granted.status is Status.CANCELLED
+    assert (granted.started, granted.ended) == (None, 5)  # it never used the slot
     snap = state.snapshot("s")
     assert (snap.admitted, snap.cancelled, snap.running) == (2, 1, 1)
     # Its wait is counted once, when it was granted: mean wait over admitted + cancelled.
@@ -169,7 +171,7 @@ def test_GateState_dead_entries_are_compacted() -> None:
             state.cancel(t, i + 0.5)
         assert len(state._queue) <= 2 * state.waiting + _SLACK + 1
         assert len(state._deadlines) <= 2 * state.waiting + _SLACK + 1
-        state.check()
+        check_invariants(state)
 
 
 def test_GateState_started_waiters_leave_stale_deadlines_that_get_compacted() -> None:
@@ -268,7 +270,7 @@ class GateStateMachine(RuleBasedStateMachine):
         state = self.state
         if state is None:
             return
-        state.check()
+        check_invariants(state)
         queued = [t for t in self.tickets if t.status is Status.QUEUED]
         assert state.waiting == len(queued)
         assert state.running == sum(t.status is Status.RUNNING for t in self.tickets)
@@ -282,3 +284,9 @@ class GateStateMachine(RuleBasedStateMachine):
 
 
 TestGateStateMachine = GateStateMachine.TestCase
+
+
+def test_Ticket_starts_new_with_no_times_and_no_cost() -> None:
+    t = Ticket()
+    assert (t.status, t.arrival, t.started, t.ended) == (Status.NEW, None, None, None)
+    assert (t.deadline, t.priority, t.cost) == (math.inf, 0, 0)

@@ -34,7 +34,7 @@ from boundedgate import (
     admit_all,
 )
 from boundedgate._driver._keyed import _KeyState
-from tests.helpers import Job, Result, reference, run_script, run_virtual
+from tests.helpers import Job, Result, check_invariants, reference, run_script, run_virtual
 
 KEYS = ("a", "b", "c")
 
@@ -150,7 +150,7 @@ async def _run_keyed(
     assert len(keyed) == stats.keys <= keep
     assert stats.created >= stats.dropped + stats.keys
     for key in keyed:
-        keyed.get(key)._state.check()  # type: ignore[union-attr]
+        check_invariants(keyed.get(key)._state)  # type: ignore[union-attr]
 
 
 @given(
@@ -273,7 +273,7 @@ async def _run_multi(order: list[int], calls: list[Call], caps: list[GateLimits]
         for _ in range(3):
             await asyncio.sleep(0)
         for gate in family.live_gates():
-            gate._state.check()
+            check_invariants(gate._state)
         for task, call in started:
             if call.cancel_at == t:
                 task.cancel()

@@ -58,6 +58,11 @@ class WaitQueue:
 
     def peek(self) -> Ticket:
         """The ticket that :meth:`take` would start next. The queue must hold a live ticket."""
+        if self.classes == 1:
+            lane = self._lanes[0]
+            while lane[0].status is not QUEUED:
+                lane.popleft()
+            return lane[0]
         return self._lanes[self._choose()[0]][0]
 
     def take(self) -> Ticket:
@@ -104,13 +109,9 @@ class WaitQueue:
             yield from (t for t in lane if t.status is QUEUED)
 
     def _choose(self) -> tuple[int, bool]:
-        # The lane to take from, and whether taking its head is a jump over an older waiter.
+        # With several classes: the lane to take from, and whether taking its head is a jump over
+        # an older waiter.
         lanes = self._lanes
-        if self.classes == 1:
-            lane = lanes[0]
-            while lane[0].status is not QUEUED:
-                lane.popleft()
-            return 0, False
         top = oldest = -1
         for index, lane in enumerate(lanes):
             while lane and lane[0].status is not QUEUED:

@@ -415,23 +415,6 @@ class GateState:
             tokens=tuple(b.limit.burst for b in self._buckets) if now is None else self.tokens(now),
         )
 
-    def check(self, now: float | None = None) -> None:
-        """Assert the invariants (for tests; costs O(queue)). ``now`` is the last event's time."""
-        assert 0 <= self.running <= self.max_running, (self.running, self.max_running)
-        assert 0 <= self.waiting <= self._queue_limit, (self.waiting, self.max_waiting)
-        if self.waiting and self.running < self.max_running:
-            assert self._buckets, (self.running, self.waiting)
-            if now is not None:
-                assert not self._affordable(self._queue.peek(), now), "the next ticket could start"
-        live = list(self._queue)
-        assert len(live) == self.waiting, (len(live), self.waiting)
-        assert len(set(map(id, live))) == len(live)
-        assert all(t.status is QUEUED for t in live)
-        if now is not None:
-            for bucket in self._buckets:
-                tokens = bucket.tokens(now)
-                assert bucket.floor - 1e-6 <= tokens <= bucket.limit.burst, tokens
-
     # -- internals --------------------------------------------------------------------------
 
     def _start(self, ticket: Ticket, now: float) -> None:
