@@ -290,3 +290,20 @@ def test_Ticket_starts_new_with_no_times_and_no_cost() -> None:
     t = Ticket()
     assert (t.status, t.arrival, t.started, t.ended) == (Status.NEW, None, None, None)
     assert (t.deadline, t.priority, t.cost) == (math.inf, 0, 0)
+
+
+def test_GateState_rebuilds_its_queue_and_heap_exactly_when_dead_entries_pass_the_slack() -> None:
+    # Departures leave their entries behind (removing from the middle of a heap or a deque costs
+    # O(n)); after a departure, entries beyond twice the live ones plus the slack are dropped all at
+    # once, so each rebuild is paid for by as many departures as it drops.
+    state = GateState(1, None)
+    state.arrive(ticket(), 0)
+    waiters = [ticket(10**9) for _ in range(3 * _SLACK)]
+    for t in waiters:
+        state.arrive(t, 0)
+    entries = len(waiters)
+    for t in waiters:
+        state.cancel(t, 1)
+        if entries > 2 * state.waiting + _SLACK:
+            entries = state.waiting
+        assert len(state._deadlines) == len(state._queue) == entries
