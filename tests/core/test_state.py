@@ -9,7 +9,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from boundedgate._core import GateState, Status, Ticket
+from boundedgate._core import GateState, RateLimit, Status, Ticket
 from boundedgate._core._state import _SLACK
 from tests.helpers import check_invariants
 
@@ -307,3 +307,24 @@ def test_GateState_rebuilds_its_queue_and_heap_exactly_when_dead_entries_pass_th
         if entries > 2 * state.waiting + _SLACK:
             entries = state.waiting
         assert len(state._deadlines) == len(state._queue) == entries
+
+
+@pytest.mark.parametrize("rated", [False, True], ids=["slots", "tokens"])
+def test_GateState_entries_of_started_waiters_are_dropped_by_the_same_rule(rated: bool) -> None:
+    # Waiters start one at a time: as slots free, or (rated) as a token comes each second, the
+    # next in line then waiting for its own. Their deadline entries stay in the heap until it
+    # holds more than twice the live ones plus the slack.
+    state = GateState(None, None, rate_limits=[RateLimit(1, 1)]) if rated else GateState(1, None)
+    holder = ticket()
+    state.arrive(holder, 0)
+    waiters = [ticket(10**9) for _ in range(3 * _SLACK)]
+    for t in waiters:
+        state.arrive(t, 0)
+    entries = len(waiters)
+    for now, t in enumerate(waiters, start=1):
+        started = state.advance(now) if rated else state.release(holder, now)
+        assert list(started) == [t]
+        holder = t
+        if entries > 2 * state.waiting + _SLACK:
+            entries = state.waiting
+        assert len(state._deadlines) == entries
