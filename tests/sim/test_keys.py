@@ -17,7 +17,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import boundedgate.sim._engine
-from boundedgate import GateLimits, KeyedGate, RateLimit
+from boundedgate import BoundedGate, GateLimits, KeyedGate, RateLimit
 from boundedgate._core import Ticket
 from boundedgate.sim import (
     Job,
@@ -498,3 +498,37 @@ def test_key_summary_refused_and_lookup() -> None:
     assert summary.key("b").refused == 0
     with pytest.raises(KeyError):
         summary.key("c")
+
+
+def test_one_gates_peaks_are_its_cores_as_boundedgate_reports_them() -> None:
+    # J3 (class 0) arrives at 2 ms as J1 and J5 (class 1) wait: inside that one step the core counts
+    # three waiting before J3 starts on its tokens, so its peak is 3 where the counts after each
+    # step never pass 2. BoundedGate.stats() reports the core's peak, and so does the summary of a
+    # one-key simulation; a keyed one reports the totals after each step, as KeyedGate.stats() does.
+    jobs = [
+        Job("J0", 0, 3, None, 0, 2),
+        Job("J1", 2, 1, None, 1, 0),
+        Job("J2", 1, 2, None, 1, 2),
+        Job("J3", 2, 3, None, 0, 0),
+        Job("J4", 0, 1, None, 1, 2),
+        Job("J5", 1, 2, None, 1, 3),
+    ]
+    tokens = RateLimit(1000, 4, "tokens", name="t")
+    result = simulate(
+        jobs, max_running=None, max_waiting=None, priorities=2, jump_share=0.5, rate_limits=[tokens]
+    )
+    gate = BoundedGate(
+        max_running=None,
+        max_waiting=None,
+        priorities=2,
+        jump_share=0.5,
+        rate_limits=[RateLimit(1, 4, "tokens", name="t")],
+    )
+    assert outcomes(result) == run_virtual(run_script, gate, as_helper_jobs(jobs))
+    stats = gate.stats()
+    assert (result.summary.peak_running, result.summary.peak_waiting) == (
+        stats.peak_running,
+        stats.peak_waiting,
+    )
+    assert (stats.peak_running, stats.peak_waiting) == (3, 3)
+    assert max(event.waiting for event in result.trace) == 2

@@ -192,7 +192,7 @@ class _Run:
     """One simulation in progress: a gate per key, the pending ends of bodies, the counts, the trace.
 
     Each gate keeps its own counts; ``running`` and ``waiting`` are their totals over every gate,
-    brought up to date after each step of a core, as a ``KeyedGate``'s are, and so are the peaks.
+    brought up to date after each step of a core, as a ``KeyedGate``'s are, and so are their peaks.
     """
 
     def __init__(
@@ -481,9 +481,15 @@ def _summary(run: _Run, rows: Sequence[RequestResult], priorities: int, limits: 
                     **_tally(rows_of[gate.key]),
                 )
             )
+    # One gate's peaks are its core's, as BoundedGate.stats() reports them (a core may count a
+    # request waiting for an instant within one step); several gates' are the totals' after each
+    # step, as KeyedGate.stats() reports them.
+    peaks = (run.peak_running, run.peak_waiting)
+    if not run.keyed and run.gates:
+        peaks = (run.gates[0].state.peak_running, run.gates[0].state.peak_waiting)
     return Summary(
-        peak_running=run.peak_running,
-        peak_waiting=run.peak_waiting,
+        peak_running=peaks[0],
+        peak_waiting=peaks[1],
         classes=tuple(classes),
         keys=tuple(keys),
         **_tally(rows),
