@@ -282,7 +282,13 @@ COMMANDS = re.findall(r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", README.read_tex
 
 
 def test_the_readme_shows_commands() -> None:
-    assert [command.split()[1] for command, _ in COMMANDS] == ["simulate", "plan", "simulate", "plan"]
+    assert [command.split()[1] for command, _ in COMMANDS] == [
+        "simulate",
+        "plan",
+        "simulate",
+        "plan",
+        "simulate",
+    ]
 
 
 @pytest.mark.parametrize(("command", "shown"), COMMANDS, ids=[c.split()[1] for c, _ in COMMANDS])
