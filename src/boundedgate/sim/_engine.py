@@ -39,8 +39,9 @@ Keys
 ====
 
 A script whose requests name several keys is replayed as through a ``KeyedGate``: one
-:class:`GateState` per key, made at the key's first arrival with the simulation's settings (or the
-key's override) and buckets of its own, all told the same clock. Each key's state is visited at
+:class:`GateState` per key, with the simulation's settings (or the key's override) and buckets of
+its own, all told the same clock (a core knows no time until it is told one, so making them all at
+the start is making each at its key's first arrival). Each key's state is visited at
 exactly the instants a simulation of that key's requests alone would visit: the arrivals and ends
 of its own requests, and its own wake-ups (with the same snapping and the same second visit), so a
 key's requests end exactly as they would alone, whatever the other keys do. At each instant the
