@@ -282,7 +282,13 @@ COMMANDS = re.findall(r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", README.read_tex
 
 
 def test_the_readme_shows_commands() -> None:
-    assert [command.split()[1] for command, _ in COMMANDS] == ["simulate", "plan", "simulate", "plan"]
+    assert [command.split()[1] for command, _ in COMMANDS] == [
+        "simulate",
+        "plan",
+        "simulate",
+        "plan",
+        "simulate",
+    ]
 
 
 @pytest.mark.parametrize(("command", "shown"), COMMANDS, ids=[c.split()[1] for c, _ in COMMANDS])
@@ -566,3 +572,181 @@ def test_plot_a_sweep_over_rate_limits_and_a_pure_rate_limiter(
     status, _, _ = run(capsys, *RATED[:3], "none", *RATED[4:], "--plot", str(run_chart))
     assert status == 0
     assert "max_running=unbounded, max_waiting=3, 60 rpm, 6000 tpm" in run_chart.read_text()
+
+
+# -- keys -----------------------------------------------------------------------------------------
+
+TENANTS_CSV = (
+    "id,arrival_ms,service_ms,budget_ms,key\n"
+    + "".join(f"a{i},0,100,250,acme\n" for i in range(1, 7))
+    + "g1,0,100,250,globex\ng2,50,100,250,\n"
+)
+
+
+@pytest.fixture
+def tenants(tmp_path: Path) -> Path:
+    path = tmp_path / "tenants.csv"
+    path.write_text(TENANTS_CSV)
+    return path
+
+
+def test_simulate_with_keys_and_an_override_shows_each_key(
+    capsys: pytest.CaptureFixture[str], tenants: Path
+) -> None:
+    status, out, err = run(
+        capsys, "simulate", str(tenants), "-c", "2", "-q", "1", "--override", "acme=3,none"
+    )
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"8 requests from {tenants} through max_running=2, max_waiting=1, for each of 3 keys; "
+        "acme: max_running=3, max_waiting=none"
+    )
+    assert "a6  acme    completed        0    100  200    100         200" in lines
+    assert 'g2  ""      completed       50     50  150      0         100' in lines
+    assert "peaks: 5 running, 3 waiting (all keys together)" in lines
+    keys = [line.split()[:9] for line in out.split("\n\nkey ")[1].splitlines()[2:]]
+    assert keys == [
+        ['""', "2", "1", "1", "0", "1", "1", "0", "0"],
+        ["acme", "3", "none", "3", "3", "6", "6", "0", "0"],
+        ["globex", "2", "1", "1", "0", "1", "1", "0", "0"],
+    ]
+    assert "key running" not in out  # no trace unless asked
+    status, out, _ = run(capsys, "simulate", str(tenants), "-c", "2", "-q", "1", "--trace")
+    assert "time  event      id  key     running  waiting  key running  key waiting" in out
+    assert "   0  queued     a3  acme          2        1            2            1" in out.splitlines()
+
+
+def test_simulate_json_with_keys(capsys: pytest.CaptureFixture[str], tenants: Path) -> None:
+    status, out, _ = run(
+        capsys, "simulate", str(tenants), "-c", "2", "-q", "1", "--override", "acme=3,none", "--json"
+    )
+    assert status == 0
+    data = json.loads(out)
+    assert data["overrides"] == {"acme": {"max_running": 3, "max_waiting": None}}
+    assert [(k["key"], k["max_running"], k["completed"]) for k in data["summary"]["keys"]] == [
+        ("", 2, 1),
+        ("acme", 3, 6),
+        ("globex", 2, 1),
+    ]
+    assert data["requests"][0]["key"] == "acme"
+    assert "key" not in data["requests"][-1]
+    assert {"key_running", "key_waiting"} <= set(data["trace"][0])
+
+
+def test_a_script_with_one_key_prints_as_before(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "one.csv"
+    path.write_text("id,arrival_ms,service_ms,key\nA,0,10,acme\nB,0,10,acme\n")
+    _, out, _ = run(capsys, "simulate", str(path), "-c", "1", "-q", "1", "--trace", "--override", "acme=2,0")
+    assert (
+        out.splitlines()[0]
+        == f"2 requests from {path} through max_running=1, max_waiting=1; acme: max_running=2, max_waiting=0"
+    )
+    assert "id  outcome    arrival  start  end  queue  end-to-end" in out
+    assert "time  event      id  running  waiting" in out
+    assert "max_running  max_waiting  peak running" not in out
+    assert "(all keys together)" not in out
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("acme", "'acme': give KEY=C,Q"),
+        ("acme=4", "'acme=4': give KEY=C,Q"),
+        ("acme=0,1", "'acme=0,1': give KEY=C,Q, the running slots (>= 1)"),
+        ("acme=1,-1", "'acme=1,-1': give KEY=C,Q"),
+        ("acme=1,2,3", "'acme=1,2,3': give KEY=C,Q"),
+        ("acme=x,1", "'acme=x,1': give KEY=C,Q"),
+    ],
+)
+def test_bad_overrides_exit_2_with_a_message(
+    capsys: pytest.CaptureFixture[str], tenants: Path, override: str, message: str
+) -> None:
+    for command in (["simulate", str(tenants)], ["plan", "--script", str(tenants)]):
+        with pytest.raises(SystemExit) as caught:
+            main([*command, "-c", "1", "-q", "1", "--override", override])
+        assert caught.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def test_an_override_given_twice_fails_and_one_for_no_key_is_noted(
+    capsys: pytest.CaptureFixture[str], tenants: Path
+) -> None:
+    status, _, err = run(
+        capsys,
+        "simulate",
+        str(tenants),
+        "-c",
+        "1",
+        "-q",
+        "1",
+        "--override",
+        "acme=1,1",
+        "--override",
+        "acme=2,2",
+    )
+    assert status == 1
+    assert err == "boundedgate: error: --override: key 'acme' is given twice\n"
+    status, out, err = run(
+        capsys, "simulate", str(tenants), "-c", "1", "-q", "1", "--override", "acmee=4,4", "--summary-only"
+    )
+    assert status == 0
+    assert err == "boundedgate: note: --override acmee=...: no request has the key 'acmee'\n"
+    assert "acmee: max_running=4, max_waiting=4" in out.splitlines()[0]
+    # An empty key is the default key's override.
+    _, out, err = run(
+        capsys, "simulate", str(tenants), "-c", "1", "-q", "1", "--override", "=5,0", "--summary-only"
+    )
+    assert err == ""
+    assert [line.split()[:3] for line in out.splitlines() if line.startswith('""')] == [['""', "5", "0"]]
+
+
+def test_plan_with_a_key_mix_and_overrides(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    saved = tmp_path / "keys.csv"
+    argv = [
+        *PLAN,
+        "-q",
+        "0,4",
+        "--key-mix",
+        "acme=3,globex=1",
+        "--override",
+        "globex=8,0",
+        "--save-script",
+        str(saved),
+    ]
+    status, out, _ = run(capsys, *argv)
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].endswith("; key mix acme=3,globex=1; seed 0")
+    assert lines[1] == "Gate: a gate per key (2 keys); globex: max_running=8, max_waiting=0"
+    assert "(settings are each key's, but for overrides; --json gives each key's summary)" in lines
+    jobs = read_script(saved)
+    assert {job.key for job in jobs} == {"acme", "globex"}
+    status, out, _ = run(capsys, *argv, "--json")
+    data = json.loads(out)
+    assert data["overrides"] == {"globex": {"max_running": 8, "max_waiting": 0}}
+    for row in data["rows"]:
+        acme, globex = row["summary"]["keys"]
+        assert (acme["key"], acme["max_running"], acme["max_waiting"]) == ("acme", 4, row["max_waiting"])
+        assert (globex["key"], globex["max_running"], globex["max_waiting"]) == ("globex", 8, 0)
+        assert acme["requests"] + globex["requests"] == len(jobs)
+        assert globex["rejected"] == 0  # 8 slots for about 5 requests a second of 200 ms or so
+    # The same script replayed gives the same rows.
+    _, replayed, _ = run(
+        capsys, "plan", "--script", str(saved), "-c", "4", "-q", "0,4", "--override", "globex=8,0", "--json"
+    )
+    assert json.loads(replayed)["rows"] == data["rows"]
+
+
+def test_plan_replaying_a_script_takes_no_key_mix(capsys: pytest.CaptureFixture[str], seed: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--script", str(seed), "-c", "1", "-q", "1", "--key-mix", "a=1"])
+    assert "takes no --key-mix" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mix", ["acme", "acme=-1", "acme=0", "=1", "a=1,a=2", "a=x"])
+def test_bad_key_mixes_exit_2(capsys: pytest.CaptureFixture[str], mix: str) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main([*PLAN, "-q", "1", "--key-mix", mix])
+    assert caught.value.code == 2
+    assert f"{mix!r}: give KEY=WEIGHT for each key" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import itertools
 import math
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -160,6 +161,53 @@ def test_priority_mix() -> None:
 def test_bad_priority_mixes_are_refused(mix: list[float], error: type[Exception]) -> None:
     with pytest.raises(error, match="priority_mix"):
         generate(Poisson(1), Fixed(1), duration_ms=10, priority_mix=mix)
+
+
+def test_key_mix_spreads_requests_over_keys_by_weight_on_its_own_stream() -> None:
+    jobs = generate(
+        Poisson(100), Exponential(5), duration_ms=100_000, key_mix={"acme": 3, "globex": 1}, seed=2
+    )
+    share = sum(j.key == "acme" for j in jobs) / len(jobs)
+    assert 0.73 < share < 0.77
+    assert {j.key for j in jobs} == {"acme", "globex"}
+    assert jobs == generate(
+        Poisson(100), Exponential(5), duration_ms=100_000, key_mix={"acme": 3, "globex": 1}, seed=2
+    )
+    assert jobs != generate(
+        Poisson(100), Exponential(5), duration_ms=100_000, key_mix={"acme": 3, "globex": 1}, seed=3
+    )
+    # Only the keys change: arrivals, service times and priorities are those of the same seed without it.
+    plain = generate(Poisson(100), Exponential(5), duration_ms=100_000, priority_mix=[1, 1], seed=2)
+    keyed = generate(
+        Poisson(100),
+        Exponential(5),
+        duration_ms=100_000,
+        priority_mix=[1, 1],
+        key_mix={"a": 1, "": 1},
+        seed=2,
+    )
+    assert [replace(j, key="") for j in keyed] == plain
+    assert {j.key for j in plain} == {""}
+    assert {j.key for j in keyed} == {"a", ""}
+    assert {j.key for j in generate(Poisson(100), Fixed(1), duration_ms=1000, key_mix={"x": 0, "y": 2})} == {
+        "y"
+    }
+
+
+@pytest.mark.parametrize(
+    ("mix", "error", "message"),
+    [
+        ({}, ValueError, "key_mix needs a weight per key"),
+        ({"a": 0}, ValueError, "key_mix must give some key a weight > 0"),
+        ({"a": -1}, ValueError, "key_mix weights must be finite and >= 0"),
+        ({"a": True}, TypeError, "key_mix weights must be numbers"),
+        ({3: 1}, TypeError, "key_mix's keys must be strings, got 3"),
+        (["a", "b"], TypeError, "key_mix must be a mapping from key to weight"),
+    ],
+)
+def test_bad_key_mixes_are_refused(mix: object, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        generate(Poisson(1), Fixed(1), duration_ms=10, key_mix=mix)  # type: ignore[arg-type]
 
 
 def test_costs_fixed_or_drawn_in_whole_tokens_on_their_own_streams() -> None:

@@ -3,7 +3,8 @@
 ``simulate`` replays a script (JSON or CSV, see :mod:`boundedgate.sim`) through a gate with given
 settings and prints what became of each request. ``plan`` generates traffic (or reads a script) and
 sweeps settings, printing a line per setting. Both take rate limits as ``--rpm`` (requests per
-minute) and ``--tpm`` (tokens per minute, paid by each request's cost). Exit status: 0 on success,
+minute) and ``--tpm`` (tokens per minute, paid by each request's cost), and replay requests with a
+key through a gate per key, with ``--override KEY=C,Q`` for a key's own limits. Exit status: 0 on success,
 1 when the work could not be done (an unreadable or invalid script, a missing extra), 2 for a
 malformed command line.
 """
@@ -15,15 +16,15 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import RateLimit, __version__
+from .. import GateLimits, RateLimit, __version__
 from ..sim import Bursts, Job, Poisson, ScriptError, generate, read_script, simulate, sweep, write_script
 from ..sim._plot import FORMATS, plot_simulation, plot_sweep, require_matplotlib
-from ..sim._results import rate_limit_dict
-from ..sim._text import human_ms, number, requests_table, summary_lines, sweep_table, trace_table
+from ..sim._results import overrides_dict, rate_limit_dict
+from ..sim._text import human_ms, key_name, number, requests_table, summary_lines, sweep_table, trace_table
 from ..sim._workload import Arrivals, Distribution, Exponential, Fixed
 from . import _units
 from ._progress import ProgressBar
@@ -119,6 +120,41 @@ def _add_rate_limit_options(group: Any, several: bool) -> None:
     )
 
 
+def _add_override_option(group: Any) -> None:
+    group.add_argument(
+        "--override",
+        metavar="KEY=C,Q",
+        type=_units.override,
+        action="append",
+        default=[],
+        help="a key's own running slots and queue places (each a number or none), as KeyedGate's "
+        "overrides; repeat for more keys",
+    )
+
+
+def _overrides(args: argparse.Namespace, jobs: Sequence[Job]) -> dict[str, GateLimits]:
+    overrides: dict[str, GateLimits] = {}
+    for key, limits in args.override:
+        if key in overrides:
+            raise _Failed(f"--override: key {key!r} is given twice")
+        overrides[key] = limits
+    keys = {job.key for job in jobs}
+    for key in overrides:
+        if key not in keys:
+            print(f"boundedgate: note: --override {key}=...: no request has the key {key!r}", file=sys.stderr)
+    return overrides
+
+
+def _limits_text(max_running: int | None, max_waiting: int | None) -> str:
+    c = "none" if max_running is None else max_running
+    q = "none" if max_waiting is None else max_waiting
+    return f"max_running={c}, max_waiting={q}"
+
+
+def _overrides_text(overrides: Mapping[str, GateLimits]) -> list[str]:
+    return [f"{key_name(key)}: {_limits_text(*limits)}" for key, limits in overrides.items()]
+
+
 def _whole(value: float) -> str:
     return number(value) or ""
 
@@ -161,15 +197,17 @@ def _settings(
     classes: int,
     jump_share: float,
     limits: Sequence[RateLimit] = (),
+    keys: int = 1,
+    overrides: Mapping[str, GateLimits] | None = None,
 ) -> str:
-    c = "none" if max_running is None else max_running
-    q = "none" if max_waiting is None else max_waiting
-    text = f"max_running={c}, max_waiting={q}"
+    text = _limits_text(max_running, max_waiting)
     if classes > 1:
         text += f", priorities={classes}, jump_share={jump_share:g}"
     for limit in limits:
         text += f", {limit.name} (burst {_whole(limit.burst)})"
-    return text
+    if keys > 1:
+        text += f", for each of {keys} keys"
+    return "; ".join([text, *_overrides_text(overrides or {})])
 
 
 def _plot_path(text: str) -> Path:
@@ -192,8 +230,9 @@ def _parser() -> argparse.ArgumentParser:
         "simulate",
         help="replay a script of requests through a gate",
         description="Replay a script (JSON or CSV with id, arrival_ms, service_ms and an optional "
-        "budget_ms, in whole milliseconds, and optionally priority, cost and actual_cost) through a "
-        "gate, and print what became of each request.",
+        "budget_ms, in whole milliseconds, and optionally priority, cost, actual_cost and key) through a "
+        "gate (a gate per key, with --override for a key's own limits), and print what became of each "
+        "request.",
     )
     sim.add_argument("script", metavar="FILE", type=Path, help="the script, .json or .csv")
     sim.add_argument(
@@ -207,6 +246,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--max-waiting", "-q", metavar="Q", type=_max_waiting, required=True, help="queue places, or none"
     )
+    _add_override_option(sim)
     _add_priority_options(sim)
     _add_rate_limit_options(sim, several=False)
     sim.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -276,6 +316,12 @@ def _parser() -> argparse.ArgumentParser:
         help="weights of the priority classes 0, 1...: 1,4 makes one request in five class 0",
     )
     traffic.add_argument(
+        "--key-mix",
+        metavar="KEY=W,...",
+        type=_units.key_mix,
+        help="spread requests over keys by weight: acme=3,globex=1 makes three in four acme's",
+    )
+    traffic.add_argument(
         "--cost",
         type=_units.cost,
         help="each request's declared cost in tokens, for --tpm: 2000, exp:2000, lognormal:1200,6000",
@@ -286,6 +332,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_units.cost,
         help="the cost each request settles as it ends (the difference is charged or refunded)",
     )
+    _add_override_option(settings)
     _add_priority_options(settings)
     _add_rate_limit_options(settings, several=True)
     plan.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -327,6 +374,7 @@ def _simulate(args: argparse.Namespace) -> None:
     classes = _classes(args, jobs)
     limits = _rate_limits(args.rpm, args.tpm, args.rpm_burst, args.tpm_burst)
     _note_costless(limits, jobs)
+    overrides = _overrides(args, jobs)
     try:
         result = simulate(
             jobs,
@@ -335,6 +383,7 @@ def _simulate(args: argparse.Namespace) -> None:
             priorities=classes,
             jump_share=args.jump_share,
             rate_limits=limits,
+            overrides=overrides,
         )
     except ScriptError as error:
         raise _Failed(f"{args.script}: {error}") from None
@@ -343,7 +392,10 @@ def _simulate(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
-        settings = _settings(args.max_running, args.max_waiting, classes, args.jump_share, limits)
+        keys = len({job.key for job in jobs})
+        settings = _settings(
+            args.max_running, args.max_waiting, classes, args.jump_share, limits, keys, overrides
+        )
         print(f"{len(jobs)} requests from {args.script} through {settings}")
         if not args.summary_only:
             print("\n" + requests_table(result) + "\n\n(times in ms from the script's origin)")
@@ -357,7 +409,7 @@ def _simulate(args: argparse.Namespace) -> None:
 
 
 def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Job], str]:
-    options = ("rate", "burst", "service", "budget", "priority_mix", "cost", "actual_cost")
+    options = ("rate", "burst", "service", "budget", "priority_mix", "key_mix", "cost", "actual_cost")
     generated = [name for name in options if getattr(args, name) is not None]
     if args.script is not None:
         if generated:
@@ -387,6 +439,7 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         duration_ms=args.duration,
         budget_ms=args.budget,
         priority_mix=args.priority_mix,
+        key_mix=args.key_mix,
         cost=_fixed_or_drawn(args.cost),
         actual_cost=_fixed_or_drawn(args.actual_cost),
         seed=args.seed,
@@ -395,6 +448,8 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     mix = (
         "" if args.priority_mix is None else f"; priority mix {','.join(f'{w:g}' for w in args.priority_mix)}"
     )
+    if args.key_mix is not None:
+        mix += f"; key mix {','.join(f'{key}={w:g}' for key, w in args.key_mix.items())}"
     costs = ""
     if args.cost is not None:
         costs += f"; cost {_describe_distribution(args.cost, _tokens)}"
@@ -434,6 +489,7 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         for tpm in args.tpm or [None]
     ]
     _note_costless([limit for limits in limit_sets for limit in limits], jobs)
+    overrides = _overrides(args, jobs)
     try:
         rows = sweep(
             jobs,
@@ -442,6 +498,7 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             priorities=classes,
             jump_share=args.jump_share,
             rate_limits=limit_sets,
+            overrides=overrides,
             progress=ProgressBar("simulating", sys.stderr),
         )
     except ScriptError as error:
@@ -453,6 +510,7 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             "workload": description,
             "priorities": classes,
             "jump_share": args.jump_share,
+            **({"overrides": overrides_dict(overrides)} if overrides else {}),
             "rows": [
                 {
                     "max_running": row.max_running,
@@ -469,6 +527,10 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         gate = []
         if classes > 1:
             gate.append(f"priorities={classes}, jump_share={args.jump_share:g}")
+        keys = len({job.key for job in jobs})
+        if keys > 1:
+            gate.append(f"a gate per key ({keys} keys)")
+        gate += _overrides_text(overrides)
         for kind, given, burst in (("rpm", args.rpm, args.rpm_burst), ("tpm", args.tpm, args.tpm_burst)):
             if any(value is not None for value in given or ()):
                 size = _whole(burst) if burst else "of a minute's quota"
@@ -478,6 +540,8 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         print()
         print(sweep_table(rows))
         print("\n(shares of all requests; wait = queue time of the requests that queued, p99)")
+        if rows[0].summary.keys:
+            print("(settings are each key's, but for overrides; --json gives each key's summary)")
     if args.plot:
         plot_sweep(rows, args.plot, title=description if len(description) < 100 else None)
         print(f"\nchart: {args.plot}", file=sys.stderr)

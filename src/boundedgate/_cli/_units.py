@@ -1,4 +1,4 @@
-"""Reading the command line's quantities: durations, rates, distributions, costs, lists of limits.
+"""Reading the command line's quantities: durations, rates, distributions, costs, limits, key mixes.
 
 Durations always carry a unit (``250ms``, ``2s``, ``1.5m``, ``1h``): a bare number would be
 milliseconds in a script and seconds in an SDK, and a planner must not guess. Costs and quotas are
@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Callable
 
+from .._driver import GateLimits
 from ..sim import Exponential, Fixed, LogNormal
 from ..sim._workload import Distribution
 
@@ -20,8 +21,10 @@ __all__ = (
     "cost",
     "distribution",
     "duration_ms",
+    "key_mix",
     "limits",
     "optional_duration_ms",
+    "override",
     "quotas",
     "rate",
     "running_limits",
@@ -170,3 +173,41 @@ def limits(text: str) -> list[int | None]:
                 f"{text!r}: give whole numbers >= 0 separated by commas, or none for unbounded"
             )
     return values
+
+
+def override(text: str) -> tuple[str, GateLimits]:
+    """A key's limits, ``KEY=C,Q``: C a whole number >= 1 and Q one >= 0, each or ``none``.
+
+    The key is everything before the last ``=``, as it is (empty: the default key).
+    """
+    key, sep, rest = text.rpartition("=")
+    parts = [part.strip().lower() for part in rest.split(",")]
+    if sep and len(parts) == 2:
+        c, q = parts
+        if (c == "none" or (c.isdigit() and int(c) >= 1)) and (q == "none" or q.isdigit()):
+            return key, GateLimits(None if c == "none" else int(c), None if q == "none" else int(q))
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: give KEY=C,Q, the running slots (>= 1) and queue places (>= 0) of KEY's gate, "
+        "each a whole number or none; e.g. acme=4,10"
+    )
+
+
+def key_mix(text: str) -> dict[str, float]:
+    """Keys and their weights: ``acme=3,globex=1`` (three requests in four are acme's)."""
+    mix: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, weight = part.rpartition("=")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = math.nan
+        if not sep or not key.strip() or key.strip() in mix or not (value >= 0 and math.isfinite(value)):
+            mix = {}
+            break
+        mix[key.strip()] = value
+    if not mix or not sum(mix.values()) > 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give KEY=WEIGHT for each key, separated by commas, e.g. acme=3,globex=1 "
+            "(three requests in four are acme's)"
+        )
+    return mix

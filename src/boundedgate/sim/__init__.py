@@ -3,7 +3,9 @@
 The simulator is not a model of :class:`~boundedgate.BoundedGate`: it feeds the same decision core
 the asyncio driver uses, playing the event loop's part itself, so every request ends exactly as it
 would in production with the same settings and the same service times. A script of a hundred
-thousand requests replays in seconds, with no asyncio and no sleeping.
+thousand requests replays in seconds, with no asyncio and no sleeping. Requests that name a key go
+through that key's own gate, as through a :class:`~boundedgate.KeyedGate`, and the summary gives a
+:class:`KeySummary` per key.
 
 ::
 
@@ -18,7 +20,16 @@ The command line (``python -m boundedgate simulate|plan``) is built on this pack
 
 from ._engine import simulate
 from ._plan import SweepRow, sweep
-from ._results import ClassSummary, Percentiles, RequestResult, Simulation, Summary, TraceEvent, percentile
+from ._results import (
+    ClassSummary,
+    KeySummary,
+    Percentiles,
+    RequestResult,
+    Simulation,
+    Summary,
+    TraceEvent,
+    percentile,
+)
 from ._script import Job, ScriptError, parse_script, read_script, write_script
 from ._workload import Bursts, Exponential, Fixed, LogNormal, Poisson, generate
 
@@ -28,6 +39,7 @@ __all__ = (
     "Exponential",
     "Fixed",
     "Job",
+    "KeySummary",
     "LogNormal",
     "Percentiles",
     "Poisson",

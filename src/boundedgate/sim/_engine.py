@@ -35,25 +35,60 @@ A core that asks for an instant already reached is woken at that instant once mo
 arrivals, as the asyncio gate's timer fires at once; if that changes nothing, the clock moves on (to
 the core's time if it is later, else by a microsecond), so the engine always moves on.
 
+Keys
+====
+
+A script whose requests name several keys is replayed as through a ``KeyedGate``: one
+:class:`GateState` per key, with the simulation's settings (or the key's override) and buckets of
+its own, all told the same clock (a core knows no time until it is told one, so making them all at
+the start is making each at its key's first arrival). Each key's state is visited at
+exactly the instants a simulation of that key's requests alone would visit: the arrivals and ends
+of its own requests, and its own wake-ups (with the same snapping and the same second visit), so a
+key's requests end exactly as they would alone, whatever the other keys do. At each instant the
+order above holds across keys: every key visited then is advanced (in the order the keys first
+arrived), then the bodies that end now end, in the script's order, then the requests arriving now
+arrive, in the script's order, each at its own key's state. The next instant is the earliest
+visit of any key, end of a body or arrival; the keys' next visits are kept in a heap, so an instant
+costs the same whatever the number of keys. A script with a single key (the default key, say: a
+script without a ``key`` column) has one gate, visited at every instant, by a loop of its own that
+skips that bookkeeping (the keyed loop takes a fifth to a third longer on one key); the steps, the
+counts, the trace and the rows are the same code for both.
+
+A key's gate lives for the whole simulation, as in a ``KeyedGate`` that keeps its idle keys
+(``keep_idle`` at least the number of keys). One that drops an idle key's gate makes a fresh one at
+the key's next request, which comes to the same (the queue is empty, and the buckets are full again
+before the gate is dropped) but for one thing: with priority classes and a jump share, the fresh
+gate has a jump banked that the dropped one may have spent.
+
 The core is told times in milliseconds and given rate limits per millisecond: callers give them
 per second, as in production, and they are converted here, so ``RateLimit.per_minute(60)`` means 60
-a minute in both. At every instant the engine first brings the buckets up to that instant
-(``GateState.tokens``), whether or not it keeps a trace, so that reading the balances for the trace
-changes nothing.
+a minute in both. Reading the balances for the trace (``GateState.tokens``) changes nothing: a
+bucket is kept as the moment it was empty, and its balance is computed from it.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypedDict, cast
 
 from .._core import GateState, RateLimit, Status, Ticket
 from .._core._settings import check_priorities as check_priorities_setting
-from ._results import ClassSummary, Percentiles, RequestResult, Simulation, Summary, TraceEvent
+from .._driver import GateLimits
+from .._driver._keyed import _check_limits
+from ._results import (
+    ClassSummary,
+    KeySummary,
+    Percentiles,
+    RequestResult,
+    Simulation,
+    Summary,
+    TraceEvent,
+)
 from ._script import Job, ScriptError, check_jobs
 
-__all__ = ("check_costs", "check_priorities", "check_rate_limits", "simulate")
+__all__ = ("check_costs", "check_overrides", "check_priorities", "check_rate_limits", "simulate")
 
 RUNNING = Status.RUNNING
 QUEUED = Status.QUEUED
@@ -76,6 +111,10 @@ _RELATIVE_NOISE = 1e-12
 #: How far the clock moves on when the core asks, twice, for an instant already reached (1 µs).
 _STEP = 1e-3
 _FINAL = frozenset(status.value for status in OUTCOMES)
+_NO_OVERRIDES: Mapping[str, GateLimits] = {}
+
+#: The limits of a key's gate: its override, else the simulation's.
+_Limits = Callable[[str], GateLimits]
 
 
 def _instant(wakeup: float) -> float:
@@ -108,126 +147,234 @@ class _Request(Ticket):
 
 def _events(tickets: Sequence[Ticket]) -> list[tuple[str, _Request]]:
     """What became of the queued tickets the core started, expired or evicted, in its order."""
-    return [("started" if t.status is RUNNING else t.status.value, t) for t in tickets]  # type: ignore[misc]
+    # The core hands back the tickets it was given, and every ticket it is given is a _Request.
+    events = [("started" if t.status is RUNNING else t.status.value, t) for t in tickets]
+    return cast("list[tuple[str, _Request]]", events)
+
+
+def _next_visit(wakeup: float, now: float, again: bool) -> float:
+    """When to visit a core that asks for ``wakeup`` next, after a visit at ``now``.
+
+    ``again`` says whether that visit was already the second at ``now``: a core asking for an
+    instant already reached is visited there once more, and then the clock moves on (see above).
+    """
+    if wakeup == math.inf:
+        return math.inf
+    instant = wakeup if type(wakeup) is int else _instant(wakeup)  # deadlines are ints
+    if instant <= now:
+        instant = now if not again else wakeup if wakeup > now else now + _STEP
+    return instant
+
+
+class _Gate:
+    """One key's gate: its core, the requests running and waiting in it, and when to visit it."""
+
+    __slots__ = ("again", "index", "key", "last", "running", "state", "visit", "waiting")
+
+    def __init__(self, index: int, key: str, state: GateState) -> None:
+        self.index = index  # the order of the keys' first arrivals
+        self.key = key
+        self.state = state
+        self.running = 0
+        self.waiting = 0
+        self.last = -math.inf  # the last instant it was visited
+        self.again = False  # whether that was its second visit at that instant
+        self.visit = math.inf  # the next instant its core asks for
+
+    def visited(self, now: float) -> float:
+        """After a visit at ``now``: when the core asks to be visited next (``inf``: never)."""
+        self.again = self.last == now
+        self.last = now
+        self.visit = _next_visit(self.state.next_wakeup(), now, self.again)
+        return self.visit
 
 
 class _Run:
-    """One simulation in progress: the core, the pending ends of bodies, the counts and the trace."""
+    """One simulation in progress: a gate per key, the pending ends of bodies, the counts, the trace.
 
-    def __init__(self, jobs: Sequence[Job], state: GateState, trace: bool) -> None:
+    Each gate keeps its own counts; ``running`` and ``waiting`` are their totals over every gate,
+    brought up to date after each step of a core, as a ``KeyedGate``'s are, and so are their peaks.
+    """
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        settings: tuple[int, float, tuple[RateLimit, ...]],
+        limits: _Limits,
+        trace: bool,
+    ) -> None:
         self.jobs = jobs
-        self.state = state
         self.requests = [_Request(job, index) for index, job in enumerate(jobs)]
         self.started: list[float | None] = [None] * len(jobs)
         self.ended: list[float] = [0] * len(jobs)
         # (end of the body, index of its job): bodies ending at one instant end in script order.
         self.ends: list[tuple[float, int]] = []
+        # Job indexes by arrival; same-instant arrivals keep the script's order.
+        self.order = sorted(range(len(jobs)), key=lambda index: jobs[index].arrival_ms)
+        priorities, jump_share, rate_limits = settings
+        by_key: dict[str, _Gate] = {}
+        for index in self.order:
+            key = jobs[index].key
+            if key not in by_key:
+                state = GateState(*limits(key), priorities, jump_share, rate_limits)
+                by_key[key] = _Gate(len(by_key), key, state)
+        self.gates = list(by_key.values())
+        self.gate_of = [by_key[job.key] for job in jobs]
+        self.keyed = len(self.gates) > 1
         self.running = 0
         self.waiting = 0
-        self.limits = state.rate_limits
+        self.peak_running = 0
+        self.peak_waiting = 0
+        self.limits = rate_limits
         # Only a limit counted in tokens has anything to settle.
-        self.settles = any(not limit.per_request for limit in self.limits)
+        self.settles = any(not limit.per_request for limit in rate_limits)
         self.trace: list[TraceEvent] | None = [] if trace else None
 
-    def apply(self, now: float, events: Sequence[tuple[str, _Request]]) -> None:
-        """Act on one step of the core, given as its events in the order they happened."""
-        balances = self.balances(now, events) if self.trace is not None and self.limits else None
+    def apply(self, now: float, gate: _Gate, events: Sequence[tuple[str, _Request]]) -> None:
+        """Act on one step of a gate's core, given as its events in the order they happened."""
+        trace = self.trace
+        balances = (
+            _balances(gate.state, self.limits, now, events) if trace is not None and self.limits else None
+        )
+        running = gate.running
+        waiting = gate.waiting
+        # What the other gates hold, which this step leaves as it is.
+        others_running = self.running - running
+        others_waiting = self.waiting - waiting
         for number, (event, request) in enumerate(events):
             index = request.index
             if event == "started":
                 if request.queued:
-                    self.waiting -= 1
-                self.running += 1
+                    waiting -= 1
+                running += 1
                 self.started[index] = now
                 heapq.heappush(self.ends, (now + self.jobs[index].service_ms, index))
             elif event == "queued":
                 request.queued = True
-                self.waiting += 1
+                waiting += 1
             elif event in _FINAL:
                 self.ended[index] = now
                 if request.status is COMPLETED or request.status is LATE:
-                    self.running -= 1
+                    running -= 1
                 elif request.queued:
-                    self.waiting -= 1
-            if self.trace is not None:
+                    waiting -= 1
+            if trace is not None:
                 tokens = balances[number] if balances is not None else ()
-                job_id = self.jobs[index].id
-                self.trace.append(TraceEvent(now, event, job_id, self.running, self.waiting, tokens))
+                job = self.jobs[index]
+                mine = (running, waiting) if self.keyed else (None, None)
+                total_running, total_waiting = others_running + running, others_waiting + waiting
+                trace.append(
+                    TraceEvent(now, event, job.id, total_running, total_waiting, tokens, job.key, *mine)
+                )
+        gate.running = running
+        gate.waiting = waiting
+        self.running = running = others_running + running
+        self.waiting = waiting = others_waiting + waiting
+        if running > self.peak_running:
+            self.peak_running = running
+        if waiting > self.peak_waiting:
+            self.peak_waiting = waiting
 
-    def balances(self, now: float, events: Sequence[tuple[str, _Request]]) -> list[tuple[float, ...]]:
-        """Each bucket's balance just after each of a step's events.
-
-        The core answers for the whole step; walking back from its balances, each start gives back
-        what it took (nothing else in a step changes a balance: the buckets were brought up to
-        ``now`` before it, and a settle is a step of its own).
-        """
-        after = self.state.tokens(now)
-        if len(events) == 1:
-            return [after]
-        current = list(after)
-        balances = [after] * len(events)
-        for number in range(len(events) - 1, 0, -1):
-            event, request = events[number]
-            if event == "started":
-                for k, limit in enumerate(self.limits):
-                    current[k] += 1.0 if limit.per_request else request.cost
-                balances[number - 1] = tuple(current)
-            else:
-                balances[number - 1] = balances[number]
-        return balances
-
-    def arrive(self, now: float, request: _Request) -> None:
-        woken = self.state.arrive(request, now)
+    def arrive(self, now: float, gate: _Gate, request: _Request) -> None:
+        woken = gate.state.arrive(request, now)
         status = request.status
         event = "started" if status is RUNNING else status.value
-        self.apply(now, [*_events(woken), (event, request)] if woken else ((event, request),))
+        self.apply(now, gate, [*_events(woken), (event, request)] if woken else ((event, request),))
 
-    def end(self, now: float, request: _Request) -> None:
+    def end(self, now: float, gate: _Gate, request: _Request) -> None:
+        state = gate.state
         actual = self.jobs[request.index].actual_cost
         if actual is not None and self.settles:
-            woken = self.state.settle(request, float(actual), now)
-            self.apply(now, [("settled", request), *_events(woken)])
-        woken = self.state.release(request, now)
+            woken = state.settle(request, float(actual), now)
+            self.apply(now, gate, [("settled", request), *_events(woken)])
+        woken = state.release(request, now)
         event = request.status.value
-        self.apply(now, [(event, request), *_events(woken)] if woken else ((event, request),))
+        self.apply(now, gate, [(event, request), *_events(woken)] if woken else ((event, request),))
 
     def run(self) -> None:
-        state, jobs, requests, ends = self.state, self.jobs, self.requests, self.ends
-        order = sorted(range(len(jobs)), key=lambda index: jobs[index].arrival_ms)  # stable
+        """Replay the script to its end."""
+        if self.keyed:
+            self.run_keys()
+        elif self.gates:
+            self.run_one(self.gates[0])
+
+    def run_one(self, gate: _Gate) -> None:
+        """The loop for a script with one key: its gate is visited at every instant."""
+        state, jobs, requests, ends, order = gate.state, self.jobs, self.requests, self.ends, self.order
         arrivals = [jobs[index].arrival_ms for index in order]
         total, next_arrival = len(order), 0
-        refill = bool(self.limits)
-        now: float = -1
-        again = False  # whether `now` has been visited twice
+        visit = math.inf
         while True:
-            wakeup = state.next_wakeup()
-            instant: float
-            if wakeup == math.inf:
-                if not ends and next_arrival == total:
-                    return
-                instant = math.inf
-            else:
-                instant = wakeup if type(wakeup) is int else _instant(wakeup)  # deadlines are ints
-                if instant <= now:
-                    instant = now if not again else wakeup if wakeup > now else now + _STEP
-            again = instant == now
+            instant = visit
             if ends and ends[0][0] < instant:
                 instant = ends[0][0]
             if next_arrival < total and arrivals[next_arrival] < instant:
                 instant = arrivals[next_arrival]
+            if instant == math.inf:
+                return
             now = instant
-            if refill:
-                state.tokens(now)
             woken = state.advance(now)
             if woken:
-                self.apply(now, _events(woken))
+                self.apply(now, gate, _events(woken))
             while ends and ends[0][0] == now:
-                self.end(now, requests[heapq.heappop(ends)[1]])
+                self.end(now, gate, requests[heapq.heappop(ends)[1]])
             while next_arrival < total and arrivals[next_arrival] == now:
-                self.arrive(now, requests[order[next_arrival]])
+                self.arrive(now, gate, requests[order[next_arrival]])
                 next_arrival += 1
+            visit = gate.visited(now)
+
+    def run_keys(self) -> None:
+        """The loop for a script with several keys: each gate at its own instants (see "Keys")."""
+        jobs, requests, ends, order = self.jobs, self.requests, self.ends, self.order
+        gates, gate_of = self.gates, self.gate_of
+        arrivals = [jobs[index].arrival_ms for index in order]
+        total, next_arrival = len(order), 0
+        visits: list[tuple[float, int]] = []  # (instant, gate's index), stale entries left in
+        while True:
+            while visits and visits[0][0] != gates[visits[0][1]].visit:
+                heapq.heappop(visits)
+            instant = visits[0][0] if visits else math.inf
+            if ends and ends[0][0] < instant:
+                instant = ends[0][0]
+            if next_arrival < total and arrivals[next_arrival] < instant:
+                instant = arrivals[next_arrival]
+            if instant == math.inf:
+                return
+            now = instant
+            # The gates visited now: those whose core asked for now, and those with a body ending
+            # or a request arriving now.
+            visited: set[int] = set()
+            while visits and visits[0][0] == now:
+                index = heapq.heappop(visits)[1]
+                if gates[index].visit == now:
+                    visited.add(index)
+            ending: list[int] = []
+            while ends and ends[0][0] == now:
+                index = heapq.heappop(ends)[1]
+                ending.append(index)
+                visited.add(gate_of[index].index)
+            arriving: list[int] = []
+            while next_arrival < total and arrivals[next_arrival] == now:
+                index = order[next_arrival]
+                arriving.append(index)
+                visited.add(gate_of[index].index)
+                next_arrival += 1
+            now_visited = [gates[index] for index in sorted(visited)]
+            for gate in now_visited:
+                woken = gate.state.advance(now)
+                if woken:
+                    self.apply(now, gate, _events(woken))
+            for index in ending:
+                self.end(now, gate_of[index], requests[index])
+            for index in arriving:
+                self.arrive(now, gate_of[index], requests[index])
+            for gate in now_visited:
+                visit = gate.visited(now)
+                if visit != math.inf:
+                    heapq.heappush(visits, (visit, gate.index))
 
     def rows(self) -> list[RequestResult]:
+        """A row per request, in the script's order."""
         rows: list[RequestResult] = []
         for job, request in zip(self.jobs, self.requests, strict=True):
             outcome = request.status
@@ -241,13 +388,52 @@ class _Run:
             else:
                 queue = _whole(end - arrival)
             start = None if start is None else _whole(start)
+            end_to_end = _whole(end - arrival)
             rows.append(
-                RequestResult(job.id, outcome, arrival, start, _whole(end), queue, _whole(end - arrival))
+                RequestResult(job.id, outcome, arrival, start, _whole(end), queue, end_to_end, job.key)
             )
         return rows
 
 
-def _tally(rows: Iterable[RequestResult]) -> tuple[int, dict[Status, int], Percentiles, Percentiles]:
+def _balances(
+    state: GateState, limits: Sequence[RateLimit], now: float, events: Sequence[tuple[str, _Request]]
+) -> list[tuple[float, ...]]:
+    """Each of ``state``'s buckets' balances just after each of a step's events.
+
+    The core answers for the whole step; walking back from its balances, each start gives back
+    what it took (nothing else in a step changes a balance: a settle is a step of its own).
+    """
+    after = state.tokens(now)
+    if len(events) == 1:
+        return [after]
+    current = list(after)
+    balances = [after] * len(events)
+    for number in range(len(events) - 1, 0, -1):
+        event, request = events[number]
+        if event == "started":
+            for k, limit in enumerate(limits):
+                current[k] += 1.0 if limit.per_request else request.cost
+            balances[number - 1] = tuple(current)
+        else:
+            balances[number - 1] = balances[number]
+    return balances
+
+
+class _Tally(TypedDict):
+    """What every summary counts over its requests."""
+
+    requests: int
+    completed: int
+    late: int
+    expired: int
+    rejected: int
+    evicted: int
+    rate_limited: int
+    queue_ms: Percentiles
+    end_to_end_ms: Percentiles
+
+
+def _tally(rows: Iterable[RequestResult]) -> _Tally:
     """How many rows, their count per outcome, and the distributions of queue and end-to-end time."""
     counts = dict.fromkeys(OUTCOMES, 0)
     queue: list[float] = []
@@ -260,43 +446,54 @@ def _tally(rows: Iterable[RequestResult]) -> tuple[int, dict[Status, int], Perce
             queue.append(row.queue_ms)
         if row.start_ms is not None:
             end_to_end.append(row.end_to_end_ms)
-    return total, counts, Percentiles.of(queue), Percentiles.of(end_to_end)
-
-
-def _summary(jobs: Sequence[Job], rows: Sequence[RequestResult], state: GateState) -> Summary:
-    classes: list[ClassSummary] = []
-    if state.priorities > 1:
-        for priority in range(state.priorities):
-            mine = (row for job, row in zip(jobs, rows, strict=True) if job.priority == priority)
-            n, counts, queue, end_to_end = _tally(mine)
-            classes.append(
-                ClassSummary(
-                    priority=priority,
-                    requests=n,
-                    completed=counts[COMPLETED],
-                    late=counts[LATE],
-                    expired=counts[EXPIRED],
-                    rejected=counts[REJECTED],
-                    evicted=counts[EVICTED],
-                    rate_limited=counts[RATE_LIMITED],
-                    queue_ms=queue,
-                    end_to_end_ms=end_to_end,
-                )
-            )
-    n, counts, queue, end_to_end = _tally(rows)
-    return Summary(
-        requests=n,
+    return _Tally(
+        requests=total,
         completed=counts[COMPLETED],
         late=counts[LATE],
         expired=counts[EXPIRED],
         rejected=counts[REJECTED],
         evicted=counts[EVICTED],
         rate_limited=counts[RATE_LIMITED],
-        peak_running=state.peak_running,
-        peak_waiting=state.peak_waiting,
-        queue_ms=queue,
-        end_to_end_ms=end_to_end,
+        queue_ms=Percentiles.of(queue),
+        end_to_end_ms=Percentiles.of(end_to_end),
+    )
+
+
+def _summary(run: _Run, rows: Sequence[RequestResult], priorities: int, limits: _Limits) -> Summary:
+    classes: list[ClassSummary] = []
+    if priorities > 1:
+        for priority in range(priorities):
+            mine = (row for job, row in zip(run.jobs, rows, strict=True) if job.priority == priority)
+            classes.append(ClassSummary(priority=priority, **_tally(mine)))
+    keys: list[KeySummary] = []
+    if run.keyed:
+        rows_of: dict[str, list[RequestResult]] = {gate.key: [] for gate in run.gates}
+        for row in rows:
+            rows_of[row.key].append(row)
+        for gate in sorted(run.gates, key=lambda gate: gate.key):
+            max_running, max_waiting = limits(gate.key)
+            keys.append(
+                KeySummary(
+                    key=gate.key,
+                    max_running=max_running,
+                    max_waiting=max_waiting,
+                    peak_running=gate.state.peak_running,
+                    peak_waiting=gate.state.peak_waiting,
+                    **_tally(rows_of[gate.key]),
+                )
+            )
+    # One gate's peaks are its core's, as BoundedGate.stats() reports them (a core may count a
+    # request waiting for an instant within one step); several gates' are the totals' after each
+    # step, as KeyedGate.stats() reports them.
+    peaks = (run.peak_running, run.peak_waiting)
+    if not run.keyed and run.gates:
+        peaks = (run.gates[0].state.peak_running, run.gates[0].state.peak_waiting)
+    return Summary(
+        peak_running=peaks[0],
+        peak_waiting=peaks[1],
         classes=tuple(classes),
+        keys=tuple(keys),
+        **_tally(rows),
     )
 
 
@@ -352,6 +549,27 @@ def check_costs(jobs: Sequence[Job], rate_limits: Sequence[RateLimit]) -> None:
                 raise ScriptError(str(error), f"job {index}", job.id) from None
 
 
+def check_overrides(overrides: Mapping[str, GateLimits] | None) -> dict[str, GateLimits]:
+    """Return per-key limits as a dict of :class:`GateLimits`, checking each.
+
+    Raises:
+        TypeError: ``overrides`` is not a mapping, a key is not a str, or limits that are not a
+            pair of ``(max_running, max_waiting)`` of the right types.
+        ValueError: Limits out of range (as for the simulation's own).
+    """
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise TypeError(f"overrides must be a mapping from key to GateLimits, got {overrides!r}")
+    checked: dict[str, GateLimits] = {}
+    for key, limits in overrides.items():
+        if not isinstance(key, str):
+            raise TypeError(f"overrides are keyed by the script's keys, which are strings; got {key!r}")
+        _check_limits(key, limits)
+        checked[key] = GateLimits(*limits)
+    return checked
+
+
 def _simulate_checked(
     jobs: Sequence[Job],
     max_running: int | None,
@@ -360,10 +578,16 @@ def _simulate_checked(
     jump_share: float,
     rate_limits: tuple[RateLimit, ...],
     trace: bool,
+    overrides: Mapping[str, GateLimits] = _NO_OVERRIDES,
 ) -> Simulation:
-    per_ms = [_per_millisecond(limit) for limit in rate_limits]
-    state = GateState(max_running, max_waiting, priorities, jump_share, per_ms)
-    run = _Run(jobs, state, trace)
+    per_ms = tuple(_per_millisecond(limit) for limit in rate_limits)
+    GateState(max_running, max_waiting, priorities, jump_share, per_ms)  # checks the settings
+    template = GateLimits(max_running, max_waiting)
+
+    def limits(key: str) -> GateLimits:
+        return overrides.get(key, template)
+
+    run = _Run(jobs, (priorities, jump_share, per_ms), limits, trace)
     run.run()
     rows = run.rows()
     return Simulation(
@@ -371,10 +595,11 @@ def _simulate_checked(
         max_waiting,
         tuple(rows),
         () if run.trace is None else tuple(run.trace),
-        _summary(jobs, rows, state),
-        state.priorities,
+        _summary(run, rows, priorities, limits),
+        priorities,
         jump_share,
         rate_limits,
+        dict(overrides),
     )
 
 
@@ -386,6 +611,7 @@ def simulate(
     priorities: int = 1,
     jump_share: float = 0.2,
     rate_limits: Iterable[RateLimit] = (),
+    overrides: Mapping[str, GateLimits] | None = None,
     trace: bool = True,
 ) -> Simulation:
     """Replay a script through a gate's decision core in virtual time.
@@ -411,14 +637,24 @@ def simulate(
     whose tokens come between two milliseconds starts then, and its times are floats
     (``333.3333333333333``); all other times stay whole milliseconds, as ints.
 
+    Jobs with a ``key`` go through that key's gate, as through a
+    :class:`~boundedgate.KeyedGate` with these settings: each key's gate has ``max_running`` and
+    ``max_waiting`` (or the key's override), the priority classes, and rate limits of its own
+    (each key its own buckets, starting full), and keys never delay one another.
+
     Args:
         jobs: The script (see :class:`Job`).
         max_running: Running slots (C), an int >= 1, or None for no limit on running (a pure rate
-            limiter).
-        max_waiting: Queue places (Q), an int >= 0, or None for an unbounded queue.
+            limiter); with keys, each key's.
+        max_waiting: Queue places (Q), an int >= 0, or None for an unbounded queue; with keys,
+            each key's.
         priorities: Priority classes, as ``BoundedGate``'s; every job's ``priority`` must be below.
         jump_share: The share of starts that may jump ahead of an older waiter, as ``BoundedGate``'s.
-        rate_limits: Token buckets every request pays, as ``BoundedGate``'s (rates per second).
+        rate_limits: Token buckets every request pays, as ``BoundedGate``'s (rates per second);
+            with keys, every key has its own.
+        overrides: Limits for particular keys, as ``KeyedGate``'s: a mapping from key to
+            :class:`~boundedgate.GateLimits` ``(max_running, max_waiting)``. Keys the script
+            does not use are ignored, as by a ``KeyedGate`` that never sees them.
         trace: Whether to keep the trace of events (a sweep over many settings need not).
 
     Returns:
@@ -427,14 +663,16 @@ def simulate(
     Raises:
         ScriptError: An item that is not a :class:`Job`, a duplicate id, a priority that is not
             one of the gate's classes, or a cost above the burst of a rate limit counted in tokens.
-        TypeError: A setting of the wrong type (booleans included), or rate limits that are not a
-            list of :class:`RateLimit` objects.
-        ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1``, or a
-            ``jump_share`` outside ``[0, 1)``.
+        TypeError: A setting of the wrong type (booleans included), rate limits that are not a
+            list of :class:`RateLimit` objects, or overrides that are not a mapping from str to
+            ``GateLimits``.
+        ValueError: ``max_running < 1``, ``max_waiting < 0`` (in the settings or an override),
+            ``priorities < 1``, or a ``jump_share`` outside ``[0, 1)``.
     """
     script = check_jobs(jobs)
     priorities = check_priorities_setting(priorities)
     check_priorities(script, priorities)
     limits = check_rate_limits(rate_limits)
     check_costs(script, limits)
-    return _simulate_checked(script, max_running, max_waiting, priorities, jump_share, limits, trace)
+    per_key = check_overrides(overrides)
+    return _simulate_checked(script, max_running, max_waiting, priorities, jump_share, limits, trace, per_key)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .._core import RateLimit, check_max_running, check_max_waiting
 from .._core._settings import check_jump_share, check_priorities
-from ._engine import _simulate_checked, check_costs, check_rate_limits
+from .._driver import GateLimits
+from ._engine import _simulate_checked, check_costs, check_overrides, check_rate_limits
 from ._engine import check_priorities as check_job_priorities
 from ._results import Summary
 from ._script import Job, check_jobs
@@ -49,6 +50,7 @@ def sweep(
     priorities: int = 1,
     jump_share: float = 0.2,
     rate_limits: Sequence[RateLimit] | Iterable[Sequence[RateLimit]] = (),
+    overrides: Mapping[str, GateLimits] | None = None,
     progress: Callable[[int, int], object] | None = None,
 ) -> list[SweepRow]:
     """Simulate ``jobs`` under every combination of settings, for a table of "what if".
@@ -62,6 +64,9 @@ def sweep(
         rpm = [RateLimit.per_minute(n, name=f"{n} rpm") for n in (30, 60, 120)]
         rows = sweep(jobs, max_running=10, max_waiting=50, rate_limits=[[], *([r] for r in rpm)])
 
+    With keys in the script, each setting is every key's gate's (but for the keys in
+    ``overrides``), and each row's summary has a :class:`KeySummary` per key.
+
     Args:
         jobs: The script.
         max_running: One number of running slots (None: not limited), or several.
@@ -70,6 +75,8 @@ def sweep(
         jump_share: The share of starts that may jump the queue, the same for every setting.
         rate_limits: One set of rate limits (a list of :class:`RateLimit`, rates per second, as for
             :func:`simulate`), or several sets to try (a list of such lists; ``[]`` for none).
+        overrides: Limits for particular keys, the same for every setting (see :func:`simulate`):
+            ``max_running`` and ``max_waiting`` are swept for the other keys.
         progress: Called as ``progress(done, total)`` before the first setting and after each.
 
     Returns:
@@ -79,10 +86,11 @@ def sweep(
     Raises:
         ScriptError: An item that is not a :class:`Job`, a duplicate id, a priority that is not
             one of the gate's classes, or a cost above the burst of a rate limit counted in tokens.
-        TypeError: A setting of the wrong type (booleans included), or rate limits that are not
-            :class:`RateLimit` objects.
-        ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1``, a
-            ``jump_share`` outside ``[0, 1)``, or no settings at all.
+        TypeError: A setting of the wrong type (booleans included), rate limits that are not
+            :class:`RateLimit` objects, or overrides that are not a mapping from str to
+            ``GateLimits``.
+        ValueError: ``max_running < 1``, ``max_waiting < 0`` (in a setting or an override),
+            ``priorities < 1``, a ``jump_share`` outside ``[0, 1)``, or no settings at all.
     """
     script = check_jobs(jobs)
     priorities = check_priorities(priorities)
@@ -96,6 +104,7 @@ def sweep(
     limit_sets = _rate_limit_sets(rate_limits)
     for limits in limit_sets:
         check_costs(script, limits)
+    per_key = check_overrides(overrides)
     settings = [(c, q, limits) for c in runnings for q in waitings for limits in limit_sets]
     if not settings:
         raise ValueError("no settings to sweep")
@@ -103,7 +112,7 @@ def sweep(
     if progress is not None:
         progress(0, len(settings))
     for c, q, limits in settings:
-        result = _simulate_checked(script, c, q, priorities, jump_share, limits, trace=False)
+        result = _simulate_checked(script, c, q, priorities, jump_share, limits, False, per_key)
         rows.append(SweepRow(c, q, result.summary, limits))
         if progress is not None:
             progress(len(rows), len(settings))

@@ -4,6 +4,11 @@ Times are milliseconds from the script's origin. They are ints while they are wh
 without rate limits), and floats when a request started on tokens that came between two
 milliseconds.
 
+With keys, each request goes through its key's gate: its row and its trace events name the key, the
+trace gives both the counts of that key's gate and the totals over all keys, and the summary adds a
+:class:`KeySummary` per key. An absent ``key`` in the JSON of a row or an event means the default
+key, as in scripts.
+
 Percentiles are nearest-rank: the p-th percentile of n sorted values is the value at rank
 ``ceil(p / 100 * n)`` (counting from 1). It is always one of the values, never an interpolation, so
 a p99 of 150 ms means one request really waited that long, and whole milliseconds stay whole.
@@ -12,21 +17,24 @@ a p99 of 150 ms means one request really waited that long, and whole millisecond
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .._core import RateLimit, Status
+from .._driver import GateLimits
 
 _N = TypeVar("_N", int, float)
 
 __all__ = (
     "ClassSummary",
+    "KeySummary",
     "Percentiles",
     "RequestResult",
     "Simulation",
     "Summary",
     "TraceEvent",
+    "overrides_dict",
     "percentile",
     "rate_limit_dict",
 )
@@ -112,10 +120,15 @@ class RequestResult:
     queue_ms: float | None
     #: Arrival to outcome.
     end_to_end_ms: float
+    #: The key whose gate it went through (``""``: the default key).
+    key: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict, for JSON (the outcome as its string value)."""
-        return {
+        """The fields as a dict, for JSON (the outcome as its string value).
+
+        ``key`` appears only for a request of a key other than the default one, as in scripts.
+        """
+        data: dict[str, Any] = {
             "id": self.id,
             "outcome": self.outcome.value,
             "arrival_ms": self.arrival_ms,
@@ -124,6 +137,9 @@ class RequestResult:
             "queue_ms": self.queue_ms,
             "end_to_end_ms": self.end_to_end_ms,
         }
+        if self.key:
+            data["key"] = self.key
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +149,12 @@ class TraceEvent:
     ``event`` is ``"started"``, ``"queued"``, ``"rejected"``, ``"rate_limited"``, ``"expired"``,
     ``"evicted"``, ``"completed"``, ``"late"``, or ``"settled"`` (a request's actual cost was
     settled as its body ended, just before it released its slot).
+
+    With several keys, ``running`` and ``waiting`` are the totals over every key's gate (what the
+    provider behind them sees), ``key_running`` and ``key_waiting`` the counts of the event's own
+    key's gate (what its limits bound), and ``tokens`` that gate's balances. With one key, the
+    key's counts are ``running`` and ``waiting`` themselves, and ``key_running`` and
+    ``key_waiting`` are None.
     """
 
     #: When it happened, in milliseconds.
@@ -146,14 +168,21 @@ class TraceEvent:
     #: Requests waiting just after it.
     waiting: int
     #: Each rate limit's balance just after it, in the simulation's order (empty without rate
-    #: limits).
+    #: limits): the buckets of the request's key.
     tokens: tuple[float, ...] = ()
+    #: The key of the request (``""``: the default key).
+    key: str = ""
+    #: Requests running in the key's gate just after it (None when the simulation has one key).
+    key_running: int | None = None
+    #: Requests waiting in the key's gate just after it (None when the simulation has one key).
+    key_waiting: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, for JSON.
 
         ``tokens`` appears only with rate limits, rounded to a billionth of a token so that float
-        noise does not show.
+        noise does not show; ``key`` only for a key other than the default one; ``key_running``
+        and ``key_waiting`` only when the simulation has several keys.
         """
         data: dict[str, Any] = {
             "time_ms": self.time_ms,
@@ -164,6 +193,11 @@ class TraceEvent:
         }
         if self.tokens:
             data["tokens"] = [_rounded(balance) for balance in self.tokens]
+        if self.key:
+            data["key"] = self.key
+        if self.key_running is not None:
+            data["key_running"] = self.key_running
+            data["key_waiting"] = self.key_waiting
         return data
 
 
@@ -217,6 +251,68 @@ class ClassSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class KeySummary:
+    """Counts per outcome, peaks and the distributions of times, for the requests of one key.
+
+    The populations of ``queue_ms`` and ``end_to_end_ms`` are those of :class:`Summary`; the
+    peaks are those of the key's own gate, whose limits are ``max_running`` and ``max_waiting``.
+    """
+
+    #: The key (``""``: the default key).
+    key: str
+    #: Running slots of the key's gate (its override, else the simulation's); None: not limited.
+    max_running: int | None
+    #: Queue places of the key's gate (its override, else the simulation's); None: unbounded.
+    max_waiting: int | None
+    #: Requests of this key in the script.
+    requests: int
+    #: Ran and finished before their deadline.
+    completed: int
+    #: Ran and finished at or after their deadline.
+    late: int
+    #: Left the queue at their deadline, never started.
+    expired: int
+    #: Refused at arrival: every slot of the key's gate busy and its queue full.
+    rejected: int
+    #: Pushed out of the key's full queue by a more urgent arrival, never started.
+    evicted: int
+    #: Refused at arrival: the key's tokens could not come before their deadline.
+    rate_limited: int
+    #: The most requests running at once in the key's gate.
+    peak_running: int
+    #: The most requests waiting at once in the key's gate.
+    peak_waiting: int
+    #: Queue time of requests that started, expired or were evicted.
+    queue_ms: Percentiles
+    #: Arrival to end of requests that ran.
+    end_to_end_ms: Percentiles
+
+    @property
+    def refused(self) -> int:
+        """Requests that never ran: ``expired + rejected + evicted + rate_limited``."""
+        return self.expired + self.rejected + self.evicted + self.rate_limited
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict, for JSON."""
+        return {
+            "key": self.key,
+            "max_running": self.max_running,
+            "max_waiting": self.max_waiting,
+            "requests": self.requests,
+            "completed": self.completed,
+            "late": self.late,
+            "expired": self.expired,
+            "rejected": self.rejected,
+            "evicted": self.evicted,
+            "rate_limited": self.rate_limited,
+            "peak_running": self.peak_running,
+            "peak_waiting": self.peak_waiting,
+            "queue_ms": self.queue_ms.to_dict(),
+            "end_to_end_ms": self.end_to_end_ms.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Summary:
     """Counts per outcome, peaks, and the distributions of queue time and end-to-end time.
 
@@ -225,7 +321,9 @@ class Summary:
     never queued and are left out, so they cannot make the wait look shorter than it was.
     ``end_to_end_ms`` covers the requests that ran (completed or late): how long their callers
     waited for an answer. ``classes`` breaks the counts and times down by priority class when the
-    gate has several.
+    gate has several, and ``keys`` by key when the script has several. With keys, the peaks are
+    those of the totals over every key's gate: the most requests running (waiting) at once in all of
+    them together, not the sum of each key's peak.
     """
 
     #: Requests in the script.
@@ -242,9 +340,9 @@ class Summary:
     evicted: int
     #: Refused at arrival: their tokens could not come before their deadline (with rate limits).
     rate_limited: int
-    #: The most requests running at once.
+    #: The most requests running at once (over all keys).
     peak_running: int
-    #: The most requests waiting at once.
+    #: The most requests waiting at once (over all keys).
     peak_waiting: int
     #: Queue time of requests that started, expired or were evicted.
     queue_ms: Percentiles
@@ -252,6 +350,20 @@ class Summary:
     end_to_end_ms: Percentiles
     #: One :class:`ClassSummary` per priority class, 0 first; empty when the gate has one class.
     classes: tuple[ClassSummary, ...] = ()
+    #: One :class:`KeySummary` per key, in the order of the keys' names (the default key, ``""``,
+    #: first); empty when the script has one key.
+    keys: tuple[KeySummary, ...] = ()
+
+    def key(self, key: str) -> KeySummary:
+        """The summary of one key.
+
+        Raises:
+            KeyError: The script has no such key, or has only one (then ``keys`` is empty).
+        """
+        for summary in self.keys:
+            if summary.key == key:
+                return summary
+        raise KeyError(key)
 
     @property
     def admitted(self) -> int:
@@ -277,8 +389,8 @@ class Summary:
         return counts[outcome] / self.requests if self.requests else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict, for JSON."""
-        return {
+        """The fields as a dict, for JSON (``keys`` only when the script has several)."""
+        data: dict[str, Any] = {
             "requests": self.requests,
             "completed": self.completed,
             "late": self.late,
@@ -292,6 +404,9 @@ class Summary:
             "end_to_end_ms": self.end_to_end_ms.to_dict(),
             "classes": [summary.to_dict() for summary in self.classes],
         }
+        if self.keys:
+            data["keys"] = [summary.to_dict() for summary in self.keys]
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,8 +427,10 @@ class Simulation:
     priorities: int = 1
     #: The share of starts that may jump ahead of an older waiter.
     jump_share: float = 0.2
-    #: The rate limits, as given (rates per second).
+    #: The rate limits, as given (rates per second); each key's gate has buckets of its own.
     rate_limits: tuple[RateLimit, ...] = ()
+    #: Limits for particular keys, as given (other keys have ``max_running`` and ``max_waiting``).
+    overrides: Mapping[str, GateLimits] = field(default_factory=dict)
 
     def __getitem__(self, job_id: str) -> RequestResult:
         """The row of the request with this id.
@@ -327,17 +444,25 @@ class Simulation:
         raise KeyError(job_id)
 
     def to_dict(self) -> dict[str, Any]:
-        """Everything as a dict, for JSON."""
-        return {
+        """Everything as a dict, for JSON (``overrides`` only when there are any)."""
+        data: dict[str, Any] = {
             "max_running": self.max_running,
             "max_waiting": self.max_waiting,
             "priorities": self.priorities,
             "jump_share": self.jump_share,
             "rate_limits": [rate_limit_dict(limit) for limit in self.rate_limits],
-            "summary": self.summary.to_dict(),
-            "requests": [request.to_dict() for request in self.requests],
-            "trace": [event.to_dict() for event in self.trace],
         }
+        if self.overrides:
+            data["overrides"] = overrides_dict(self.overrides)
+        data["summary"] = self.summary.to_dict()
+        data["requests"] = [request.to_dict() for request in self.requests]
+        data["trace"] = [event.to_dict() for event in self.trace]
+        return data
+
+
+def overrides_dict(overrides: Mapping[str, GateLimits]) -> dict[str, dict[str, int | None]]:
+    """Per-key limits as a dict, for JSON: each key's ``max_running`` and ``max_waiting``."""
+    return {key: {"max_running": limits[0], "max_waiting": limits[1]} for key, limits in overrides.items()}
 
 
 def rate_limit_dict(limit: RateLimit) -> dict[str, Any]:

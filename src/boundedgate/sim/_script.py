@@ -4,14 +4,15 @@ A script is seed 000's job format: one request per row, with an ``id``, an ``arr
 ``service_ms`` (how long its body runs once it starts) and an optional ``budget_ms`` (its deadline,
 counted from arrival; none if absent), and optionally its ``priority`` class (0, the most urgent,
 if absent), its rate ``cost`` (what it declares to the gate's rate limits counted in tokens; 0 if
-absent) and its ``actual_cost`` (what it settles when its body ends; nothing is settled if absent).
-Times are whole milliseconds, so that no float rounding ever decides which of two events at the
-same instant comes first.
+absent) and its ``actual_cost`` (what it settles when its body ends; nothing is settled if absent),
+and its ``key`` (the gate it goes through, as ``KeyedGate.admit(key)``: requests with the same key
+share a gate, and an empty or absent key is the default key). Times are whole milliseconds, so that
+no float rounding ever decides which of two events at the same instant comes first.
 
 Columns are looked up by name in :data:`COLUMNS`, and a column that is not there is an error (a typo
-such as ``budget`` must not silently mean "no deadline"). Later columns (a key) are added to that
-table with a default, as ``priority`` and ``cost`` were, so scripts written before them keep their
-meaning.
+such as ``budget`` must not silently mean "no deadline"). Later columns are added to that table
+with a default, as ``priority``, ``cost`` and ``key`` were, so scripts written before them keep
+their meaning.
 """
 
 from __future__ import annotations
@@ -85,11 +86,14 @@ class Job:
             1 whatever the cost).
         actual_cost: Its real cost, settled when its body ends, as ``permit.settle(...)`` would:
             the difference to ``cost`` is charged or refunded. None settles nothing.
+        key: The gate it goes through (a tenant, a provider), as ``KeyedGate.admit(key)``: jobs
+            with the same key share a gate, and each key's gate has the simulation's settings
+            and buckets of its own. ``""`` is the default key.
 
     Raises:
         TypeError: A field of the wrong type: a time that is not an int (floats, strings and
-            booleans included), a cost that is not a number (booleans included), an id that is
-            not a str.
+            booleans included), a cost that is not a number (booleans included), an id or a key
+            that is not a str.
         ValueError: An empty id, a time below its minimum, or a cost that is negative or not
             finite.
     """
@@ -101,6 +105,7 @@ class Job:
     priority: int = 0
     cost: float = 0
     actual_cost: float | None = None
+    key: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -119,6 +124,8 @@ class Job:
         _cost("cost", self.cost)
         if self.actual_cost is not None:
             _cost("actual_cost", self.actual_cost)
+        if not isinstance(self.key, str):
+            raise TypeError(f"key must be a string, got {self.key!r}")
 
     @property
     def deadline_ms(self) -> float:
@@ -184,6 +191,7 @@ COLUMNS: Mapping[str, Column] = {
         Column("priority", False, _text_priority),
         Column("cost", False, _text_cost),
         Column("actual_cost", False, _text_optional_cost),
+        Column("key", False, _text),
     )
 }
 
@@ -296,7 +304,8 @@ def parse_script(text: str, format: Literal["json", "csv"], source: str = "<scri
     :data:`COLUMNS`; times are JSON integers and a missing or null ``budget_ms`` means no deadline.
     CSV: a header line naming the columns, then one request per line; an empty ``budget_ms`` cell
     means no deadline, an empty ``priority`` or ``cost`` cell the default, an empty
-    ``actual_cost`` cell nothing to settle. Cells are stripped of surrounding spaces.
+    ``actual_cost`` cell nothing to settle, an empty ``key`` cell the default key. Cells are
+    stripped of surrounding spaces. A key is a string in both (``"3"``, not ``3``, in JSON).
 
     Args:
         text: The script.

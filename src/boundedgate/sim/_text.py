@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ._plan import SweepRow
-from ._results import ClassSummary, Simulation, Summary
+from ._results import ClassSummary, KeySummary, Simulation, Summary
 
 __all__ = (
     "classes_table",
     "human_ms",
+    "key_name",
+    "keys_table",
     "number",
     "percent",
     "requests_table",
@@ -74,36 +76,82 @@ def percent(part: int, whole: int) -> str:
     return "<0.1%" if share < 0.1 else f"{share:.1f}%"
 
 
+def key_name(key: str) -> str:
+    """A key for a table: as it is, but the default key, ``""``, which shows as ``""``."""
+    return key or '""'
+
+
 def requests_table(result: Simulation) -> str:
-    """One line per request, in the script's order, times in milliseconds."""
+    """One line per request, in the script's order, times in milliseconds.
+
+    With several keys, a column names each request's key.
+    """
+    keyed = bool(result.summary.keys)
     rows = [
         (
             r.id,
+            *((key_name(r.key),) if keyed else ()),
             r.outcome.value,
             *map(number, (r.arrival_ms, r.start_ms, r.end_ms, r.queue_ms, r.end_to_end_ms)),
         )
         for r in result.requests
     ]
-    return table(("id", "outcome", "arrival", "start", "end", "queue", "end-to-end"), rows, "llrrrrr")
+    headers = (
+        "id",
+        *(("key",) if keyed else ()),
+        "outcome",
+        "arrival",
+        "start",
+        "end",
+        "queue",
+        "end-to-end",
+    )
+    return table(headers, rows, "ll" + "l" * keyed + "rrrrr")
 
 
 def trace_table(result: Simulation) -> str:
     """One line per event, with the running and waiting counts just after it.
 
     With rate limits, a column per limit (named after it) shows its balance just after the event.
+    With several keys, a column names the event's key, ``running`` and ``waiting`` are the totals
+    over every key, and ``key running`` and ``key waiting`` the counts of the event's key's gate
+    (whose buckets the balances are).
     """
+    keyed = bool(result.summary.keys)
     names = tuple(limit.name for limit in result.rate_limits)
     rows = [
-        (number(e.time_ms), e.event, e.id, e.running, e.waiting, *map(number, e.tokens)) for e in result.trace
+        (
+            number(e.time_ms),
+            e.event,
+            e.id,
+            *((key_name(e.key),) if keyed else ()),
+            e.running,
+            e.waiting,
+            *((e.key_running, e.key_waiting) if keyed else ()),
+            *map(number, e.tokens),
+        )
+        for e in result.trace
     ]
-    return table(("time", "event", "id", "running", "waiting", *names), rows, "rllrr" + "r" * len(names))
+    headers = (
+        "time",
+        "event",
+        "id",
+        *(("key",) if keyed else ()),
+        "running",
+        "waiting",
+        *(("key running", "key waiting") if keyed else ()),
+        *names,
+    )
+    align = "rll" + "l" * keyed + "rr" + "rr" * keyed + "r" * len(names)
+    return table(headers, rows, align)
 
 
 def summary_lines(summary: Summary, rate_limits: bool = False) -> list[str]:
     """The summary: a table of outcomes, the peaks, a table of time distributions (ms).
 
     The outcome "rate limited at once" is listed when ``rate_limits`` is true or any request was;
-    with several priority classes, a table per class follows.
+    with several priority classes, a table of the classes follows, and with several keys, a table
+    of the keys (the peaks above are then those of all keys' gates together).
     """
     n = summary.requests
     outcomes = [
@@ -133,41 +181,51 @@ def summary_lines(summary: Summary, rate_limits: bool = False) -> list[str]:
     result = [
         *lines.splitlines(),
         "",
-        f"peaks: {summary.peak_running} running, {summary.peak_waiting} waiting",
+        f"peaks: {summary.peak_running} running, {summary.peak_waiting} waiting"
+        + (" (all keys together)" if summary.keys else ""),
         "",
         *distributions.splitlines(),
     ]
     if summary.classes:
         result += ["", *classes_table(summary.classes, rate_limits).splitlines()]
+    if summary.keys:
+        result += ["", *keys_table(summary.keys, rate_limits).splitlines()]
     return result
 
 
-def classes_table(classes: Sequence[ClassSummary], rate_limits: bool = False) -> str:
-    """A line per priority class: its requests, their outcomes, and their queue and end-to-end times.
+def _breakdown(
+    parts: Sequence[ClassSummary | KeySummary],
+    rate_limits: bool,
+    leading: Sequence[tuple[str, Sequence[object], str]],
+) -> str:
+    """A line per class or key: its requests, their outcomes, and their queue and end-to-end times.
 
-    The ``evicted`` and ``rate limited`` columns appear when some class has any (or, for the
+    ``leading`` gives the columns before those, each as its header, a cell per part, and its
+    alignment.
+
+    The ``evicted`` and ``rate limited`` columns appear when some part has any (or, for the
     latter, when ``rate_limits`` is true).
     """
-    evictions = any(c.evicted for c in classes)
-    limited = rate_limits or any(c.rate_limited for c in classes)
+    evictions = any(p.evicted for p in parts)
+    limited = rate_limits or any(p.rate_limited for p in parts)
     rows = [
         (
-            c.priority,
-            c.requests,
-            c.completed,
-            c.late,
-            c.expired,
-            c.rejected,
-            *((c.evicted,) if evictions else ()),
-            *((c.rate_limited,) if limited else ()),
-            number(c.queue_ms.p50),
-            number(c.queue_ms.p99),
-            number(c.end_to_end_ms.p99),
+            *(cells[n] for _, cells, _ in leading),
+            p.requests,
+            p.completed,
+            p.late,
+            p.expired,
+            p.rejected,
+            *((p.evicted,) if evictions else ()),
+            *((p.rate_limited,) if limited else ()),
+            number(p.queue_ms.p50),
+            number(p.queue_ms.p99),
+            number(p.end_to_end_ms.p99),
         )
-        for c in classes
+        for n, p in enumerate(parts)
     ]
     headers = (
-        "class",
+        *(header for header, _, _ in leading),
         "requests",
         "on time",
         "late",
@@ -179,7 +237,32 @@ def classes_table(classes: Sequence[ClassSummary], rate_limits: bool = False) ->
         "p99 wait",
         "p99 end-to-end",
     )
-    return table(headers, rows, "r" * len(headers))
+    align = "".join(a for _, _, a in leading) + "r" * (len(headers) - len(leading))
+    return table(headers, rows, align)
+
+
+def classes_table(classes: Sequence[ClassSummary], rate_limits: bool = False) -> str:
+    """A line per priority class: its requests, their outcomes, and their queue and end-to-end times.
+
+    The ``evicted`` and ``rate limited`` columns appear when some class has any (or, for the
+    latter, when ``rate_limits`` is true).
+    """
+    return _breakdown(classes, rate_limits, [("class", [c.priority for c in classes], "r")])
+
+
+def keys_table(keys: Sequence[KeySummary], rate_limits: bool = False) -> str:
+    """A line per key: its gate's limits and peaks, then as :func:`classes_table`.
+
+    Limits that are None (not limited, unbounded) show as ``none``.
+    """
+    leading: list[tuple[str, Sequence[object], str]] = [
+        ("key", [key_name(k.key) for k in keys], "l"),
+        ("max_running", ["none" if k.max_running is None else k.max_running for k in keys], "r"),
+        ("max_waiting", ["none" if k.max_waiting is None else k.max_waiting for k in keys], "r"),
+        ("peak running", [k.peak_running for k in keys], "r"),
+        ("peak waiting", [k.peak_waiting for k in keys], "r"),
+    ]
+    return _breakdown(keys, rate_limits, leading)
 
 
 def sweep_table(rows: Sequence[SweepRow]) -> str:

@@ -4,7 +4,8 @@ A workload is arrivals (:class:`Poisson` at a rate, :class:`Bursts`, or several 
 time distribution (:class:`Fixed`, :class:`Exponential`, :class:`LogNormal` given its mean and its
 p99), a budget (none, a fixed one, or a distribution), and for rate limits counted in tokens a
 declared cost and an actual one to settle (none, a fixed number, or a distribution: the same classes,
-whose numbers are then tokens rather than milliseconds). :func:`generate` turns it into a script.
+whose numbers are then tokens rather than milliseconds), and mixes that spread the requests over
+priority classes and over keys by weight. :func:`generate` turns it into a script.
 
 Each part draws from its own random stream, seeded from the workload's seed and the part's name,
 so two workloads with the same seed and the same arrivals arrive at the same instants even when
@@ -19,7 +20,7 @@ import bisect
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -205,18 +206,25 @@ Arrivals = Poisson | Bursts
 Distribution = Fixed | Exponential | LogNormal
 
 
-def _cumulative(mix: Sequence[float]) -> list[float]:
+def _cumulative(mix: Iterable[float], name: str, each: str) -> list[float]:
+    """The running sums of a mix's weights (``name`` and ``each`` say what it weighs, for errors)."""
     weights = list(mix)
     if not weights:
-        raise ValueError("priority_mix needs a weight per class")
+        raise ValueError(f"{name} needs a weight per {each}")
     for weight in weights:
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise TypeError(f"priority_mix weights must be numbers, got {weight!r}")
+            raise TypeError(f"{name} weights must be numbers, got {weight!r}")
         if not (weight >= 0 and math.isfinite(weight)):
-            raise ValueError(f"priority_mix weights must be finite and >= 0, got {weight!r}")
+            raise ValueError(f"{name} weights must be finite and >= 0, got {weight!r}")
     if not sum(weights) > 0:
-        raise ValueError("priority_mix must give some class a weight > 0")
+        raise ValueError(f"{name} must give some {each} a weight > 0")
     return list(itertools.accumulate(weights))
+
+
+def _pick(cumulative: Sequence[float], rng: random.Random) -> int:
+    """An index drawn with the weights whose running sums are ``cumulative``."""
+    index = bisect.bisect_right(cumulative, rng.random() * cumulative[-1])
+    return min(index, len(cumulative) - 1)  # guards the float sum's last ulp
 
 
 def _whole_ms(value: float) -> int:
@@ -244,6 +252,7 @@ def generate(
     duration_ms: int,
     budget_ms: int | Distribution | None = None,
     priority_mix: Sequence[float] | None = None,
+    key_mix: Mapping[str, float] | None = None,
     cost: float | Distribution | None = None,
     actual_cost: float | Distribution | None = None,
     seed: int = 0,
@@ -270,6 +279,9 @@ def generate(
         budget_ms: Each request's budget: None for no deadline, an int, or a distribution.
         priority_mix: The weights of the priority classes 0, 1, 2... (``[1, 4]``: one request in
             five is of class 0); None puts every request in class 0.
+        key_mix: The weights of the keys whose gates the requests go through (``{"acme": 3,
+            "globex": 1}``: three requests in four are acme's); None gives every request the
+            default key, ``""``.
         cost: Each request's declared cost for rate limits counted in tokens: None (0), a number,
             or a distribution of tokens (sampled costs are rounded to whole tokens).
         actual_cost: The cost each request settles as its body ends: None (nothing settled), a
@@ -281,9 +293,10 @@ def generate(
 
     Raises:
         TypeError, ValueError: A duration that is not an int >= 1, a fixed budget that is not an
-            int >= 1, an arrival process or distribution of the wrong type, a priority mix
-            that is empty, has a weight that is not a finite number >= 0, or weighs nothing, or
-            a fixed cost that is not a finite number >= 0.
+            int >= 1, an arrival process or distribution of the wrong type, a priority or key
+            mix that is empty, has a weight that is not a finite number >= 0, or weighs nothing,
+            a key mix that is not a mapping from str, or a fixed cost that is not a finite number
+            >= 0.
     """
     if type(duration_ms) is not int or duration_ms < 1:
         raise ValueError(f"duration_ms must be an int >= 1, got {duration_ms!r}")
@@ -303,7 +316,14 @@ def generate(
     _check_cost("cost", cost)
     _check_cost("actual_cost", actual_cost)
 
-    cumulative = _cumulative(priority_mix) if priority_mix is not None else None
+    classes = None if priority_mix is None else _cumulative(priority_mix, "priority_mix", "class")
+    if key_mix is not None and not isinstance(key_mix, Mapping):
+        raise TypeError(f"key_mix must be a mapping from key to weight, got {key_mix!r}")
+    keys = list(key_mix or ())
+    for key in keys:
+        if not isinstance(key, str):
+            raise TypeError(f"key_mix's keys must be strings, got {key!r}")
+    shares = None if key_mix is None else _cumulative(key_mix.values(), "key_mix", "key")
 
     arrival_rng = random.Random(f"boundedgate:{seed}:arrivals")
     times = sorted(t for process in processes for t in process.times(duration_ms, arrival_rng))
@@ -312,6 +332,7 @@ def generate(
     priority_rng = random.Random(f"boundedgate:{seed}:priority")
     cost_rng = random.Random(f"boundedgate:{seed}:cost")
     actual_rng = random.Random(f"boundedgate:{seed}:actual_cost")
+    key_rng = random.Random(f"boundedgate:{seed}:key")
     width = len(str(len(times)))
     jobs: list[Job] = []
     for number, arrival in enumerate(times, start=1):
@@ -319,12 +340,10 @@ def generate(
             budget = budget_ms
         else:
             budget = _whole_ms(budget_ms.sample(budget_rng))
-        priority = 0
-        if cumulative is not None:
-            priority = bisect.bisect_right(cumulative, priority_rng.random() * cumulative[-1])
-            priority = min(priority, len(cumulative) - 1)  # guards the float sum's last ulp
+        priority = 0 if classes is None else _pick(classes, priority_rng)
+        key = "" if shares is None else keys[_pick(shares, key_rng)]
         service_ms = _whole_ms(service.sample(service_rng))
         declared = 0 if cost is None else _cost(cost, cost_rng)
         actual = None if actual_cost is None else _cost(actual_cost, actual_rng)
-        jobs.append(Job(f"r{number:0{width}d}", arrival, service_ms, budget, priority, declared, actual))
+        jobs.append(Job(f"r{number:0{width}d}", arrival, service_ms, budget, priority, declared, actual, key))
     return jobs
