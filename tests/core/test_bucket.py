@@ -290,3 +290,13 @@ def test_GateState_without_rate_limits_is_never_waiting_for_tokens() -> None:
     assert state.ready_at(Ticket()) == -math.inf
     assert state.full_at() == -math.inf
     assert state.limiting(Ticket()) is None
+
+
+def test_GateState_settling_a_little_more_charges_it_even_from_a_full_bucket() -> None:
+    state = GateState(None, 0, rate_limits=[RateLimit(1, 10, unit="tokens")])
+    free = Ticket(cost=0)
+    state.arrive(free, 0)
+    state.settle(free, 1, 10)  # the bucket has been full since 0: one token less than full
+    assert state.tokens(10) == (9,)
+    state.settle(free, 1.5, 10)
+    assert state.tokens(10) == (8.5,)

@@ -66,6 +66,18 @@ def test_GateState_arrival_expires_due_waiters_to_free_their_places() -> None:
     assert newcomer.status is Status.QUEUED
 
 
+def test_GateState_arrival_expires_due_waiters_first_with_rate_limits_too() -> None:
+    # One token every 10 s. b takes the token due at 10; c, whose own is due at 20, waits with a
+    # deadline of 15; d arrives at 15, when c's deadline is reached: c expires first.
+    state = GateState(None, 2, rate_limits=[RateLimit(0.1, 1)])
+    a, b, c, d = ticket(), ticket(100), ticket(15), ticket()
+    for t in (a, b, c):
+        state.arrive(t, 0)
+    assert state.advance(10) == [b]
+    assert state.arrive(d, 15) == [c]
+    assert (c.status, d.status, state.waiting) == (Status.EXPIRED, Status.QUEUED, 1)
+
+
 def test_GateState_arrival_past_its_deadline_is_refused_uncounted() -> None:
     state = GateState(1, 1)
     late = ticket(5)
@@ -127,15 +139,19 @@ def test_GateState_cancel_of_a_queued_ticket_and_of_a_finished_one() -> None:
     state = GateState(1, 2)
     holder, queued = ticket(), ticket()
     state.arrive(holder, 0)
-    state.arrive(queued, 0)
+    state.arrive(queued, 1)
     assert state.cancel(queued, 3) == ()
     assert (queued.status, queued.ended, state.waiting) == (Status.CANCELLED, 3, 0)
     assert state.cancel(queued, 4) == ()
+    later = ticket()
+    state.arrive(later, 2)
+    state.cancel(later, 3.5)
     state.release(holder, 5)
     assert state.cancel(holder, 6) == ()
     assert holder.status is Status.COMPLETED
     snap = state.snapshot("s")
-    assert (snap.cancelled, snap.queue_seconds_total) == (1, 3)
+    # Waits of those who left the queue count too: 2 and 1.5 seconds.
+    assert (snap.cancelled, snap.queue_seconds_total, snap.queue_seconds_max) == (2, 3.5, 2)
 
 
 def test_GateState_peaks_and_times() -> None:
