@@ -34,7 +34,8 @@ from boundedgate import (
     RateLimit,
     RateLimited,
 )
-from boundedgate._core import GateState, Status, Ticket
+from boundedgate._core import GateState, Ticket
+from tests.core.invariants import check_invariants
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,24 +116,6 @@ def reference(jobs: Sequence[Job], max_running: int, max_waiting: int | None) ->
     assert not queue
     assert not running
     return done
-
-
-def check_invariants(state: GateState, now: float | None = None) -> None:
-    """Assert a gate state's invariants (costs O(queue)). ``now`` is the time of its last event."""
-    assert 0 <= state.running <= state.max_running, (state.running, state.max_running)
-    assert 0 <= state.waiting <= state._queue_limit, (state.waiting, state.max_waiting)
-    if state.waiting and state.running < state.max_running:
-        assert state._buckets, (state.running, state.waiting)  # only tokens may keep a slot free
-        if now is not None:
-            assert not state._affordable(state._queue.peek(), now), "the next ticket could start"
-    live = list(state._queue)
-    assert len(live) == state.waiting, (len(live), state.waiting)
-    assert len(set(map(id, live))) == len(live)
-    assert all(t.status is Status.QUEUED for t in live)
-    if now is not None:
-        for bucket in state._buckets:
-            tokens = bucket.tokens(now)
-            assert bucket.floor - 1e-6 <= tokens <= bucket.limit.burst, tokens
 
 
 class CheckedState(GateState):

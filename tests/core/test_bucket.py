@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundedgate._core import GateState, RateLimit, Status, Ticket, TokenBucket
-from tests.helpers import check_invariants
+from tests.core.invariants import check_invariants
 
 
 def test_RateLimit_constructors_and_defaults() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from boundedgate import RateLimit, Status
 from boundedgate._core import GateState, Ticket
-from tests.helpers import check_invariants
+from tests.core.invariants import check_invariants
 
 
 def test_a_newcomer_that_jumps_to_the_head_with_its_tokens_there_starts() -> None:

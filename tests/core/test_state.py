@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from boundedgate._core import GateState, RateLimit, Status, Ticket
 from boundedgate._core._state import _SLACK
-from tests.helpers import check_invariants
+from tests.core.invariants import check_invariants
 
 
 def ticket(deadline: float = math.inf) -> Ticket:

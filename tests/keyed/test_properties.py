@@ -34,7 +34,8 @@ from boundedgate import (
     admit_all,
 )
 from boundedgate._driver._keyed import _KeyState
-from tests.helpers import Job, Result, check_invariants, reference, run_script, run_virtual
+from tests.core.invariants import check_invariants
+from tests.helpers import Job, Result, reference, run_script, run_virtual
 
 KEYS = ("a", "b", "c")
 
