@@ -344,3 +344,47 @@ def test_GateState_entries_of_started_waiters_are_dropped_by_the_same_rule(rated
         if entries > 2 * state.waiting + _SLACK:
             entries = state.waiting
         assert len(state._deadlines) == entries
+
+
+def test_GateState_has_one_class_by_default_and_obeys_its_jump_share() -> None:
+    assert GateState(1, 1).priorities == 1
+    state = GateState(1, 2, priorities=2, jump_share=0)  # no jumping at all: FIFO across classes
+    holder, calm, urgent = ticket(), ticket(), ticket()
+    calm.priority, urgent.priority = 1, 0
+    for t in (holder, calm, urgent):
+        state.arrive(t, 0)
+    assert state.release(holder, 1) == [calm]
+
+
+def test_GateState_an_urgent_arrival_evicts_from_a_full_queue_of_two_classes() -> None:
+    state = GateState(1, 1, priorities=2)
+    holder, calm, urgent = ticket(), ticket(), ticket()
+    calm.priority, urgent.priority = 1, 0
+    for t in (holder, calm):
+        state.arrive(t, 0)
+    assert state.arrive(urgent, 1) == [calm]
+    assert (calm.status, urgent.status, state.evicted) == (Status.EVICTED, Status.QUEUED, 1)
+
+
+def test_GateState_an_evicting_arrival_that_can_pay_starts_at_once() -> None:
+    state = GateState(None, 1, priorities=2, rate_limits=[RateLimit(1, 5, unit="tokens")])
+    spender, calm, urgent = Ticket(cost=5), Ticket(priority=1, cost=5), Ticket(priority=0, cost=1)
+    for t in (spender, calm):
+        state.arrive(t, 0)
+    assert calm.status is Status.QUEUED  # its 5 tokens come at 5
+    assert state.arrive(urgent, 1) == [calm]  # one token is there: it takes the place and starts
+    assert (calm.status, urgent.status, state.waiting) == (Status.EVICTED, Status.RUNNING, 0)
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_GateState_a_refused_arrival_still_reports_the_waiters_it_expired(wait: bool) -> None:
+    # One token every 10 s: b takes the one due at 10, and c, waiting for the one at 20, is due to
+    # expire at 15, when d arrives and is refused (its token cannot come before its deadline, or
+    # it may not wait): c's expiry must not be lost with d's refusal.
+    state = GateState(None, 2, rate_limits=[RateLimit(0.1, 1)])
+    a, b, c, d = ticket(), ticket(100), ticket(15), ticket(16)
+    for t in (a, b, c):
+        state.arrive(t, 0)
+    assert state.advance(10) == [b]
+    assert list(state.arrive(d, 15, wait=wait)) == [c]
+    assert (c.status, d.status) == (Status.EXPIRED, Status.RATE_LIMITED)
