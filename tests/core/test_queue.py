@@ -187,3 +187,7 @@ def test_WaitQueue_seq_orders_arrivals_and_breaks_deadline_ties() -> None:
 def test_WaitQueue_settings_refused(kwargs: dict[str, object], error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         WaitQueue(**kwargs)  # type: ignore[arg-type]
+
+
+def test_WaitQueue_has_one_class_by_default() -> None:
+    assert WaitQueue().classes == 1

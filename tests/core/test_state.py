@@ -388,3 +388,13 @@ def test_GateState_a_refused_arrival_still_reports_the_waiters_it_expired(wait: 
     assert state.advance(10) == [b]
     assert list(state.arrive(d, 15, wait=wait)) == [c]
     assert (c.status, d.status) == (Status.EXPIRED, Status.RATE_LIMITED)
+
+
+def test_GateState_a_fresh_state_has_counted_nothing() -> None:
+    snap = GateState(2, 3).snapshot("s")
+    assert (snap.running, snap.waiting, snap.peak_running, snap.peak_waiting) == (0, 0, 0, 0)
+    assert (snap.admitted, snap.rejected, snap.expired, snap.cancelled) == (0, 0, 0, 0)
+    assert (snap.completed, snap.late, snap.failed, snap.evicted, snap.rate_limited) == (0, 0, 0, 0, 0)
+    assert (snap.queue_seconds_total, snap.queue_seconds_max) == (0, 0)
+    assert (snap.run_seconds_total, snap.run_seconds_max) == (0, 0)
+    assert (snap.end_to_end_seconds_total, snap.end_to_end_seconds_max) == (0, 0)
