@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from .._core import RateLimit, Status
@@ -201,6 +201,19 @@ class TraceEvent:
         return data
 
 
+def _fields_dict(summary: Any) -> dict[str, Any]:
+    """A summary's fields in order, for JSON: percentiles and nested summaries as dicts."""
+    data: dict[str, Any] = {}
+    for each in fields(summary):
+        value = getattr(summary, each.name)
+        if isinstance(value, tuple):
+            value = [item.to_dict() for item in value]
+        elif isinstance(value, Percentiles):
+            value = value.to_dict()
+        data[each.name] = value
+    return data
+
+
 def _rounded(balance: float) -> float:
     value = round(balance, 9)
     return int(value) if value == int(value) else value
@@ -236,18 +249,7 @@ class ClassSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, for JSON."""
-        return {
-            "priority": self.priority,
-            "requests": self.requests,
-            "completed": self.completed,
-            "late": self.late,
-            "expired": self.expired,
-            "rejected": self.rejected,
-            "evicted": self.evicted,
-            "rate_limited": self.rate_limited,
-            "queue_ms": self.queue_ms.to_dict(),
-            "end_to_end_ms": self.end_to_end_ms.to_dict(),
-        }
+        return _fields_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,22 +296,7 @@ class KeySummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, for JSON."""
-        return {
-            "key": self.key,
-            "max_running": self.max_running,
-            "max_waiting": self.max_waiting,
-            "requests": self.requests,
-            "completed": self.completed,
-            "late": self.late,
-            "expired": self.expired,
-            "rejected": self.rejected,
-            "evicted": self.evicted,
-            "rate_limited": self.rate_limited,
-            "peak_running": self.peak_running,
-            "peak_waiting": self.peak_waiting,
-            "queue_ms": self.queue_ms.to_dict(),
-            "end_to_end_ms": self.end_to_end_ms.to_dict(),
-        }
+        return _fields_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,22 +377,9 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, for JSON (``keys`` only when the script has several)."""
-        data: dict[str, Any] = {
-            "requests": self.requests,
-            "completed": self.completed,
-            "late": self.late,
-            "expired": self.expired,
-            "rejected": self.rejected,
-            "evicted": self.evicted,
-            "rate_limited": self.rate_limited,
-            "peak_running": self.peak_running,
-            "peak_waiting": self.peak_waiting,
-            "queue_ms": self.queue_ms.to_dict(),
-            "end_to_end_ms": self.end_to_end_ms.to_dict(),
-            "classes": [summary.to_dict() for summary in self.classes],
-        }
-        if self.keys:
-            data["keys"] = [summary.to_dict() for summary in self.keys]
+        data = _fields_dict(self)
+        if not self.keys:
+            del data["keys"]
         return data
 
 
