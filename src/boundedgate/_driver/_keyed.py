@@ -330,8 +330,9 @@ class KeyedGate(Generic[K]):
 
         As :meth:`BoundedGate.stream` on the key's gate.
         """
-        permit = self.admit(key, timeout=timeout, deadline=deadline, priority=priority, cost=cost)
-        return StreamOpener(permit, source, raise_late)
+        return self._gate_for(key).stream(
+            source, timeout=timeout, deadline=deadline, priority=priority, cost=cost, raise_late=raise_late
+        )
 
     def get(self, key: K) -> BoundedGate | None:
         """The gate ``key`` has now, if it has one (running, waiting, or kept idle); never creates one.
