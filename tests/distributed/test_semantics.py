@@ -131,11 +131,13 @@ async def test_deadline_in_the_queue_raises_queue_expired_and_frees_the_place(
         with pytest.raises(QueueExpired) as info:
             async with gate.admit(timeout=0.3):
                 pytest.fail("ran after its deadline")
+        # Raised by the waiter's own loop timer at the deadline; anything else (the waiter's lease
+        # in Redis) would take waiter_ttl, 5 s. The slack is for a loaded machine, not the design.
         late_by = loop.time() - info.value.deadline
-        assert 0 <= late_by < 0.25  # raised at the deadline, on the loop's clock
-        assert info.value.waited == pytest.approx(0.3, abs=0.25)
-        took = await wait_until(lambda: _waiting(client, name, 0), 2, "the place freed")
-        assert took < 1.0
+        assert 0 <= late_by < 1.0
+        assert info.value.waited == pytest.approx(0.3, abs=1.0)
+        took = await wait_until(lambda: _waiting(client, name, 0), 5, "the place freed")
+        assert took < 2.5  # one background call to Redis, well within op_timeout and waiter_ttl
         holder.release()
         view = await settles_empty(client, name)
         assert view.counters["expired"] == 1
