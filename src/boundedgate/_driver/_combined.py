@@ -278,20 +278,7 @@ class CombinedPermit(HandsOver):
 
     def _late(self) -> Late:
         """The :class:`Late` for a request that finished at or after its deadline, naming the last gate."""
-        gate = self._permits[-1]._gate
-        arrival: float = self.arrival  # type: ignore[assignment]
-        ended: float = self.ended  # type: ignore[assignment]
-        return Late(
-            gate.name,
-            gate.max_running,
-            gate.max_waiting,
-            gate.running,
-            gate.waiting,
-            self.started - arrival,  # type: ignore[operator]
-            ended - arrival,
-            self.deadline,
-            ended - self.deadline,
-        )
+        return self._permits[-1]._gate._late(self)
 
     def __repr__(self) -> str:
         names = ", ".join(repr(gate.name) for gate in self.gates) or f"{len(self._steps)} gates"

@@ -11,7 +11,7 @@ import asyncio
 import math
 import sys
 from collections.abc import Sequence
-from typing import TypeVar, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 from .._core import (
     GateState,
@@ -27,6 +27,9 @@ from .._core import (
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource
 from ._permit import Permit
+
+if TYPE_CHECKING:
+    from ._combined import CombinedPermit
 
 __all__ = ("BoundedGate",)
 
@@ -402,7 +405,8 @@ class BoundedGate:
             state.recent_run_seconds,
         )
 
-    def _late(self, permit: Permit) -> Late:
+    def _late(self, permit: Permit | CombinedPermit) -> Late:
+        """The :class:`Late` for a request that finished at or after its deadline, naming this gate."""
         state = self._state
         ended: float = permit.ended  # type: ignore[assignment]
         arrival: float = permit.arrival  # type: ignore[assignment]
