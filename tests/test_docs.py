@@ -6,6 +6,7 @@ import asyncio
 import re
 import runpy
 import socket
+import sys
 import warnings
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -66,12 +67,42 @@ def fake_llm_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     listening.close()
 
 
+def promised_output(block: str) -> dict[int, list[str]]:
+    """What the block says its prints print, by line: ``print(x)  # shown`` (up to a ": " that
+    starts a remark), and the ``# shown`` lines right below a print (one per line it prints)."""
+    lines = block.splitlines()
+    promised: dict[int, list[str]] = {}
+    for number, line in enumerate(lines, start=1):
+        if "print(" not in line:
+            continue
+        _, _, remark = line.partition("  # ")
+        shown = [remark.split(": ")[0]] if remark else []
+        below = number
+        while below < len(lines) and lines[below].startswith("# "):
+            shown.append(lines[below][2:])
+            below += 1
+        if shown:
+            promised[number] = shown
+    return promised
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
 @pytest.mark.usefixtures("virtual_asyncio_run")
-def test_readme_block_runs(block: str, request: pytest.FixtureRequest) -> None:
+def test_readme_block_runs_and_prints_what_it_says(block: str, request: pytest.FixtureRequest) -> None:
     if SDK_CLIENT.search(block):
         request.getfixturevalue("fake_llm_provider")
-    exec(compile(block, "README.md", "exec"), {"__name__": "__main__"})
+    printed: dict[int, list[str]] = {}
+
+    def recording_print(*values: object, sep: str | None = " ", **kwargs: Any) -> None:
+        caller = sys._getframe(1)
+        if caller.f_code.co_filename == "README.md":
+            text = (" " if sep is None else sep).join(map(str, values))
+            printed.setdefault(caller.f_lineno, []).append(text)
+        print(*values, sep=sep, **kwargs)
+
+    exec(compile(block, "README.md", "exec"), {"__name__": "__main__", "print": recording_print})
+    for number, shown in promised_output(block).items():
+        assert printed.get(number) == shown, f"README block line {number}"
 
 
 @pytest.mark.usefixtures("virtual_asyncio_run")
