@@ -24,24 +24,25 @@ def server_binary() -> str:
     return binary  # type: ignore[return-value]
 
 
-@pytest.fixture(scope="session")
-def redis_server(server_binary: str) -> Iterator[RedisServer]:
+def _running(server_binary: str) -> Iterator[RedisServer]:
     server = RedisServer(server_binary)
     server.start()
     try:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server(server_binary: str) -> Iterator[RedisServer]:
+    """The server most tests share."""
+    yield from _running(server_binary)
 
 
 @pytest.fixture
 def own_server(server_binary: str) -> Iterator[RedisServer]:
-    server = RedisServer(server_binary)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.close()
+    """A server of the test's own, for tests that stop, restart or pause it."""
+    yield from _running(server_binary)
 
 
 @pytest.fixture
