@@ -219,6 +219,8 @@ class BoundedGate:
             return Permit(self, check_timeout(timeout), _INF, priority, cost)
         if timeout is not None:
             raise ValueError("give timeout or deadline, not both")
+        if type(deadline) is float and deadline <= _INF:  # the common case inline (NaN fails <=)
+            return Permit(self, None, deadline, priority, cost)
         return Permit(self, None, check_deadline(deadline), priority, cost)
 
     def try_admit(
