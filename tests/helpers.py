@@ -143,8 +143,10 @@ class CheckedState(GateState):
         self._checked(now)
         return woken
 
-    def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
-        woken = super().release(ticket, now, failed)
+    def release(
+        self, ticket: Ticket, now: float, failed: bool = False, leaked: bool = False
+    ) -> Sequence[Ticket]:
+        woken = super().release(ticket, now, failed, leaked)
         self._checked(now)
         return woken
 

@@ -4,6 +4,7 @@ Nothing in this package imports an event loop, a clock or threads: it is told th
 """
 
 from ._bucket import RateLimit, TokenBucket
+from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
 from ._settings import (
     check_cost,
     check_deadline,
@@ -19,9 +20,16 @@ from ._ticket import Status, Ticket
 from ._totals import KeyedStatistics, Totals, total
 
 __all__ = (
+    "BY_NAME",
+    "BY_STATUS",
+    "NEVER_RAN",
+    "OUTCOMES",
+    "RAN",
+    "SIMULATED",
     "GateState",
     "GateStatistics",
     "KeyedStatistics",
+    "Outcome",
     "RateLimit",
     "Status",
     "Ticket",

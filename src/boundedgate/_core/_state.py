@@ -24,11 +24,12 @@ its rate cost is paid, all buckets at once or none. These events change it:
     waits, the newest of the least urgent class is evicted to make room; else it is rejected.
     Queued tickets that are due expire first, so a place whose deadline is ``now`` is free.
 
-``release(t, now, failed)``
-    A running ticket ends: ``FAILED`` if it raised, else ``LATE`` if ``now >= deadline``, else
-    ``COMPLETED``. The freed slot goes straight to the next queued ticket (direct hand-off: the
-    oldest, or a more urgent one within the jump share), after due tickets have expired: a ticket
-    whose deadline is ``now`` never starts. A next ticket whose tokens are not there yet keeps
+``release(t, now, failed, leaked)``
+    A running ticket ends: ``FAILED`` if it raised, ``LEAKED`` if its caller never released it
+    (the garbage collector did), else ``LATE`` if ``now >= deadline``, else ``COMPLETED``. The
+    freed slot goes straight to the next queued ticket (direct hand-off: the oldest, or a more
+    urgent one within the jump share), after due tickets have expired: a ticket whose deadline
+    is ``now`` never starts. A next ticket whose tokens are not there yet keeps
     everyone behind it waiting (FIFO holds for rate limits too: a large request at the head is
     not starved by small ones behind it).
 
@@ -68,6 +69,7 @@ import sys
 from collections.abc import Sequence
 
 from ._bucket import RateLimit, TokenBucket
+from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
 from ._settings import check_cost, check_max_running, check_max_waiting
 from ._stats import GateStatistics
@@ -83,10 +85,14 @@ CANCELLED = Status.CANCELLED
 COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
+LEAKED = Status.LEAKED
 EVICTED = Status.EVICTED
 RATE_LIMITED = Status.RATE_LIMITED
 
 _NOBODY: tuple[Ticket, ...] = ()
+
+#: The counters of the outcomes, one attribute each, named as in :data:`OUTCOMES`.
+OUTCOME_NAMES = tuple(outcome.name for outcome in OUTCOMES)
 
 #: Weight of the latest run in the moving average behind ``retry_after``.
 RECENT_RUN_WEIGHT = 0.2
@@ -112,6 +118,7 @@ class GateState:
         "expired",
         "failed",
         "late",
+        "leaked",
         "max_running",
         "max_waiting",
         "peak_running",
@@ -157,6 +164,7 @@ class GateState:
         self.completed = 0
         self.late = 0
         self.failed = 0
+        self.leaked = 0
         self.evicted = 0
         self.rate_limited = 0
         self.queue_seconds_total = 0.0
@@ -224,17 +232,23 @@ class GateState:
         self.rejected += 1
         return woken
 
-    def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
+    def release(
+        self, ticket: Ticket, now: float, failed: bool = False, leaked: bool = False
+    ) -> Sequence[Ticket]:
         """A running ticket ends at ``now``; returns the queued tickets that started or expired.
 
-        Its outcome is ``FAILED`` if ``failed``, else ``LATE`` at or after its deadline, else
-        ``COMPLETED``. Releasing a ticket that is not running does nothing.
+        Its outcome is ``FAILED`` if ``failed``, else ``LEAKED`` if ``leaked`` (its caller never
+        released it), else ``LATE`` at or after its deadline, else ``COMPLETED``. Releasing a
+        ticket that is not running does nothing.
         """
         if ticket.status is not RUNNING:
             return _NOBODY
         if failed:
             ticket.status = FAILED
             self.failed += 1
+        elif leaked:
+            ticket.status = LEAKED
+            self.leaked += 1
         elif now >= ticket.deadline:
             ticket.status = LATE
             self.late += 1
@@ -398,14 +412,7 @@ class GateState:
             peak_running=self.peak_running,
             peak_waiting=self.peak_waiting,
             admitted=self.admitted,
-            rejected=self.rejected,
-            expired=self.expired,
-            cancelled=self.cancelled,
-            completed=self.completed,
-            late=self.late,
-            failed=self.failed,
-            evicted=self.evicted,
-            rate_limited=self.rate_limited,
+            **{name: getattr(self, name) for name in OUTCOME_NAMES},
             queue_seconds_total=self.queue_seconds_total,
             queue_seconds_max=self.queue_seconds_max,
             run_seconds_total=self.run_seconds_total,

@@ -3,7 +3,7 @@
 A ticket is ``NEW`` until it arrives, then ``QUEUED`` or ``RUNNING``, and ends in exactly one final
 status, its outcome::
 
-    NEW ──arrive──> RUNNING ──release──> COMPLETED | LATE | FAILED
+    NEW ──arrive──> RUNNING ──release──> COMPLETED | LATE | FAILED | LEAKED
      │                 ^  └───cancel───> CANCELLED      (granted, but the caller gave up first)
      │                 │ hand-off
      ├──arrive──> QUEUED ──deadline──> EXPIRED
@@ -45,6 +45,8 @@ class Status(enum.Enum):
     LATE = "late"
     #: Ran and ended with an exception.
     FAILED = "failed"
+    #: Ran, and was never released by its caller: the garbage collector gave its slot back.
+    LEAKED = "leaked"
     #: Pushed out of a full queue by a more urgent arrival; it never started.
     EVICTED = "evicted"
     #: Refused at arrival: its rate cost could not be paid in time (or at once, when not waiting).

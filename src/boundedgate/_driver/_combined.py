@@ -36,6 +36,7 @@ CANCELLED = Status.CANCELLED
 COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
+LEAKED = Status.LEAKED
 
 _T = TypeVar("_T")
 
@@ -251,7 +252,7 @@ class CombinedPermit(HandsOver):
         if exc_type is None and self.status is LATE:
             raise self._late()
 
-    def _finish(self, failed: bool) -> None:
+    def _finish(self, failed: bool, leaked: bool = False) -> None:
         """End the request now, if it holds its gates: release each, last first."""
         if self.status is not RUNNING:
             return
@@ -259,13 +260,13 @@ class CombinedPermit(HandsOver):
         late = False
         ended: float = self.started  # type: ignore[assignment]
         for permit in reversed(self._permits):
-            permit._finish(failed)
+            permit._finish(failed, leaked)
             if permit.status is LATE:
                 late = True
             if permit.ended > ended:  # type: ignore[operator]
                 ended = permit.ended  # type: ignore[assignment]
         self.ended = ended
-        self.status = FAILED if failed else LATE if late else COMPLETED
+        self.status = FAILED if failed else LEAKED if leaked else LATE if late else COMPLETED
 
     def _give_back(self, taken: list[Permit], refused: Permit | None) -> None:
         """A step failed: the gates taken give their slots back unused, and the request ends."""

@@ -93,8 +93,10 @@ class _KeyState(GateState):
             return woken
         return self._owner._arrive_idle(self, ticket, now, wait)
 
-    def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
-        woken = super().release(ticket, now, failed)
+    def release(
+        self, ticket: Ticket, now: float, failed: bool = False, leaked: bool = False
+    ) -> Sequence[Ticket]:
+        woken = super().release(ticket, now, failed, leaked)
         self._owner._freed(self, now)
         return woken
 

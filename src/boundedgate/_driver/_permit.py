@@ -173,11 +173,11 @@ class Permit(Ticket, HandsOver):
             gate._wake(woken)
         return self.status
 
-    def _finish(self, failed: bool) -> None:
-        """End the request now, if it holds a slot: ``FAILED``, else completed or late."""
+    def _finish(self, failed: bool, leaked: bool = False) -> None:
+        """End the request now, if it holds a slot: ``FAILED``, ``LEAKED``, else completed or late."""
         if self.status is RUNNING:
             gate = self._gate
-            woken = gate._state.release(self, gate._loop.time(), failed)  # type: ignore[union-attr]
+            woken = gate._state.release(self, gate._loop.time(), failed, leaked)  # type: ignore[union-attr]
             if woken:
                 gate._wake(woken)
             if gate._rated and gate._state.waiting:

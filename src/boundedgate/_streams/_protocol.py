@@ -61,11 +61,12 @@ class StreamPermit(Protocol):
         """
         ...
 
-    def _finish(self, failed: bool) -> None:
+    def _finish(self, failed: bool, leaked: bool = False) -> None:
         """End the request now if it still holds its slot, and give the slot back; else do nothing.
 
         Synchronous and idempotent, with no ``await``: the outcome is ``FAILED`` if ``failed``,
-        else ``COMPLETED`` or ``LATE`` by the time (``now >= deadline``).
+        else ``LEAKED`` if ``leaked`` (the garbage collector found it unreleased), else
+        ``COMPLETED`` or ``LATE`` by the time (``now >= deadline``).
         """
         ...
 

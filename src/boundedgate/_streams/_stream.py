@@ -16,7 +16,7 @@ the consumer cancelled while it reads  failed (``CancelledError`` propagates)
 ``aclose()`` / ``close()``             completed or late by the time: the consumer chose to stop
 ``async with`` exit                    the same, or failed if the block raised
 ``break`` out of ``async for``         completed or late by the time, one loop turn later
-garbage collection of an open stream   failed, with a ``ResourceWarning`` naming the gate
+garbage collection of an open stream   leaked, with a ``ResourceWarning`` naming the gate
 =====================================  ==========================================================
 
 After the request ends, the wrapper closes the underlying stream (the SDK's HTTP response), shielded
@@ -117,7 +117,7 @@ class GatedStream(Generic[_T]):
     the stream, or the consumer being cancelled while it reads, is failed; ``aclose()``, ``close()``,
     leaving ``async for`` early (``break``) and leaving ``async with`` are completed or late by the
     time and never raise ``Late`` (the consumer chose to stop), except that an ``async with`` block
-    that raised is failed. A stream that is garbage-collected while open is failed, with a
+    that raised is failed. A stream that is garbage-collected while open is leaked, with a
     ``ResourceWarning`` naming the gate, like an unclosed file: nobody saw how it ended, its run time
     is whenever the collector came by, and the leak is a bug to find, not a success to count.
 
@@ -292,7 +292,7 @@ async def _close_stream(stream: object) -> None:
 
 
 def _abandon(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -> str:
-    """From a finaliser: end the request as failed and close the stream, on the permit's loop.
+    """From a finaliser: end the request as leaked and close the stream, on the permit's loop.
 
     Returns a note for the warning when that loop is closed.
     """
@@ -306,14 +306,14 @@ def _abandon(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -
             return ""
     # Nothing runs the gate on a closed loop: ending the request here races with no one.
     try:
-        permit._finish(True)
+        permit._finish(False, True)
     except RuntimeError:  # waiters are parked on futures of the closed loop
         return " (its event loop is closed: the slot could not be given back)"
     return " (its event loop is closed: the stream could not be closed)"
 
 
 def _finish_abandoned(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -> None:
-    permit._finish(True)
+    permit._finish(False, True)
     task = asyncio.get_running_loop().create_task(_close_abandoned(stream, manager_exit))
     _closing.add(task)
     task.add_done_callback(_closing.discard)

@@ -32,6 +32,7 @@ CANCELLED = Status.CANCELLED
 COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
+LEAKED = Status.LEAKED
 
 _GRANTED = "granted"
 
@@ -189,8 +190,8 @@ class RedisPermit(HandsOver):
         """
         check_cost(cost)
 
-    def _finish(self, failed: bool) -> None:
-        """End the request now, if it holds a slot: ``FAILED``, else completed or late.
+    def _finish(self, failed: bool, leaked: bool = False) -> None:
+        """End the request now, if it holds a slot: ``FAILED``, ``LEAKED``, else completed or late.
 
         Synchronous and idempotent, on the loop's thread: the permit ends at once, and the
         release is sent to Redis by its own task, retried until it lands. On a closed loop (a
@@ -198,7 +199,7 @@ class RedisPermit(HandsOver):
         """
         inner = self._inner
         if inner is not None:
-            inner._finish(failed)
+            inner._finish(failed, leaked)
             return
         if self._status is not RUNNING:
             return
@@ -208,6 +209,9 @@ class RedisPermit(HandsOver):
         if failed:
             self._status = status = FAILED
             gate._counters.failed += 1
+        elif leaked:
+            self._status = status = LEAKED
+            gate._counters.leaked += 1
         elif now >= self.deadline:
             self._status = status = LATE
             gate._counters.late += 1
