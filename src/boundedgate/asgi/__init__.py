@@ -1,0 +1,42 @@
+"""The HTTP server edge: a pure ASGI gate in front of an app, and its per-route forms.
+
+``pip install 'boundedgate[asgi]'``. :class:`GateMiddleware`, the refusals and the limits document
+need nothing but the standard library; the FastAPI / Starlette helpers (:func:`gate_dependency`,
+:class:`GatedStreamingResponse`, :func:`refusal_handler`) import Starlette when first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._limits import limits_app, limits_document, ratelimit_fields
+from ._middleware import GateMiddleware
+from ._refusal import REFUSAL_STYLES, Refusal, RefusalStyle, refusal_for, retry_after_seconds
+
+if TYPE_CHECKING:
+    from ._starlette import GatedStreamingResponse, gate_dependency, refusal_handler
+
+__all__ = (
+    "REFUSAL_STYLES",
+    "GateMiddleware",
+    "GatedStreamingResponse",
+    "Refusal",
+    "RefusalStyle",
+    "gate_dependency",
+    "limits_app",
+    "limits_document",
+    "ratelimit_fields",
+    "refusal_for",
+    "refusal_handler",
+    "retry_after_seconds",
+)
+
+_LAZY = frozenset(("GatedStreamingResponse", "gate_dependency", "refusal_handler"))
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        # Starlette is imported here, on first use, not with the package.
+        return getattr(importlib.import_module("._starlette", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

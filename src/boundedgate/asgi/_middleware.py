@@ -1,0 +1,498 @@
+"""GateMiddleware: every HTTP request admitted on arrival, its permit held to the last body byte.
+
+Theory of operation
+===================
+
+For each ``http`` request the middleware runs two tasks of its own beside the server's:
+
+the pump
+    reads the server's ``receive()`` from the start and buffers what it reads for the app (at most
+    ``max_buffer`` bytes of body ahead of the app), so an ``http.disconnect`` is seen the moment the
+    server delivers it, whether the app reads ``receive()`` or not;
+the exchange
+    admits the request (``gate.admit(...)``), answers a refusal itself, else calls the app with
+    the buffered ``receive`` and a ``send`` that watches the response.
+
+The permit ends exactly once, on the first of:
+
+- the ``http.response.body`` with ``more_body=False`` has been sent: completed, or late past the
+  deadline (``Late`` is counted and logged, never raised: the response has already started, and
+  raising would truncate it);
+- the client disconnected (the pump read ``http.disconnect``, or ``send`` raised ``OSError``)
+  before that: the slot is released and the exchange cancelled in the same loop turn; a request
+  still queued leaves the queue, and one that had not arrived yet is never counted;
+- the app raised, or returned without finishing the response: failed.
+
+Nothing waits for the garbage collector: each ending above is an event the middleware sees
+itself, whatever other middleware does around or inside it. The server's task waits for the
+exchange to finish (the app's own clean-up runs before the request is over), and a cancellation of
+the server's task is passed on to the exchange.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from .._core import Status
+from .._driver import KeyedGate
+from .._errors import GateError
+from ._limits import ratelimit_fields
+from ._refusal import BodyFunction, check_style, refusal_for
+from ._types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ("GateMiddleware",)
+
+logger = logging.getLogger("boundedgate.asgi")
+
+RUNNING = Status.RUNNING
+LATE = Status.LATE
+
+#: The messages that end a response body for good.
+_PATH_SEND = "http.response.pathsend"
+
+
+def _exemption(exempt: Callable[[Scope], bool] | Iterable[str] | None) -> Callable[[Scope], bool] | None:
+    """A predicate over the scope from ``exempt``: a predicate already, or paths (``"/x/"``: a prefix)."""
+    if exempt is None or callable(exempt):
+        return exempt
+    if isinstance(exempt, str):
+        raise TypeError("exempt must be a list of paths or a function of the scope, not a single str")
+    paths = list(exempt)
+    for path in paths:
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ValueError(f"an exempt path must be a str starting with '/', got {path!r}")
+    exact = frozenset(p for p in paths if not p.endswith("/") or p == "/")
+    prefixes = tuple(p for p in paths if p.endswith("/") and p != "/")
+
+    def exempted(scope: Scope) -> bool:
+        path = scope.get("path", "")
+        return path in exact or path.startswith(prefixes)
+
+    return exempted
+
+
+def _accepts_event_stream(scope: Scope) -> bool:
+    for name, value in scope.get("headers", ()):
+        if name == b"accept" and b"text/event-stream" in value:
+            return True
+    return False
+
+
+class GateMiddleware:
+    """Pure ASGI middleware: admit each HTTP request through a gate before the app sees it.
+
+    ::
+
+        app = FastAPI()
+        app.add_middleware(GateMiddleware, gate=BoundedGate(max_running=50, max_waiting=100), timeout=60)
+
+    Each ``http`` request arrives at the gate when it reaches the middleware. If it is refused, the
+    app is never called and the client gets the refusal (status 503, or 429 for
+    :class:`RateLimited`, with ``Retry-After``, ``Cache-Control: no-store`` and a JSON body in the
+    ``refusal`` style). If it is admitted, the app runs, and the request keeps its slot until the
+    last body message has been sent, or the client has gone. A client that disconnects while its
+    request is queued leaves the queue, and the app never sees the request; one that disconnects
+    while the response streams has its app cancelled and its slot freed in that loop turn.
+    WebSocket and lifespan scopes pass through ungated.
+
+    Admitted responses carry ``Server-Timing: gate;dur=<ms>;desc="queue"``, the time the request
+    waited (visible in a browser's developer tools), and with ``ratelimit_headers=True`` the IETF
+    ``RateLimit-Policy`` and ``RateLimit`` fields (see :func:`ratelimit_fields`).
+
+    Args:
+        app: The ASGI app to guard.
+        gate: A :class:`BoundedGate`, a :class:`KeyedGate` (with ``key``) or a ``RedisGate``.
+        key: A function from the ASGI scope to the request's key, for a :class:`KeyedGate` (a
+            session id, a tenant from a header, an API key). Routing has not run yet, so read the
+            path or headers, not ``path_params``. A key of None lets the request through ungated.
+        timeout: Seconds from arrival to the deadline, covering the wait and the response. A
+            response that ends after it is counted late (and logged), never cut short.
+        max_wait: Seconds the request may wait in the queue, apart from the deadline: it expires
+            at the earlier of the two.
+        priority: The request's priority class, or a function of the scope giving it.
+        cost: The request's rate cost (for rate limits counted in tokens), or a function of the
+            scope giving it (None: 0).
+        exempt: Routes that bypass the gate (health checks, the limits document): a function of
+            the scope, or a list of paths, each matched exactly, or as a prefix when it ends in
+            ``/``.
+        refusal: The refusal body: ``"public"`` (the default: code, message and retry-after, no
+            internal counts), ``"detailed"`` (``GateError.to_dict()``), ``"openai"`` or
+            ``"anthropic"`` (their SDKs' error envelopes), ``"session"`` (seed 002's per-session
+            shape) or ``"problem"`` (RFC 9457 problem details); or a function ``(error, key)``
+            returning the body as a dict.
+        sse_refusal: Refuse a client that accepts ``text/event-stream`` with a 200 event stream
+            carrying ``retry:`` and an ``error`` event, which a browser's ``EventSource`` retries
+            (it gives up for good on any other status).
+        retry_after_fallback: ``Retry-After`` in seconds (an int >= 1) when the gate has no pace
+            yet to estimate it from (no request has finished since it started). Default 1.
+        ratelimit_headers: Add ``RateLimit-Policy`` and ``RateLimit`` to admitted responses.
+        server_timing: Add the ``Server-Timing`` entry to admitted responses.
+        max_buffer: Bytes of request body the middleware reads ahead of the app (it must read to
+            see a disconnect). Beyond it, it waits until the app has read them.
+    """
+
+    __slots__ = (
+        "_admit",
+        "_app",
+        "_cost",
+        "_exempt",
+        "_gate",
+        "_key",
+        "_keyed",
+        "_max_buffer",
+        "_options",
+        "_priority",
+        "_ratelimit",
+        "_refusal",
+        "_retry_after_fallback",
+        "_server_timing",
+        "_sse",
+    )
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        gate: Any,
+        key: Callable[[Scope], Hashable | None] | None = None,
+        timeout: float | None = None,
+        max_wait: float | None = None,
+        priority: int | Callable[[Scope], int] = 0,
+        cost: float | Callable[[Scope], float | None] | None = None,
+        exempt: Callable[[Scope], bool] | Iterable[str] | None = None,
+        refusal: str | BodyFunction = "public",
+        sse_refusal: bool = False,
+        retry_after_fallback: int = 1,
+        ratelimit_headers: bool = False,
+        server_timing: bool = True,
+        max_buffer: int = 1 << 20,
+    ) -> None:
+        if not hasattr(gate, "admit"):
+            raise TypeError(f"gate must be a gate (BoundedGate, KeyedGate, RedisGate), got {gate!r}")
+        keyed = isinstance(gate, KeyedGate)
+        if keyed and key is None:
+            raise TypeError("a KeyedGate needs key=, a function from the ASGI scope to the request's key")
+        if key is not None and not keyed:
+            raise TypeError("key= is for a KeyedGate; this gate has one queue for every request")
+        if key is not None and not callable(key):
+            raise TypeError(f"key must be a function of the ASGI scope, got {key!r}")
+        check_style(refusal)
+        if isinstance(retry_after_fallback, bool) or not isinstance(retry_after_fallback, int):
+            raise TypeError(f"retry_after_fallback must be an int, got {retry_after_fallback!r}")
+        if retry_after_fallback < 1:
+            raise ValueError(f"retry_after_fallback must be >= 1, got {retry_after_fallback}")
+        if isinstance(max_buffer, bool) or not isinstance(max_buffer, int) or max_buffer < 0:
+            raise ValueError(f"max_buffer must be an int >= 0, got {max_buffer!r}")
+        self._app = app
+        self._gate = gate
+        self._keyed = keyed
+        self._key = key
+        self._priority = priority
+        self._cost = cost
+        options: dict[str, Any] = {}
+        if timeout is not None:
+            options["timeout"] = timeout
+        if max_wait is not None:
+            options["max_wait"] = max_wait
+        self._options = options
+        self._exempt = _exemption(exempt)
+        self._refusal = refusal
+        self._sse = sse_refusal
+        self._retry_after_fallback = retry_after_fallback
+        self._ratelimit = ratelimit_headers
+        self._server_timing = server_timing
+        self._max_buffer = max_buffer
+        self._admit = gate.admit
+        # Malformed settings fail here, not at the first request.
+        if not keyed:
+            gate.admit(**self._static_options())
+
+    def _static_options(self) -> dict[str, Any]:
+        options = dict(self._options)
+        if not callable(self._priority) and self._priority:
+            options["priority"] = self._priority
+        if not callable(self._cost) and self._cost is not None:
+            options["cost"] = self._cost
+        return options
+
+    @property
+    def gate(self) -> Any:
+        """The gate requests go through."""
+        return self._gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection: HTTP requests through the gate, anything else as it is."""
+        if scope["type"] != "http" or (self._exempt is not None and self._exempt(scope)):
+            await self._app(scope, receive, send)
+            return
+        key: Hashable | None = None
+        options = self._options
+        priority, cost = self._priority, self._cost
+        if callable(priority) or priority or cost is not None:
+            options = dict(options)
+            priority = priority(scope) if callable(priority) else priority
+            if priority:
+                options["priority"] = priority
+            cost = cost(scope) if callable(cost) else cost
+            if cost is not None:
+                options["cost"] = cost
+        if self._keyed:
+            key = self._key(scope)  # type: ignore[misc]
+            if key is None:
+                await self._app(scope, receive, send)
+                return
+            permit = self._admit(key, **options)
+        else:
+            permit = self._admit(**options)
+        await _Exchange(self, scope, receive, send, permit, key).run()
+
+
+class _ClientGone(Exception):
+    """Raised to the app's ``receive()`` after the client went: nothing more will arrive."""
+
+
+class _Exchange:
+    """One HTTP request through the middleware: the pump, the admission, the app, the ending."""
+
+    __slots__ = (
+        "_app_task",
+        "_arrived",
+        "_buffered",
+        "_done",
+        "_drained",
+        "_failure",
+        "_gone",
+        "_inbox",
+        "_key",
+        "_middleware",
+        "_permit",
+        "_pump_task",
+        "_receive",
+        "_scope",
+        "_send",
+        "_started",
+    )
+
+    def __init__(
+        self, middleware: GateMiddleware, scope: Scope, receive: Receive, send: Send, permit: Any, key: Any
+    ) -> None:
+        self._middleware = middleware
+        self._scope = scope
+        self._receive = receive
+        self._send = send
+        self._permit = permit
+        self._key = key
+        self._inbox: deque[Message] = deque()
+        self._buffered = 0  # body bytes in the inbox
+        self._arrived: asyncio.Future[None] | None = None  # readers wait on it for the next message
+        self._drained: asyncio.Future[None] | None = None  # the pump waits on it when the inbox is full
+        self._failure: BaseException | None = None  # what the server's receive() raised
+        self._gone = False  # the client disconnected before the response was complete
+        self._started = False  # http.response.start was sent
+        self._done = False  # the last body message was sent
+        self._app_task: asyncio.Task[None] | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        # The pump first: it reads a disconnect that is already there before the request arrives
+        # at the gate, so a client that left before it was counted is never counted.
+        pump = self._pump_task = loop.create_task(self._pump())
+        exchange = self._app_task = loop.create_task(self._exchange())
+        try:
+            await asyncio.wait((exchange,))
+        except BaseException:
+            # The server's task was cancelled (shutdown, an outer middleware): so is the exchange,
+            # which releases its permit as failed; wait until the app has cleaned up.
+            exchange.cancel()
+            while not exchange.done():
+                try:
+                    await asyncio.wait((exchange,))
+                except asyncio.CancelledError:
+                    continue
+            if not exchange.cancelled() and exchange.exception() is not None:
+                exchange.exception()  # retrieved: the cancellation is what the server hears of
+            raise
+        finally:
+            pump.cancel()
+        if exchange.cancelled():
+            if self._gone:
+                return  # the client left: there is nobody to answer
+            raise asyncio.CancelledError()
+        error = exchange.exception()
+        if error is not None:
+            if self._gone and isinstance(error, (_ClientGone, OSError, asyncio.CancelledError)):
+                return
+            raise error
+
+    # -- the pump ---------------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        receive = self._receive
+        inbox = self._inbox
+        limit = self._middleware._max_buffer
+        try:
+            while True:
+                while self._buffered > limit:
+                    self._drained = asyncio.get_running_loop().create_future()
+                    await self._drained
+                message = await receive()
+                inbox.append(message)
+                if message["type"] == "http.disconnect":
+                    self._wake()
+                    self._client_gone()
+                    return
+                self._buffered += len(message.get("body", b""))
+                self._wake()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the server's receive() failed: the app hears of it
+            self._failure = exc
+            self._wake()
+
+    def _wake(self) -> None:
+        arrived = self._arrived
+        if arrived is not None:
+            self._arrived = None
+            if not arrived.done():
+                arrived.set_result(None)
+
+    async def _app_receive(self) -> Message:
+        """The ``receive()`` the app gets: what the pump read, in order."""
+        inbox = self._inbox
+        while not inbox:
+            if self._failure is not None:
+                raise self._failure
+            pump = self._pump_task
+            if pump is None or pump.done():
+                if self._gone:
+                    return {"type": "http.disconnect"}
+                return await self._receive()  # the response is complete: the pump has stopped
+            if self._arrived is None:
+                self._arrived = asyncio.get_running_loop().create_future()
+            await self._arrived
+        message = inbox.popleft()
+        if message["type"] == "http.disconnect":
+            inbox.appendleft(message)  # every later read sees it too
+            return message
+        self._buffered -= len(message.get("body", b""))
+        drained = self._drained
+        if drained is not None and self._buffered <= self._middleware._max_buffer:
+            self._drained = None
+            if not drained.done():
+                drained.set_result(None)
+        return message
+
+    # -- the client leaving -----------------------------------------------------------------
+
+    def _client_gone(self) -> None:
+        """The client disconnected: end the request now, unless its response was already complete."""
+        if self._done or self._gone:
+            return
+        self._gone = True
+        permit = self._permit
+        if permit.status is RUNNING:
+            _end_disconnected(permit)
+        task = self._app_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()  # a queued admission leaves the queue; a running app is cancelled
+
+    # -- the exchange -----------------------------------------------------------------------
+
+    async def _exchange(self) -> None:
+        permit = self._permit
+        try:
+            await permit.__aenter__()
+        except GateError as error:
+            await self._refuse(error)
+            return
+        try:
+            await self._middleware._app(self._scope, self._app_receive, self._app_send)
+        except BaseException:
+            permit._finish(True)  # no-op when the response was complete or the client gone
+            raise
+        if not self._done:
+            permit._finish(True)  # the app returned without finishing its response
+
+    async def _refuse(self, error: GateError) -> None:
+        middleware = self._middleware
+        refusal = refusal_for(
+            error,
+            middleware._refusal,
+            key=self._key,
+            retry_after_fallback=middleware._retry_after_fallback,
+            event_stream=middleware._sse and _accepts_event_stream(self._scope),
+        )
+        self._done = True  # the refusal is not the app's response: a disconnect now cancels nothing
+        start = {"type": "http.response.start", "status": refusal.status, "headers": refusal.headers}
+        await self._send(start)
+        await self._send({"type": "http.response.body", "body": refusal.body})
+
+    async def _app_send(self, message: Message) -> None:
+        """The ``send`` the app gets: the response passes through, and its end releases the permit."""
+        kind = message["type"]
+        if kind == "http.response.start":
+            if not self._started:
+                self._started = True
+                extra = self._headers()
+                if extra:
+                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        elif kind == _PATH_SEND or (kind == "http.response.body" and not message.get("more_body", False)):
+            try:
+                await self._send(message)
+            except OSError:
+                self._client_gone()
+                raise
+            self._complete()
+            return
+        try:
+            await self._send(message)
+        except OSError:
+            self._client_gone()
+            raise
+
+    def _complete(self) -> None:
+        """The last body message was sent: the request is over for the gate."""
+        if self._done or self._gone:
+            return
+        self._done = True
+        pump = self._pump_task
+        if pump is not None:
+            pump.cancel()
+        permit = self._permit
+        permit._finish(False)
+        if permit.status is LATE:
+            overrun = permit.ended - permit.deadline
+            logger.warning(
+                "%s %s on gate %r finished %.3fs past its deadline (counted late)",
+                self._scope.get("method", ""),
+                self._scope.get("path", ""),
+                permit.gate.name,
+                overrun,
+            )
+
+    def _headers(self) -> list[tuple[bytes, bytes]]:
+        middleware = self._middleware
+        permit = self._permit
+        headers: list[tuple[bytes, bytes]] = []
+        if middleware._server_timing:
+            started, arrival = getattr(permit, "started", None), getattr(permit, "arrival", None)
+            if started is not None and arrival is not None:
+                entry = b'gate;dur=%.3f;desc="queue"' % ((started - arrival) * 1000)
+                gate = permit.gate
+                loop = getattr(gate, "_loop", None)
+                if loop is not None and loop.time() >= permit.deadline:
+                    entry += b', gate-late;desc="deadline passed"'
+                headers.append((b"server-timing", entry))
+        if middleware._ratelimit:
+            headers += ratelimit_fields(permit.gate)
+        return headers
+
+
+def _end_disconnected(permit: Any) -> None:
+    """End a running request whose client disconnected: its slot goes back now."""
+    permit._finish(True)

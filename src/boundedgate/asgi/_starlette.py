@@ -1,0 +1,179 @@
+"""The per-route forms for Starlette and FastAPI: a dependency, a streaming response, a refusal handler.
+
+Imported on first use of one of its names from :mod:`boundedgate.asgi` (this module imports
+Starlette; the rest of the package does not).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from typing import Any
+
+import anyio
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import ContentStream, Response, StreamingResponse
+
+from .._driver import KeyedGate
+from .._errors import GateError, Late
+from .._streams import GatedStream
+from .._streams._stream import _close_stream
+from ._refusal import BodyFunction, check_style, refusal_for
+from ._types import Receive, Scope, Send
+
+__all__ = ("GatedStreamingResponse", "gate_dependency", "refusal_handler")
+
+logger = logging.getLogger("boundedgate.asgi")
+
+
+def gate_dependency(
+    gate: Any,
+    *,
+    key: Callable[[Scope], Hashable] | None = None,
+    timeout: float | None = None,
+    max_wait: float | None = None,
+    priority: int = 0,
+    cost: float | None = None,
+) -> Callable[[Request], AsyncIterator[Any]]:
+    """A FastAPI dependency that admits the request through ``gate`` and yields its permit.
+
+    ::
+
+        @app.post("/chat", dependencies=[Depends(gate_dependency(gate, timeout=60))])
+        async def chat(...): ...
+
+    The permit is held until FastAPI runs the dependency's exit: after the response has been sent,
+    streamed bodies included (FastAPI >= 0.118). A route may hand the permit to a stream instead
+    (``permit.hand_to(raw)``); the dependency then leaves the slot to the stream. A response that
+    ends past the deadline is counted late, never raised. A refusal raises the :class:`GateError`:
+    register :func:`refusal_handler` to answer it. Unlike :class:`GateMiddleware`, the dependency
+    runs after routing (``key`` may read ``scope["path_params"]``), and it does not watch for a
+    client leaving while the request is queued.
+
+    Args:
+        gate: A :class:`BoundedGate`, a :class:`KeyedGate` (with ``key``) or a ``RedisGate``.
+        key: For a :class:`KeyedGate`: a function from the ASGI scope to the key.
+        timeout: As for :meth:`BoundedGate.admit`.
+        max_wait: As for :meth:`BoundedGate.admit`.
+        priority: As for :meth:`BoundedGate.admit`.
+        cost: As for :meth:`BoundedGate.admit`.
+    """
+    keyed = isinstance(gate, KeyedGate)
+    if keyed != (key is not None):
+        raise TypeError("give key= exactly when the gate is a KeyedGate")
+    options: dict[str, Any] = {}
+    if timeout is not None:
+        options["timeout"] = timeout
+    if max_wait is not None:
+        options["max_wait"] = max_wait
+    if priority:
+        options["priority"] = priority
+    if cost is not None:
+        options["cost"] = cost
+    if not keyed:
+        gate.admit(**options)  # malformed options fail now
+
+    async def admitted(request: Request) -> AsyncIterator[Any]:
+        permit = gate.admit(key(request.scope), **options) if key is not None else gate.admit(**options)
+        await permit.__aenter__()
+        try:
+            yield permit
+        except BaseException as exc:
+            await permit.__aexit__(type(exc), exc, exc.__traceback__)  # failed; raises nothing of its own
+            raise
+        try:
+            await permit.__aexit__(None, None, None)
+        except Late as late:  # the response is out: count it (the permit did), never raise it
+            logger.warning("%s %s: %s (counted late)", request.method, request.url.path, late)
+
+    return admitted
+
+
+def refusal_handler(
+    refusal: str | BodyFunction = "public",
+    *,
+    key: Callable[[Scope], Hashable | None] | None = None,
+    retry_after_fallback: int = 1,
+    sse_refusal: bool = False,
+) -> Callable[[Request, Exception], Any]:
+    """An exception handler answering a :class:`GateError` as :class:`GateMiddleware` refuses.
+
+    ``app.add_exception_handler(GateError, refusal_handler("openai"))``. Arguments are as for the
+    middleware; ``key`` gives the ``"session"`` style its session id.
+    """
+    check_style(refusal)
+
+    async def handle(request: Request, error: Exception) -> Response:
+        if not isinstance(error, GateError):
+            raise error
+        scope = request.scope
+        accepts = any(n == b"accept" and b"text/event-stream" in v for n, v in scope.get("headers", ()))
+        answer = refusal_for(
+            error,
+            refusal,
+            key=None if key is None else key(scope),
+            retry_after_fallback=retry_after_fallback,
+            event_stream=sse_refusal and accepts,
+        )
+        fields = dict(answer.headers)
+        media_type = fields.pop(b"content-type").decode()
+        del fields[b"content-length"]  # Response sets its own
+        headers = {name.decode(): value.decode() for name, value in fields.items()}
+        return Response(answer.body, status_code=answer.status, headers=headers, media_type=media_type)
+
+    return handle
+
+
+class GatedStreamingResponse(StreamingResponse):
+    """A Starlette ``StreamingResponse`` that owns a :class:`GatedStream` and closes it on every ending.
+
+    ::
+
+        stream = await gate.stream(lambda: client.chat.completions.create(..., stream=True))
+        return GatedStreamingResponse(as_sse(stream), stream=stream, media_type="text/event-stream")
+
+    However the response ends (the body sent to its end, the client gone, the body raising, the
+    task cancelled by a server or by a middleware such as Starlette's ``BaseHTTPMiddleware``), the
+    body iterator is closed and then the stream, in that order and shielded from cancellation, so
+    its slot goes back and the provider's HTTP response is closed before the response is over:
+    never later, by the garbage collector. If the response is never sent (an exception before
+    it was called), call :meth:`aclose`.
+
+    Args:
+        content: The body, as for ``StreamingResponse``: often a generator over ``stream``, or
+            ``stream`` itself when it yields ``str`` or ``bytes``.
+        stream: The gated stream to close (default: ``content``, when it is a :class:`GatedStream`).
+        status_code, headers, media_type, background: As for ``StreamingResponse``.
+    """
+
+    def __init__(
+        self,
+        content: ContentStream,
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+        background: BackgroundTask | None = None,
+        *,
+        stream: GatedStream[Any] | None = None,
+    ) -> None:
+        super().__init__(content, status_code, headers, media_type, background)
+        if stream is None and isinstance(content, GatedStream):
+            stream = content
+        self.stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the response; close the body and the stream however that ends."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the body iterator and the gated stream (idempotent), shielded from cancellation."""
+        with anyio.CancelScope(shield=True):
+            body = self.body_iterator
+            if body is not self.stream:
+                await _close_stream(body)
+            if self.stream is not None:
+                await self.stream.aclose()
