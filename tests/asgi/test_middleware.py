@@ -1,0 +1,457 @@
+"""GateMiddleware driven directly as an ASGI app, with a hand-written client, on virtual time.
+
+What each test pins: the app is never entered for a refused or departed request; the permit is held
+until the last body message has been sent and not a turn longer; a client leaving frees its slot
+(or its queue place) in the loop turn the middleware reads ``http.disconnect``; nothing depends on
+the garbage collector (``gc`` is disabled around every test here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from boundedgate import BoundedGate, KeyedGate, RateLimit
+from boundedgate.asgi import GateMiddleware
+from tests.asgi.harness import Client, StreamingApp, http_scope, serve, turns
+from tests.helpers import checked_gate
+
+
+@pytest.fixture(autouse=True)
+def _no_garbage_collector() -> Iterator[None]:
+    # Whatever frees a slot here must not be the cyclic collector.
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _gone_outcome(gate: Any) -> int:
+    """Requests ended by a client leaving (after running or while queued), however the core counts them."""
+    stats = gate.stats()
+    return getattr(stats, "disconnected", stats.failed + stats.cancelled)
+
+
+async def test_a_refusal_is_sent_before_the_app_is_called() -> None:
+    gate = checked_gate(1, 0)
+    app = StreamingApp()
+    app.hold = True
+    middleware = GateMiddleware(app, gate=gate)
+    first = Client()
+    task = serve(middleware, first)
+    await turns(3)
+    assert gate.running == 1
+    assert app.entered == 1
+
+    second = Client()
+    await serve(middleware, second)
+    assert app.entered == 1  # the app never saw the refused request
+    assert [m["type"] for m in second.sent] == ["http.response.start", "http.response.body"]
+    assert second.status == 503
+    assert second.headers["retry-after"] == "1"  # no run has finished: the documented fallback
+    assert second.headers["cache-control"] == "no-store"
+    assert second.headers["content-type"] == "application/json"
+    assert second.json() == {
+        "code": "queue_full",
+        "message": "The service is at capacity. Retry later.",
+        "retry_after": 1,
+    }
+    app.release.set()
+    await task
+    assert first.complete
+    assert first.status == 200
+    assert (gate.stats().completed, gate.stats().rejected) == (1, 1)
+
+
+async def test_retry_after_comes_from_the_gate_pace_once_it_has_one() -> None:
+    gate = checked_gate(1, 0)
+    app = StreamingApp(chunks=2, pause=1.5)
+    middleware = GateMiddleware(app, gate=gate, retry_after_fallback=7)
+    refused = Client()
+    await serve(middleware, Client())  # one run of 3 s: the pace is known now
+    task = serve(middleware, Client())
+    await turns(3)
+    await serve(middleware, refused)
+    assert refused.headers["retry-after"] == "3"
+    await task
+
+
+async def test_before_any_pace_the_fallback_is_sent() -> None:
+    gate = checked_gate(1, 0)
+    app = StreamingApp()
+    middleware = GateMiddleware(app, gate=gate, retry_after_fallback=7)
+    task = serve(middleware, Client())
+    await turns(3)
+    refused = Client()
+    await serve(middleware, refused)
+    assert refused.headers["retry-after"] == "7"
+    await task
+
+
+async def test_rate_limited_is_429_with_the_bucket_delay_rounded_up() -> None:
+    gate = BoundedGate(max_running=5, max_waiting=5, rate_limits=[RateLimit.per_minute(1)])
+    app = StreamingApp(chunks=0)
+    middleware = GateMiddleware(app, gate=gate, timeout=10)
+    await serve(middleware, Client())
+    refused = Client()
+    await serve(middleware, refused)
+    assert refused.status == 429
+    assert refused.headers["retry-after"] == "60"
+    assert refused.json()["code"] == "rate_limited"
+
+
+async def test_the_permit_is_held_until_the_last_body_message_is_sent_and_not_a_turn_longer() -> None:
+    gate = checked_gate(1, 1)
+    seen: list[int] = []
+    app = StreamingApp(chunks=2)
+    app.after_last_send.append(lambda: seen.append(gate.running))
+    client = Client()
+
+    async def send(message: dict[str, Any]) -> None:
+        seen.append(gate.running)  # what the gate holds while each message is being sent
+        await client.send(message)
+
+    middleware = GateMiddleware(app, gate=gate)
+    await middleware(http_scope(), client.receive, send)
+    # start, two parts, the last body: all sent holding the slot; right after the last, none held
+    assert seen == [1, 1, 1, 1, 0]
+    assert gate.stats().completed == 1
+
+
+async def test_work_after_the_response_is_not_counted() -> None:
+    gate = checked_gate(1, 0)
+    during: list[int] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        await asyncio.sleep(5)  # a background task after the response (Starlette's BackgroundTasks)
+        during.append(gate.running)
+
+    await serve(GateMiddleware(app, gate=gate), Client())
+    assert during == [0]
+
+
+@pytest.mark.parametrize("reads_body", [True, False], ids=["app-reads-receive", "app-never-reads"])
+async def test_a_client_leaving_mid_stream_frees_the_slot_in_the_same_turn(reads_body: bool) -> None:
+    gate = checked_gate(1, 1)
+    app = StreamingApp(chunks=3, pause=60, read_body=reads_body)
+    middleware = GateMiddleware(app, gate=gate)
+    client = Client()
+    task = serve(middleware, client)
+    await asyncio.sleep(61)
+    assert gate.running == 1
+    assert client.body == b"part0 "
+    loop = asyncio.get_running_loop()
+    before = loop.time()
+    client.leave()
+    await turns(1)  # the pump reads the disconnect in this turn, and releases in it
+    assert gate.running == 0
+    await task  # the app was cancelled; the server hears nothing of it
+    assert app.cancelled == 1
+    assert app.finished == 0
+    assert loop.time() == before
+    assert _gone_outcome(gate) == 1
+    assert not client.complete
+
+
+async def test_a_client_leaving_while_queued_never_reaches_the_app() -> None:
+    gate = checked_gate(1, 1)
+    app = StreamingApp(chunks=1, pause=30)
+    middleware = GateMiddleware(app, gate=gate)
+    first = serve(middleware, Client())
+    await turns(3)
+    queued = Client()
+    task = serve(middleware, queued)
+    await asyncio.sleep(1)
+    assert gate.waiting == 1
+    queued.leave()
+    await turns(2)
+    assert gate.waiting == 0
+    await task
+    assert queued.sent == []
+    await first
+    assert app.entered == 1
+    stats = gate.stats()
+    assert (stats.completed, stats.running, stats.waiting) == (1, 0, 0)
+    assert _gone_outcome(gate) == 1
+
+
+async def test_a_client_gone_before_arrival_is_never_counted() -> None:
+    gate = checked_gate(1, 1)
+    app = StreamingApp()
+    gone = Client(body=(), gone=True)
+    await serve(GateMiddleware(app, gate=gate), gone)
+    assert app.entered == 0
+    assert gone.sent == []
+    assert gate.stats().arrived == 0
+
+
+async def test_the_next_queued_request_starts_when_a_streaming_client_leaves() -> None:
+    gate = checked_gate(1, 1)
+    app = StreamingApp(chunks=2, pause=60)
+    middleware = GateMiddleware(app, gate=gate)
+    first, second = Client(), Client()
+    one = serve(middleware, first)
+    await turns(3)
+    two = serve(middleware, second)
+    await asyncio.sleep(10)
+    assert (gate.running, gate.waiting) == (1, 1)
+    first.leave()
+    await turns(1)
+    assert (gate.running, gate.waiting) == (1, 0)  # the hand-off happened in the same turn
+    await one
+    await two
+    assert second.complete
+    assert second.headers["server-timing"] == 'gate;dur=10000.000;desc="queue"'
+
+
+@pytest.mark.parametrize("when", ["before-start", "mid-body"])
+async def test_an_app_that_raises_is_failed_once_and_the_error_reaches_the_server(when: str) -> None:
+    gate = checked_gate(1, 0)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if when == "mid-body":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"x", "more_body": True})
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await serve(GateMiddleware(app, gate=gate), Client())
+    stats = gate.stats()
+    assert (stats.failed, stats.completed, stats.running) == (1, 0, 0)
+
+
+async def test_an_app_returning_without_a_complete_response_is_failed() -> None:
+    gate = checked_gate(1, 0)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    await serve(GateMiddleware(app, gate=gate), Client())
+    assert (gate.stats().failed, gate.running) == (1, 0)
+
+
+async def test_late_after_the_response_started_is_counted_and_logged_never_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gate = checked_gate(1, 0, name="llm")
+    app = StreamingApp(chunks=3, pause=1)
+    client = Client()
+    with caplog.at_level(logging.WARNING, logger="boundedgate.asgi"):
+        await serve(GateMiddleware(app, gate=gate, timeout=2), client, http_scope("/chat"))
+    assert client.complete
+    assert client.body == b"part0 part1 part2 end"
+    assert gate.stats().late == 1
+    assert "GET /chat on gate 'llm' finished 1.000s past its deadline" in caplog.text
+
+
+async def test_a_response_that_starts_past_its_deadline_says_so_in_server_timing() -> None:
+    gate = checked_gate(1, 1)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(3)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"x"})
+
+    client = Client()
+    await serve(GateMiddleware(app, gate=gate, timeout=2), client)
+    assert client.headers["server-timing"] == 'gate;dur=0.000;desc="queue", gate-late;desc="deadline passed"'
+    assert gate.stats().late == 1
+
+
+async def test_a_queued_request_past_its_deadline_gets_503_queue_expired() -> None:
+    gate = checked_gate(1, 1)
+    app = StreamingApp(chunks=1, pause=30)
+    middleware = GateMiddleware(app, gate=gate, timeout=5)
+    first = serve(middleware, Client())
+    await turns(3)
+    expired = Client()
+    await serve(middleware, expired)
+    assert expired.status == 503
+    assert expired.json()["code"] == "queue_expired"
+    await first
+
+
+async def test_keys_keep_sessions_apart_and_the_session_style_names_the_session() -> None:
+    sessions: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, name="session")
+    app = StreamingApp(chunks=1, pause=30)
+
+    def session(scope: Any) -> str | None:
+        return dict(scope["headers"]).get(b"x-session", b"").decode() or None
+
+    middleware = GateMiddleware(app, gate=sessions, key=session, refusal="session")
+    a = serve(middleware, Client(), http_scope(headers=[("x-session", "A")]))
+    await turns(3)
+    b = Client()
+    b_task = serve(middleware, b, http_scope(headers=[("x-session", "B")]))
+    await turns(3)
+    assert sessions.running == 2  # B never waits on A
+    refused = Client()
+    await serve(middleware, refused, http_scope(headers=[("x-session", "A")]))
+    assert refused.status == 503
+    assert refused.json() == {
+        "code": "queue_full",
+        "error": "The service is at capacity. Retry later.",
+        "sessionId": "A",
+        "limit": 1,
+        "pendingCount": 1,
+    }
+    ungated = Client()
+    await serve(middleware, ungated)  # no session: no key, not gated
+    assert ungated.complete
+    await a
+    await b_task
+    assert b.complete
+
+
+async def test_exempt_paths_and_predicates_bypass_the_gate() -> None:
+    gate = checked_gate(1, 0)
+    held = serve(GateMiddleware(StreamingApp(chunks=1, pause=1000), gate=gate), Client())
+    app = StreamingApp(chunks=0)
+    middleware = GateMiddleware(app, gate=gate, exempt=["/healthz", "/static/"])
+    await turns(3)
+    for path in ("/healthz", "/static/app.js"):
+        client = Client()
+        await serve(middleware, client, http_scope(path))
+        assert client.status == 200, path
+    refused = Client()
+    await serve(middleware, refused, http_scope("/healthz/more"))
+    assert refused.status == 503
+    by_function = GateMiddleware(app, gate=gate, exempt=lambda scope: scope["method"] == "OPTIONS")
+    preflight = Client()
+    await serve(by_function, preflight, http_scope(method="OPTIONS"))
+    assert preflight.status == 200
+    await held
+
+
+async def test_the_sse_refusal_is_a_200_event_stream_an_event_source_retries() -> None:
+    gate = checked_gate(1, 0)
+    app = StreamingApp(chunks=1, pause=30)
+    middleware = GateMiddleware(app, gate=gate, sse_refusal=True, retry_after_fallback=2)
+    held = serve(middleware, Client())
+    await turns(3)
+    browser = Client()
+    await serve(middleware, browser, http_scope(headers=[("accept", "text/event-stream")]))
+    assert browser.status == 200
+    assert browser.headers["content-type"] == "text/event-stream"
+    assert browser.headers["retry-after"] == "2"
+    assert browser.body.startswith(b'retry: 2000\nevent: error\ndata: {"code":"queue_full",')
+    assert browser.body.endswith(b"}\n\n")
+    plain = Client()
+    await serve(middleware, plain)  # not an event-stream client: the usual 503
+    assert plain.status == 503
+    await held
+
+
+async def test_the_pump_reads_at_most_max_buffer_bytes_ahead_of_the_app() -> None:
+    gate = checked_gate(1, 0)
+    reads: list[int] = []
+    client = Client(body=[b"x" * 10] * 5)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(5)
+        reads.append(client.receives)  # what the pump had read before the app read anything
+        body = b""
+        while True:
+            message = await receive()
+            body += message["body"]
+            if not message["more_body"]:
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    await serve(GateMiddleware(app, gate=gate, max_buffer=15), client)
+    assert reads == [2]  # 20 bytes buffered (over 15): the pump waits
+    assert client.body == b"x" * 50
+
+
+async def test_a_server_cancelling_its_task_cancels_the_app_and_fails_the_request() -> None:
+    gate = checked_gate(1, 0)
+    app = StreamingApp(chunks=3, pause=60)
+    task = serve(GateMiddleware(app, gate=gate), Client())
+    await asyncio.sleep(1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert app.cancelled == 1
+    assert (gate.running, gate.stats().failed) == (0, 1)
+
+
+async def test_a_send_raising_oserror_is_the_client_gone() -> None:
+    gate = checked_gate(1, 0)
+    app = StreamingApp(chunks=3, pause=1)
+    client = Client()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message.get("more_body"):
+            raise OSError("connection reset")  # an ASGI 2.4 server after the client left
+        await client.send(message)
+
+    await GateMiddleware(app, gate=gate)(http_scope(), client.receive, send)
+    assert gate.running == 0
+    assert _gone_outcome(gate) == 1
+
+
+async def test_websocket_and_lifespan_scopes_pass_through() -> None:
+    gate = checked_gate(1, 0)
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+
+    middleware = GateMiddleware(app, gate=gate)
+    for kind in ("websocket", "lifespan"):
+        await middleware({"type": kind}, Client().receive, Client().send)
+    assert seen == ["websocket", "lifespan"]
+    assert gate.stats().arrived == 0
+
+
+async def test_priority_and_cost_can_come_from_the_scope() -> None:
+    gate = BoundedGate(
+        max_running=1, max_waiting=4, priorities=2, rate_limits=[RateLimit.per_second(100, unit="tokens")]
+    )
+    app = StreamingApp(chunks=1, pause=10)
+
+    def urgent(scope: Any) -> int:
+        return 0 if scope["path"] == "/urgent" else 1
+
+    middleware = GateMiddleware(app, gate=gate, priority=urgent, cost=lambda scope: 10.0)
+    first = serve(middleware, Client(), http_scope("/slow"))
+    await turns(3)
+    slow, fast = Client(), Client()
+    tasks = [serve(middleware, slow, http_scope("/slow")), serve(middleware, fast, http_scope("/urgent"))]
+    await turns(3)
+    await first
+    await asyncio.gather(*tasks)
+    # the urgent one started first, though it arrived second
+    assert fast.headers["server-timing"] == 'gate;dur=10000.000;desc="queue"'
+    assert slow.headers["server-timing"] == 'gate;dur=20000.000;desc="queue"'
+
+
+def test_bad_settings_fail_at_construction() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
+    app = StreamingApp()
+    with pytest.raises(TypeError, match="needs key="):
+        GateMiddleware(app, gate=keyed)
+    with pytest.raises(TypeError, match="key= is for a KeyedGate"):
+        GateMiddleware(app, gate=gate, key=lambda scope: "a")
+    with pytest.raises(ValueError, match="unknown refusal style"):
+        GateMiddleware(app, gate=gate, refusal="teapot")
+    with pytest.raises(ValueError, match="retry_after_fallback must be >= 1"):
+        GateMiddleware(app, gate=gate, retry_after_fallback=0)
+    with pytest.raises(ValueError, match="timeout"):
+        GateMiddleware(app, gate=gate, timeout=-1)
+    with pytest.raises(ValueError, match="exempt path"):
+        GateMiddleware(app, gate=gate, exempt=["healthz"])
+    with pytest.raises(TypeError, match="not a single str"):
+        GateMiddleware(app, gate=gate, exempt="/healthz")
+    with pytest.raises(TypeError, match="must be a gate"):
+        GateMiddleware(app, gate=object())
