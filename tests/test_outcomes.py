@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 import boundedgate
 from boundedgate import OUTCOMES, GateStatistics, Status
 from boundedgate._core import BY_NAME, BY_STATUS, NEVER_RAN, RAN, SIMULATED, GateState, Ticket
@@ -47,16 +49,55 @@ def test_the_statistics_count_every_outcome_and_add_up_from_the_registry() -> No
         assert one.finished == (1 if outcome.ran else 0), outcome.name
 
 
-def test_the_core_counts_leaked_apart_from_failed() -> None:
+def test_the_core_counts_each_abnormal_ending_apart() -> None:
     state = GateState(1, 0)
-    tickets = [Ticket(), Ticket(), Ticket()]
-    for n, (ticket, how) in enumerate(zip(tickets, ({}, {"failed": True}, {"leaked": True}), strict=True)):
+    endings = (None, Status.FAILED, Status.ABORTED, Status.LEAKED)
+    tickets = [Ticket(deadline=100.0) for _ in endings]
+    for n, (ticket, ending) in enumerate(zip(tickets, endings, strict=True)):
         state.arrive(ticket, float(n))
-        state.release(ticket, n + 0.5, **how)
-    assert [t.status for t in tickets] == [Status.COMPLETED, Status.FAILED, Status.LEAKED]
+        state.release(ticket, n + 0.5, ending)
+    assert [t.status for t in tickets] == [Status.COMPLETED, Status.FAILED, Status.ABORTED, Status.LEAKED]
     stats = state.snapshot("g")
-    assert (stats.completed, stats.failed, stats.leaked, stats.finished, stats.arrived) == (1, 1, 1, 3, 3)
-    assert stats.run_seconds_total == 1.5
+    counts = (stats.completed, stats.failed, stats.aborted, stats.leaked, stats.finished, stats.arrived)
+    assert counts == (1, 1, 1, 1, 4, 4)
+    assert stats.run_seconds_total == 2.0
+
+
+def test_a_client_that_went_away_while_waiting_is_disconnected_not_cancelled() -> None:
+    state = GateState(1, 2)
+    running, queued, handed = Ticket(), Ticket(), Ticket()
+    state.arrive(running, 0.0)
+    state.arrive(queued, 0.0)
+    state.arrive(handed, 0.0)
+    state.cancel(queued, 1.0, Status.DISCONNECTED)
+    state.release(running, 2.0)  # hands the slot to `handed`, whose client then leaves unstarted
+    state.cancel(handed, 2.0, Status.DISCONNECTED)
+    assert (queued.status, handed.status) == (Status.DISCONNECTED, Status.DISCONNECTED)
+    stats = state.snapshot("g")
+    assert (stats.disconnected, stats.cancelled, stats.admitted, stats.running, stats.arrived) == (
+        2,
+        0,
+        1,
+        0,
+        3,
+    )
+
+
+def test_an_ending_that_does_not_fit_is_refused_before_anything_changes() -> None:
+    state = GateState(1, 1)
+    running, queued = Ticket(), Ticket()
+    state.arrive(running, 0.0)
+    state.arrive(queued, 0.0)
+    with pytest.raises(ValueError, match="cannot end as cancelled"):
+        state.release(running, 1.0, Status.CANCELLED)
+    with pytest.raises(ValueError, match="cannot end as aborted"):
+        state.cancel(queued, 1.0, Status.ABORTED)
+    assert (running.status, queued.status, state.running, state.waiting) == (
+        Status.RUNNING,
+        Status.QUEUED,
+        1,
+        1,
+    )
 
 
 def test_the_simulator_summaries_and_tables_follow_the_registry() -> None:

@@ -9,12 +9,13 @@ from ._settings import (
     check_cost,
     check_deadline,
     check_max_running,
+    check_max_wait,
     check_max_waiting,
     check_name,
     check_priority,
     check_timeout,
 )
-from ._state import GateState
+from ._state import GateState, queue_deadline
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket
 from ._totals import KeyedStatistics, Totals, total
@@ -38,9 +39,11 @@ __all__ = (
     "check_cost",
     "check_deadline",
     "check_max_running",
+    "check_max_wait",
     "check_max_waiting",
     "check_name",
     "check_priority",
     "check_timeout",
+    "queue_deadline",
     "total",
 )

@@ -59,6 +59,11 @@ OUTCOMES: tuple[Outcome, ...] = (
         description="Ran and ended with an exception of its own.",
     ),
     Outcome(
+        Status.ABORTED, "aborted", "aborted by its client", "aborted",
+        ran=True, at_arrival=False, simulated=False, always_shown=False, error_code=None,
+        description="Ran, and its client went away before the answer was complete: the body was cancelled.",
+    ),
+    Outcome(
         Status.LEAKED, "leaked", "leaked", "leaked",
         ran=True, at_arrival=False, simulated=False, always_shown=False, error_code=None,
         description="Ran, and was never released: the garbage collector gave its slot back.",
@@ -87,6 +92,11 @@ OUTCOMES: tuple[Outcome, ...] = (
         Status.CANCELLED, "cancelled", "cancelled while waiting", "cancelled",
         ran=False, at_arrival=False, simulated=False, always_shown=False, error_code=None,
         description="Its caller gave up while it waited, or before it used the slot it was handed.",
+    ),
+    Outcome(
+        Status.DISCONNECTED, "disconnected", "disconnected while waiting", "disconnected",
+        ran=False, at_arrival=False, simulated=False, always_shown=False, error_code=None,
+        description="Its client went away while it waited (an HTTP client that hung up): it never started.",
     ),
 )  # fmt: skip
 

@@ -24,9 +24,10 @@ its rate cost is paid, all buckets at once or none. These events change it:
     waits, the newest of the least urgent class is evicted to make room; else it is rejected.
     Queued tickets that are due expire first, so a place whose deadline is ``now`` is free.
 
-``release(t, now, failed, leaked)``
-    A running ticket ends: ``FAILED`` if it raised, ``LEAKED`` if its caller never released it
-    (the garbage collector did), else ``LATE`` if ``now >= deadline``, else ``COMPLETED``. The
+``release(t, now, ending)``
+    A running ticket ends: as ``ending`` says when it did not end normally (``FAILED``: it
+    raised; ``ABORTED``: its client went away; ``LEAKED``: its caller never released it), else
+    ``LATE`` if ``now >= deadline``, else ``COMPLETED``. The
     freed slot goes straight to the next queued ticket (direct hand-off: the oldest, or a more
     urgent one within the jump share), after due tickets have expired: a ticket whose deadline
     is ``now`` never starts. A next ticket whose tokens are not there yet keeps
@@ -35,7 +36,7 @@ its rate cost is paid, all buckets at once or none. These events change it:
 
 ``advance(now)``
     The clock reached ``now`` (the caller asks :meth:`GateState.next_wakeup` when to call this):
-    every queued ticket with ``deadline <= now`` leaves the queue as ``EXPIRED``, then queued
+    every queued ticket whose queue deadline is reached leaves the queue as ``EXPIRED``, then queued
     tickets whose tokens have accrued start, while slots are free.
 
 ``cancel(t, now)``
@@ -46,6 +47,10 @@ its rate cost is paid, all buckets at once or none. These events change it:
 ``settle(t, cost, now)``
     An admitted ticket's real cost is known: the difference to its declared cost is charged (never
     below a bucket's floor) or refunded (never above its burst) on the buckets counted in tokens.
+
+A ticket's *queue deadline* is its deadline, or ``arrival + max_wait`` if that comes first: a
+ticket with a queue budget (``max_wait``) leaves the queue when either passes, but once it runs
+only its deadline decides whether it is late. Without ``max_wait`` the two are the same.
 
 Same-instant order follows the seed simulator: expiries, then completions (each handing its slot to
 the old queue), then new arrivals, in the order the caller feeds them.
@@ -86,6 +91,8 @@ COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
 LEAKED = Status.LEAKED
+ABORTED = Status.ABORTED
+DISCONNECTED = Status.DISCONNECTED
 EVICTED = Status.EVICTED
 RATE_LIMITED = Status.RATE_LIMITED
 
@@ -101,6 +108,11 @@ RECENT_RUN_WEIGHT = 0.2
 _SLACK = 32
 
 
+def queue_deadline(ticket: Ticket) -> float:
+    """When an arrived ticket leaves the queue unstarted: ``min(deadline, arrival + max_wait)``."""
+    return min(ticket.deadline, ticket.arrival + ticket.max_wait)  # type: ignore[operator]
+
+
 class GateState:
     """The counts, queue, deadlines and buckets of one gate, and the rules that change them."""
 
@@ -109,9 +121,11 @@ class GateState:
         "_deadlines",
         "_queue",
         "_queue_limit",
+        "aborted",
         "admitted",
         "cancelled",
         "completed",
+        "disconnected",
         "end_to_end_seconds_max",
         "end_to_end_seconds_total",
         "evicted",
@@ -165,6 +179,8 @@ class GateState:
         self.late = 0
         self.failed = 0
         self.leaked = 0
+        self.aborted = 0
+        self.disconnected = 0
         self.evicted = 0
         self.rate_limited = 0
         self.queue_seconds_total = 0.0
@@ -215,7 +231,7 @@ class GateState:
         if not wait:
             if buckets and self.running < self.max_running and not self.waiting:
                 return self._rate_limit(ticket, now, woken)
-        elif buckets and self.ready_at(ticket) >= ticket.deadline:
+        elif buckets and self.ready_at(ticket) >= queue_deadline(ticket):
             return self._rate_limit(ticket, now, woken)
         elif self.waiting < self._queue_limit:
             self._enqueue(ticket)
@@ -232,29 +248,38 @@ class GateState:
         self.rejected += 1
         return woken
 
-    def release(
-        self, ticket: Ticket, now: float, failed: bool = False, leaked: bool = False
-    ) -> Sequence[Ticket]:
+    def release(self, ticket: Ticket, now: float, ending: Status | None = None) -> Sequence[Ticket]:
         """A running ticket ends at ``now``; returns the queued tickets that started or expired.
 
-        Its outcome is ``FAILED`` if ``failed``, else ``LEAKED`` if ``leaked`` (its caller never
-        released it), else ``LATE`` at or after its deadline, else ``COMPLETED``. Releasing a
-        ticket that is not running does nothing.
+        ``ending`` says how a request that did not end normally ended, and is its outcome:
+        ``FAILED`` (it raised), ``ABORTED`` (its client went away while it ran) or ``LEAKED`` (its
+        caller never released it: the garbage collector did). Without one the outcome is ``LATE``
+        at or after its deadline, else ``COMPLETED``. Releasing a ticket that is not running does
+        nothing.
+
+        Raises:
+            ValueError: ``ending`` is another status (checked before anything changes).
         """
         if ticket.status is not RUNNING:
             return _NOBODY
-        if failed:
+        if ending is None:
+            if now >= ticket.deadline:
+                ticket.status = LATE
+                self.late += 1
+            else:
+                ticket.status = COMPLETED
+                self.completed += 1
+        elif ending is FAILED:
             ticket.status = FAILED
             self.failed += 1
-        elif leaked:
+        elif ending is ABORTED:
+            ticket.status = ABORTED
+            self.aborted += 1
+        elif ending is LEAKED:
             ticket.status = LEAKED
             self.leaked += 1
-        elif now >= ticket.deadline:
-            ticket.status = LATE
-            self.late += 1
         else:
-            ticket.status = COMPLETED
-            self.completed += 1
+            raise ValueError(f"a running request cannot end as {ending.value}")
         ticket.ended = now
         self.running -= 1
         ran = now - ticket.started  # type: ignore[operator]
@@ -283,27 +308,33 @@ class GateState:
             self._fill(now, woken)
         return woken
 
-    def cancel(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
+    def cancel(self, ticket: Ticket, now: float, ending: Status = CANCELLED) -> Sequence[Ticket]:
         """The caller of ``ticket`` gave up before it began; returns the tickets that started.
 
         A queued ticket leaves the queue. A ticket that was handed a slot it has not used gives it
         back, with its tokens (it no longer counts as admitted), and the slot passes to the next in
-        line. Any other ticket is left as it is.
+        line. Any other ticket is left as it is. The outcome is ``ending``: ``CANCELLED``, or
+        ``DISCONNECTED`` when it was its client that went away (an HTTP client that hung up).
+
+        Raises:
+            ValueError: ``ending`` is another status (checked before anything changes).
         """
+        if ending is not CANCELLED and ending is not DISCONNECTED:
+            raise ValueError(f"a request that never ran cannot end as {ending.value}")
         status = ticket.status
         if status is QUEUED:
-            ticket.status = CANCELLED
+            ticket.status = ending
             self._leave_queue(ticket, now)
-            self.cancelled += 1
+            self._count_cancel(ending)
             self._compact()
             return _NOBODY
         if status is RUNNING:
-            ticket.status = CANCELLED
+            ticket.status = ending
             ticket.started = None  # it never used the slot: it never started
             ticket.ended = now
             self.running -= 1
             self.admitted -= 1
-            self.cancelled += 1
+            self._count_cancel(ending)
             for bucket in self._buckets:
                 bucket.give(bucket.need(ticket.cost), now)
             return self._hand_off(now) if self.waiting else _NOBODY
@@ -424,6 +455,12 @@ class GateState:
 
     # -- internals --------------------------------------------------------------------------
 
+    def _count_cancel(self, ending: Status) -> None:
+        if ending is CANCELLED:
+            self.cancelled += 1
+        else:
+            self.disconnected += 1
+
     def _start(self, ticket: Ticket, now: float) -> None:
         ticket.status = RUNNING
         ticket.started = now
@@ -501,8 +538,9 @@ class GateState:
     def _enqueue(self, ticket: Ticket) -> None:
         ticket.status = QUEUED
         self._queue.push(ticket)
-        if ticket.deadline != math.inf:
-            heapq.heappush(self._deadlines, (ticket.deadline, ticket))
+        expires = ticket.deadline if ticket.max_wait == math.inf else queue_deadline(ticket)
+        if expires != math.inf:
+            heapq.heappush(self._deadlines, (expires, ticket))
         self.waiting = waiting = self.waiting + 1
         if waiting > self.peak_waiting:
             self.peak_waiting = waiting

@@ -18,9 +18,9 @@ class GateStatistics:
     """A snapshot of a gate's counters, taken by :meth:`BoundedGate.stats`.
 
     Every request that arrives is counted in exactly one outcome once it ends: ``rejected``,
-    ``rate_limited``, ``expired``, ``cancelled`` or ``evicted`` if it never ran; ``completed``,
-    ``late``, ``failed`` or ``leaked`` if it did (the outcomes are listed, with what each means,
-    in ``boundedgate.OUTCOMES``).
+    ``rate_limited``, ``expired``, ``cancelled``, ``disconnected`` or ``evicted`` if it never ran;
+    ``completed``, ``late``, ``failed``, ``aborted`` or ``leaked`` if it did (the outcomes are
+    listed, with what each means, in ``boundedgate.OUTCOMES``).
     While it is not yet ended it is counted in ``waiting`` or ``running``. Requests refused before
     they were counted (already cancelled, or already past their deadline, on arrival) appear
     nowhere. Times are in seconds on the gate's clock (the event loop's).
@@ -57,6 +57,10 @@ class GateStatistics:
     #: Ran, and was never released by its caller: the garbage collector gave the slot back (a
     #: permit or stream that was dropped without ``release()``, ``close()`` or ``async with``).
     leaked: int
+    #: Ran, and their client went away before the answer was complete (the body was cancelled).
+    aborted: int
+    #: Their client went away while they waited (an HTTP client that hung up); never started.
+    disconnected: int
     #: Pushed out of a full queue by a more urgent arrival (``Evicted``), never started.
     evicted: int
     #: Refused at arrival because their rate cost could not be paid in time (``RateLimited``).
@@ -84,7 +88,7 @@ class GateStatistics:
 
     @property
     def finished(self) -> int:
-        """Requests that ran and ended: ``completed + late + failed + leaked``."""
+        """Requests that ran and ended: ``completed + late + failed + aborted + leaked``."""
         ran: int = sum(getattr(self, outcome.name) for outcome in RAN)
         return ran
 

@@ -58,6 +58,8 @@ _T = TypeVar("_T")
 
 RUNNING = Status.RUNNING
 LATE = Status.LATE
+FAILED = Status.FAILED
+LEAKED = Status.LEAKED
 
 #: The SDK helpers that read the whole stream inside the SDK object, past the wrapper's ``__anext__``.
 _DRAINING = frozenset(
@@ -187,7 +189,7 @@ class GatedStream(Generic[_T]):
 
         Idempotent; never raises :class:`Late`. Raises what closing the wrapped stream raises.
         """
-        self._permit._finish(False)
+        self._permit._finish()
         await self._close(None)
 
     async def close(self) -> None:
@@ -200,7 +202,7 @@ class GatedStream(Generic[_T]):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._permit._finish(exc_type is not None)
+        self._permit._finish(None if exc_type is None else FAILED)
         await self._close(exc)
 
     async def _end(self, exc: BaseException | None) -> None:
@@ -210,7 +212,7 @@ class GatedStream(Generic[_T]):
         """
         permit = self._permit
         ending = permit.status is RUNNING
-        permit._finish(exc is not None)  # before any await
+        permit._finish(None if exc is None else FAILED)  # before any await
         await self._close(exc)
         if ending and exc is None and self._raise_late and permit.status is LATE:
             raise permit._late()
@@ -306,14 +308,14 @@ def _abandon(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -
             return ""
     # Nothing runs the gate on a closed loop: ending the request here races with no one.
     try:
-        permit._finish(False, True)
+        permit._finish(LEAKED)
     except RuntimeError:  # waiters are parked on futures of the closed loop
         return " (its event loop is closed: the slot could not be given back)"
     return " (its event loop is closed: the stream could not be closed)"
 
 
 def _finish_abandoned(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -> None:
-    permit._finish(False, True)
+    permit._finish(LEAKED)
     task = asyncio.get_running_loop().create_task(_close_abandoned(stream, manager_exit))
     _closing.add(task)
     task.add_done_callback(_closing.discard)

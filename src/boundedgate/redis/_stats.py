@@ -36,9 +36,11 @@ class LocalCounters:
     """The mutable counters behind :class:`RedisGateStatistics` (one per gate object)."""
 
     __slots__ = (
+        "aborted",
         "admitted",
         "cancelled",
         "completed",
+        "disconnected",
         "end_to_end_seconds_max",
         "end_to_end_seconds_total",
         "epoch_changes",
@@ -64,7 +66,7 @@ class LocalCounters:
 
     def __init__(self) -> None:
         self.admitted = self.rejected = self.expired = self.cancelled = 0
-        self.completed = self.late = self.failed = self.leaked = 0
+        self.completed = self.late = self.failed = self.leaked = self.aborted = self.disconnected = 0
         self.evicted = self.rate_limited = 0  # a cluster gate has no priority classes nor rate limits
         self.peak_running = self.peak_waiting = 0
         self.unavailable = self.fallbacks = self.lease_lost = self.epoch_changes = self.retries = 0
