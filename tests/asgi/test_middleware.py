@@ -32,12 +32,6 @@ def _no_garbage_collector() -> Iterator[None]:
         gc.enable()
 
 
-def _gone_outcome(gate: Any) -> int:
-    """Requests ended by a client leaving (after running or while queued), however the core counts them."""
-    stats = gate.stats()
-    return getattr(stats, "disconnected", stats.failed + stats.cancelled)
-
-
 async def test_a_refusal_is_sent_before_the_app_is_called() -> None:
     gate = checked_gate(1, 0)
     app = StreamingApp()
@@ -151,14 +145,54 @@ async def test_a_client_leaving_mid_stream_frees_the_slot_in_the_same_turn(reads
     loop = asyncio.get_running_loop()
     before = loop.time()
     client.leave()
-    await turns(1)  # the pump reads the disconnect in this turn, and releases in it
-    assert gate.running == 0
-    await task  # the app was cancelled; the server hears nothing of it
+    await turns(1)  # the pump reads the disconnect and cancels the app
+    assert app.cancelled == 0
+    await turns(1)  # the app stops, and its slot goes back as it does
     assert app.cancelled == 1
+    assert gate.running == 0
+    await task  # the server hears nothing of it
     assert app.finished == 0
     assert loop.time() == before
-    assert _gone_outcome(gate) == 1
+    stats = gate.stats()
+    assert (stats.aborted, stats.failed, stats.completed) == (1, 0, 0)
     assert not client.complete
+
+
+async def test_the_slot_stays_taken_while_the_cancelled_app_still_cleans_up() -> None:
+    gate = checked_gate(1, 1)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        try:
+            await asyncio.sleep(60)
+        finally:
+            await asyncio.shield(asyncio.sleep(5))  # closing the provider's stream takes a while
+
+    client = Client()
+    task = serve(GateMiddleware(app, gate=gate), client)
+    await asyncio.sleep(1)
+    client.leave()
+    await asyncio.sleep(4.9)
+    assert gate.running == 1  # no phantom free slot while the work still runs
+    await task
+    assert gate.running == 0
+    assert gate.stats().aborted == 1
+
+
+async def test_max_wait_bounds_the_queue_apart_from_the_deadline() -> None:
+    gate = checked_gate(1, 2)
+    app = StreamingApp(chunks=2, pause=3)
+    middleware = GateMiddleware(app, gate=gate, timeout=100, max_wait=2)
+    first = Client()
+    task = serve(middleware, first)
+    await turns(3)
+    expired = Client()
+    await serve(middleware, expired)
+    assert asyncio.get_running_loop().time() == 2  # it left the queue after 2 s, not 100
+    assert expired.status == 503
+    assert expired.json()["code"] == "queue_expired"
+    await task
+    assert gate.stats().completed == 1
 
 
 async def test_a_client_leaving_while_queued_never_reaches_the_app() -> None:
@@ -172,7 +206,7 @@ async def test_a_client_leaving_while_queued_never_reaches_the_app() -> None:
     await asyncio.sleep(1)
     assert gate.waiting == 1
     queued.leave()
-    await turns(2)
+    await turns(1)  # out of the queue in the turn the pump reads the disconnect
     assert gate.waiting == 0
     await task
     assert queued.sent == []
@@ -180,7 +214,7 @@ async def test_a_client_leaving_while_queued_never_reaches_the_app() -> None:
     assert app.entered == 1
     stats = gate.stats()
     assert (stats.completed, stats.running, stats.waiting) == (1, 0, 0)
-    assert _gone_outcome(gate) == 1
+    assert (stats.disconnected, stats.cancelled) == (1, 0)
 
 
 async def test_a_client_gone_before_arrival_is_never_counted() -> None:
@@ -204,8 +238,8 @@ async def test_the_next_queued_request_starts_when_a_streaming_client_leaves() -
     await asyncio.sleep(10)
     assert (gate.running, gate.waiting) == (1, 1)
     first.leave()
-    await turns(1)
-    assert (gate.running, gate.waiting) == (1, 0)  # the hand-off happened in the same turn
+    await turns(2)
+    assert (gate.running, gate.waiting) == (1, 0)  # handed off as the first app stopped
     await one
     await two
     assert second.complete
@@ -396,7 +430,7 @@ async def test_a_send_raising_oserror_is_the_client_gone() -> None:
 
     await GateMiddleware(app, gate=gate)(http_scope(), client.receive, send)
     assert gate.running == 0
-    assert _gone_outcome(gate) == 1
+    assert gate.stats().aborted == 1
 
 
 async def test_websocket_and_lifespan_scopes_pass_through() -> None:
@@ -451,6 +485,10 @@ def test_bad_settings_fail_at_construction() -> None:
         GateMiddleware(app, gate=gate, timeout=-1)
     with pytest.raises(ValueError, match="exempt path"):
         GateMiddleware(app, gate=gate, exempt=["healthz"])
+    with pytest.raises(TypeError, match="takes no max_wait"):
+        GateMiddleware(app, gate=keyed, key=lambda scope: "a", max_wait=1)
+    with pytest.raises(ValueError, match="max_wait"):
+        GateMiddleware(app, gate=gate, max_wait=-1)
     with pytest.raises(TypeError, match="not a single str"):
         GateMiddleware(app, gate=gate, exempt="/healthz")
     with pytest.raises(TypeError, match="must be a gate"):

@@ -19,8 +19,11 @@ The permit ends exactly once, on the first of:
   deadline (``Late`` is counted and logged, never raised: the response has already started, and
   raising would truncate it);
 - the client disconnected (the pump read ``http.disconnect``, or ``send`` raised ``OSError``)
-  before that: the slot is released and the exchange cancelled in the same loop turn; a request
-  still queued leaves the queue, and one that had not arrived yet is never counted;
+  before that: in the loop turn the middleware learns it, a request still queued leaves the queue
+  (*disconnected*; the app never sees it), one that had not arrived yet is never counted, and a
+  running one has its app cancelled; its slot goes back as *aborted* the moment the app has
+  stopped, its clean-up (closing the provider's stream) included, and not before: the gate never
+  shows a free slot while the work it stands for still runs;
 - the app raised, or returned without finishing the response: failed.
 
 Nothing waits for the garbage collector: each ending above is an event the middleware sees
@@ -32,6 +35,7 @@ the server's task is passed on to the exchange.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
@@ -48,8 +52,12 @@ __all__ = ("GateMiddleware",)
 
 logger = logging.getLogger("boundedgate.asgi")
 
+NEW = Status.NEW
+QUEUED = Status.QUEUED
 RUNNING = Status.RUNNING
 LATE = Status.LATE
+FAILED = Status.FAILED
+ABORTED = Status.ABORTED
 
 #: The messages that end a response body for good.
 _PATH_SEND = "http.response.pathsend"
@@ -95,8 +103,9 @@ class GateMiddleware:
     :class:`RateLimited`, with ``Retry-After``, ``Cache-Control: no-store`` and a JSON body in the
     ``refusal`` style). If it is admitted, the app runs, and the request keeps its slot until the
     last body message has been sent, or the client has gone. A client that disconnects while its
-    request is queued leaves the queue, and the app never sees the request; one that disconnects
-    while the response streams has its app cancelled and its slot freed in that loop turn.
+    request is queued leaves the queue at once (counted ``disconnected``), and the app never sees
+    the request; one that disconnects while the response streams has its app cancelled in that
+    loop turn, and its slot back (counted ``aborted``) as soon as the app has stopped.
     WebSocket and lifespan scopes pass through ungated.
 
     Admitted responses carry ``Server-Timing: gate;dur=<ms>;desc="queue"``, the time the request
@@ -180,6 +189,8 @@ class GateMiddleware:
             raise TypeError("key= is for a KeyedGate; this gate has one queue for every request")
         if key is not None and not callable(key):
             raise TypeError(f"key must be a function of the ASGI scope, got {key!r}")
+        if max_wait is not None and "max_wait" not in inspect.signature(gate.admit).parameters:
+            raise TypeError(f"{type(gate).__name__}.admit() takes no max_wait")
         check_style(refusal)
         if isinstance(retry_after_fallback, bool) or not isinstance(retry_after_fallback, int):
             raise TypeError(f"retry_after_fallback must be an int, got {retry_after_fallback!r}")
@@ -395,11 +406,15 @@ class _Exchange:
             return
         self._gone = True
         permit = self._permit
-        if permit.status is RUNNING:
-            _end_disconnected(permit)
+        status = permit.status
+        disconnect = getattr(permit, "disconnect", None)
+        if status is QUEUED and disconnect is not None:
+            disconnect()  # out of the queue now; the admission raises CancelledError
+            return
         task = self._app_task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()  # a queued admission leaves the queue; a running app is cancelled
+        if (status is NEW or status is QUEUED or status is RUNNING) and task is not asyncio.current_task():
+            # Not arrived yet: never counted. Running: the app stops, then the slot is aborted.
+            task.cancel()  # type: ignore[union-attr]
 
     # -- the exchange -----------------------------------------------------------------------
 
@@ -412,11 +427,9 @@ class _Exchange:
             return
         try:
             await self._middleware._app(self._scope, self._app_receive, self._app_send)
-        except BaseException:
-            permit._finish(True)  # no-op when the response was complete or the client gone
-            raise
-        if not self._done:
-            permit._finish(True)  # the app returned without finishing its response
+        finally:
+            if not self._done:  # the app raised, was cancelled or returned before the end
+                permit._finish(ABORTED if self._gone else FAILED)
 
     async def _refuse(self, error: GateError) -> None:
         middleware = self._middleware
@@ -457,14 +470,14 @@ class _Exchange:
 
     def _complete(self) -> None:
         """The last body message was sent: the request is over for the gate."""
-        if self._done or self._gone:
-            return
+        if self._gone:
+            return  # sent to nobody: the app's end aborts it
         self._done = True
         pump = self._pump_task
         if pump is not None:
             pump.cancel()
         permit = self._permit
-        permit._finish(False)
+        permit._finish()
         if permit.status is LATE:
             overrun = permit.ended - permit.deadline
             logger.warning(
@@ -491,8 +504,3 @@ class _Exchange:
         if middleware._ratelimit:
             headers += ratelimit_fields(permit.gate)
         return headers
-
-
-def _end_disconnected(permit: Any) -> None:
-    """End a running request whose client disconnected: its slot goes back now."""
-    permit._finish(True)
