@@ -93,11 +93,11 @@ def _service(base_http: bool) -> Any:
             app.add_middleware(GateMiddleware, gate=gate, refusal="openai", timeout=60)
             loop = asyncio.get_running_loop()
 
-            def tick() -> None:  # a sample every 5 ms, between two of the loop's callbacks
+            def tick() -> None:  # a sample every millisecond, between two of the loop's callbacks
                 parts.sample()
-                handle[0] = loop.call_later(0.005, tick)
+                handle[0] = loop.call_later(0.001, tick)
 
-            handle = [loop.call_later(0.005, tick)]
+            handle = [loop.call_later(0.001, tick)]
             try:
                 yield app, parts
             finally:
@@ -204,8 +204,11 @@ async def test_a_burst_with_clients_leaving_returns_everything_to_zero(base_http
     assert (stats.failed, stats.leaked, stats.cancelled, stats.late) == (0, 0, 0, 0)
     assert ended == ["client_gone", "client_gone", "eof", "eof", "eof", "eof"]
     assert len(samples) > 10
-    # At no sample did the provider serve more streams than the gate has slots, nor did the gate
-    # run more than its slots or queue more than its places.
+    # At every sample the provider served no stream the gate did not count as running (the gate
+    # may count one a moment before the SDK reaches the provider, never after its stream ended:
+    # a slot comes back only once the route's provider stream is closed); at the settled points
+    # above the two were equal.
+    assert all(streams <= running for running, _, streams in samples), samples
     assert max(streams for _, _, streams in samples) == RUNNING
     assert max(running for running, _, _ in samples) == RUNNING
     assert max(waiting for _, waiting, _ in samples) == WAITING
