@@ -1,0 +1,250 @@
+"""Refusal bodies in every style, as the SDKs read them; the limits document; the RateLimit fields."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit, RateLimited
+from boundedgate.asgi import (
+    REFUSAL_STYLES,
+    GateMiddleware,
+    limits_app,
+    limits_document,
+    ratelimit_fields,
+    refusal_for,
+    retry_after_seconds,
+)
+from tests.asgi.harness import Client, http_scope, serve
+
+FULL = QueueFull("session/A", 1, 4, 1, 4, 0.0, 0.0, 2.0)  # retry_after = 5 * 2.0 / 1 = 10 s
+MESSAGE = "The service is at capacity. Retry later."
+
+GOLDEN: dict[str, tuple[str, dict[str, Any]]] = {
+    "public": ("application/json", {"code": "queue_full", "message": MESSAGE, "retry_after": 10}),
+    "detailed": (
+        "application/json",
+        {
+            "code": "queue_full",
+            "error": "gate 'session/A' [running 1/1, waiting 4/4] is full",
+            "gate": "session/A",
+            "max_running": 1,
+            "max_waiting": 4,
+            "running": 1,
+            "waiting": 4,
+            "waited": 0.0,
+            "elapsed": 0.0,
+            "retry_after": 10,
+        },
+    ),
+    "openai": (
+        "application/json",
+        {"error": {"message": MESSAGE, "type": "server_error", "param": None, "code": "queue_full"}},
+    ),
+    "anthropic": (
+        "application/json",
+        {"type": "error", "error": {"type": "overloaded_error", "message": MESSAGE}},
+    ),
+    "session": (
+        "application/json",
+        {"code": "queue_full", "error": MESSAGE, "sessionId": "A", "limit": 5, "pendingCount": 5},
+    ),
+    "problem": (
+        "application/problem+json",
+        {
+            "type": "about:blank",
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": MESSAGE,
+            "code": "queue_full",
+            "retry_after": 10,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("style", REFUSAL_STYLES)
+def test_each_style_s_body(style: str) -> None:
+    refusal = refusal_for(FULL, style, key="A")
+    content_type, body = GOLDEN[style]
+    assert refusal.status == 503
+    headers = dict(refusal.headers)
+    assert headers[b"content-type"] == content_type.encode()
+    assert headers[b"retry-after"] == b"10"
+    assert headers[b"cache-control"] == b"no-store"
+    assert headers[b"content-length"] == str(len(refusal.body)).encode()
+    assert json.loads(refusal.body) == body
+
+
+def test_only_the_detailed_style_shows_the_gate_s_counts() -> None:
+    for style in REFUSAL_STYLES:
+        text = refusal_for(FULL, style, key="A").body.decode()
+        assert ("max_running" in text) == (style == "detailed"), style
+        assert ("session/A" in text) == (style == "detailed"), style
+
+
+def test_a_body_function_and_the_retry_after_rounding() -> None:
+    refusal = refusal_for(FULL, lambda error, key: {"busy": error.code, "who": key}, key="k")
+    assert json.loads(refusal.body) == {"busy": "queue_full", "who": "k"}
+    no_pace = QueueFull("g", 1, 0, 1, 0, 0.0, 0.0, None)
+    assert retry_after_seconds(no_pace, 3) == 3
+    assert retry_after_seconds(QueueFull("g", 1, 0, 1, 0, 0.0, 0.0, 0.2), 3) == 1
+    assert retry_after_seconds(QueueFull("g", 4, 0, 4, 0, 0.0, 0.0, 8.4), 3) == 3  # 2.1 s, rounded up
+    limited = RateLimited("g", 1, 0, 0, 0, 0.0, 0.0, "rpm", 59.2)
+    assert refusal_for(limited).status == 429
+    assert dict(refusal_for(limited).headers)[b"retry-after"] == b"60"
+
+
+def _sdk_http(middleware: Any) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=middleware), base_url="http://service")
+
+
+async def _refusing(style: str, limited: bool) -> Any:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("never called: the gate refuses")
+
+    if limited:
+        gate = BoundedGate(max_running=1, max_waiting=0, rate_limits=[RateLimit.per_minute(1)])
+        await serve(GateMiddleware(_ok, gate=gate), Client())  # spends the one request
+    else:
+        gate = BoundedGate(max_running=1, max_waiting=0)
+        gate.try_admit()  # holds the only slot
+    return GateMiddleware(app, gate=gate, refusal=style, timeout=5)
+
+
+async def _ok(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["queue_full", "rate_limited"])
+async def test_an_openai_sdk_client_of_the_service_gets_a_typed_error_with_our_code(limited: bool) -> None:
+    middleware = await _refusing("openai", limited)
+    async with _sdk_http(middleware) as http:
+        client = openai.AsyncOpenAI(
+            base_url="http://service/v1", api_key="k", max_retries=0, http_client=http
+        )
+        expected = openai.RateLimitError if limited else openai.InternalServerError
+        with pytest.raises(expected) as caught:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.code == ("rate_limited" if limited else "queue_full")
+    assert caught.value.type == ("rate_limit_error" if limited else "server_error")
+    assert caught.value.response.headers["retry-after"] == ("60" if limited else "1")
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["queue_full", "rate_limited"])
+async def test_an_anthropic_sdk_client_of_the_service_gets_a_typed_error(limited: bool) -> None:
+    middleware = await _refusing("anthropic", limited)
+    async with _sdk_http(middleware) as http:
+        client = anthropic.AsyncAnthropic(
+            base_url="http://service", api_key="k", max_retries=0, http_client=http
+        )
+        expected = anthropic.RateLimitError if limited else anthropic.InternalServerError
+        with pytest.raises(expected) as caught:
+            await client.messages.create(
+                model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+    assert caught.value.body["error"]["type"] == ("rate_limit_error" if limited else "overloaded_error")  # type: ignore[index]
+
+
+def test_the_limits_document_publishes_null_for_unlimited() -> None:
+    provider = BoundedGate(
+        max_running=50, max_waiting=100, name="openai", rate_limits=[RateLimit.per_minute(600, name="rpm")]
+    )
+    sessions: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=4, name="session")
+    unbounded = BoundedGate(max_running=None, max_waiting=None)
+    document = limits_document({"openai": provider, "session": sessions, "batch": unbounded})
+    assert document == {
+        "limits": {
+            "openai": {
+                "max_running": 50,
+                "max_waiting": 100,
+                "max_pending": 150,
+                "rate_limits": [
+                    {
+                        "name": "rpm",
+                        "unit": "requests",
+                        "per_second": 10.0,
+                        "burst": 600,
+                        "window_seconds": 60.0,
+                    }
+                ],
+                "per_key": False,
+            },
+            "session": {
+                "max_running": 1,
+                "max_waiting": 4,
+                "max_pending": 5,
+                "rate_limits": [],
+                "per_key": True,
+            },
+            "batch": {
+                "max_running": None,
+                "max_waiting": None,
+                "max_pending": None,
+                "rate_limits": [],
+                "per_key": False,
+            },
+        }
+    }
+    live = limits_document({"openai": provider}, live=True)["limits"]["openai"]
+    assert (live["running"], live["waiting"]) == (0, 0)
+
+
+@pytest.mark.parametrize(("method", "status"), [("GET", 200), ("HEAD", 200), ("POST", 405)])
+async def test_the_limits_endpoint(method: str, status: int) -> None:
+    gate = BoundedGate(max_running=2, max_waiting=0, name="g")
+    client = Client()
+    await serve(limits_app({"g": gate}, live=True), client, http_scope("/limits", method=method))
+    assert client.status == status
+    if method == "GET":
+        assert client.headers["cache-control"] == "no-store"  # live counts are never cached
+        assert client.json()["limits"]["g"]["running"] == 0
+    elif method == "HEAD":
+        assert client.body == b""
+    else:
+        assert client.headers["allow"] == "GET, HEAD"
+
+
+async def test_ratelimit_fields_follow_the_ietf_draft() -> None:
+    gate = BoundedGate(
+        max_running=3,
+        max_waiting=0,
+        name="openai",
+        rate_limits=[
+            RateLimit.per_minute(60, name="rpm"),
+            RateLimit.per_minute(1000, unit="tokens", name="tpm"),
+        ],
+    )
+    client = Client()
+    await serve(GateMiddleware(_ok, gate=gate, ratelimit_headers=True, cost=100), client)
+    assert client.headers["ratelimit-policy"] == (
+        '"openai";q=3;qu="concurrency", "openai/rpm";q=60;qu="request";w=60, "openai/tpm";q=1000;qu="tokens";w=60'
+    )
+    assert client.headers["ratelimit"] == '"openai";r=2, "openai/rpm";r=59;t=1, "openai/tpm";r=900;t=6'
+    assert ratelimit_fields(BoundedGate(max_running=None, max_waiting=None)) == []
+
+
+def test_the_package_imports_nothing_but_the_stdlib_and_boundedgate() -> None:
+    script = (
+        "import sys\n"
+        "for name in ('starlette', 'fastapi', 'uvicorn'): sys.modules[name] = None\n"
+        "import boundedgate.asgi as asgi\n"
+        "asgi.GateMiddleware, asgi.limits_app, asgi.refusal_for\n"
+        "try:\n"
+        "    asgi.GatedStreamingResponse\n"
+        "except ImportError:\n"
+        "    print('lazy')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "lazy"
