@@ -226,7 +226,9 @@ async def test_ratelimit_fields_follow_the_ietf_draft() -> None:
     client = Client()
     await serve(GateMiddleware(_ok, gate=gate, ratelimit_headers=True, cost=100), client)
     assert client.headers["ratelimit-policy"] == (
-        '"openai";q=3;qu="concurrency", "openai/rpm";q=60;qu="request";w=60, "openai/tpm";q=1000;qu="tokens";w=60'
+        '"openai";q=3;qu="concurrency", '
+        '"openai/rpm";q=60;qu="request";w=60, '
+        '"openai/tpm";q=1000;qu="tokens";w=60'
     )
     assert client.headers["ratelimit"] == '"openai";r=2, "openai/rpm";r=59;t=1, "openai/tpm";r=900;t=6'
     assert ratelimit_fields(BoundedGate(max_running=None, max_waiting=None)) == []
