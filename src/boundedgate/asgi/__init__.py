@@ -34,9 +34,23 @@ __all__ = (
 
 _LAZY = frozenset(("GatedStreamingResponse", "gate_dependency", "refusal_handler"))
 
+for _name in (
+    "GateMiddleware",
+    "Refusal",
+    "limits_app",
+    "limits_document",
+    "ratelimit_fields",
+    "refusal_for",
+):
+    globals()[_name].__module__ = __name__
+globals()["retry_after_seconds"].__module__ = __name__
+del _name
+
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         # Starlette is imported here, on first use, not with the package.
-        return getattr(importlib.import_module("._starlette", __name__), name)
+        value = getattr(importlib.import_module("._starlette", __name__), name)
+        value.__module__ = __name__
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

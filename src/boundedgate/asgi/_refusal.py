@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from .._errors import GateError
 
@@ -20,7 +20,7 @@ __all__ = ("REFUSAL_STYLES", "Refusal", "RefusalStyle", "refusal_for", "retry_af
 
 #: The body styles :class:`GateMiddleware` and :func:`refusal_response` know by name.
 RefusalStyle = Literal["public", "detailed", "openai", "anthropic", "session", "problem"]
-REFUSAL_STYLES: tuple[str, ...] = ("public", "detailed", "openai", "anthropic", "session", "problem")
+REFUSAL_STYLES: tuple[str, ...] = get_args(RefusalStyle)
 
 #: What a refusal function returns for a body: a JSON-ready mapping.
 BodyFunction = Callable[[GateError, Hashable | None], Mapping[str, Any]]
