@@ -161,6 +161,24 @@ async def test_the_gated_response_closes_its_stream_on_a_normal_end_and_on_an_er
     assert (stats.completed, stats.failed, stats.running) == (1, 1, 0)
 
 
+async def test_a_stream_ending_past_its_deadline_never_cuts_the_gated_response_short(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    provider = Provider()
+
+    async def chat(request: Request) -> Any:
+        stream = await provider.gate.stream(provider.tokens, timeout=60)  # the tokens take 150 s
+        return GatedStreamingResponse(stream, media_type="text/event-stream")
+
+    client = Client()
+    await serve(Starlette(routes=[Route("/chat", chat)]), client, http_scope("/chat"))
+    assert client.complete
+    assert client.body.count(b"data: tok") == 5
+    assert provider.gate.stats().late == 1
+    assert provider.closed == 1
+    assert "ended past its deadline" in caplog.text
+
+
 def _fastapi(gate: BoundedGate, provider: Provider, style: str = "openai") -> FastAPI:
     app = FastAPI()
     app.add_exception_handler(GateError, refusal_handler(style))

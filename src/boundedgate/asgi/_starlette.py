@@ -7,7 +7,7 @@ Starlette; the rest of the package does not).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Hashable, Mapping
 from typing import Any
 
 import anyio
@@ -138,7 +138,9 @@ class GatedStreamingResponse(StreamingResponse):
     body iterator is closed and then the stream, in that order and shielded from cancellation, so
     its slot goes back and the provider's HTTP response is closed before the response is over:
     never later, by the garbage collector. If the response is never sent (an exception before
-    it was called), call :meth:`aclose`.
+    it was called), call :meth:`aclose`. A :class:`Late` raised by the body (a stream that
+    ended past its deadline) ends the body normally: it is counted late and logged, never raised
+    into a response that has already started, which would cut it short.
 
     Args:
         content: The body, as for ``StreamingResponse``: often a generator over ``stream``, or
@@ -161,6 +163,16 @@ class GatedStreamingResponse(StreamingResponse):
         if stream is None and isinstance(content, GatedStream):
             stream = content
         self.stream = stream
+        self._body = self.body_iterator
+        self.body_iterator = self._never_late(self._body)
+
+    @staticmethod
+    async def _never_late(body: AsyncIterable[Any]) -> AsyncIterator[Any]:
+        try:
+            async for chunk in body:
+                yield chunk
+        except Late as late:
+            logger.warning("a streamed response ended past its deadline: %s (counted late)", late)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Send the response; close the body and the stream however that ends."""
@@ -172,8 +184,8 @@ class GatedStreamingResponse(StreamingResponse):
     async def aclose(self) -> None:
         """Close the body iterator and the gated stream (idempotent), shielded from cancellation."""
         with anyio.CancelScope(shield=True):
-            body = self.body_iterator
-            if body is not self.stream:
-                await _close_stream(body)
+            await _close_stream(self.body_iterator)
+            if self._body is not self.stream:
+                await _close_stream(self._body)
             if self.stream is not None:
                 await self.stream.aclose()
