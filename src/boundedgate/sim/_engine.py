@@ -462,9 +462,12 @@ def _tally(rows: Iterable[RequestResult]) -> _Tally:
 def _summary(run: _Run, rows: Sequence[RequestResult], priorities: int, limits: _Limits) -> Summary:
     classes: list[ClassSummary] = []
     if priorities > 1:
-        for priority in range(priorities):
-            mine = (row for job, row in zip(run.jobs, rows, strict=True) if job.priority == priority)
-            classes.append(ClassSummary(priority=priority, **_tally(mine)))
+        # The classes with requests: a class nobody is in has nothing to count.
+        rows_of_class: dict[int, list[RequestResult]] = {}
+        for job, row in zip(run.jobs, rows, strict=True):
+            rows_of_class.setdefault(job.priority, []).append(row)
+        for priority in sorted(rows_of_class):
+            classes.append(ClassSummary(priority=priority, **_tally(rows_of_class[priority])))
     keys: list[KeySummary] = []
     if run.keyed:
         rows_of: dict[str, list[RequestResult]] = {gate.key: [] for gate in run.gates}
