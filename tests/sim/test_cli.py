@@ -133,6 +133,28 @@ def test_simulate_reports_a_missing_file(capsys: pytest.CaptureFixture[str], tmp
         ),
         (["plan", "-c", "1", "-q", "1", "--script", "x.csv", "--rate", "5"], "takes no --rate"),
         (["plan", "-c", "0,none", "-q", "1", "--rate", "5", "--service", "2s"], "max_running values"),
+        (
+            ["plan", "-c", "1", "-q", "1", "--burst", "1", "--service", "2s", "--duration", "1e300h"],
+            "'1e300h': a duration is at most 1e+15ms (about 31,700 years)",
+        ),
+        (
+            [
+                "plan",
+                "-c",
+                "1",
+                "-q",
+                "1",
+                "--burst",
+                "1",
+                "--burst-every",
+                "1ms",
+                "--service",
+                "2s",
+                "--duration",
+                "1e13ms",
+            ],
+            "would make 10,000,000,000,000 requests; plan generates at most 1,000,000",
+        ),
         ([], "required: COMMAND"),
     ],
 )

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from boundedgate.sim import Bursts, Exponential, Fixed, Job, LogNormal, Poisson, generate, percentile
+from boundedgate.sim._script import MAX_MS
 from boundedgate.sim._workload import MAX_LOGNORMAL_P99_RATIO, MAX_REQUESTS
 
 
@@ -276,3 +277,19 @@ def test_a_workload_too_large_to_simulate_is_refused_before_anything_is_drawn(
 def test_a_workload_at_the_bound_is_generated() -> None:
     jobs = generate(Bursts(1000, every_ms=1), Fixed(1), duration_ms=1000)
     assert len(jobs) == MAX_REQUESTS
+
+
+def test_a_workload_counts_its_arrivals_without_listing_them() -> None:
+    assert Bursts(3, start_ms=10, every_ms=7).expected(10**15) == 3 * -(-(10**15 - 10) // 7)
+    assert Bursts(3, start_ms=10).expected(11) == 3
+    assert Bursts(3, start_ms=10).expected(10) == 0
+    assert Poisson(20).expected(60_000) == 1200
+
+
+def test_a_far_tail_is_cut_at_the_latest_time_a_script_may_hold() -> None:
+    jobs = generate(Poisson(1), Exponential(10**15), duration_ms=100_000, budget_ms=Exponential(10**15))
+    assert max(job.service_ms for job in jobs) == MAX_MS
+    with pytest.raises(ValueError, match=r"^ms must be at most 1e\+15, got 1e\+16$"):
+        Fixed(1e16)
+    with pytest.raises(ValueError, match=r"^duration_ms must be an int >= 1 and <= 1000000000000000"):
+        generate(Poisson(1), Fixed(1), duration_ms=10**15 + 1)

@@ -451,17 +451,20 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             f"plan generates at most {MAX_REQUESTS:,}: lower --rate, --burst or --duration, "
             "or raise --burst-every"
         )
-    jobs = generate(
-        arrivals,
-        args.service,
-        duration_ms=args.duration,
-        budget_ms=args.budget,
-        priority_mix=args.priority_mix,
-        key_mix=args.key_mix,
-        cost=_fixed_or_drawn(args.cost),
-        actual_cost=_fixed_or_drawn(args.actual_cost),
-        seed=args.seed,
-    )
+    try:
+        jobs = generate(
+            arrivals,
+            args.service,
+            duration_ms=args.duration,
+            budget_ms=args.budget,
+            priority_mix=args.priority_mix,
+            key_mix=args.key_mix,
+            cost=_fixed_or_drawn(args.cost),
+            actual_cost=_fixed_or_drawn(args.actual_cost),
+            seed=args.seed,
+        )
+    except ValueError as error:  # what the options above did not already refuse
+        parser.error(str(error))
     budget = "none" if args.budget is None else human_ms(args.budget)
     mix = (
         "" if args.priority_mix is None else f"; priority mix {','.join(f'{w:g}' for w in args.priority_mix)}"

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from ._script import Job
+from ._script import MAX_MS, Job
 
 __all__ = (
     "MAX_REQUESTS",
@@ -53,11 +53,13 @@ def _too_many(what: str, duration_ms: int, count: float, about: bool) -> ValueEr
     )
 
 
-def _positive(name: str, value: object) -> float:
+def _positive(name: str, value: object, most: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {value!r}")
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if value > most:
+        raise ValueError(f"{name} must be at most {most:g}, got {value!r}")
     return float(value)
 
 
@@ -140,7 +142,10 @@ class Bursts:
 
     def expected(self, duration_ms: int) -> float:
         """The number of arrivals in ``duration_ms``."""
-        return len(self._starts(duration_ms)) * self.size
+        if self.start_ms >= duration_ms:
+            return 0
+        bursts = 1 if self.every_ms is None else -(-(duration_ms - self.start_ms) // self.every_ms)
+        return bursts * self.size
 
     def times(self, duration_ms: int, rng: random.Random) -> list[int]:
         """Arrival instants in ``[0, duration_ms)``, in order (``rng`` is not used).
@@ -167,7 +172,7 @@ class Fixed:
     ms: float
 
     def __post_init__(self) -> None:
-        _positive("ms", self.ms)
+        _positive("ms", self.ms, MAX_MS)
 
     def sample(self, rng: random.Random) -> float:
         """The time, in milliseconds (``rng`` is not used)."""
@@ -191,7 +196,7 @@ class Exponential:
     mean_ms: float
 
     def __post_init__(self) -> None:
-        _positive("mean_ms", self.mean_ms)
+        _positive("mean_ms", self.mean_ms, MAX_MS)
 
     def sample(self, rng: random.Random) -> float:
         """One time, in milliseconds."""
@@ -218,8 +223,8 @@ class LogNormal:
     p99_ms: float
 
     def __post_init__(self) -> None:
-        mean = _positive("mean_ms", self.mean_ms)
-        p99 = _positive("p99_ms", self.p99_ms)
+        mean = _positive("mean_ms", self.mean_ms, MAX_MS)
+        p99 = _positive("p99_ms", self.p99_ms, MAX_MS)
         if not mean < p99 <= mean * MAX_LOGNORMAL_P99_RATIO:
             raise ValueError(
                 f"a lognormal's p99 must be above its mean and at most {MAX_LOGNORMAL_P99_RATIO:.2f} "
@@ -271,7 +276,7 @@ def _pick(cumulative: Sequence[float], rng: random.Random) -> int:
 
 
 def _whole_ms(value: float) -> int:
-    return max(1, round(value))
+    return min(MAX_MS, max(1, round(value)))  # a far tail's draw, cut at the latest a time may be
 
 
 def _check_cost(name: str, value: object) -> None:
@@ -344,8 +349,8 @@ def generate(
             a key mix that is not a mapping from str, or a fixed cost that is not a finite number
             >= 0.
     """
-    if type(duration_ms) is not int or duration_ms < 1:
-        raise ValueError(f"duration_ms must be an int >= 1, got {duration_ms!r}")
+    if type(duration_ms) is not int or not 1 <= duration_ms <= MAX_MS:
+        raise ValueError(f"duration_ms must be an int >= 1 and <= {MAX_MS}, got {duration_ms!r}")
     processes = [arrivals] if isinstance(arrivals, (Poisson, Bursts)) else list(arrivals)
     for process in processes:
         if not isinstance(process, (Poisson, Bursts)):
