@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import GateLimits, RateLimit, __version__
+from .. import __version__
+from .._core import GateLimits, RateLimit
 from ..sim import Bursts, Job, Poisson, ScriptError, generate, read_script, simulate, sweep, write_script
 from ..sim._plot import FORMATS, plot_simulation, plot_sweep, require_matplotlib
 from ..sim._results import overrides_dict, rate_limit_dict

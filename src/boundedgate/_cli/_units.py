@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Callable
 
-from .._driver import GateLimits
+from .._core import GateLimits
 from ..sim import Exponential, Fixed, LogNormal
 from ..sim._script import MAX_MS
 from ..sim._workload import Distribution

@@ -4,12 +4,15 @@ Nothing in this package imports an event loop, a clock or threads: it is told th
 """
 
 from ._bucket import RateLimit, TokenBucket
+from ._limits import GateLimits, check_limits
 from ._settings import (
     check_cost,
     check_deadline,
+    check_jump_share,
     check_max_running,
     check_max_waiting,
     check_name,
+    check_priorities,
     check_priority,
     check_timeout,
 )
@@ -19,6 +22,7 @@ from ._ticket import Status, Ticket
 from ._totals import KeyedStatistics, Totals, total
 
 __all__ = (
+    "GateLimits",
     "GateState",
     "GateStatistics",
     "KeyedStatistics",
@@ -29,9 +33,12 @@ __all__ = (
     "Totals",
     "check_cost",
     "check_deadline",
+    "check_jump_share",
+    "check_limits",
     "check_max_running",
     "check_max_waiting",
     "check_name",
+    "check_priorities",
     "check_priority",
     "check_timeout",
     "total",

@@ -73,10 +73,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypedDict, cast
 
-from .._core import GateState, RateLimit, Status, Ticket
-from .._core._settings import check_priorities as check_priorities_setting
-from .._driver import GateLimits
-from .._driver._keyed import _check_limits
+from .._core import GateLimits, GateState, RateLimit, Status, Ticket, check_limits
+from .._core import check_priorities as check_priorities_setting
 from ._results import (
     ClassSummary,
     KeySummary,
@@ -568,8 +566,7 @@ def check_overrides(overrides: Mapping[str, GateLimits] | None) -> dict[str, Gat
     for key, limits in overrides.items():
         if not isinstance(key, str):
             raise TypeError(f"overrides are keyed by the script's keys, which are strings; got {key!r}")
-        _check_limits(key, limits)
-        checked[key] = GateLimits(*limits)
+        checked[key] = check_limits(key, limits)
     return checked
 
 

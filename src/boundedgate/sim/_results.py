@@ -21,8 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from .._core import RateLimit, Status
-from .._driver import GateLimits
+from .._core import GateLimits, RateLimit, Status
 
 _N = TypeVar("_N", int, float)
 
