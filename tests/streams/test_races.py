@@ -86,20 +86,46 @@ async def test_a_close_while_a_helper_drains_the_stream_ends_the_helper_with_an_
     assert outcomes(gate) == {"running": 0, "completed": 1}
 
 
-async def test_a_real_cancellation_of_the_reader_during_the_interruption_is_kept() -> None:
+@pytest.mark.parametrize("when", ["just before", "just after"])
+async def test_the_reader_s_own_cancellation_in_the_same_loop_turn_as_the_interruption_is_kept(
+    when: str,
+) -> None:
     gate = checked_gate(1, 0)
     log = Log()
-    stream = gate.try_admit().hand_to(ticks(5, log, every=10))
+    stream = gate.try_admit().hand_to(_slow_to_clean_up(log))
     reader = asyncio.create_task(_read_all(stream, []))
     await asyncio.sleep(15)
-    closing = asyncio.create_task(stream.aclose())
-    await asyncio.sleep(0)  # the close has interrupted the read; the reader has not run yet
-    reader.cancel()  # its own cancellation, in the same loop turn
-    with pytest.raises(asyncio.CancelledError):
-        await reader
+    if when == "just before":
+        reader.cancel()  # pending: the reader has not run since
+        closing = asyncio.create_task(stream.aclose())
+        await asyncio.sleep(0)
+    else:
+        closing = asyncio.create_task(stream.aclose())
+        await asyncio.sleep(0)  # the close has interrupted the read; the reader has not run yet
+        reader.cancel()
+    if sys.version_info < (3, 11):  # pragma: no cover
+        # Python 3.10 counts no cancellations: one made in the same loop turn as the
+        # interruption cannot be told apart from it, and the reader sees the end.
+        assert await reader == "ended"
+    else:
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        assert _cancelling(reader) == 1  # its own: the interruption's, if any, was taken back
     await closing
     assert log.closed
     assert outcomes(gate) == {"running": 0, "completed": 1}
+
+
+async def _slow_to_clean_up(log: Log) -> AsyncIterator[int]:
+    """An item every 10 s, and a cleanup that takes a second, however the generator ends."""
+    try:
+        while True:
+            await asyncio.sleep(10)
+            log.sent += 1
+            yield log.sent
+    finally:
+        await asyncio.sleep(1)
+        log.closed = True
 
 
 async def test_a_second_reader_is_refused_and_the_first_reads_on() -> None:

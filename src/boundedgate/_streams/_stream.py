@@ -32,8 +32,10 @@ release and the close for the next loop turn. The helpers that consume the SDK o
 
 Races between tasks: a stream has one reader at a time (a second task reading at once is refused).
 A close while another task reads interrupts that read (it is cancelled with a message of the
-wrapper's own, and the cancellation is taken back): what the read gave is dropped, and the reader
-sees the end of the stream, so no item is ever yielded after the slot was given back.
+wrapper's own, and the cancellation is taken back), and closes the wrapped stream once the read has
+ended: what the read gave is dropped, and the reader sees the end of the stream, so no item is ever
+yielded after the slot was given back. A reader that is being cancelled already is left to end its
+read by itself, and keeps its cancellation; so does one cancelled again before it ran.
 
 The wrapper holds no reference cycle, so reference counting finalises a dropped wrapper at once.
 Its finaliser cannot await: it schedules the release and the close on the event loop that owns the
@@ -83,19 +85,20 @@ _closing: set[asyncio.Task[Any]] = set()
 
 if sys.version_info >= (3, 11):
 
-    def _cancelling(task: asyncio.Task[Any]) -> int:
-        return task.cancelling()
+    def _being_cancelled(task: asyncio.Task[Any]) -> bool:
+        return task.cancelling() > 0
 
-    def _uncancel(task: asyncio.Task[Any]) -> int:
-        return task.uncancel()
+    def _taken_back(task: asyncio.Task[Any], exc: BaseException | None) -> bool:
+        """Take back the interruption's cancellation of ``task``: True if no other one is left."""
+        return task.uncancel() == 0
 
-else:  # Python 3.10 does not count cancellations: the interruption's own message tells it apart
+else:  # Python 3.10 counts no cancellations: the interruption's own message tells it apart
 
-    def _cancelling(task: asyncio.Task[Any]) -> int:
-        return 0
+    def _being_cancelled(task: asyncio.Task[Any]) -> bool:
+        return False
 
-    def _uncancel(task: asyncio.Task[Any]) -> int:
-        return 0
+    def _taken_back(task: asyncio.Task[Any], exc: BaseException | None) -> bool:
+        return exc is None or exc.args == (_CLOSING,)
 
 
 def hand_over(
@@ -444,29 +447,33 @@ class _Loop(Generic[_T]):
 
 @final
 class _Interruption:
-    """A close that cancelled another task's read in flight, to take that cancellation back."""
+    """A close that waits for another task's read in flight to end, and cuts that read short.
 
-    __slots__ = ("_cancels", "_reader", "read_over")
+    It cancels the reader (and takes the cancellation back as the read ends) unless the reader is
+    being cancelled already: then its own cancellation is ending the read.
+    """
+
+    __slots__ = ("_cancelled", "read_over")
 
     def __init__(self, reader: asyncio.Task[Any]) -> None:
-        self._reader = reader
         #: Set when the read has ended: only then can the wrapped stream be closed.
         self.read_over: asyncio.Future[None] = reader.get_loop().create_future()
-        self._cancels = _cancelling(reader)
-        reader.cancel(_CLOSING)
+        self._cancelled: asyncio.Task[Any] | None = None
+        if not _being_cancelled(reader):
+            self._cancelled = reader
+            reader.cancel(_CLOSING)
 
     def ended(self, exc: BaseException | None) -> bool:
         """The read ended by ``exc`` (None: a result): True if what it gave is to be dropped.
 
-        Everything is dropped except a cancellation that is not only this one: one requested after
-        it (counted on 3.11+), or one pending before it (its message is delivered, not this one's).
+        All of it is, except a cancellation of the reader that is not only this one's (the
+        reader's own, requested before or after it).
         """
         if not self.read_over.done():
             self.read_over.set_result(None)
-        others = _uncancel(self._reader) > self._cancels
-        if isinstance(exc, asyncio.CancelledError):
-            return not others and exc.args == (_CLOSING,)
-        return True
+        reader = self._cancelled
+        alone = reader is not None and _taken_back(reader, exc)
+        return alone or not isinstance(exc, asyncio.CancelledError)
 
 
 async def _outlast(task: asyncio.Task[_R]) -> _R:
