@@ -51,6 +51,33 @@ async def test_a_close_while_another_task_reads_interrupts_the_read_and_closes_t
     assert log.sent == 1
 
 
+async def test_the_interrupted_reader_sees_the_end_once_the_source_is_closed() -> None:
+    gate = checked_gate(1, 0)
+    source = _SlowToClose()
+    stream = gate.try_admit().hand_to(source)
+    reader = asyncio.create_task(stream.__anext__())
+    await asyncio.sleep(5)
+    closing = asyncio.create_task(stream.aclose())
+    with pytest.raises(StopAsyncIteration):
+        await reader
+    assert source.closed  # as at the end of a stream: closed by the time the end is seen
+    await closing
+
+
+class _SlowToClose:
+    """An item every 10 s; closing takes a second."""
+
+    closed = False
+
+    async def __anext__(self) -> int:
+        await asyncio.sleep(10)
+        return 0
+
+    async def aclose(self) -> None:
+        await asyncio.sleep(1)
+        self.closed = True
+
+
 async def test_an_item_that_arrives_as_the_stream_is_closed_is_never_yielded() -> None:
     gate = checked_gate(1, 0)
     stream = gate.try_admit().hand_to(_Ready())

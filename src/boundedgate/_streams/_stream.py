@@ -222,6 +222,7 @@ class GatedStream(Generic[_T]):
         except StopAsyncIteration:
             pass
         except _Interrupted:
+            await self._closed_meanwhile()
             raise StopAsyncIteration from None
         except BaseException as exc:
             await self._end(exc)
@@ -267,6 +268,12 @@ class GatedStream(Generic[_T]):
         if interruption is not None:
             return interruption.ended(exc)
         return self._over is not over and not isinstance(exc, asyncio.CancelledError)
+
+    async def _closed_meanwhile(self) -> None:
+        """After a read the stream's close interrupted: return once that close is over."""
+        closing = self._closing
+        if closing is not None:  # else a loop was left, and its close is yet to begin
+            await _outlast(closing)
 
     # -- closing --------------------------------------------------------------------------------
 
@@ -386,6 +393,7 @@ class GatedStream(Generic[_T]):
         try:
             result = await self._read(read, over)
         except _Interrupted:
+            await self._closed_meanwhile()
             raise RuntimeError(f"{self!r} was closed while {name}() read it") from None
         except BaseException as exc:
             await self._end(exc)
