@@ -7,6 +7,7 @@ around it, and only then does the cancellation go on propagating; the slot is gi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -162,3 +163,45 @@ async def test_a_timeout_expiring_at_any_await_of_the_close_raises_timeout_error
             await ending_task
     assert source.closed
     assert outcomes(gate) == {"running": 0, "completed": 1}
+
+
+class _TurnByTurn:
+    """Items a loop turn apart; closing takes three loop turns (the issue's reproduction)."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.closed = False
+
+    async def __anext__(self) -> int:
+        if self.left == 0:
+            raise StopAsyncIteration
+        await asyncio.sleep(0)
+        self.left -= 1
+        return self.left
+
+    async def aclose(self) -> None:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        self.closed = True
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+@pytest.mark.parametrize("turns", range(12))
+async def test_cancelled_after_any_number_of_loop_turns_the_source_is_closed_and_the_slot_back(
+    ending: str, turns: int
+) -> None:
+    gate = checked_gate(1, 0)
+    source = _TurnByTurn(3)
+    stream = gate.try_admit().hand_to(source)
+    task = asyncio.create_task(ENDINGS[ending](stream))
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):  # it may have ended before the cancellation
+        await task
+    if task.cancelled() and source.left == 3 and not source.closed:
+        # Cancelled before it ever read: nothing was begun, and the stream is still open.
+        await stream.aclose()
+    assert source.closed
+    stats = gate.stats()
+    assert (stats.running, stats.finished) == (0, 1)
