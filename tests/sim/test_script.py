@@ -90,7 +90,8 @@ def test_columns_may_come_in_any_order() -> None:
         (
             "id,arrival_ms,budget\nA,0,5\n",
             r"line 1: unknown column 'budget' "
-            r"\(a script has: id, arrival_ms, service_ms, budget_ms, priority, cost, actual_cost, key\)",
+            r"\(a script has: id, arrival_ms, service_ms, budget_ms, priority, cost, actual_cost, key, "
+            r"max_wait_ms\)",
         ),
         ("id,arrival_ms\nA,0\n", r"line 1: no 'service_ms' column"),
         ("id,arrival_ms,service_ms,id\nA,0,5,B\n", r"a column appears twice"),

@@ -239,7 +239,8 @@ def _parser() -> argparse.ArgumentParser:
         "simulate",
         help="replay a script of requests through a gate",
         description="Replay a script (JSON or CSV with id, arrival_ms, service_ms and an optional "
-        "budget_ms, in whole milliseconds, and optionally priority, cost, actual_cost and key) through a "
+        "budget_ms, in whole milliseconds, and optionally priority, cost, actual_cost, key and "
+        "max_wait_ms) through a "
         "gate (a gate per key, with --override for a key's own limits), and print what became of each "
         "request.",
     )

@@ -141,7 +141,8 @@ class _Request(Ticket):
     __slots__ = ("index", "queued")
 
     def __init__(self, job: Job, index: int) -> None:
-        super().__init__(job.deadline_ms, job.priority, float(job.cost))
+        max_wait = math.inf if job.max_wait_ms is None else job.max_wait_ms
+        super().__init__(job.deadline_ms, job.priority, float(job.cost), max_wait)
         self.index = index
         self.queued = False
 

@@ -117,6 +117,9 @@ class Job:
         key: The gate it goes through (a tenant, a provider), as ``KeyedGate.admit(key)``: jobs
             with the same key share a gate, and each key's gate has the simulation's settings
             and buckets of its own. ``""`` is the default key.
+        max_wait_ms: Its queue budget from arrival, >= 0, as ``admit(max_wait=...)``: still queued
+            at ``min(arrival + budget, arrival + max_wait)``, it expires; once it runs only the
+            budget decides whether it is late. None: it may wait as long as its budget allows.
 
     Raises:
         TypeError: A field of the wrong type: a time that is not an int (floats, strings and
@@ -134,6 +137,7 @@ class Job:
     cost: float = 0
     actual_cost: float | None = None
     key: str = ""
+    max_wait_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -154,6 +158,8 @@ class Job:
             _cost("actual_cost", self.actual_cost)
         if not isinstance(self.key, str):
             raise TypeError(f"key must be a string, got {_show(self.key)}")
+        if self.max_wait_ms is not None:
+            _whole("max_wait_ms", self.max_wait_ms, 0)
 
     @property
     def deadline_ms(self) -> float:
@@ -228,6 +234,7 @@ COLUMNS: Mapping[str, Column] = {
         Column("cost", False, _text_cost),
         Column("actual_cost", False, _text_optional_cost),
         Column("key", False, _text),
+        Column("max_wait_ms", False, _text_optional_time),
     )
 }
 
