@@ -406,6 +406,52 @@ async def test_the_pump_reads_at_most_max_buffer_bytes_ahead_of_the_app() -> Non
     assert client.body == b"x" * 50
 
 
+async def test_a_reader_that_gives_up_does_not_break_the_next_one() -> None:
+    # Starlette's Request.is_disconnected() reads receive() in a cancelled scope: that reader is
+    # cancelled while it waits, and the next reader must still get the next message.
+    gate = checked_gate(1, 0)
+    client = Client(body=())
+    client.incoming.put_nowait({"type": "http.request", "body": b"a", "more_body": True})
+    read: list[bytes] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        read.append((await receive())["body"])
+        impatient = asyncio.ensure_future(receive())
+        await turns(1)
+        impatient.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await impatient
+        read.append((await receive())["body"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"".join(read)})
+
+    task = serve(GateMiddleware(app, gate=gate), client)
+    await asyncio.sleep(1)
+    client.incoming.put_nowait({"type": "http.request", "body": b"b", "more_body": False})
+    await task
+    assert client.body == b"ab"
+
+
+async def test_a_reader_waiting_when_the_response_completes_reads_the_server_itself() -> None:
+    gate = checked_gate(1, 0)
+    client = Client()
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        listener = asyncio.ensure_future(receive())  # as Starlette's listen_for_disconnect does
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+        seen.append((await listener)["type"])
+
+    task = serve(GateMiddleware(app, gate=gate), client)
+    await asyncio.sleep(1)
+    client.leave()  # after the response: the listener hears it from the server's receive()
+    await task
+    assert seen == ["http.disconnect"]
+    assert gate.stats().completed == 1
+
+
 async def test_a_server_cancelling_its_task_cancels_the_app_and_fails_the_request() -> None:
     gate = checked_gate(1, 0)
     app = StreamingApp(chunks=3, pause=60)

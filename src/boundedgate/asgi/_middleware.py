@@ -282,6 +282,7 @@ class _Exchange:
         "_middleware",
         "_permit",
         "_pump_task",
+        "_pumping",
         "_receive",
         "_scope",
         "_send",
@@ -299,7 +300,8 @@ class _Exchange:
         self._key = key
         self._inbox: deque[Message] = deque()
         self._buffered = 0  # body bytes in the inbox
-        self._arrived: asyncio.Future[None] | None = None  # readers wait on it for the next message
+        self._arrived = asyncio.Event()  # set when the inbox has news for readers (each waits its own way)
+        self._pumping = True  # the pump reads for the app (until the response is complete)
         self._drained: asyncio.Future[None] | None = None  # the pump waits on it when the inbox is full
         self._failure: BaseException | None = None  # what the server's receive() raised
         self._gone = False  # the client disconnected before the response was complete
@@ -366,11 +368,7 @@ class _Exchange:
             self._wake()
 
     def _wake(self) -> None:
-        arrived = self._arrived
-        if arrived is not None:
-            self._arrived = None
-            if not arrived.done():
-                arrived.set_result(None)
+        self._arrived.set()
 
     async def _app_receive(self) -> Message:
         """The ``receive()`` the app gets: what the pump read, in order."""
@@ -378,14 +376,14 @@ class _Exchange:
         while not inbox:
             if self._failure is not None:
                 raise self._failure
-            pump = self._pump_task
-            if pump is None or pump.done():
+            if not self._pumping or self._pump_task is None or self._pump_task.done():
                 if self._gone:
                     return {"type": "http.disconnect"}
                 return await self._receive()  # the response is complete: the pump has stopped
-            if self._arrived is None:
-                self._arrived = asyncio.get_running_loop().create_future()
-            await self._arrived
+            # An Event, not a shared future: a reader cancelled while it waits (Starlette's
+            # is_disconnected() polls that way) must not cancel the wait of another.
+            self._arrived.clear()
+            await self._arrived.wait()
         message = inbox.popleft()
         if message["type"] == "http.disconnect":
             inbox.appendleft(message)  # every later read sees it too
@@ -473,9 +471,11 @@ class _Exchange:
         if self._gone:
             return  # sent to nobody: the app's end aborts it
         self._done = True
+        self._pumping = False
         pump = self._pump_task
         if pump is not None:
             pump.cancel()
+        self._wake()  # a reader waiting now reads the server's receive() itself
         permit = self._permit
         permit._finish()
         if permit.status is LATE:
