@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .._core import Status
+from .._core import Status, check_max_wait, check_timeout
 from .._driver import KeyedGate
 from .._errors import GateError
 from ._limits import ratelimit_fields
@@ -206,8 +206,10 @@ class GateMiddleware:
         self._cost = cost
         options: dict[str, Any] = {}
         if timeout is not None:
+            check_timeout(timeout)  # malformed settings fail here, not at the first request
             options["timeout"] = timeout
         if max_wait is not None:
+            check_max_wait(max_wait)
             options["max_wait"] = max_wait
         self._options = options
         self._exempt = _exemption(exempt)
@@ -218,17 +220,6 @@ class GateMiddleware:
         self._server_timing = server_timing
         self._max_buffer = max_buffer
         self._admit = gate.admit
-        # Malformed settings fail here, not at the first request.
-        if not keyed:
-            gate.admit(**self._static_options())
-
-    def _static_options(self) -> dict[str, Any]:
-        options = dict(self._options)
-        if not callable(self._priority) and self._priority:
-            options["priority"] = self._priority
-        if not callable(self._cost) and self._cost is not None:
-            options["cost"] = self._cost
-        return options
 
     @property
     def gate(self) -> Any:

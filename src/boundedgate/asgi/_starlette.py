@@ -15,6 +15,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import ContentStream, Response, StreamingResponse
 
+from .._core import check_max_wait, check_timeout
 from .._driver import KeyedGate
 from .._errors import GateError, Late
 from .._streams import GatedStream
@@ -64,15 +65,15 @@ def gate_dependency(
         raise TypeError("give key= exactly when the gate is a KeyedGate")
     options: dict[str, Any] = {}
     if timeout is not None:
+        check_timeout(timeout)  # malformed settings fail now, not at the first request
         options["timeout"] = timeout
     if max_wait is not None:
+        check_max_wait(max_wait)
         options["max_wait"] = max_wait
     if priority:
         options["priority"] = priority
     if cost is not None:
         options["cost"] = cost
-    if not keyed:
-        gate.admit(**options)  # malformed options fail now
 
     async def admitted(request: Request) -> AsyncIterator[Any]:
         permit = gate.admit(key(request.scope), **options) if key is not None else gate.admit(**options)
