@@ -253,10 +253,6 @@ class GateMiddleware:
         await _Exchange(self, scope, receive, send, permit, key).run()
 
 
-class _ClientGone(Exception):
-    """Raised to the app's ``receive()`` after the client went: nothing more will arrive."""
-
-
 class _Exchange:
     """One HTTP request through the middleware: the pump, the admission, the app, the ending."""
 
@@ -318,7 +314,7 @@ class _Exchange:
                     await asyncio.wait((exchange,))
                 except asyncio.CancelledError:
                     continue
-            if not exchange.cancelled() and exchange.exception() is not None:
+            if not exchange.cancelled():
                 exchange.exception()  # retrieved: the cancellation is what the server hears of
             raise
         finally:
@@ -329,7 +325,7 @@ class _Exchange:
             raise asyncio.CancelledError()
         error = exchange.exception()
         if error is not None:
-            if self._gone and isinstance(error, (_ClientGone, OSError, asyncio.CancelledError)):
+            if self._gone and isinstance(error, (OSError, asyncio.CancelledError)):
                 return
             raise error
 
