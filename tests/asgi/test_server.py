@@ -253,3 +253,41 @@ async def test_the_limits_document_and_a_refusal_with_curl_like_eyes() -> None:
     assert answer.text == "ok"
     assert answer.headers["ratelimit-policy"] == '"chat";q=1;qu="concurrency"'
     assert answer.headers["ratelimit"] == '"chat";r=0'
+
+
+async def test_a_response_ending_past_its_deadline_is_sent_whole_over_a_real_connection() -> None:
+    # Before the middleware, Late raised inside a started 200 left curl with a truncated chunked
+    # body (exit 18). Here the route streams for 0.3 s through its own gated stream and behind the
+    # middleware, both with a deadline of 0.1 s: the client reads every byte, and both count late.
+    httpx2 = require("httpx2", "pip install 'boundedgate[test]'")
+    require("starlette", "pip install 'boundedgate[test]'")
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    from boundedgate.asgi import GatedStreamingResponse, GateMiddleware
+
+    edge = BoundedGate(max_running=1, max_waiting=0, name="edge")
+    provider = BoundedGate(max_running=1, max_waiting=0, name="provider")
+
+    async def tokens() -> AsyncIterator[str]:
+        for i in range(3):
+            await asyncio.sleep(0.1)
+            yield f"data: tok{i}\n\n"
+
+    async def chat(request: Any) -> Any:
+        return GatedStreamingResponse(
+            await provider.stream(tokens, timeout=0.1), media_type="text/event-stream"
+        )
+
+    @contextlib.asynccontextmanager
+    async def build() -> AsyncIterator[tuple[Any, None]]:
+        yield GateMiddleware(Starlette(routes=[Route("/chat", chat)]), gate=edge, timeout=0.1), None
+
+    with served(build, limit=30) as server:
+        async with httpx2.AsyncClient(timeout=WAIT) as http:
+            answer = await http.get(f"{server.url}/chat")
+        await server.until(lambda: edge.running == provider.running == 0, timeout=WAIT, what="both released")
+        late = await server.call(lambda: (edge.stats().late, provider.stats().late))
+    assert answer.status_code == 200
+    assert answer.text == "data: tok0\n\ndata: tok1\n\ndata: tok2\n\n"
+    assert late == (1, 1)
