@@ -1,0 +1,312 @@
+"""GatedTransport: every request an httpx client sends, admitted by a gate first."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import sys
+from collections.abc import Callable, Hashable, Mapping
+from types import ModuleType, TracebackType
+from typing import Any, Literal
+
+from .._core import Status
+from .._errors import GateError
+from .._streams._protocol import StreamPermit
+from ._body import body_class
+from ._call import current_call
+from ._exchange import EXCHANGE, Exchange
+from ._refusal import REFUSAL, Envelope, envelope_for, refusal_body, refusal_headers
+from ._signals import ProviderSignal, parse_signal
+from ._usage import UsageReader, total_tokens
+
+__all__ = ("GatedTransport",)
+
+FAILED = Status.FAILED
+
+#: The header both SDKs number their attempts with (0 for the first).
+RETRY_COUNT = "x-stainless-retry-count"
+
+Cost = float | Callable[[Any], float | None] | None
+
+
+class GatedTransport:
+    """An ``httpx.AsyncBaseTransport`` (httpx or httpx2) that admits each request through a gate.
+
+    ::
+
+        client = AsyncOpenAI(http_client=httpx2.AsyncClient(transport=GatedTransport(gate)))
+
+    Every request the client sends arrives at the gate first and, once admitted, goes to the inner
+    transport; the slot is held until the response body is read to its end or closed (a streamed
+    completion holds it for the whole stream), and given back exactly once however it ends. Each
+    attempt of an SDK's retry loop is a request of its own, so it is admitted again and nothing is
+    held while the SDK backs off; inside :func:`gate_call` all attempts share one deadline.
+
+    Args:
+        gate: What admits: a ``BoundedGate`` or ``RedisGate`` (anything with ``admit()``), a
+            ``KeyedGate`` (with ``key=``), or a callable ``gate(request, deadline=, priority=,
+            cost=)`` returning a permit, e.g. ``lambda request, **kw: admit_all(...)``.
+        transport: The transport that sends the request (default: the request's httpx flavour's
+            ``AsyncHTTPTransport()``, made at the first request).
+        key: For a ``KeyedGate``: ``key(request)``, the key of the gate to take.
+        cost: The rate cost a request declares: a number, or ``cost(request)`` (None: the gate's
+            default); a :func:`gate_call`'s ``cost`` wins. Settled from the usage in the body.
+        priority: The priority class of a first attempt.
+        retry_priority: The class of an SDK retry (``x-stainless-retry-count`` > 0), e.g. 0 so a
+            call that already waited and failed once is not starved; None: as a first attempt.
+        max_wait: The queue budget of each attempt: ``"pool"`` (the request's httpx pool timeout:
+            "time to wait for a connection" becomes "time to wait for a slot"), seconds, or None.
+            Used with gates whose ``admit()`` takes ``max_wait`` (``BoundedGate``).
+        refuse: ``"response"`` (a refusal becomes a 503/429 response the SDK raises its typed
+            status error for, without retrying) or ``"raise"`` (the gate's error is raised from
+            the transport: openai passes it through; anthropic wraps it in ``APIConnectionError``
+            and retries it ``max_retries`` times).
+        sdk_retry: Tell the SDK to retry a refusal after its ``Retry-After`` (``x-should-retry:
+            true``) instead of raising at once.
+        envelope: The error body's shape: ``"openai"``, ``"anthropic"``, or ``"auto"`` (by the
+            request: Anthropic's when it has an ``anthropic-version`` header).
+        default_retry_after: ``Retry-After`` seconds for a refusal that has no estimate.
+        usage_cost: Turns the usage a body reported into the cost to settle (default: total tokens).
+        on_provider_signal: Called with a :class:`ProviderSignal` for every response that is a 429,
+            503 or 529 or carries rate-limit headers, as its headers arrive.
+        on_exchange: Called with the :class:`Exchange` of every request when its slot goes back
+            (or it is refused), with its times to first and last byte.
+    """
+
+    def __init__(
+        self,
+        gate: Any,
+        transport: Any = None,
+        *,
+        key: Callable[[Any], Hashable] | None = None,
+        cost: Cost = None,
+        priority: int = 0,
+        retry_priority: int | None = None,
+        max_wait: float | Literal["pool"] | None = "pool",
+        refuse: Literal["response", "raise"] = "response",
+        sdk_retry: bool = False,
+        envelope: Envelope = "auto",
+        default_retry_after: float = 1.0,
+        usage_cost: Callable[[Mapping[str, float]], float] = total_tokens,
+        on_provider_signal: Callable[[ProviderSignal], None] | None = None,
+        on_exchange: Callable[[Exchange], None] | None = None,
+    ) -> None:
+        if refuse not in ("response", "raise"):
+            raise ValueError(f"refuse must be 'response' or 'raise', got {refuse!r}")
+        if envelope not in ("auto", "openai", "anthropic"):
+            raise ValueError(f"envelope must be 'auto', 'openai' or 'anthropic', got {envelope!r}")
+        if max_wait != "pool" and max_wait is not None and not (
+            isinstance(max_wait, (int, float)) and not isinstance(max_wait, bool) and max_wait >= 0
+        ):
+            raise ValueError(f"max_wait must be 'pool', a number of seconds >= 0 or None, got {max_wait!r}")
+        if not (isinstance(default_retry_after, (int, float)) and 0 < default_retry_after < math.inf):
+            raise ValueError(f"default_retry_after must be a positive number, got {default_retry_after!r}")
+        self._admit, accepted = _admitter(gate, key)
+        if "priority" not in accepted and (priority != 0 or retry_priority is not None):
+            raise TypeError(f"{gate!r} has no priority classes: priority= and retry_priority= need one")
+        if max_wait is not None and max_wait != "pool" and "max_wait" not in accepted:
+            raise TypeError(f"{gate!r} takes no max_wait=: give max_wait=None")
+        self._accepted = accepted
+        self._gate = gate
+        self._inner = transport
+        self._flavour: ModuleType | None = None if transport is None else _flavour_of(transport)
+        self._cost = cost
+        self._priority = priority
+        self._retry_priority = retry_priority
+        self._max_wait = max_wait
+        self._refuse = refuse
+        self._sdk_retry = sdk_retry
+        self._envelope: Envelope = envelope
+        self._default_retry_after = float(default_retry_after)
+        self._usage_cost = usage_cost
+        self._on_signal = on_provider_signal
+        self._on_exchange = on_exchange
+
+    @property
+    def gate(self) -> Any:
+        """What admits the requests, as given."""
+        return self._gate
+
+    async def handle_async_request(self, request: Any) -> Any:
+        """Admit ``request``, send it, and return its response with the slot riding on its body.
+
+        A refusal is returned as a synthesised response (or raised, with ``refuse="raise"``); a
+        cancellation while waiting propagates, having taken nothing.
+        """
+        flavour = self._flavour_for(request)
+        loop = asyncio.get_running_loop()
+        headers = request.headers
+        attempt = _int(headers.get(RETRY_COUNT))
+        exchange = Exchange(request.method, str(request.url), attempt, loop.time())
+        permit = self._permit_for(request, attempt)
+        try:
+            await permit.__aenter__()
+        except GateError as error:
+            exchange.refusal = error
+            exchange.outcome = error.code
+            exchange.ended = loop.time()
+            if self._on_exchange is not None:
+                self._on_exchange(exchange)
+            if self._refuse == "raise":
+                raise
+            return self._refusal(flavour, request, error, exchange)
+        exchange.admitted = loop.time()
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException:
+            permit._finish(FAILED)
+            raise
+        exchange.headers = loop.time()
+        exchange.status = status = response.status_code
+        response_headers = response.headers
+        signal = parse_signal(status, response_headers, request.url.host, exchange.headers)
+        exchange.signal = signal
+        reader = UsageReader.for_response(response_headers) if 200 <= status < 300 else None
+        response.stream = body_class(flavour)(
+            response.stream, permit, exchange, reader, self._settle, self._on_exchange
+        )
+        response.extensions[EXCHANGE] = exchange
+        if signal is not None and self._on_signal is not None:
+            self._on_signal(signal)
+        return response
+
+    def _permit_for(self, request: Any, attempt: int) -> StreamPermit:
+        call = current_call()
+        kwargs: dict[str, Any] = {}
+        accepted = self._accepted
+        priority = self._priority
+        cost = self._cost
+        if call is not None:
+            call.attempts += 1
+            if call.deadline != math.inf:
+                kwargs["deadline"] = call.deadline
+            if call.priority is not None:
+                priority = call.priority
+            if call.cost is not None:
+                cost = call.cost
+        if attempt > 0 and self._retry_priority is not None:
+            priority = self._retry_priority
+        if priority and "priority" in accepted:
+            kwargs["priority"] = priority
+        if callable(cost):
+            cost = cost(request)
+        if cost is not None and "cost" in accepted:
+            kwargs["cost"] = cost
+        max_wait = self._max_wait
+        if max_wait == "pool":
+            timeouts = request.extensions.get("timeout")
+            max_wait = timeouts.get("pool") if isinstance(timeouts, dict) else None
+        if max_wait is not None and "max_wait" in accepted:
+            kwargs["max_wait"] = max_wait
+        return self._admit(request, kwargs)  # type: ignore[no-any-return]
+
+    def _settle(self, permit: StreamPermit, exchange: Exchange) -> None:
+        usage = exchange.usage
+        if usage is None:
+            return
+        try:
+            cost = float(self._usage_cost(usage))
+            permit.settle(cost)
+        except (TypeError, ValueError):  # a usage record that does not add up to a cost
+            return
+        exchange.settled = cost
+
+    def _refusal(self, flavour: ModuleType, request: Any, error: GateError, exchange: Exchange) -> Any:
+        shape = envelope_for(self._envelope, request.url.host, request.headers)
+        exchange.status = error.http_status
+        return flavour.Response(
+            error.http_status,
+            headers=refusal_headers(error, self._sdk_retry, self._default_retry_after),
+            content=refusal_body(error, shape),
+            request=request,
+            extensions={REFUSAL: error, EXCHANGE: exchange},
+        )
+
+    def _flavour_for(self, request: Any) -> ModuleType:
+        flavour = self._flavour
+        if flavour is None:
+            flavour = self._flavour = _flavour_of(request)
+            self._inner = flavour.AsyncHTTPTransport()
+        elif type(request).__module__.partition(".")[0] != flavour.__name__:
+            raise TypeError(
+                f"a {type(request).__module__} request through a {flavour.__name__} transport: "
+                "give GatedTransport the inner transport of the client's own httpx"
+            )
+        return flavour
+
+    # -- the transport's life, passed on -------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        if self._inner is not None:
+            await self._inner.aclose()
+
+    async def __aenter__(self) -> GatedTransport:
+        if self._inner is not None:
+            await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> None:
+        if self._inner is not None:
+            await self._inner.__aexit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return f"<GatedTransport through {self._gate!r}>"
+
+
+def refusal(response: Any) -> GateError | None:
+    """The gate's error a synthesised refusal response stands for (None for a provider's response).
+
+    Reach it from an SDK's status error: ``refusal(error.response)``.
+    """
+    extensions = getattr(response, "extensions", None)
+    if not isinstance(extensions, dict):
+        return None
+    error = extensions.get(REFUSAL)
+    return error if isinstance(error, GateError) else None
+
+
+def _int(value: str | None) -> int:
+    if value is None:
+        return 0
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 0
+
+
+def _flavour_of(thing: object) -> ModuleType:
+    """The httpx module (``httpx`` or ``httpx2``) a request or transport belongs to."""
+    name = type(thing).__module__.partition(".")[0]
+    module = sys.modules.get(name)
+    if module is None or not hasattr(module, "AsyncByteStream") or not hasattr(module, "Response"):
+        raise TypeError(f"{thing!r} is not an httpx or httpx2 object")
+    return module
+
+
+def _admitter(gate: Any, key: Callable[[Any], Hashable] | None) -> tuple[Callable[..., Any], frozenset[str]]:
+    """How to admit a request through ``gate``, and which ``admit()`` keywords it accepts."""
+    admit = getattr(gate, "admit", None)
+    if admit is None:
+        if not callable(gate):
+            raise TypeError(f"gate must have admit() or be callable, got {gate!r}")
+        if key is not None:
+            raise TypeError("key= is for a KeyedGate; a callable gate reads the request itself")
+        return (lambda request, kwargs: gate(request, **kwargs)), frozenset(("deadline", "priority", "cost"))
+    parameters = inspect.signature(admit).parameters
+    accepted = frozenset(
+        name for name in ("deadline", "priority", "cost", "max_wait") if name in parameters
+    )
+    if "key" in parameters:
+        if key is None:
+            raise TypeError(f"{gate!r} is keyed: give key=, a function of the request")
+        return (lambda request, kwargs: admit(key(request), **kwargs)), accepted
+    if key is not None:
+        raise TypeError(f"{gate!r} is not keyed: key= is for a KeyedGate")
+    return (lambda request, kwargs: admit(**kwargs)), accepted
