@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-import httpx
 import httpx2
 import openai
 
+import httpx
 from boundedgate.httpx import GatedTransport
 from tests.httpx.provider import LimitsProvider
 
@@ -22,7 +22,9 @@ SDKS = ["openai-httpx2", "anthropic-httpx2"]
 class Sdk:
     """One SDK on one httpx flavour, through ``transport``, used the same way by every test."""
 
-    def __init__(self, combo: str, provider: LimitsProvider, transport: GatedTransport, **options: Any) -> None:
+    def __init__(
+        self, combo: str, provider: LimitsProvider, transport: GatedTransport, **options: Any
+    ) -> None:
         self.name, _, flavour = combo.partition("-")
         self.transport = transport
         http = (httpx2 if flavour == "httpx2" else httpx).AsyncClient(transport=transport, **options)
@@ -60,7 +62,9 @@ class Sdk:
         client = self.with_retries(retries)
         if self.name == "openai":
             return await client.chat.completions.create(model=model, messages=MESSAGES, extra_headers=headers)
-        return await client.messages.create(model=model, max_tokens=16, messages=MESSAGES, extra_headers=headers)
+        return await client.messages.create(
+            model=model, max_tokens=16, messages=MESSAGES, extra_headers=headers
+        )
 
     def text(self, item: Any) -> str:
         if self.name == "openai":

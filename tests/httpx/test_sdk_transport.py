@@ -147,7 +147,9 @@ async def test_a_429_then_success_is_admitted_twice_and_holds_nothing_while_back
 ) -> None:
     gate = checked_gate(1, 5, name="llm", priorities=2)
     exchanges: list[Exchange] = []
-    sdk = Sdk(sdk_name, provider, GatedTransport(gate, priority=1, retry_priority=0, on_exchange=exchanges.append))
+    sdk = Sdk(
+        sdk_name, provider, GatedTransport(gate, priority=1, retry_priority=0, on_exchange=exchanges.append)
+    )
     loop = asyncio.get_running_loop()
 
     async def backing_off() -> tuple[int, str]:
@@ -268,7 +270,10 @@ async def test_the_buckets_after_a_stream_equal_the_reported_usage(
     await sdk.plain("chunks=2")
     reported = usage_of(LimitsBehaviour(chunks=4)) + usage_of(LimitsBehaviour(chunks=2))
     assert gate.stats().tokens[0] == pytest.approx(10_000 - reported)
-    assert [e.settled for e in exchanges] == [usage_of(LimitsBehaviour(chunks=4)), usage_of(LimitsBehaviour(chunks=2))]
+    assert [e.settled for e in exchanges] == [
+        usage_of(LimitsBehaviour(chunks=4)),
+        usage_of(LimitsBehaviour(chunks=2)),
+    ]
     await sdk.aclose()
 
 
@@ -299,11 +304,16 @@ async def test_provider_signals_reach_the_hook(sdk_name: str, provider: LimitsPr
     assert [(s.kind, s.status, s.retry_after) for s in signals] == [
         ("quota", 200, None),
         ("rate_limited", 429, 1.5),
-        ("overloaded" if sdk.name == "anthropic" else "unavailable", 529 if sdk.name == "anthropic" else 503, 1),
+        (
+            "overloaded" if sdk.name == "anthropic" else "unavailable",
+            529 if sdk.name == "anthropic" else 503,
+            1,
+        ),
     ]
     requests = signals[0].quota("requests")
     tokens = signals[0].quota("tokens")
-    assert requests is not None and tokens is not None
+    assert requests is not None
+    assert tokens is not None
     assert (requests.limit, requests.remaining, tokens.remaining) == (60, 59, 79_000)
     if sdk.name == "openai":
         assert (requests.reset, tokens.reset) == (1.5, 360)

@@ -26,3 +26,7 @@ __all__ = (
     "refusal",
     "total_tokens",
 )
+
+for _name in __all__:
+    globals()[_name].__module__ = "boundedgate.httpx"
+del _name

@@ -51,7 +51,7 @@ def current_call() -> Call | None:
     return _current.get()
 
 
-class gate_call:  # noqa: N801  # used like a function: ``with gate_call(timeout=30):``
+class gate_call:  # used like a function: ``with gate_call(timeout=30):``
     """Make the SDK calls inside one logical call: all their attempts share one deadline.
 
     ::

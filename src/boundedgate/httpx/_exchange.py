@@ -23,6 +23,7 @@ class Exchange:
         method: The HTTP method.
         url: The request's URL.
         attempt: The SDK's retry count for it (``x-stainless-retry-count``: 0 for a first attempt).
+        priority: The priority class it was admitted with.
         arrival: When the transport got the request (its admission's arrival).
         admitted: When it got its slot (None if refused or cancelled while waiting).
         headers: When the response headers arrived.
@@ -42,6 +43,7 @@ class Exchange:
     url: str
     attempt: int
     arrival: float
+    priority: int = 0
     admitted: float | None = None
     headers: float | None = None
     first_byte: float | None = None

@@ -90,7 +90,9 @@ def parse_signal(
     """
     quotas = parse_quotas(headers)
     if status == 429:
-        kind: SignalKind = "overloaded" if body is not None and b"overloaded" in body.lower() else "rate_limited"
+        kind: SignalKind = (
+            "overloaded" if body is not None and b"overloaded" in body.lower() else "rate_limited"
+        )
     elif status == 529:
         kind = "overloaded"
     elif status == 503:
@@ -125,8 +127,8 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
 def parse_quotas(headers: Mapping[str, str]) -> tuple[Quota, ...]:
     """The OpenAI and Anthropic rate-limit headers, one :class:`Quota` per resource named."""
     found: dict[str, dict[str, float | None]] = {}
-    for name, value in headers.items():
-        name = name.lower()
+    for raw_name, value in headers.items():
+        name = raw_name.lower()
         if name.startswith("x-ratelimit-"):
             match = _OPENAI.match(name)
             if match is None:

@@ -96,8 +96,10 @@ class GatedTransport:
             raise ValueError(f"refuse must be 'response' or 'raise', got {refuse!r}")
         if envelope not in ("auto", "openai", "anthropic"):
             raise ValueError(f"envelope must be 'auto', 'openai' or 'anthropic', got {envelope!r}")
-        if max_wait != "pool" and max_wait is not None and not (
-            isinstance(max_wait, (int, float)) and not isinstance(max_wait, bool) and max_wait >= 0
+        if (
+            max_wait != "pool"
+            and max_wait is not None
+            and not (isinstance(max_wait, (int, float)) and not isinstance(max_wait, bool) and max_wait >= 0)
         ):
             raise ValueError(f"max_wait must be 'pool', a number of seconds >= 0 or None, got {max_wait!r}")
         if not (isinstance(default_retry_after, (int, float)) and 0 < default_retry_after < math.inf):
@@ -139,7 +141,7 @@ class GatedTransport:
         headers = request.headers
         attempt = _int(headers.get(RETRY_COUNT))
         exchange = Exchange(request.method, str(request.url), attempt, loop.time())
-        permit = self._permit_for(request, attempt)
+        permit = self._permit_for(request, exchange)
         try:
             await permit.__aenter__()
         except GateError as error:
@@ -171,7 +173,7 @@ class GatedTransport:
             self._on_signal(signal)
         return response
 
-    def _permit_for(self, request: Any, attempt: int) -> StreamPermit:
+    def _permit_for(self, request: Any, exchange: Exchange) -> StreamPermit:
         call = current_call()
         kwargs: dict[str, Any] = {}
         accepted = self._accepted
@@ -185,10 +187,10 @@ class GatedTransport:
                 priority = call.priority
             if call.cost is not None:
                 cost = call.cost
-        if attempt > 0 and self._retry_priority is not None:
+        if exchange.attempt > 0 and self._retry_priority is not None:
             priority = self._retry_priority
         if priority and "priority" in accepted:
-            kwargs["priority"] = priority
+            kwargs["priority"] = exchange.priority = priority
         if callable(cost):
             cost = cost(request)
         if cost is not None and "cost" in accepted:
@@ -300,9 +302,7 @@ def _admitter(gate: Any, key: Callable[[Any], Hashable] | None) -> tuple[Callabl
             raise TypeError("key= is for a KeyedGate; a callable gate reads the request itself")
         return (lambda request, kwargs: gate(request, **kwargs)), frozenset(("deadline", "priority", "cost"))
     parameters = inspect.signature(admit).parameters
-    accepted = frozenset(
-        name for name in ("deadline", "priority", "cost", "max_wait") if name in parameters
-    )
+    accepted = frozenset(name for name in ("deadline", "priority", "cost", "max_wait") if name in parameters)
     if "key" in parameters:
         if key is None:
             raise TypeError(f"{gate!r} is keyed: give key=, a function of the request")

@@ -9,6 +9,7 @@ figures replace earlier ones field by field, so the last event's count is the on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zlib
 from collections.abc import Callable, Mapping
@@ -123,10 +124,8 @@ class UsageReader:
     def end(self) -> dict[str, float] | None:
         """The body is complete: the usage it reported, if any."""
         if self._mode == "json" and self._body:
-            try:
+            with contextlib.suppress(ValueError):
                 self._merge(_usage_of(json.loads(self._body)))
-            except ValueError:
-                pass
             self._body = bytearray()
         elif self._line:
             line, self._line = self._line, b""
