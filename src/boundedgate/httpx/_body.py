@@ -110,6 +110,17 @@ class GatedBody:
         with anyio.CancelScope(shield=True):
             await self._inner.aclose()
 
+    def _in_memory(self, content: bytes) -> None:
+        """The response arrived complete, its body already read: end the request now."""
+        exchange = self._exchange
+        if content:
+            exchange.first_byte = exchange.headers
+            if self._reader is not None:
+                self._reader.feed(content)
+        exchange.last_byte = exchange.headers
+        self._closed = True
+        self._end(None)
+
     def _end(self, ending: Status | None) -> None:
         """End the request now, once: settle the body's usage, give the slot back, tell the hook."""
         permit = self._permit

@@ -112,7 +112,8 @@ class GatedTransport:
         self._accepted = accepted
         self._gate = gate
         self._inner = transport
-        self._flavour: ModuleType | None = None if transport is None else _flavour_of(transport)
+        # Known from the inner transport when it is one of httpx's own, else from the first request.
+        self._flavour: ModuleType | None = None if transport is None else _transport_flavour(transport)
         self._cost = cost
         self._priority = priority
         self._retry_priority = retry_priority
@@ -165,10 +166,14 @@ class GatedTransport:
         signal = parse_signal(status, response_headers, request.url.host, exchange.headers)
         exchange.signal = signal
         reader = UsageReader.for_response(response_headers) if 200 <= status < 300 else None
-        response.stream = body_class(flavour)(
-            response.stream, permit, exchange, reader, self._settle, self._on_exchange
-        )
+        body = body_class(flavour)(response.stream, permit, exchange, reader, self._settle, self._on_exchange)
         response.extensions[EXCHANGE] = exchange
+        if response.is_closed:
+            # Built with its content in memory (a MockTransport's, a cache's): httpx never reads or
+            # closes such a stream again, so the body is complete now.
+            body._in_memory(response.content)
+        else:
+            response.stream = body
         if signal is not None and self._on_signal is not None:
             self._on_signal(signal)
         return response
@@ -229,7 +234,8 @@ class GatedTransport:
         flavour = self._flavour
         if flavour is None:
             flavour = self._flavour = _flavour_of(request)
-            self._inner = flavour.AsyncHTTPTransport()
+            if self._inner is None:
+                self._inner = flavour.AsyncHTTPTransport()
         elif type(request).__module__.partition(".")[0] != flavour.__name__:
             raise TypeError(
                 f"a {type(request).__module__} request through a {flavour.__name__} transport: "
@@ -245,8 +251,11 @@ class GatedTransport:
             await self._inner.aclose()
 
     async def __aenter__(self) -> GatedTransport:
-        if self._inner is not None:
-            await self._inner.__aenter__()
+        enter = getattr(
+            self._inner, "__aenter__", None
+        )  # httpx's transports have it; a hand-made one may not
+        if enter is not None:
+            await enter()
         return self
 
     async def __aexit__(
@@ -255,8 +264,11 @@ class GatedTransport:
         exc: BaseException | None = None,
         tb: TracebackType | None = None,
     ) -> None:
-        if self._inner is not None:
-            await self._inner.__aexit__(exc_type, exc, tb)
+        leave = getattr(self._inner, "__aexit__", None)
+        if leave is not None:
+            await leave(exc_type, exc, tb)
+        elif self._inner is not None:
+            await self._inner.aclose()
 
     def __repr__(self) -> str:
         return f"<GatedTransport through {self._gate!r}>"
@@ -290,6 +302,15 @@ def _flavour_of(thing: object) -> ModuleType:
     if module is None or not hasattr(module, "AsyncByteStream") or not hasattr(module, "Response"):
         raise TypeError(f"{thing!r} is not an httpx or httpx2 object")
     return module
+
+
+def _transport_flavour(transport: object) -> ModuleType | None:
+    """The httpx module whose ``AsyncBaseTransport`` ``transport`` is (None for one of its own kind)."""
+    for name in ("httpx2", "httpx"):
+        module = sys.modules.get(name)
+        if module is not None and isinstance(transport, module.AsyncBaseTransport):
+            return module
+    return None
 
 
 def _admitter(gate: Any, key: Callable[[Any], Hashable] | None) -> tuple[Callable[..., Any], frozenset[str]]:
