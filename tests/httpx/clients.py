@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+import httpx
 import httpx2
 import openai
 
-import httpx
 from boundedgate.httpx import GatedTransport
 from tests.httpx.provider import LimitsProvider
 
