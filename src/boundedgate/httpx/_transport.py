@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
 import sys
 from collections.abc import Callable, Hashable, Mapping
@@ -13,8 +12,8 @@ from typing import Any, Literal
 from .._core import Status
 from .._errors import GateError
 from .._streams._protocol import StreamPermit
+from ._admission import Admission, Cost
 from ._body import body_class
-from ._call import current_call
 from ._exchange import EXCHANGE, Exchange
 from ._refusal import REFUSAL, Envelope, envelope_for, refusal_body, refusal_headers
 from ._signals import ProviderSignal, parse_signal
@@ -26,8 +25,6 @@ FAILED = Status.FAILED
 
 #: The header both SDKs number their attempts with (0 for the first).
 RETRY_COUNT = "x-stainless-retry-count"
-
-Cost = float | Callable[[Any], float | None] | None
 
 
 class GatedTransport:
@@ -104,20 +101,10 @@ class GatedTransport:
             raise ValueError(f"max_wait must be 'pool', a number of seconds >= 0 or None, got {max_wait!r}")
         if not (isinstance(default_retry_after, (int, float)) and 0 < default_retry_after < math.inf):
             raise ValueError(f"default_retry_after must be a positive number, got {default_retry_after!r}")
-        self._admit, accepted = _admitter(gate, key)
-        if "priority" not in accepted and (priority != 0 or retry_priority is not None):
-            raise TypeError(f"{gate!r} has no priority classes: priority= and retry_priority= need one")
-        if max_wait is not None and max_wait != "pool" and "max_wait" not in accepted:
-            raise TypeError(f"{gate!r} takes no max_wait=: give max_wait=None")
-        self._accepted = accepted
-        self._gate = gate
+        self._admission = Admission(gate, key, cost, priority, retry_priority, max_wait)
         self._inner = transport
         # Known from the inner transport when it is one of httpx's own, else from the first request.
         self._flavour: ModuleType | None = None if transport is None else _transport_flavour(transport)
-        self._cost = cost
-        self._priority = priority
-        self._retry_priority = retry_priority
-        self._max_wait = max_wait
         self._refuse = refuse
         self._sdk_retry = sdk_retry
         self._envelope: Envelope = envelope
@@ -129,7 +116,7 @@ class GatedTransport:
     @property
     def gate(self) -> Any:
         """What admits the requests, as given."""
-        return self._gate
+        return self._admission.gate
 
     async def handle_async_request(self, request: Any) -> Any:
         """Admit ``request``, send it, and return its response with the slot riding on its body.
@@ -142,7 +129,9 @@ class GatedTransport:
         headers = request.headers
         attempt = _int(headers.get(RETRY_COUNT))
         exchange = Exchange(request.method, str(request.url), attempt, loop.time())
-        permit = self._permit_for(request, exchange)
+        timeouts = request.extensions.get("timeout")
+        pool = timeouts.get("pool") if isinstance(timeouts, dict) else None
+        permit = self._admission.permit(request, exchange, pool)
         try:
             await permit.__aenter__()
         except GateError as error:
@@ -177,36 +166,6 @@ class GatedTransport:
         if signal is not None and self._on_signal is not None:
             self._on_signal(signal)
         return response
-
-    def _permit_for(self, request: Any, exchange: Exchange) -> StreamPermit:
-        call = current_call()
-        kwargs: dict[str, Any] = {}
-        accepted = self._accepted
-        priority = self._priority
-        cost = self._cost
-        if call is not None:
-            call.attempts += 1
-            if call.deadline != math.inf:
-                kwargs["deadline"] = call.deadline
-            if call.priority is not None:
-                priority = call.priority
-            if call.cost is not None:
-                cost = call.cost
-        if exchange.attempt > 0 and self._retry_priority is not None:
-            priority = self._retry_priority
-        if priority and "priority" in accepted:
-            kwargs["priority"] = exchange.priority = priority
-        if callable(cost):
-            cost = cost(request)
-        if cost is not None and "cost" in accepted:
-            kwargs["cost"] = cost
-        max_wait = self._max_wait
-        if max_wait == "pool":
-            timeouts = request.extensions.get("timeout")
-            max_wait = timeouts.get("pool") if isinstance(timeouts, dict) else None
-        if max_wait is not None and "max_wait" in accepted:
-            kwargs["max_wait"] = max_wait
-        return self._admit(request, kwargs)  # type: ignore[no-any-return]
 
     def _settle(self, permit: StreamPermit, exchange: Exchange) -> None:
         usage = exchange.usage
@@ -271,7 +230,7 @@ class GatedTransport:
             await self._inner.aclose()
 
     def __repr__(self) -> str:
-        return f"<GatedTransport through {self._gate!r}>"
+        return f"<GatedTransport through {self._admission.gate!r}>"
 
 
 def refusal(response: Any) -> GateError | None:
@@ -311,23 +270,3 @@ def _transport_flavour(transport: object) -> ModuleType | None:
         if module is not None and isinstance(transport, module.AsyncBaseTransport):
             return module
     return None
-
-
-def _admitter(gate: Any, key: Callable[[Any], Hashable] | None) -> tuple[Callable[..., Any], frozenset[str]]:
-    """How to admit a request through ``gate``, and which ``admit()`` keywords it accepts."""
-    admit = getattr(gate, "admit", None)
-    if admit is None:
-        if not callable(gate):
-            raise TypeError(f"gate must have admit() or be callable, got {gate!r}")
-        if key is not None:
-            raise TypeError("key= is for a KeyedGate; a callable gate reads the request itself")
-        return (lambda request, kwargs: gate(request, **kwargs)), frozenset(("deadline", "priority", "cost"))
-    parameters = inspect.signature(admit).parameters
-    accepted = frozenset(name for name in ("deadline", "priority", "cost", "max_wait") if name in parameters)
-    if "key" in parameters:
-        if key is None:
-            raise TypeError(f"{gate!r} is keyed: give key=, a function of the request")
-        return (lambda request, kwargs: admit(key(request), **kwargs)), accepted
-    if key is not None:
-        raise TypeError(f"{gate!r} is not keyed: key= is for a KeyedGate")
-    return (lambda request, kwargs: admit(**kwargs)), accepted
