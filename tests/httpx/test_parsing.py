@@ -150,10 +150,10 @@ def test_bodies_that_turn_out_unreadable_settle_nothing() -> None:
     assert not_json.end() is None
 
 
-def test_importing_boundedgate_imports_no_httpx() -> None:
+def test_importing_boundedgate_imports_no_http_client() -> None:
     code = (
-        "import sys, boundedgate, boundedgate.httpx; "
-        "hosts = ('httpx', 'httpx2', 'httpcore', 'httpcore2'); "
+        "import sys, boundedgate, boundedgate.httpx, boundedgate.aiohttp; "
+        "hosts = ('httpx', 'httpx2', 'httpcore', 'httpcore2', 'aiohttp'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in hosts))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
