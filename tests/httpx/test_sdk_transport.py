@@ -384,3 +384,25 @@ async def test_every_call_through_one_client_cannot_exceed_the_limit(provider: L
     assert provider.peak_active == 3
     _counted(gate, completed=120)
     await sdk.aclose()
+
+
+async def test_sdk_retry_lets_the_sdk_retry_a_refusal_after_its_retry_after(
+    sdk_name: str, provider: LimitsProvider
+) -> None:
+    gate = checked_gate(1, 0, name="llm")
+    exchanges: list[Exchange] = []
+    transport = GatedTransport(gate, sdk_retry=True, default_retry_after=2, on_exchange=exchanges.append)
+    sdk = Sdk(sdk_name, provider, transport)
+    loop = asyncio.get_running_loop()
+    held = asyncio.create_task(_drain(sdk, await sdk.stream("chunks=1,delay=0.75")))  # ends at 1.5 s
+    started = loop.time()
+    await sdk.plain(retries=2)  # refused now; the SDK sleeps the Retry-After, then it is admitted
+    await held
+    refused = exchanges[0]
+    assert (refused.outcome, refused.status, refused.attempt) == ("queue_full", 503, 0)
+    assert refused.refusal is not None
+    waited = refused.refusal.retry_after or 2
+    assert loop.time() - started == pytest.approx(waited, abs=0.05)
+    assert [request.get("x-stainless-retry-count") for request in provider.requests] == ["0", "1"]
+    _counted(gate, completed=2, rejected=1)
+    await sdk.aclose()
