@@ -57,8 +57,10 @@ class Chunks:
 class Fed:
     """An inner transport answering each request with a body the test feeds (``bodies``)."""
 
-    def __init__(self, flavour: Any) -> None:
+    def __init__(self, flavour: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
         self.flavour = flavour
+        self.status = status
+        self.headers = headers or {}
         self.bodies: list[Chunks] = []
 
     async def handle_async_request(self, request: Any) -> Any:
@@ -66,7 +68,7 @@ class Fed:
         self.bodies.append(body)
         stream = type("Stream", (self.flavour.AsyncByteStream,), {"__aiter__": body.__aiter__})()
         stream.aclose = body.aclose
-        return self.flavour.Response(200, stream=stream, request=request)
+        return self.flavour.Response(self.status, headers=self.headers, stream=stream, request=request)
 
     async def aclose(self) -> None:
         pass
@@ -174,3 +176,17 @@ async def test_the_default_inner_transport_is_the_requests_flavour(flavour: Any)
         with pytest.raises(flavour.ConnectError):  # nothing listens on port 1: a real transport tried
             await client.get("http://127.0.0.1:1/")
     assert isinstance(transport._inner, flavour.AsyncHTTPTransport)
+
+
+async def test_a_signal_hook_that_raises_gives_the_slot_back(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+
+    def broken(signal: object) -> None:
+        raise RuntimeError("hook")
+
+    fed = Fed(flavour, status=429, headers={"retry-after": "1"})
+    async with flavour.AsyncClient(transport=GatedTransport(gate, fed, on_provider_signal=broken)) as client:
+        with pytest.raises(RuntimeError, match="hook"):
+            await client.get("http://provider/")
+    assert fed.bodies[-1].closed
+    _counted(gate, completed=1)

@@ -164,7 +164,11 @@ class GatedTransport:
         else:
             response.stream = body
         if signal is not None and self._on_signal is not None:
-            self._on_signal(signal)
+            try:
+                self._on_signal(signal)
+            except BaseException:
+                await response.aclose()  # the client never sees this response: give its slot back
+                raise
         return response
 
     def _settle(self, permit: StreamPermit, exchange: Exchange) -> None:
