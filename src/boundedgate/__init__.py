@@ -4,8 +4,8 @@ At most C calls running, at most Q waiting, an immediate typed refusal beyond th
 measured from arrival, and permits that are released exactly once.
 """
 
-from ._core import OUTCOMES, GateStatistics, KeyedStatistics, Outcome, RateLimit, Status
-from ._driver import BoundedGate, CombinedPermit, GateLimits, KeyedGate, Permit, admit_all
+from ._core import OUTCOMES, GateLimits, GateStatistics, KeyedStatistics, Outcome, RateLimit, Status
+from ._driver import BoundedGate, CombinedPermit, KeyedGate, Permit, admit_all
 from ._errors import Evicted, GateError, GateUnavailable, Late, QueueExpired, QueueFull, RateLimited
 from ._streams import GatedStream, StreamOpener
 

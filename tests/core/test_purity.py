@@ -1,25 +1,186 @@
-"""The decision core imports no event loop, no clock and no threads: it is told the time."""
+"""The layering: the core is pure, and each package imports only the packages below it.
+
+The decision core imports no event loop, no clock and no threads: it is told the time. Above it,
+each of boundedgate's packages imports only the packages :data:`MAY_IMPORT` lists, and only their
+public face (the package itself, ``boundedgate._core``), never a private module inside another
+package (``boundedgate._core._settings``), but for the few :data:`SHARED_PRIVATE` names with the
+reason. Every import counts: absolute or relative, at the top, inside a function or under
+``TYPE_CHECKING``.
+"""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
-import boundedgate._core
+import pytest
+
+import boundedgate
 
 FORBIDDEN = {"asyncio", "anyio", "trio", "time", "threading", "datetime", "selectors", "socket", "random"}
 
+SOURCE = Path(boundedgate.__file__).parent
+#: The root package, ``boundedgate`` itself (its ``__init__``), as an importer or a target.
+ROOT = ""
+
+#: Which of boundedgate's packages each package may import (each may always import itself).
+MAY_IMPORT: dict[str, set[str]] = {
+    # The decision core: nothing of boundedgate, and nothing that knows the time or does I/O.
+    "_core": set(),
+    "_errors": set(),
+    "_streams": {"_core", "_errors"},
+    # The asyncio driver.
+    "_driver": {"_core", "_errors", "_streams"},
+    "redis": {"_core", "_errors", "_streams", "_driver"},
+    # The simulator replays the core alone: never the asyncio driver.
+    "sim": {"_core"},
+    # The command line is the simulator's; the root package only for __version__.
+    "_cli": {"_core", "sim", ROOT},
+    ROOT: {"_core", "_errors", "_streams", "_driver"},
+    "__main__": {"_cli"},
+}
+#: What a package may take from the root package (its public names are the driver's too).
+FROM_ROOT = {"_cli": {"__version__"}}
+
+#: Private modules of another package that a package imports, and why.
+SHARED_PRIVATE: dict[str, dict[str, str]] = {
+    "_cli": {
+        "sim._plot": "the command line draws the simulator's charts",
+        "sim._results": "and prints its results",
+        "sim._script": "and reads its scripts' limits",
+        "sim._text": "and its tables",
+        "sim._workload": "and reads its workloads",
+    },
+    "_driver": {"_streams._handing": "a permit hands its slot over to a stream"},
+    "redis": {
+        "_driver._compat": "a Redis permit asks what a local one asks of the running task",
+        "_streams._handing": "and hands its slot over to a stream as a local one does",
+        "_core._state": "its statistics weigh recent runs as the core's do",
+    },
+}
+
+
+def _package_of(path: Path) -> tuple[list[str], str]:
+    """The module's package, as parts under boundedgate, and the top-level package it belongs to."""
+    parts = list(path.relative_to(SOURCE).with_suffix("").parts)
+    package = parts[:-1]
+    return package, package[0] if package else ROOT
+
+
+def _is_module(dotted: str) -> bool:
+    where = SOURCE.parent.joinpath(*dotted.split("."))
+    return where.with_suffix(".py").exists() or (where / "__init__.py").exists()
+
+
+def imports(path: Path, text: str | None = None) -> Iterator[tuple[int, str, tuple[str, ...]]]:
+    """Every module ``path`` imports (its code, or ``text`` as if it were), as absolute dotted names.
+
+    Each with the import's line and the names it takes (none for ``import X``). ``from X import
+    Y`` imports ``X``, or ``X.Y`` when ``Y`` is a module.
+    """
+    package, _ = _package_of(path)
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, ()
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ["boundedgate", *package][: len(package) + 2 - node.level]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            names = tuple(alias.name for alias in node.names)
+            modules = tuple(name for name in names if _is_module(f"{module}.{name}"))
+            if len(modules) < len(names):  # names from X itself, not only modules inside it
+                yield node.lineno, module, tuple(name for name in names if name not in modules)
+            for name in modules:
+                yield node.lineno, f"{module}.{name}", ()
+
+
+def _sources() -> list[Path]:
+    return sorted(SOURCE.rglob("*.py"))
+
 
 def test_core_imports_nothing_that_knows_the_time_or_does_io() -> None:
-    core = Path(boundedgate._core.__file__).parent
-    files = sorted(core.glob("*.py"))
+    files = sorted((SOURCE / "_core").glob("*.py"))
     assert len(files) >= 5
     for path in files:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                roots = {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                roots = {(node.module or "").split(".")[0]}
-            else:
-                continue
-            assert not roots & FORBIDDEN, f"{path.name} imports {roots & FORBIDDEN}"
+        for line, module, _ in imports(path):
+            root = module.split(".")[0]
+            assert root not in FORBIDDEN, f"{path.name}:{line} imports {module}"
+
+
+def test_every_package_is_in_the_table() -> None:
+    tops = {_package_of(path)[1] for path in _sources()} | {path.stem for path in SOURCE.glob("_*.py")}
+    tops -= {"__init__"}
+    assert tops | {ROOT} == set(MAY_IMPORT)
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda path: str(path.relative_to(SOURCE)))
+def test_each_module_imports_only_the_packages_below_it_and_only_their_public_face(path: Path) -> None:
+    _, own = _package_of(path)
+    if path.parent == SOURCE and path.stem != "__init__":
+        own = path.stem  # a top-level module, such as _errors, is a package of its own here
+    for problem in _problems(own, imports(path)):
+        pytest.fail(f"{path.relative_to(SOURCE)}:{problem}")
+
+
+def _problems(own: str, found: Iterator[tuple[int, str, tuple[str, ...]]]) -> Iterator[str]:
+    """What breaks the rules among the imports ``found`` in a module of package ``own``."""
+    allowed = MAY_IMPORT[own]
+    shared = SHARED_PRIVATE.get(own, {})
+    for line, module, names in found:
+        parts = module.split(".")
+        if parts[0] != "boundedgate":
+            continue
+        target = parts[1] if len(parts) > 1 else ROOT
+        where = f"{line} imports {module}"
+        if target == own and own != ROOT:
+            continue
+        if target not in allowed:
+            yield f"{where}: {own or 'boundedgate'} may import only {sorted(allowed)}"
+        elif target == ROOT and own in FROM_ROOT and not set(names) <= FROM_ROOT[own]:
+            yield f"{where}: {own} takes only {sorted(FROM_ROOT[own])} from the root package"
+        elif any(part.startswith("_") for part in parts[2:]) and ".".join(parts[1:]) not in shared:
+            yield f"{where}: a private module of another package"
+
+
+@pytest.mark.parametrize(
+    ("own", "code", "problem"),
+    [
+        ("sim", "from .._driver import GateLimits", "1 imports boundedgate._driver: sim may import only"),
+        ("sim", "import boundedgate._driver._keyed", "imports boundedgate._driver._keyed: sim may import"),
+        ("sim", "def f():\n    from .. import _driver", "2 imports boundedgate._driver: sim may import"),
+        ("sim", "from .._core._settings import check_priorities", "a private module of another package"),
+        ("sim", "from .._core import _settings", "imports boundedgate._core._settings: a private module"),
+        ("_core", "from .._errors import Late", "imports boundedgate._errors: _core may import only []"),
+        ("_cli", "from .. import BoundedGate", "_cli takes only ['__version__'] from the root package"),
+        ("sim", "from .._core import GateLimits\nfrom . import _script", None),
+    ],
+)
+def test_the_rules_see_relative_lazy_and_private_imports(own: str, code: str, problem: str | None) -> None:
+    path = SOURCE / own / "_example.py"
+    found = list(_problems(own, imports(path, code)))
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1
+        assert problem in found[0]
+
+
+def test_the_simulator_runs_without_the_asyncio_driver() -> None:
+    # What the table says, seen from the running interpreter: importing the simulator's modules
+    # alone (not through boundedgate/__init__) loads no boundedgate._driver.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, importlib.util, types\n"
+        f"root = types.ModuleType('boundedgate'); root.__path__ = [{str(SOURCE)!r}]\n"
+        "sys.modules['boundedgate'] = root\n"
+        "import boundedgate.sim._engine, boundedgate.sim._plan, boundedgate.sim._results\n"
+        "print(sorted(m for m in sys.modules if m.startswith('boundedgate._driver') or m == 'asyncio'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

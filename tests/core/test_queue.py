@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from fractions import Fraction
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from boundedgate._core import Status, Ticket
 from boundedgate._core._queue import WaitQueue
+from boundedgate._core._settings import check_jump_share
 
 
 def queued(priority: int = 0) -> Ticket:
@@ -191,3 +193,95 @@ def test_WaitQueue_settings_refused(kwargs: dict[str, object], error: type, mess
 
 def test_WaitQueue_has_one_class_by_default() -> None:
     assert WaitQueue().classes == 1
+
+
+def test_WaitQueue_costs_the_same_whatever_the_number_of_classes() -> None:
+    """Lanes exist only for the classes in use: a million classes cost what two do."""
+    tracemalloc.start()
+    try:
+        q = WaitQueue(10**6)
+        first, last = queued(10**6 - 1), queued(0)
+        q.push(first)
+        q.push(last)
+        assert q.evict_for(0) is first
+        first.status = Status.EVICTED
+        assert take(q) is last
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024
+    assert len(q) == 0
+    assert list(q) == []
+
+
+@given(script=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 10**9)), max_size=60))
+def test_WaitQueue_with_classes_far_apart_decides_as_with_classes_side_by_side(
+    script: list[tuple[int, int]],
+) -> None:
+    # 0: take; 1: push; 2: a waiter leaves; 3: evict for a class; 4: compact. Class p of the near
+    # queue is class p * 10**8 of the far one.
+    near, far = WaitQueue(10, jump_share=0.5), WaitQueue(9 * 10**8 + 1, jump_share=0.5)
+    mate: dict[int, Ticket] = {}
+    live: list[Ticket] = []
+    for op, value in script:
+        if op == 0 and live:
+            a = take(near)
+            assert take(far) is mate[id(a)]
+            live.remove(a)
+        elif op == 2 and live:
+            a = live.pop(value % len(live))
+            a.status = mate[id(a)].status = Status.CANCELLED
+        elif op == 3:
+            a = near.evict_for(value % 10)
+            b = far.evict_for(value % 10 * 10**8)
+            assert (a, b) == (None, None) or b is mate[id(a)]
+            if a is not None:
+                live.remove(a)
+                a.status = b.status = Status.EVICTED  # type: ignore[union-attr]
+        elif op == 4:
+            near.compact(0)
+            far.compact(0)
+        else:
+            a, b = queued(value % 10), queued(value % 10 * 10**8)
+            near.push(a)
+            far.push(b)
+            mate[id(a)] = b
+            live.append(a)
+        assert [mate[id(a)] for a in near] == list(far)
+        assert len(near) == len(far)
+
+
+@pytest.mark.parametrize("share", [0.9995, 0.9999, 0.99995, Fraction(99_999, 100_000), 0.2, 1 / 3])
+@pytest.mark.parametrize("older", [0, 1, 3])
+def test_WaitQueue_no_class_starves_at_any_share_below_one(share: float | Fraction, older: int) -> None:
+    """A waiter with k older waiters starts within (k + 2) / (1 - share) starts, however close to 1."""
+    q = WaitQueue(2, jump_share=share)
+    for _ in range(older):
+        q.push(queued(1))
+    victim = queued(1)
+    q.push(victim)
+    bound = (older + 2) / (1 - share)
+    starts = 0
+    while starts <= bound:  # an urgent arrival before every start, forever
+        q.push(queued(0))
+        starts += 1
+        if take(q) is victim:
+            break
+    assert victim.status is Status.RUNNING, f"still waiting after {starts} starts"
+
+
+@pytest.mark.parametrize(
+    ("share", "fraction"),
+    [
+        (0.2, Fraction(1, 5)),
+        (1 / 3, Fraction(1, 3)),
+        (0.999, Fraction(999, 1000)),
+        (0.9995, Fraction(0.9995)),
+        (Fraction(99_999, 100_000), Fraction(99_999, 100_000)),
+        (0, Fraction(0)),
+    ],
+)
+def test_jump_share_is_the_fraction_it_stands_for_never_rounded_to_one(
+    share: float | Fraction, fraction: Fraction
+) -> None:
+    assert check_jump_share(share) == fraction < 1

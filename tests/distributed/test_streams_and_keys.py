@@ -49,9 +49,9 @@ async def test_a_permit_handed_to_a_stream_is_ended_by_it(client: redis.asyncio.
         assert (await cluster(client, name)).running == 1
         assert permit._loop is asyncio.get_running_loop()
         await asyncio.sleep(0.1)
-        asyncio.get_running_loop().call_soon_threadsafe(permit._finish, False)  # as a finaliser does
+        asyncio.get_running_loop().call_soon_threadsafe(permit._finish)  # as a finaliser does
         await asyncio.sleep(0)
-        permit._finish(True)  # a second end does nothing
+        permit._finish(Status.FAILED)  # a second end does nothing
         assert permit.status is Status.LATE
         error = permit._late()
         assert isinstance(error, Late)

@@ -133,6 +133,28 @@ def test_simulate_reports_a_missing_file(capsys: pytest.CaptureFixture[str], tmp
         ),
         (["plan", "-c", "1", "-q", "1", "--script", "x.csv", "--rate", "5"], "takes no --rate"),
         (["plan", "-c", "0,none", "-q", "1", "--rate", "5", "--service", "2s"], "max_running values"),
+        (
+            ["plan", "-c", "1", "-q", "1", "--burst", "1", "--service", "2s", "--duration", "1e300h"],
+            "'1e300h': a duration is at most 1e+15ms (about 31,700 years)",
+        ),
+        (
+            [
+                "plan",
+                "-c",
+                "1",
+                "-q",
+                "1",
+                "--burst",
+                "1",
+                "--burst-every",
+                "1ms",
+                "--service",
+                "2s",
+                "--duration",
+                "1e13ms",
+            ],
+            "would make 10,000,000,000,000 requests; plan generates at most 1,000,000",
+        ),
         ([], "required: COMMAND"),
     ],
 )
@@ -366,7 +388,8 @@ def test_plan_with_a_priority_mix_shows_evictions(capsys: pytest.CaptureFixture[
         (["--jump-share", "1"], "jump_share is a number >= 0 and < 1"),
         (["--priority-mix", "1,-1"], "give a weight >= 0 per priority class"),
         (["--priority-mix", "0,0"], "give a weight >= 0 per priority class"),
-        (["--priorities", "0"], "max_running is a whole number >= 1"),
+        (["--priorities", "0"], "'0': --priorities is a whole number >= 1"),
+        (["--priorities", "1e8"], "'1e8': --priorities is a whole number >= 1"),
     ],
 )
 def test_priority_argument_errors(capsys: pytest.CaptureFixture[str], extra: list[str], message: str) -> None:
@@ -750,3 +773,144 @@ def test_bad_key_mixes_exit_2(capsys: pytest.CaptureFixture[str], mix: str) -> N
         main([*PLAN, "-q", "1", "--key-mix", mix])
     assert caught.value.code == 2
     assert f"{mix!r}: give KEY=WEIGHT for each key" in capsys.readouterr().err
+
+
+# Sizes: what cannot be served is refused at once, naming the option; what can costs what it uses.
+
+
+@pytest.mark.parametrize(
+    ("traffic", "message"),
+    [
+        (
+            ["--rate", "1e9"],
+            "Poisson 1e+09/s for 10m would make about 600,000,000,000 requests; plan generates at most "
+            "1,000,000: lower --rate, --burst or --duration, or raise --burst-every",
+        ),
+        (["--burst", "1000000000"], "bursts of 1000000000 at 0ms for 10m would make 1,000,000,000 requests"),
+        (
+            ["--rate", "1000", "--burst", "1000", "--burst-every", "1s"],
+            "Poisson 1000/s + bursts of 1000 at 0ms and every 1.00s for 10m would make about 1,200,000",
+        ),
+    ],
+)
+def test_plan_refuses_traffic_too_large_to_simulate(
+    capsys: pytest.CaptureFixture[str], traffic: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["plan", *traffic, "--service", "1s", "-c", "1", "-q", "1"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("option", ["--burst", "--priorities"])
+def test_whole_number_options_name_themselves(capsys: pytest.CaptureFixture[str], option: str) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["plan", "--rate", "1", option, "0", "--service", "1s", "-c", "1", "-q", "1"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert f"'0': {option} is a whole number >= 1" in err
+    assert "max_running" not in err
+
+
+def test_a_far_priority_or_many_classes_cost_what_the_classes_in_use_cost(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "far.csv"
+    path.write_text("id,arrival_ms,service_ms,priority\nA,0,10,1000000\nB,0,10,0\n")
+    status, out, _ = run(capsys, "simulate", str(path), "-c", "1", "-q", "1", "--summary-only")
+    assert status == 0
+    assert "priorities=1000001" in out
+    classes = [line.split()[0] for line in out.splitlines()[-4:]]
+    assert [classes[0], *classes[2:]] == ["class", "0", "1000000"]
+    status, out, _ = run(capsys, "simulate", str(path), "-c", "1", "-q", "1", "--priorities", "100000000")
+    assert status == 0
+    assert "priorities=100000000" in out
+
+
+# Input: what a script file can hold is read or refused with a message, never a traceback.
+
+
+def test_a_utf8_bom_is_read_as_excel_writes_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + SEED_CSV.encode())
+    status, out, err = run(capsys, "simulate", str(path), "-c", "2", "-q", "2", "--summary-only")
+    assert (status, err) == (0, "")
+    assert "peaks: 2 running, 2 waiting" in out
+
+
+HEADER = b"id,arrival_ms,service_ms"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("utf16.csv", SEED_CSV.encode("utf-16"), "is UTF-16 text: save it as UTF-8"),
+        ("binary.csv", bytes(range(256)) * 4, "is not UTF-8 text (invalid start byte at byte 128)"),
+        ("nul.csv", HEADER + b"\nA\x00,0,1\n", "line 2: a script holds no NUL characters"),
+        ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nested too deeply to be a script"),
+        (
+            "deep2.json",
+            b'[{"id": ' + b"[" * 900 + b"]" * 900 + b', "arrival_ms": 0, "service_ms": 1}]',
+            "id must",
+        ),
+        ("huge.json", b'[{"id": "a", "arrival_ms": 1' + b"0" * 5000 + b', "service_ms": 1}]', "5001 digits"),
+        (
+            "huge.csv",
+            HEADER + b"\na,1" + b"0" * 5000 + b",1\n",
+            "line 2 (id 'a'): arrival_ms has",
+        ),
+        ("late.csv", HEADER + b"\na,1" + b"0" * 20 + b",1\n", "arrival_ms must be <= "),
+        ("service.csv", HEADER + b"\na,0,1" + b"0" * 20 + b"\n", "service_ms must be <= "),
+        ("cost.csv", HEADER + b",cost\na,0,1,1e400\n", "cost must be a finite"),
+        (
+            "wide.csv",
+            HEADER + b"\n" + b"a" * 200_000 + b",0,1\n",
+            "line 2: a cell of more than",
+        ),
+    ],
+)
+def test_a_script_that_cannot_be_read_is_refused_with_a_message(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, content: bytes, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    status, out, err = run(capsys, "simulate", str(path), "-c", "1", "-q", "1")
+    assert status == 1
+    assert out == ""
+    assert err.startswith(f"boundedgate: error: {path}")
+    assert message in err
+    assert len(err) < 500
+
+
+def test_ids_and_keys_print_with_their_control_characters_escaped(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "odd.json"
+    jobs = [
+        {"id": "\ud800", "arrival_ms": 0, "service_ms": 5, "key": "\x1b[2J\x1b[31mred"},
+        {"id": "b\x07", "arrival_ms": 0, "service_ms": 5, "key": "plain"},
+    ]
+    path.write_text(json.dumps(jobs))
+    status, out, _ = run(capsys, "simulate", str(path), "-c", "1", "-q", "1", "--trace")
+    assert status == 0
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    assert "\\x1b[2J\\x1b[31mred" in out
+    assert "\\ud800" in out
+    assert "b\\x07" in out
+    out.encode("utf-8")  # no lone surrogate left to fail the terminal's encoding
+    status, out, _ = run(capsys, "simulate", str(path), "-c", "1", "-q", "1", "--json")
+    assert [r["id"] for r in json.loads(out)["requests"]] == ["\ud800", "b\x07"]
+
+
+def test_a_quota_is_named_as_given(capsys: pytest.CaptureFixture[str], seed: Path) -> None:
+    status, out, _ = run(
+        capsys, "simulate", str(seed), "-c", "2", "-q", "2", "--tpm", "1e-300", "--summary-only"
+    )
+    assert status == 0
+    assert "1e-300 tpm (burst 1e-300)" in out
+    status, out, _ = run(capsys, "simulate", str(seed), "-c", "2", "-q", "2", "--rpm", "1234.5678")
+    assert status == 0
+    assert "1234.5678 rpm (burst 1234.5678)" in out

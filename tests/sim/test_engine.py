@@ -4,6 +4,7 @@ independent reference model."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
@@ -12,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import boundedgate.sim._engine
-from boundedgate import Status
+from boundedgate import Permit, Status
 from boundedgate._core import Ticket
 from boundedgate.sim import Job, ScriptError, simulate
 from tests import helpers
@@ -357,3 +358,34 @@ def test_a_core_that_asks_for_an_instant_already_past_moves_the_clock_on(
     assert visited == sorted(visited)
     assert max(Counter(visited).values()) == 2
     assert visited[:4] == [0, 5, 5, 5.0000000000001]  # 5.0000000000001 ms is 5 ms, but for the core
+
+
+@given(
+    jobs=scripts(),
+    limits=limits,
+    waits=st.lists(st.none() | st.integers(0, 30), min_size=14, max_size=14),
+)
+def test_simulator_equals_the_real_gate_with_queue_budgets(
+    jobs: list[Job], limits: tuple[int, int | None], waits: list[int | None]
+) -> None:
+    # max_wait_ms is admit(max_wait=...): it bounds the wait, and the budget alone decides Late.
+    jobs = [dataclasses.replace(job, max_wait_ms=wait) for job, wait in zip(jobs, waits, strict=False)]
+    max_wait = {job.id: job.max_wait_ms for job in jobs}
+    gate = checked_gate(*limits)
+
+    def admit(job: helpers.Job) -> Permit:
+        return gate.admit(timeout=job.budget, max_wait=max_wait[job.id])
+
+    real = run_virtual(run_script, gate, as_helper_jobs(jobs), admit)
+    result = simulate(jobs, max_running=limits[0], max_waiting=limits[1])
+    assert {r.id: Result(r.outcome.value, r.start_ms, r.end_ms) for r in result.requests} == real
+
+
+def test_a_queue_budget_expires_a_waiter_that_its_deadline_would_have_let_run() -> None:
+    jobs = [Job("A", 0, 50), Job("B", 0, 10, 100, max_wait_ms=20), Job("C", 0, 10, 100)]
+    result = simulate(jobs, max_running=1, max_waiting=2)
+    assert [(r.id, r.outcome, r.end_ms) for r in result.requests] == [
+        ("A", Status.COMPLETED, 50),
+        ("B", Status.EXPIRED, 20),
+        ("C", Status.COMPLETED, 60),
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import pytest
 from hypothesis import given
@@ -122,10 +123,23 @@ def test_the_classes_add_up_to_the_whole(
 ) -> None:
     jobs = [Job(f"j{i}", *row) for i, row in enumerate(rows)]
     summary = simulate(jobs, max_running=max_running, max_waiting=max_waiting, priorities=3).summary
-    assert [c.priority for c in summary.classes] == [0, 1, 2]
+    assert [c.priority for c in summary.classes] == sorted({job.priority for job in jobs})
     for field in ("requests", "completed", "late", "expired", "rejected", "evicted", "rate_limited"):
         assert sum(getattr(c, field) for c in summary.classes) == getattr(summary, field), field
     assert sum(c.queue_ms.count for c in summary.classes) == summary.queue_ms.count
     assert sum(c.end_to_end_ms.count for c in summary.classes) == summary.end_to_end_ms.count
     maxima = [c.queue_ms.max for c in summary.classes if c.queue_ms.max is not None]
     assert max(maxima, default=None) == summary.queue_ms.max
+
+
+def test_the_breakdown_has_the_classes_with_requests_whatever_the_number_of_classes() -> None:
+    """A class nobody is in has nothing to count: a million classes cost what two do."""
+    jobs = [Job("a", 0, 10, None, 0), Job("b", 0, 10, None, 10**5)]
+    tracemalloc.start()
+    try:
+        summary = simulate(jobs, max_running=1, max_waiting=1, priorities=10**5 + 1).summary
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [(c.priority, c.requests, c.completed) for c in summary.classes] == [(0, 1, 1), (10**5, 1, 1)]
+    assert peak < 1024 * 1024

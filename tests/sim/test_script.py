@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from boundedgate.sim import Job, ScriptError, parse_script, read_script, write_script
+from boundedgate import Status
+from boundedgate.sim import Job, ScriptError, parse_script, read_script, simulate, write_script
+from boundedgate.sim._script import MAX_MS
 
 SEED_CSV = """id,arrival_ms,service_ms,budget_ms
 A,0,100,300
@@ -88,7 +90,8 @@ def test_columns_may_come_in_any_order() -> None:
         (
             "id,arrival_ms,budget\nA,0,5\n",
             r"line 1: unknown column 'budget' "
-            r"\(a script has: id, arrival_ms, service_ms, budget_ms, priority, cost, actual_cost, key\)",
+            r"\(a script has: id, arrival_ms, service_ms, budget_ms, priority, cost, actual_cost, key, "
+            r"max_wait_ms\)",
         ),
         ("id,arrival_ms\nA,0\n", r"line 1: no 'service_ms' column"),
         ("id,arrival_ms,service_ms,id\nA,0,5,B\n", r"a column appears twice"),
@@ -169,11 +172,23 @@ def test_script_error_carries_the_row_and_id() -> None:
         (("A", 0, 1, 0), ValueError),
         (("", 0, 1), ValueError),
         ((None, 0, 1), TypeError),
+        (("A", 10**15 + 1, 1), ValueError),
+        (("A", 0, 10**400), ValueError),
+        (("A", 0, 1, 10**15 + 1), ValueError),
+        (("A", 0, 1, None, 0, 10**400), ValueError),
+        (("A", 0, 1, None, 0, 1, 10**400), ValueError),
+        (("A", 0, 1, None, 0, 1e309), ValueError),
     ],
 )
 def test_a_job_cannot_be_built_invalid(fields: tuple[object, ...], error: type[Exception]) -> None:
     with pytest.raises(error):
         Job(*fields)  # type: ignore[arg-type]
+
+
+def test_a_job_at_the_latest_times_is_simulated() -> None:
+    job = Job("A", MAX_MS, MAX_MS, MAX_MS, 0, 10**300)
+    [row] = simulate([job], max_running=1, max_waiting=0).requests
+    assert (row.outcome, row.end_ms) == (Status.LATE, 2 * MAX_MS)
 
 
 @pytest.mark.parametrize("name", ["script.csv", "script.json", "script.txt"])

@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from boundedgate.sim import Bursts, Exponential, Fixed, Job, LogNormal, Poisson, generate, percentile
-from boundedgate.sim._workload import MAX_LOGNORMAL_P99_RATIO
+from boundedgate.sim._script import MAX_MS
+from boundedgate.sim._workload import MAX_LOGNORMAL_P99_RATIO, MAX_REQUESTS
 
 
 def test_same_seed_same_script_other_seed_other_script() -> None:
@@ -248,3 +249,47 @@ def test_costs_fixed_or_drawn_in_whole_tokens_on_their_own_streams() -> None:
 def test_bad_costs_are_refused(kwargs: dict[str, object], error: type[Exception]) -> None:
     with pytest.raises(error, match="cost"):
         generate(Poisson(1), Fixed(1), duration_ms=10, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "message"),
+    [
+        (Poisson(1e9), r"^Poisson\(rate=1e\+09\) for 600000 ms would make about 600,000,000,000 requests"),
+        (Bursts(10**9), r"^Bursts\(size=1000000000\) for 600000 ms would make 1,000,000,000 requests"),
+        (Bursts(2, every_ms=1), r"^Bursts\(size=2, every_ms=1\) for 600000 ms would make 1,200,000 requests"),
+        (
+            [Poisson(1000), Bursts(1000, every_ms=1000)],
+            r"^these arrivals for 600000 ms would make about 1,200,000 requests",
+        ),
+    ],
+)
+def test_a_workload_too_large_to_simulate_is_refused_before_anything_is_drawn(
+    arrivals: Poisson | Bursts | list[Poisson | Bursts], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message + r"; a workload makes at most 1,000,000"):
+        generate(arrivals, Fixed(1), duration_ms=600_000)
+    if not isinstance(arrivals, list):  # each of the two alone makes fewer
+        with pytest.raises(ValueError, match=message):
+            arrivals.times(600_000, random.Random(0))
+    assert MAX_REQUESTS == 1_000_000
+
+
+def test_a_workload_at_the_bound_is_generated() -> None:
+    jobs = generate(Bursts(1000, every_ms=1), Fixed(1), duration_ms=1000)
+    assert len(jobs) == MAX_REQUESTS
+
+
+def test_a_workload_counts_its_arrivals_without_listing_them() -> None:
+    assert Bursts(3, start_ms=10, every_ms=7).expected(10**15) == 3 * -(-(10**15 - 10) // 7)
+    assert Bursts(3, start_ms=10).expected(11) == 3
+    assert Bursts(3, start_ms=10).expected(10) == 0
+    assert Poisson(20).expected(60_000) == 1200
+
+
+def test_a_far_tail_is_cut_at_the_latest_time_a_script_may_hold() -> None:
+    jobs = generate(Poisson(1), Exponential(10**15), duration_ms=100_000, budget_ms=Exponential(10**15))
+    assert max(job.service_ms for job in jobs) == MAX_MS
+    with pytest.raises(ValueError, match=r"^ms must be at most 1e\+15, got 1e\+16$"):
+        Fixed(1e16)
+    with pytest.raises(ValueError, match=r"^duration_ms must be an int >= 1 and <= 1000000000000000"):
+        generate(Poisson(1), Fixed(1), duration_ms=10**15 + 1)

@@ -10,6 +10,7 @@ ended (a stream the consumer left was closed: the provider saw the client go).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -207,6 +208,49 @@ async def test_a_429_before_the_first_chunk(sdk: Sdk, provider: FakeProvider) ->
     assert all(isinstance(error, (openai.RateLimitError, anthropic.RateLimitError)) for error in errors)
     _assert_counted(gate, "failed")
     assert await _all_ended(provider, CALLS) == ["rate_limited"] * CALLS
+
+
+async def test_a_close_from_another_task_interrupts_the_read_in_flight(
+    sdk: Sdk, provider: FakeProvider
+) -> None:
+    gate = _gate()
+    stream = await gate.stream(lambda: sdk.create("hold_after=1"))
+    texts: list[str] = []
+    reading = asyncio.Event()
+
+    async def show() -> str:
+        async for item in stream:
+            texts.append(sdk.text(item))
+            if texts[-1]:
+                reading.set()  # the next read waits at the held stream
+        return "ended"
+
+    reader = asyncio.create_task(show())
+    await reading.wait()
+    await asyncio.sleep(1)
+    await stream.aclose()  # a "stop" from another task: no RuntimeError, the SDK's read is cut
+    assert await reader == "ended"
+    assert "".join(texts) == "tok0 "
+    _assert_counted(gate, "completed", 1)
+    assert await _all_ended(provider, 1) == ["client_gone"]
+
+
+@pytest.mark.parametrize("after", range(1, 4))  # the close has begun
+async def test_a_close_cancelled_loop_turns_in_still_closes_the_response(
+    sdk: Sdk, provider: FakeProvider, after: int
+) -> None:
+    gate = _gate()
+    stream = await gate.stream(lambda: sdk.create("hold_after=1"))
+    await stream.__anext__()
+    closing = asyncio.create_task(stream.aclose())
+    for _ in range(after):
+        await asyncio.sleep(0)
+    closing.cancel()
+    with contextlib.suppress(asyncio.CancelledError):  # not cancelled if the close was over already
+        await closing
+    assert stream.response.is_closed  # closed before the cancellation went on, not by the collector
+    _assert_counted(gate, "completed", 1)
+    assert await _all_ended(provider, 1) == ["client_gone"]
 
 
 # -- seed 001's proof -------------------------------------------------------------------------------

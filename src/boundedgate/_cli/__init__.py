@@ -20,12 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import GateLimits, RateLimit, __version__
+from .. import __version__
+from .._core import GateLimits, RateLimit
 from ..sim import Bursts, Job, Poisson, ScriptError, generate, read_script, simulate, sweep, write_script
 from ..sim._plot import FORMATS, plot_simulation, plot_sweep, require_matplotlib
 from ..sim._results import overrides_dict, rate_limit_dict
-from ..sim._text import human_ms, key_name, number, requests_table, summary_lines, sweep_table, trace_table
-from ..sim._workload import Arrivals, Distribution, Exponential, Fixed
+from ..sim._text import human_ms, key_name, printable, requests_table, summary_lines, sweep_table, trace_table
+from ..sim._workload import MAX_REQUESTS, Arrivals, Distribution, Exponential, Fixed
 from . import _units
 from ._progress import ProgressBar
 
@@ -36,10 +37,16 @@ class _Failed(Exception):
     """The command could not do its work; the message says why."""
 
 
-def _max_running(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: max_running is a whole number >= 1")
-    return int(text)
+def _whole_number(option: str) -> Callable[[str], int]:
+    """A reader of a whole number >= 1 for ``option``, naming it when the text is not one."""
+
+    def read(text: str) -> int:
+        digits = text.strip()
+        if not (digits.isascii() and digits.isdecimal()) or len(digits) > 30 or int(digits) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: {option} is a whole number >= 1")
+        return int(digits)
+
+    return read
 
 
 def _one_running(text: str) -> int | None:
@@ -82,7 +89,7 @@ def _add_priority_options(group: Any) -> None:
     group.add_argument(
         "--priorities",
         metavar="N",
-        type=_max_running,
+        type=_whole_number("--priorities"),
         help="priority classes (default: enough for the script's priority column)",
     )
     group.add_argument(
@@ -155,8 +162,10 @@ def _overrides_text(overrides: Mapping[str, GateLimits]) -> list[str]:
     return [f"{key_name(key)}: {_limits_text(*limits)}" for key, limits in overrides.items()]
 
 
-def _whole(value: float) -> str:
-    return number(value) or ""
+def _given(value: float) -> str:
+    """A number the command line was given, as it was given: ``60``, ``0.5``, ``1e-300``."""
+    text = repr(value)
+    return text.removesuffix(".0")
 
 
 def _rate_limits(
@@ -165,9 +174,9 @@ def _rate_limits(
     limits = []
     try:
         if rpm is not None:
-            limits.append(RateLimit.per_minute(rpm, burst=rpm_burst, name=f"{_whole(rpm)} rpm"))
+            limits.append(RateLimit.per_minute(rpm, burst=rpm_burst, name=f"{_given(rpm)} rpm"))
         if tpm is not None:
-            tokens = RateLimit.per_minute(tpm, burst=tpm_burst, unit="tokens", name=f"{_whole(tpm)} tpm")
+            tokens = RateLimit.per_minute(tpm, burst=tpm_burst, unit="tokens", name=f"{_given(tpm)} tpm")
             limits.append(tokens)
     except ValueError as error:
         raise _Failed(f"--rpm/--tpm: {error}") from None
@@ -204,7 +213,7 @@ def _settings(
     if classes > 1:
         text += f", priorities={classes}, jump_share={jump_share:g}"
     for limit in limits:
-        text += f", {limit.name} (burst {_whole(limit.burst)})"
+        text += f", {limit.name} (burst {_given(limit.burst)})"
     if keys > 1:
         text += f", for each of {keys} keys"
     return "; ".join([text, *_overrides_text(overrides or {})])
@@ -230,7 +239,8 @@ def _parser() -> argparse.ArgumentParser:
         "simulate",
         help="replay a script of requests through a gate",
         description="Replay a script (JSON or CSV with id, arrival_ms, service_ms and an optional "
-        "budget_ms, in whole milliseconds, and optionally priority, cost, actual_cost and key) through a "
+        "budget_ms, in whole milliseconds, and optionally priority, cost, actual_cost, key and "
+        "max_wait_ms) through a "
         "gate (a gate per key, with --override for a key's own limits), and print what became of each "
         "request.",
     )
@@ -267,7 +277,9 @@ def _parser() -> argparse.ArgumentParser:
         "--script", metavar="FILE", type=Path, help="replay this script instead of generating"
     )
     traffic.add_argument("--rate", type=_units.rate, help="Poisson arrivals: 20 (per second), 20/s, 1200/m")
-    traffic.add_argument("--burst", metavar="N", type=_max_running, help="N requests arriving at one instant")
+    traffic.add_argument(
+        "--burst", metavar="N", type=_whole_number("--burst"), help="N requests arriving at one instant"
+    )
     traffic.add_argument(
         "--burst-at", metavar="T", type=_units.whole_duration_ms, help="the first burst (default 0)"
     )
@@ -433,23 +445,34 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         if args.burst_every is not None:
             when += f" and every {human_ms(args.burst_every)}"
         described.append(f"bursts of {args.burst} {when}")
-    jobs = generate(
-        arrivals,
-        args.service,
-        duration_ms=args.duration,
-        budget_ms=args.budget,
-        priority_mix=args.priority_mix,
-        key_mix=args.key_mix,
-        cost=_fixed_or_drawn(args.cost),
-        actual_cost=_fixed_or_drawn(args.actual_cost),
-        seed=args.seed,
-    )
+    count = sum(process.expected(args.duration) for process in arrivals)
+    if count > MAX_REQUESTS:
+        about = "about " if args.rate is not None else ""
+        parser.error(
+            f"{' + '.join(described)} for {human_ms(args.duration)} would make {about}{count:,.0f} requests; "
+            f"plan generates at most {MAX_REQUESTS:,}: lower --rate, --burst or --duration, "
+            "or raise --burst-every"
+        )
+    try:
+        jobs = generate(
+            arrivals,
+            args.service,
+            duration_ms=args.duration,
+            budget_ms=args.budget,
+            priority_mix=args.priority_mix,
+            key_mix=args.key_mix,
+            cost=_fixed_or_drawn(args.cost),
+            actual_cost=_fixed_or_drawn(args.actual_cost),
+            seed=args.seed,
+        )
+    except ValueError as error:  # what the options above did not already refuse
+        parser.error(str(error))
     budget = "none" if args.budget is None else human_ms(args.budget)
     mix = (
         "" if args.priority_mix is None else f"; priority mix {','.join(f'{w:g}' for w in args.priority_mix)}"
     )
     if args.key_mix is not None:
-        mix += f"; key mix {','.join(f'{key}={w:g}' for key, w in args.key_mix.items())}"
+        mix += f"; key mix {','.join(f'{printable(key)}={w:g}' for key, w in args.key_mix.items())}"
     costs = ""
     if args.cost is not None:
         costs += f"; cost {_describe_distribution(args.cost, _tokens)}"
@@ -463,7 +486,7 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def _tokens(value: float) -> str:
-    return f"{_whole(value)} tokens"
+    return f"{_given(value)} tokens"
 
 
 def _fixed_or_drawn(value: Distribution | None) -> float | Distribution | None:
@@ -533,7 +556,7 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         gate += _overrides_text(overrides)
         for kind, given, burst in (("rpm", args.rpm, args.rpm_burst), ("tpm", args.tpm, args.tpm_burst)):
             if any(value is not None for value in given or ()):
-                size = _whole(burst) if burst else "of a minute's quota"
+                size = _given(burst) if burst else "of a minute's quota"
                 gate.append(f"{kind} burst {size}")
         if gate:
             print(f"Gate: {'; '.join(gate)}")

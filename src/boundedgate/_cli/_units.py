@@ -12,8 +12,9 @@ import math
 import re
 from collections.abc import Callable
 
-from .._driver import GateLimits
+from .._core import GateLimits
 from ..sim import Exponential, Fixed, LogNormal
+from ..sim._script import MAX_MS
 from ..sim._workload import Distribution
 
 __all__ = (
@@ -37,7 +38,7 @@ _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def duration_ms(text: str) -> float:
-    """``250ms``, ``2s``, ``1.5m``, ``1h`` in milliseconds (> 0)."""
+    """``250ms``, ``2s``, ``1.5m``, ``1h`` in milliseconds (> 0, and at most a script's latest time)."""
     match = _DURATION.fullmatch(text.strip())
     if not match:
         raise argparse.ArgumentTypeError(
@@ -46,6 +47,8 @@ def duration_ms(text: str) -> float:
     value = float(match[1]) * _UNITS[match[2]]
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text!r}: a duration must be > 0")
+    if value > MAX_MS:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration is at most {MAX_MS:g}ms (about 31,700 years)")
     return value
 
 

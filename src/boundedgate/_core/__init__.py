@@ -4,14 +4,17 @@ Nothing in this package imports an event loop, a clock or threads: it is told th
 """
 
 from ._bucket import RateLimit, TokenBucket
+from ._limits import GateLimits, check_limits
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
 from ._settings import (
     check_cost,
     check_deadline,
+    check_jump_share,
     check_max_running,
     check_max_wait,
     check_max_waiting,
     check_name,
+    check_priorities,
     check_priority,
     check_timeout,
 )
@@ -27,6 +30,7 @@ __all__ = (
     "OUTCOMES",
     "RAN",
     "SIMULATED",
+    "GateLimits",
     "GateState",
     "GateStatistics",
     "KeyedStatistics",
@@ -38,10 +42,13 @@ __all__ = (
     "Totals",
     "check_cost",
     "check_deadline",
+    "check_jump_share",
+    "check_limits",
     "check_max_running",
     "check_max_wait",
     "check_max_waiting",
     "check_name",
+    "check_priorities",
     "check_priority",
     "check_timeout",
     "queue_deadline",

@@ -17,10 +17,15 @@ integers (``jump_share`` as a fraction), so the bound is exact.
 
 Tickets that leave the queue (expired, cancelled) stay in their lane until they reach its front,
 where they are skipped; :meth:`WaitQueue.compact` drops them when they outnumber the live ones.
+
+With several classes a lane exists only while it holds an entry: lanes are kept by class, with the
+classes in use in urgency order beside them, so a queue of a billion classes costs what one of two
+does, and choosing, evicting and compacting cost the classes in use, never the classes there are.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Iterator
 
@@ -33,15 +38,19 @@ QUEUED = Status.QUEUED
 
 
 class WaitQueue:
-    """FIFO lanes, one per priority class, with a bounded share of queue-jumping."""
+    """FIFO lanes, one per priority class in use, with a bounded share of queue-jumping."""
 
-    __slots__ = ("_credit", "_earn", "_lanes", "_next_seq", "_price", "classes")
+    __slots__ = ("_credit", "_earn", "_lane", "_lanes", "_next_seq", "_price", "_used", "classes")
 
     def __init__(self, classes: int = 1, jump_share: float = 0.2) -> None:
         #: Number of priority classes; 0 is the most urgent.
         self.classes = check_priorities(classes)
         share = check_jump_share(jump_share)
-        self._lanes: list[deque[Ticket]] = [deque() for _ in range(self.classes)]
+        # One class: its lane, always there. Several: a lane per class that holds an entry, and
+        # those classes, most urgent first.
+        self._lane: deque[Ticket] = deque()
+        self._lanes: dict[int, deque[Ticket]] = {0: self._lane} if self.classes == 1 else {}
+        self._used: list[int] = [0] if self.classes == 1 else []
         # A jump costs `_price` credit; each start from the queue earns `_earn`; one jump is banked
         # (none when jumping is off).
         self._earn = share.numerator
@@ -54,12 +63,19 @@ class WaitQueue:
         """Put ``ticket`` at the back of its class's lane."""
         ticket.seq = self._next_seq
         self._next_seq += 1
-        self._lanes[ticket.priority].append(ticket)
+        if self.classes == 1:
+            self._lane.append(ticket)
+            return
+        lane = self._lanes.get(ticket.priority)
+        if lane is None:
+            self._lanes[ticket.priority] = lane = deque()
+            bisect.insort(self._used, ticket.priority)
+        lane.append(ticket)
 
     def peek(self) -> Ticket:
         """The ticket that :meth:`take` would start next. The queue must hold a live ticket."""
         if self.classes == 1:
-            lane = self._lanes[0]
+            lane = self._lane
             while lane[0].status is not QUEUED:
                 lane.popleft()
             return lane[0]
@@ -68,59 +84,84 @@ class WaitQueue:
     def take(self) -> Ticket:
         """Remove and return the next ticket to start. The queue must hold a live ticket."""
         if self.classes == 1:
-            lane = self._lanes[0]
+            lane = self._lane
             ticket = lane.popleft()
             while ticket.status is not QUEUED:
                 ticket = lane.popleft()
             return ticket
-        index, jump = self._choose()
+        priority, jump = self._choose()
         if jump:
             self._credit -= self._price
         self._credit = min(self._price, self._credit + self._earn)
-        return self._lanes[index].popleft()
+        lane = self._lanes[priority]
+        ticket = lane.popleft()
+        if not lane:
+            self._drop(priority)
+        return ticket
 
     def evict_for(self, priority: int) -> Ticket | None:
         """Remove and return the newest waiter of the least urgent class below ``priority``.
 
         None when every live waiter is at least as urgent as ``priority``.
         """
-        for lane in reversed(self._lanes[priority + 1 :]):
+        used = self._used
+        while used and used[-1] > priority:
+            least = used[-1]
+            lane = self._lanes[least]
             while lane:
                 ticket = lane.pop()
                 if ticket.status is QUEUED:
+                    if not lane:
+                        self._drop(least)
                     return ticket
+            self._drop(least)
         return None
 
     def compact(self, live: int) -> None:
         """Drop tickets that left the queue, if the lanes hold more than ``live`` entries."""
-        if sum(map(len, self._lanes)) > live:
-            for lane in self._lanes:
+        if len(self) > live:
+            for priority, lane in list(self._lanes.items()):
                 kept = [t for t in lane if t.status is QUEUED]
                 lane.clear()
                 lane.extend(kept)
+                if not lane and self.classes > 1:
+                    self._drop(priority)
 
     def __len__(self) -> int:
         """Entries in the lanes, live or not (what compaction keeps in check)."""
-        return sum(map(len, self._lanes))
+        return sum(map(len, self._lanes.values()))
 
     def __iter__(self) -> Iterator[Ticket]:
-        """The live tickets, lane by lane, oldest first in each."""
-        for lane in self._lanes:
-            yield from (t for t in lane if t.status is QUEUED)
+        """The live tickets, lane by lane (most urgent first), oldest first in each."""
+        for priority in self._used:
+            yield from (t for t in self._lanes[priority] if t.status is QUEUED)
+
+    def _drop(self, priority: int) -> None:
+        # A lane of several classes' that has emptied.
+        del self._lanes[priority]
+        del self._used[bisect.bisect_left(self._used, priority)]
 
     def _choose(self) -> tuple[int, bool]:
-        # With several classes: the lane to take from, and whether taking its head is a jump over
-        # an older waiter.
+        # With several classes: the class to take from, and whether taking its lane's head is a jump
+        # over an older waiter.
         lanes = self._lanes
         top = oldest = -1
-        for index, lane in enumerate(lanes):
+        oldest_seq = 0
+        emptied: list[int] = []
+        for priority in self._used:
+            lane = lanes[priority]
             while lane and lane[0].status is not QUEUED:
                 lane.popleft()
-            if lane:
-                if top < 0:
-                    top = oldest = index
-                elif lane[0].seq < lanes[oldest][0].seq:
-                    oldest = index
+            if not lane:
+                emptied.append(priority)
+            elif top < 0:
+                top = oldest = priority
+                oldest_seq = lane[0].seq
+            elif lane[0].seq < oldest_seq:
+                oldest = priority
+                oldest_seq = lane[0].seq
+        for priority in emptied:
+            self._drop(priority)
         if top == oldest:
             return top, False
         if self._credit >= self._price:

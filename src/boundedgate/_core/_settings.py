@@ -118,7 +118,11 @@ def check_priority(value: object, classes: int) -> int:
 
 
 def check_jump_share(value: object) -> Fraction:
-    """Return the share of starts that may jump the queue: a number in [0, 1), as an exact fraction."""
+    """Return the share of starts that may jump the queue: a number in [0, 1), as an exact fraction.
+
+    A float is the simplest fraction (denominator at most 1000) that rounds to it, else its exact
+    binary value: ``0.2`` is 1/5, ``1 / 3`` is 1/3, ``0.9995`` is what the float holds, below 1.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
         raise TypeError(f"jump_share must be a number, got {value!r}")
     if isinstance(value, float) and math.isnan(value):
@@ -129,9 +133,17 @@ def check_jump_share(value: object) -> Fraction:
 
 
 @functools.lru_cache(maxsize=64)
-def _fraction(value: float) -> Fraction:
-    # Making a Fraction costs more than the rest of a gate put together; keyed gates make many.
-    return Fraction(value).limit_denominator(1000)
+def _fraction(value: float | Fraction) -> Fraction:
+    # A float stands for the simplest fraction (denominator at most 1000) that rounds to it, as 0.2
+    # for 1/5, else for its exact value: never for a fraction nearby, which could be 1 (0.9995 is
+    # nearer 1 than 999/1000) and lose the no-starvation bound. Making a Fraction costs more than
+    # the rest of a gate put together; keyed gates make many.
+    exact = Fraction(value)
+    if isinstance(value, float):
+        simple = exact.limit_denominator(1000)
+        if float(simple) == value:
+            return simple
+    return exact
 
 
 def check_cost(value: object) -> float:

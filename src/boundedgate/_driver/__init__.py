@@ -2,7 +2,7 @@
 
 from ._combined import CombinedPermit, admit_all
 from ._gate import BoundedGate
-from ._keyed import GateLimits, KeyedGate
+from ._keyed import KeyedGate
 from ._permit import Permit
 
-__all__ = ("BoundedGate", "CombinedPermit", "GateLimits", "KeyedGate", "Permit", "admit_all")
+__all__ = ("BoundedGate", "CombinedPermit", "KeyedGate", "Permit", "admit_all")

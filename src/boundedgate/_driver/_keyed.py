@@ -36,15 +36,17 @@ import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from typing import Any, Generic, NamedTuple, TypeVar, cast, final
+from typing import Any, Generic, TypeVar, cast, final
 
 from .._core import (
+    GateLimits,
     GateState,
     KeyedStatistics,
     RateLimit,
     Status,
     Ticket,
     Totals,
+    check_limits,
     check_max_running,
     check_max_waiting,
     check_name,
@@ -56,21 +58,12 @@ from ._permit import Permit
 
 CANCELLED = Status.CANCELLED
 
-__all__ = ("GateLimits", "KeyedGate")
+__all__ = ("KeyedGate",)
 
 K = TypeVar("K", bound=Hashable)
 _T = TypeVar("_T")
 
 _FRESH, _LISTED, _RETIRED = "fresh", "listed", "retired"
-
-
-class GateLimits(NamedTuple):
-    """The limits of one key's gate, for :class:`KeyedGate`'s ``overrides``."""
-
-    #: Running slots (C), an int >= 1, or None for no limit on running.
-    max_running: int | None
-    #: Queue places (Q), an int >= 0, or None for an unbounded queue.
-    max_waiting: int | None
 
 
 class _KeyState(GateState):
@@ -211,7 +204,7 @@ class KeyedGate(Generic[K]):
         self._override: Callable[[K], GateLimits | None] | None = None
         if isinstance(overrides, Mapping):
             for key, limits in overrides.items():
-                _check_limits(key, limits)
+                check_limits(key, limits)
             self._overrides = overrides
         elif callable(overrides):
             self._override = overrides
@@ -357,8 +350,7 @@ class KeyedGate(Generic[K]):
             limits = self._override(key)
         if limits is None:
             return GateLimits(self._max_running, self._max_waiting)
-        _check_limits(key, limits)
-        return GateLimits(*limits)
+        return check_limits(key, limits)
 
     def stats(self) -> KeyedStatistics:
         """An immutable snapshot: the gate counts, and every key's counters summed, dropped keys included."""
@@ -510,11 +502,3 @@ class KeyedGate(Generic[K]):
         state._phase = _RETIRED
         self._retired.add(state)
         self._dropped += 1
-
-
-def _check_limits(key: object, limits: object) -> None:
-    if not isinstance(limits, tuple) or len(limits) != 2:
-        raise TypeError(f"limits for {key!r} must be GateLimits(max_running, max_waiting), got {limits!r}")
-    if limits[0] is not None:
-        check_max_running(limits[0])
-    check_max_waiting(limits[1])

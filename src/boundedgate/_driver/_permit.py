@@ -65,13 +65,11 @@ class Permit(Ticket, HandsOver):
         deadline: float,
         priority: int,
         cost: float,
-        max_wait: float = _INF,
-        raise_late: bool = True,
     ) -> None:
         # Ticket's fields, set here rather than through Ticket.__init__: a call less per request.
         self.arrival: float | None = None
         self.deadline = deadline
-        self.max_wait = max_wait
+        self.max_wait = _INF  # admit(max_wait=..., raise_late=...) sets these two afterwards
         self.started: float | None = None
         self.ended: float | None = None
         self.status = NEW
@@ -86,7 +84,7 @@ class Permit(Ticket, HandsOver):
         # True once a stream owns the slot: the block's exit then leaves it alone.
         self._handed_over = False
         # False: a block that finishes late is counted late, but its exit raises nothing.
-        self._raise_late = raise_late
+        self._raise_late = True
 
     @property
     def gate(self) -> BoundedGate:

@@ -19,14 +19,23 @@ the consumer cancelled while it reads  failed (``CancelledError`` propagates)
 garbage collection of an open stream   leaked, with a ``ResourceWarning`` naming the gate
 =====================================  ==========================================================
 
-After the request ends, the wrapper closes the underlying stream (the SDK's HTTP response), shielded
-from cancellation. Why ``break`` needs care: neither SDK closes anything when a consumer leaves an
-``async for`` (its ``__aiter__`` makes a new generator over a shared iterator), so a wrapper whose
-``__aiter__`` returned itself would never hear of it. ``__aiter__`` here is an async generator:
-when the consumer leaves the loop it is dropped, asyncio's asyncgen finaliser runs its ``finally``
-one loop turn later, in another task, and that closes the stream. The helpers that consume the SDK
-object internally (``text_stream``, ``until_done()``, ``get_final_*()``) bypass ``__anext__``, so
-they are wrapped too.
+After the request ends, the wrapper closes the underlying stream (the SDK's HTTP response) in a task
+of its own, and whoever asked for the close waits for that task to finish: a cancellation of the
+waiting task (``task.cancel()``, ``asyncio.timeout``, an anyio scope) is held back until the close
+is over, then raised, so that it cannot leave the response half closed. Why ``break`` needs care:
+neither SDK closes anything when a consumer leaves an ``async for`` (its ``__aiter__`` makes a new
+generator over a shared iterator), so a wrapper whose ``__aiter__`` returned itself would never
+hear of it. ``__aiter__`` here returns an iterator of its own for each loop: dropped after it
+started (the loop was left), it ends the stream at once for every later read, and schedules the
+release and the close for the next loop turn. The helpers that consume the SDK object internally
+(``text_stream``, ``until_done()``, ``get_final_*()``) bypass ``__anext__``, so they are wrapped too.
+
+Races between tasks: a stream has one reader at a time (a second task reading at once is refused).
+A close while another task reads interrupts that read (it is cancelled with a message of the
+wrapper's own, and the cancellation is taken back), and closes the wrapped stream once the read has
+ended: what the read gave is dropped, and the reader sees the end of the stream, so no item is ever
+yielded after the slot was given back. A reader that is being cancelled already is left to end its
+read by itself, and keeps its cancellation; so does one cancelled again before it ran.
 
 The wrapper holds no reference cycle, so reference counting finalises a dropped wrapper at once.
 Its finaliser cannot await: it schedules the release and the close on the event loop that owns the
@@ -41,6 +50,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import sys
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
@@ -55,6 +65,7 @@ from ._protocol import StreamPermit
 __all__ = ("GatedStream", "hand_over")
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 RUNNING = Status.RUNNING
 LATE = Status.LATE
@@ -66,10 +77,30 @@ _DRAINING = frozenset(
     ("until_done", "get_final_message", "get_final_text", "get_final_completion", "get_final_response")
 )
 
+#: The message of the cancellation with which a close interrupts another task's read in flight.
+_CLOSING = "boundedgate: the stream was closed while this task read it"
+
 _Exit = Callable[[type[BaseException] | None, BaseException | None, TracebackType | None], Awaitable[Any]]
 
-#: Close tasks started by finalisers, kept alive until they finish (the loop holds tasks weakly).
-_closing: set[asyncio.Task[None]] = set()
+#: Close tasks, kept alive until they finish (the loop holds tasks weakly).
+_closing: set[asyncio.Task[Any]] = set()
+
+if sys.version_info >= (3, 11):
+
+    def _being_cancelled(task: asyncio.Task[Any]) -> bool:
+        return task.cancelling() > 0
+
+    def _taken_back(task: asyncio.Task[Any], exc: BaseException | None) -> bool:
+        """Take back the interruption's cancellation of ``task``: True if no other one is left."""
+        return task.uncancel() == 0
+
+else:  # Python 3.10 counts no cancellations: the interruption's own message tells it apart
+
+    def _being_cancelled(task: asyncio.Task[Any]) -> bool:
+        return False
+
+    def _taken_back(task: asyncio.Task[Any], exc: BaseException | None) -> bool:
+        return exc is None or exc.args == (_CLOSING,)
 
 
 def hand_over(
@@ -98,6 +129,10 @@ def hand_over(
     return GatedStream(stream, permit, raise_late, manager_exit)
 
 
+class _Interrupted(Exception):
+    """A read in flight when another task closed the stream: what it gave is not the consumer's."""
+
+
 @final
 class GatedStream(Generic[_T]):
     """An async stream that holds a gate's slot and gives it back exactly once, when the stream ends.
@@ -123,14 +158,34 @@ class GatedStream(Generic[_T]):
     ``ResourceWarning`` naming the gate, like an unclosed file: nobody saw how it ended, its run time
     is whenever the collector came by, and the leak is a bug to find, not a success to count.
 
+    Closing returns once the wrapped stream is closed. A cancellation of the task that closes
+    (``task.cancel()``, ``asyncio.timeout``, an anyio scope) waits for the close to finish, and is
+    raised after it. Once the stream is over (it ended, was closed, or a consumer left an
+    ``async for`` over it early), every read is its end: ``__anext__`` raises
+    ``StopAsyncIteration`` and ``async for`` yields nothing. One task reads at a time: a read while
+    another task's read is in flight raises ``RuntimeError`` and ends nothing. A close while another
+    task reads interrupts that read, which then ends as the end of the stream (a helper such as
+    ``get_final_message()`` raises ``RuntimeError``); whatever it was about to return is dropped, so
+    nothing is yielded once the slot is given back.
+
     Known differences from the wrapped object: ``isinstance`` checks against the SDK class fail, and
     once the consumer leaves an ``async for`` early the stream is closed, so iterating again yields
     nothing (the SDKs would carry on where the loop stopped, holding the connection meanwhile).
     Exceptions raised in the body of an ``async for`` that is not inside ``async with stream:`` look
-    like a ``break`` to the wrapper; put the loop inside ``async with`` to have them count as failed.
+    like a ``break`` to the wrapper; put the loop inside ``async with stream:`` to have them count
+    as failed.
     """
 
-    __slots__ = ("_closed", "_manager_exit", "_permit", "_raise_late", "_stream")
+    __slots__ = (
+        "_closing",
+        "_interruption",
+        "_manager_exit",
+        "_over",
+        "_permit",
+        "_raise_late",
+        "_reader",
+        "_stream",
+    )
 
     def __init__(
         self,
@@ -143,8 +198,13 @@ class GatedStream(Generic[_T]):
         self._permit = permit
         self._raise_late = raise_late
         self._manager_exit = manager_exit
-        # Set once the wrapped stream is closed (or its close begun): nothing is left to do.
-        self._closed = False
+        # True once every read is the end: the close has begun, or a loop over the stream was left.
+        self._over = False
+        # The close of the wrapped stream once begun; it returns the error closing raised, if any.
+        self._closing: asyncio.Task[Exception | None] | None = None
+        # The task inside a read of the wrapped stream, and the close that interrupted that read.
+        self._reader: asyncio.Task[Any] | None = None
+        self._interruption: _Interruption | None = None
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -153,41 +213,78 @@ class GatedStream(Generic[_T]):
         return item
 
     def __aiter__(self) -> AsyncIterator[_T]:
-        return self._guarded(self._stream)
+        return _Loop(self, self._stream)
 
     async def _step(self, source: AsyncIterator[Any]) -> Any:
-        if self._closed:
+        if self._over:
             raise StopAsyncIteration
+        over = self._claim()
         try:
-            return await source.__anext__()
+            return await self._read(source.__anext__, over)
         except StopAsyncIteration:
             pass
+        except _Interrupted:
+            await self._closed_meanwhile()
+            raise StopAsyncIteration from None
         except BaseException as exc:
             await self._end(exc)
             raise
         await self._end(None)
         raise StopAsyncIteration
 
-    async def _guarded(self, source: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        # An async generator, so that leaving the loop early (break, an exception or a cancellation
-        # in the loop's body) reaches the finally: at once if the loop closes it, else when asyncio's
-        # asyncgen finaliser runs it, one loop turn after the generator was dropped.
+    def _claim(self) -> bool:
+        """Make the current task the stream's one reader; return ``_over`` as the read begins.
+
+        Raises:
+            RuntimeError: Another task is reading the stream.
+        """
+        if self._reader is not None:
+            raise RuntimeError(f"another task is reading {self!r}: a stream has one reader at a time")
+        self._reader = asyncio.current_task()
+        return self._over
+
+    async def _read(self, read: Callable[[], Awaitable[_R]], over: bool) -> _R:
+        """Await ``read()`` as the reader :meth:`_claim` made (``over``: what it returned).
+
+        Raises:
+            _Interrupted: The stream was closed while it read: what the read gave is dropped.
+        """
         try:
-            while True:
-                try:
-                    item = await self._step(source)
-                except StopAsyncIteration:
-                    return
-                yield item
-        finally:
-            await self.aclose()
+            result = await read()
+        except BaseException as exc:
+            if self._read_ended(over, exc):
+                raise _Interrupted from None
+            raise
+        if self._read_ended(over, None):
+            raise _Interrupted
+        return result
+
+    def _read_ended(self, over: bool, exc: BaseException | None) -> bool:
+        """A read begun with ``_over`` at ``over`` ended by ``exc`` (None: a result).
+
+        Returns True if the stream was closed meanwhile: what the read gave is then dropped,
+        except a cancellation that is the reader's own.
+        """
+        self._reader = None
+        interruption, self._interruption = self._interruption, None
+        if interruption is not None:
+            return interruption.ended(exc)
+        return self._over is not over and not isinstance(exc, asyncio.CancelledError)
+
+    async def _closed_meanwhile(self) -> None:
+        """After a read the stream's close interrupted: return once that close is over."""
+        closing = self._closing
+        if closing is not None:  # else a loop was left, and its close is yet to begin
+            await _outlast(closing)
 
     # -- closing --------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Release the slot (completed, or late past the deadline) and close the wrapped stream.
 
-        Idempotent; never raises :class:`Late`. Raises what closing the wrapped stream raises.
+        Idempotent; never raises :class:`Late`. Returns once the wrapped stream is closed, even if
+        another call began the close; a cancellation meanwhile is raised once it is. Raises what
+        closing the wrapped stream raised, from the call that began the close.
         """
         self._permit._finish()
         await self._close(None)
@@ -218,16 +315,50 @@ class GatedStream(Generic[_T]):
             raise permit._late()
 
     async def _close(self, exc: BaseException | None) -> None:
-        if self._closed:
+        closing = self._closing
+        began = closing is None
+        if closing is None:
+            closing = self._begin_close(exc)
+        error = await _outlast(closing)
+        if began and error is not None:
+            raise error
+
+    def _begin_close(self, exc: BaseException | None) -> asyncio.Task[Exception | None]:
+        """Start closing the wrapped stream, in a task no cancellation of the caller's reaches.
+
+        A read in flight in another task is interrupted first, and the close waits for its end.
+        """
+        self._over = True
+        reader = self._reader
+        read_over = None
+        if reader is not None and reader is not asyncio.current_task():
+            self._interruption = _Interruption(reader)
+            read_over = self._interruption.read_over
+        task = asyncio.get_running_loop().create_task(_shut(self._stream, self._manager_exit, exc, read_over))
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+        self._closing = task
+        return task
+
+    def _left(self) -> None:
+        """A loop over the stream was dropped before the end: every read is the end from now on.
+
+        Called from a finaliser (any thread, any bytecode): the release and the close are
+        scheduled on the permit's loop. If that loop is closed, the stream's own finaliser will
+        find it unclosed.
+        """
+        if self._over:
             return
-        self._closed = True
-        with anyio.CancelScope(shield=True):
-            if self._manager_exit is not None:
-                await self._manager_exit(
-                    None if exc is None else type(exc), exc, None if exc is None else exc.__traceback__
-                )
-            else:
-                await _close_stream(self._stream)
+        self._over = True
+        loop = self._permit._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(self._end_left)
+
+    def _end_left(self) -> None:
+        self._permit._finish()
+        if self._closing is None:
+            self._begin_close(None).add_done_callback(_report_left)
 
     # -- the drop-in ----------------------------------------------------------------------------
 
@@ -243,7 +374,7 @@ class GatedStream(Generic[_T]):
         if name in _DRAINING:
             return functools.partial(self._drain, name)
         if name == "text_stream":
-            return self._guarded(value)
+            return _Loop(self, value)
         return value
 
     async def _drain(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -251,13 +382,21 @@ class GatedStream(Generic[_T]):
 
         ``get_final_*()`` first run ``until_done()`` (where the object has it), so that an error the
         helper raises after the stream ended (``get_final_text()`` with no text block) is the
-        caller's, not the stream's, and does not count as a failed request.
+        caller's, not the stream's, and does not count as a failed request. On a stream that is
+        over, the helper reads nothing more: the stream is closed first.
         """
         stream = self._stream
+        if self._over:
+            await self.aclose()
         if name != "until_done" and hasattr(stream, "until_done"):
             await self._drain("until_done")
+        read = functools.partial(getattr(stream, name), *args, **kwargs)
+        over = self._claim()
         try:
-            result = await getattr(stream, name)(*args, **kwargs)
+            result = await self._read(read, over)
+        except _Interrupted:
+            await self._closed_meanwhile()
+            raise RuntimeError(f"{self!r} was closed while {name}() read it") from None
         except BaseException as exc:
             await self._end(exc)
             raise
@@ -268,7 +407,7 @@ class GatedStream(Generic[_T]):
 
     def __del__(self) -> None:
         try:
-            if self._closed:
+            if self._closing is not None:
                 return
             permit, stream, manager_exit = self._permit, self._stream, self._manager_exit
         except AttributeError:  # __init__ never ran
@@ -281,6 +420,113 @@ class GatedStream(Generic[_T]):
         return (
             f"<GatedStream of gate {permit.gate.name!r}: {permit.status.value}, "
             f"over {type(self._stream).__module__}.{type(self._stream).__qualname__}>"
+        )
+
+
+@final
+class _Loop(Generic[_T]):
+    """The iterator of one ``async for`` over a :class:`GatedStream` (or over its ``text_stream``).
+
+    Dropped after it started, it tells the stream that the loop was left (a ``break``, or the
+    loop's body raised); one never started ends nothing (``aiter(stream)``, ``hasattr()``).
+    """
+
+    __slots__ = ("_gated", "_source", "_started")
+
+    def __init__(self, gated: GatedStream[Any], source: AsyncIterator[_T]) -> None:
+        self._gated = gated
+        self._source = source
+        self._started = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> _T:
+        self._started = True
+        item: _T = await self._gated._step(self._source)
+        return item
+
+    async def aclose(self) -> None:
+        """Close the stream now (what ``contextlib.aclosing()`` calls): its ``aclose()``."""
+        await self._gated.aclose()
+
+    def __del__(self) -> None:
+        if self._started:
+            self._gated._left()
+
+
+@final
+class _Interruption:
+    """A close that waits for another task's read in flight to end, and cuts that read short.
+
+    It cancels the reader (and takes the cancellation back as the read ends) unless the reader is
+    being cancelled already: then its own cancellation is ending the read.
+    """
+
+    __slots__ = ("_cancelled", "read_over")
+
+    def __init__(self, reader: asyncio.Task[Any]) -> None:
+        #: Set when the read has ended: only then can the wrapped stream be closed.
+        self.read_over: asyncio.Future[None] = reader.get_loop().create_future()
+        self._cancelled: asyncio.Task[Any] | None = None
+        if not _being_cancelled(reader):
+            self._cancelled = reader
+            reader.cancel(_CLOSING)
+
+    def ended(self, exc: BaseException | None) -> bool:
+        """The read ended by ``exc`` (None: a result): True if what it gave is to be dropped.
+
+        All of it is, except a cancellation of the reader that is not only this one's (the
+        reader's own, requested before or after it).
+        """
+        if not self.read_over.done():
+            self.read_over.set_result(None)
+        reader = self._cancelled
+        alone = reader is not None and _taken_back(reader, exc)
+        return alone or not isinstance(exc, asyncio.CancelledError)
+
+
+async def _outlast(task: asyncio.Task[_R]) -> _R:
+    """Wait for ``task`` to finish even if the waiting task is cancelled, then raise that cancellation."""
+    cancelled: asyncio.CancelledError | None = None
+    with anyio.CancelScope(shield=True):  # else an anyio scope cancels again at every loop turn
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError as exc:
+                cancelled = cancelled or exc
+    if cancelled is not None:
+        raise cancelled
+    return task.result()
+
+
+async def _shut(
+    stream: object, manager_exit: _Exit | None, exc: BaseException | None, read_over: Awaitable[None] | None
+) -> Exception | None:
+    """Close ``stream`` (through ``manager_exit`` if given) once ``read_over``; return the error raised."""
+    try:
+        if read_over is not None:
+            await read_over
+        if manager_exit is not None:
+            await manager_exit(
+                None if exc is None else type(exc), exc, None if exc is None else exc.__traceback__
+            )
+        else:
+            await _close_stream(stream)
+    except Exception as error:  # returned, to be raised by the call that began the close
+        return error
+    return None
+
+
+def _report_left(task: asyncio.Task[Exception | None]) -> None:
+    """Closing a stream whose loop was left early raised: nobody awaits it, so the loop reports it."""
+    if not task.cancelled() and task.exception() is None and (error := task.result()) is not None:
+        task.get_loop().call_exception_handler(
+            {
+                "message": "closing a stream left early by its async for failed",
+                "exception": error,
+                "task": task,
+            }
         )
 
 
@@ -316,15 +562,8 @@ def _abandon(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -
 
 def _finish_abandoned(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -> None:
     permit._finish(LEAKED)
-    task = asyncio.get_running_loop().create_task(_close_abandoned(stream, manager_exit))
+    # A finaliser's close has nowhere to report a failure to (the stream is being thrown away):
+    # _shut returns the error, and nobody reads it.
+    task = asyncio.get_running_loop().create_task(_shut(stream, manager_exit, None, None))
     _closing.add(task)
     task.add_done_callback(_closing.discard)
-
-
-async def _close_abandoned(stream: object, manager_exit: _Exit | None) -> None:
-    # A finaliser's close has nowhere to report a failure to: the stream is being thrown away.
-    with contextlib.suppress(Exception):
-        if manager_exit is not None:
-            await manager_exit(None, None, None)
-        else:
-            await _close_stream(stream)

@@ -73,10 +73,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypedDict, cast
 
-from .._core import SIMULATED, GateState, RateLimit, Status, Ticket
-from .._core._settings import check_priorities as check_priorities_setting
-from .._driver import GateLimits
-from .._driver._keyed import _check_limits
+from .._core import SIMULATED, GateLimits, GateState, RateLimit, Status, Ticket, check_limits
+from .._core import check_priorities as check_priorities_setting
 from ._results import (
     ClassSummary,
     KeySummary,
@@ -143,7 +141,8 @@ class _Request(Ticket):
     __slots__ = ("index", "queued")
 
     def __init__(self, job: Job, index: int) -> None:
-        super().__init__(job.deadline_ms, job.priority, float(job.cost))
+        max_wait = math.inf if job.max_wait_ms is None else job.max_wait_ms
+        super().__init__(job.deadline_ms, job.priority, float(job.cost), max_wait)
         self.index = index
         self.queued = False
 
@@ -464,9 +463,12 @@ def _tally(rows: Iterable[RequestResult]) -> _Tally:
 def _summary(run: _Run, rows: Sequence[RequestResult], priorities: int, limits: _Limits) -> Summary:
     classes: list[ClassSummary] = []
     if priorities > 1:
-        for priority in range(priorities):
-            mine = (row for job, row in zip(run.jobs, rows, strict=True) if job.priority == priority)
-            classes.append(ClassSummary(priority=priority, **_tally(mine)))
+        # The classes with requests: a class nobody is in has nothing to count.
+        rows_of_class: dict[int, list[RequestResult]] = {}
+        for job, row in zip(run.jobs, rows, strict=True):
+            rows_of_class.setdefault(job.priority, []).append(row)
+        for priority in sorted(rows_of_class):
+            classes.append(ClassSummary(priority=priority, **_tally(rows_of_class[priority])))
     keys: list[KeySummary] = []
     if run.keyed:
         rows_of: dict[str, list[RequestResult]] = {gate.key: [] for gate in run.gates}
@@ -567,8 +569,7 @@ def check_overrides(overrides: Mapping[str, GateLimits] | None) -> dict[str, Gat
     for key, limits in overrides.items():
         if not isinstance(key, str):
             raise TypeError(f"overrides are keyed by the script's keys, which are strings; got {key!r}")
-        _check_limits(key, limits)
-        checked[key] = GateLimits(*limits)
+        checked[key] = check_limits(key, limits)
     return checked
 
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .._core import RateLimit, check_max_running, check_max_waiting
-from .._core._settings import check_jump_share, check_priorities
-from .._driver import GateLimits
+from .._core import (
+    GateLimits,
+    RateLimit,
+    check_jump_share,
+    check_max_running,
+    check_max_waiting,
+    check_priorities,
+)
 from ._engine import _simulate_checked, check_costs, check_overrides, check_rate_limits
 from ._engine import check_priorities as check_job_priorities
 from ._results import Summary

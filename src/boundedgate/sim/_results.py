@@ -21,8 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from .._core import BY_STATUS, SIMULATED, RateLimit, Status
-from .._driver import GateLimits
+from .._core import BY_STATUS, SIMULATED, GateLimits, RateLimit, Status
 
 _N = TypeVar("_N", int, float)
 
@@ -336,7 +335,8 @@ class Summary:
     queue_ms: Percentiles
     #: Arrival to end of requests that ran.
     end_to_end_ms: Percentiles
-    #: One :class:`ClassSummary` per priority class, 0 first; empty when the gate has one class.
+    #: One :class:`ClassSummary` per priority class with requests, most urgent first; empty when the
+    #: gate has one class.
     classes: tuple[ClassSummary, ...] = ()
     #: One :class:`KeySummary` per key, in the order of the keys' names (the default key, ``""``,
     #: first); empty when the script has one key.

@@ -22,15 +22,41 @@ import io
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+import reprlib
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ("COLUMNS", "Job", "ScriptError", "check_jobs", "parse_script", "read_script", "write_script")
+__all__ = (
+    "COLUMNS",
+    "MAX_MS",
+    "Job",
+    "ScriptError",
+    "check_jobs",
+    "parse_script",
+    "read_script",
+    "write_script",
+)
 
 _WHOLE = re.compile(r"[+-]?[0-9]+")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+#: The latest a time may be, in milliseconds (about 31,700 years): an arrival, a budget and a
+#: service time add up to less than 2**53, so every time the simulator computes is exact.
+MAX_MS = 10**15
+#: The most digits a whole number in a script may have: more is no time, priority or cost.
+_MAX_DIGITS = 30
+
+_shown = reprlib.Repr()
+_shown.maxlevel = 2
+_shown.maxstring = _shown.maxother = 60
+
+
+def _show(value: object) -> str:
+    """``repr(value)``, cut short: a message names a bad value, it does not reprint a file."""
+    return _shown.repr(value)
 
 
 class ScriptError(ValueError):
@@ -47,25 +73,27 @@ class ScriptError(ValueError):
         self.job_id = job_id
         prefix = where or ""
         if job_id is not None:
-            prefix += f" (id {job_id!r})"
+            prefix += f" (id {_show(job_id)})"
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 
 def _whole(name: str, value: object, minimum: int) -> int:
     if type(value) is not int:  # bool is an int to Python, never a time to us
-        kind = "a boolean" if isinstance(value, bool) else repr(value)
+        kind = "a boolean" if isinstance(value, bool) else _show(value)
         raise TypeError(f"{name} must be a whole number of milliseconds, got {kind}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ValueError(f"{name} must be >= {minimum}, got {_show(value)}")
+    if value > MAX_MS:
+        raise ValueError(f"{name} must be <= {MAX_MS} (about 31,700 years), got {_show(value)}")
     return value
 
 
 def _cost(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        kind = "a boolean" if isinstance(value, bool) else repr(value)
+        kind = "a boolean" if isinstance(value, bool) else _show(value)
         raise TypeError(f"{name} must be a number, got {kind}")
-    if not (value >= 0 and math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if not 0 <= value <= sys.float_info.max:  # no NaN, no infinity, no int too large for a float
+        raise ValueError(f"{name} must be a finite number >= 0, got {_show(value)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +106,7 @@ class Job:
         service_ms: How long its body runs once it starts, >= 1 (a body that takes no time would
             let one instant start and end requests forever).
         budget_ms: Its budget from arrival, covering the wait and the run, >= 1; None for no
-            deadline.
+            deadline. Every time is at most :data:`MAX_MS` (about 31,700 years).
         priority: Its priority class, >= 0; 0 is the most urgent (see ``BoundedGate``'s
             ``priorities``).
         cost: Its declared rate cost, a number >= 0: what ``admit(cost=...)`` would declare, taken
@@ -89,6 +117,9 @@ class Job:
         key: The gate it goes through (a tenant, a provider), as ``KeyedGate.admit(key)``: jobs
             with the same key share a gate, and each key's gate has the simulation's settings
             and buckets of its own. ``""`` is the default key.
+        max_wait_ms: Its queue budget from arrival, >= 0, as ``admit(max_wait=...)``: still queued
+            at ``min(arrival + budget, arrival + max_wait)``, it expires; once it runs only the
+            budget decides whether it is late. None: it may wait as long as its budget allows.
 
     Raises:
         TypeError: A field of the wrong type: a time that is not an int (floats, strings and
@@ -106,10 +137,11 @@ class Job:
     cost: float = 0
     actual_cost: float | None = None
     key: str = ""
+    max_wait_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
-            raise TypeError(f"id must be a string, got {self.id!r}")
+            raise TypeError(f"id must be a string, got {_show(self.id)}")
         if not self.id:
             raise ValueError("id must not be empty")
         _whole("arrival_ms", self.arrival_ms, 0)
@@ -117,15 +149,17 @@ class Job:
         if self.budget_ms is not None:
             _whole("budget_ms", self.budget_ms, 1)
         if type(self.priority) is not int:
-            kind = "a boolean" if isinstance(self.priority, bool) else repr(self.priority)
+            kind = "a boolean" if isinstance(self.priority, bool) else _show(self.priority)
             raise TypeError(f"priority must be a whole number, got {kind}")
         if self.priority < 0:
-            raise ValueError(f"priority must be >= 0, got {self.priority}")
+            raise ValueError(f"priority must be >= 0, got {_show(self.priority)}")
         _cost("cost", self.cost)
         if self.actual_cost is not None:
             _cost("actual_cost", self.actual_cost)
         if not isinstance(self.key, str):
-            raise TypeError(f"key must be a string, got {self.key!r}")
+            raise TypeError(f"key must be a string, got {_show(self.key)}")
+        if self.max_wait_ms is not None:
+            _whole("max_wait_ms", self.max_wait_ms, 0)
 
     @property
     def deadline_ms(self) -> float:
@@ -137,10 +171,18 @@ def _text(name: str, cell: str) -> object:
     return cell
 
 
+def _int(name: str, text: str) -> int:
+    """A whole number of at most :data:`_MAX_DIGITS` digits, the sign aside."""
+    digits = len(text.lstrip("+-"))
+    if digits > _MAX_DIGITS:
+        raise ValueError(f"{name} has {digits} digits: a script's numbers have at most {_MAX_DIGITS}")
+    return int(text)
+
+
 def _text_time(name: str, cell: str) -> object:
     if _WHOLE.fullmatch(cell):
-        return int(cell)
-    raise TypeError(f"{name} must be a whole number of milliseconds, got {cell!r}")
+        return _int(name, cell)
+    raise TypeError(f"{name} must be a whole number of milliseconds, got {_show(cell)}")
 
 
 def _text_optional_time(name: str, cell: str) -> object:
@@ -151,16 +193,16 @@ def _text_priority(name: str, cell: str) -> object:
     if cell == "":
         return 0
     if _WHOLE.fullmatch(cell):
-        return int(cell)
-    raise TypeError(f"{name} must be a whole number, got {cell!r}")
+        return _int(name, cell)
+    raise TypeError(f"{name} must be a whole number, got {_show(cell)}")
 
 
 def _text_number(cell: str, name: str) -> object:
     if _WHOLE.fullmatch(cell):
-        return int(cell)
+        return _int(name, cell)
     if _NUMBER.fullmatch(cell):
         return float(cell)
-    raise TypeError(f"{name} must be a number, got {cell!r}")
+    raise TypeError(f"{name} must be a number, got {_show(cell)}")
 
 
 def _text_cost(name: str, cell: str) -> object:
@@ -192,6 +234,7 @@ COLUMNS: Mapping[str, Column] = {
         Column("cost", False, _text_cost),
         Column("actual_cost", False, _text_optional_cost),
         Column("key", False, _text),
+        Column("max_wait_ms", False, _text_optional_time),
     )
 }
 
@@ -202,7 +245,7 @@ def _job(fields: Mapping[str, object], where: str) -> Job:
     for name in fields:
         if name not in COLUMNS:
             known = ", ".join(COLUMNS)
-            raise ScriptError(f"unknown column {name!r} (a script has: {known})", where, job_id)
+            raise ScriptError(f"unknown column {_show(name)} (a script has: {known})", where, job_id)
     for column in COLUMNS.values():
         if column.required and column.name not in fields:
             raise ScriptError(f"missing {column.name}", where, job_id)
@@ -239,11 +282,19 @@ def check_jobs(jobs: Iterable[Job], rows: Iterable[str] | None = None) -> list[J
     return checked
 
 
+def _json_int(text: str) -> int:
+    return _int("a whole number", text)
+
+
 def _parse_json(text: str, source: str) -> list[Job]:
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as error:
         raise ScriptError(f"not valid JSON: {error}", source) from None
+    except ValueError as error:  # from _json_int
+        raise ScriptError(str(error), source) from None
+    except RecursionError:
+        raise ScriptError("nested too deeply to be a script (a list of flat objects)", source) from None
     if isinstance(data, dict) and "jobs" in data:
         data = data["jobs"]
     if not isinstance(data, list):
@@ -253,19 +304,37 @@ def _parse_json(text: str, source: str) -> list[Job]:
     for index, item in enumerate(data):
         where = f"{source}, jobs[{index}]"
         if not isinstance(item, dict):
-            raise ScriptError(f"a request is a JSON object, got {item!r}", where)
+            raise ScriptError(f"a request is a JSON object, got {_show(item)}", where)
         jobs.append(_job(item, where))
         rows.append(where)
     return check_jobs(jobs, rows)
 
 
-def _parse_csv(text: str, source: str) -> list[Job]:
+def _csv_rows(text: str, source: str) -> Iterator[tuple[int, list[str]]]:
+    """Each row's line number and its cells, stripped; what the csv module refuses, as ScriptError."""
     reader = csv.reader(io.StringIO(text))
+    while True:
+        try:
+            raw = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            where = f"{source}, line {reader.line_num}"
+            if "field limit" in str(error):
+                limit = csv.field_size_limit()
+                raise ScriptError(f"a cell of more than {limit:,} characters", where) from None
+            raise ScriptError(f"not valid CSV: {error}", where) from None
+        yield reader.line_num, [cell.strip() for cell in raw]
+
+
+def _parse_csv(text: str, source: str) -> list[Job]:
+    if (nul := text.find("\x00")) >= 0:  # a binary file, or a UTF-16 one without its BOM
+        where = f"{source}, line {text.count(chr(10), 0, nul) + 1}"
+        raise ScriptError("a script holds no NUL characters (is it a text file?)", where)
     header: list[str] | None = None
     jobs: list[Job] = []
     rows: list[str] = []
-    for raw in reader:
-        cells = [cell.strip() for cell in raw]
+    for line, cells in _csv_rows(text, source):
         if not any(cells):
             continue  # blank lines
         if header is None:
@@ -273,14 +342,16 @@ def _parse_csv(text: str, source: str) -> list[Job]:
             for name in header:
                 if name not in COLUMNS:
                     known = ", ".join(COLUMNS)
-                    raise ScriptError(f"unknown column {name!r} (a script has: {known})", f"{source}, line 1")
+                    raise ScriptError(
+                        f"unknown column {_show(name)} (a script has: {known})", f"{source}, line {line}"
+                    )
             for column in COLUMNS.values():
                 if column.required and column.name not in header:
-                    raise ScriptError(f"no {column.name!r} column", f"{source}, line {reader.line_num}")
+                    raise ScriptError(f"no {column.name!r} column", f"{source}, line {line}")
             if len(set(header)) != len(header):
-                raise ScriptError("a column appears twice", f"{source}, line {reader.line_num}")
+                raise ScriptError("a column appears twice", f"{source}, line {line}")
             continue
-        where = f"{source}, line {reader.line_num}"
+        where = f"{source}, line {line}"
         if len(cells) != len(header):
             raise ScriptError(f"{len(cells)} cells for {len(header)} columns", where)
         fields: dict[str, Any] = {}
@@ -341,6 +412,8 @@ def _format_of(path: Path, text: str | None = None) -> Literal["json", "csv"]:
 def read_script(path: str | Path) -> list[Job]:
     """Read a script file: JSON if it ends in ``.json``, CSV if ``.csv``, else by its first character.
 
+    The file is UTF-8, with or without a byte order mark (Excel's "CSV UTF-8" has one).
+
     Args:
         path: The file.
 
@@ -348,11 +421,17 @@ def read_script(path: str | Path) -> list[Job]:
         The jobs, in the file's order.
 
     Raises:
-        ScriptError: The file is not a valid script (see :func:`parse_script`).
+        ScriptError: The file is not UTF-8 text, or not a valid script (see :func:`parse_script`).
         OSError: The file cannot be read.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    data = path.read_bytes()
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ScriptError("is UTF-16 text: save it as UTF-8", str(path))
+    try:
+        text = data.decode("utf-8-sig")  # with or without the BOM Excel writes ("CSV UTF-8")
+    except UnicodeDecodeError as error:
+        raise ScriptError(f"is not UTF-8 text ({error.reason} at byte {error.start})", str(path)) from None
     return parse_script(text, _format_of(path, text), source=str(path))
 
 

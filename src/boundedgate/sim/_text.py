@@ -15,6 +15,7 @@ __all__ = (
     "keys_table",
     "number",
     "percent",
+    "printable",
     "requests_table",
     "summary_lines",
     "sweep_table",
@@ -102,9 +103,20 @@ def percent(part: int, whole: int) -> str:
     return "<0.1%" if share < 0.1 else f"{share:.1f}%"
 
 
+def printable(text: str) -> str:
+    r"""``text`` for a terminal: characters that are not printable escaped as in a Python literal.
+
+    So a key or an id can hold no escape sequence, control character or lone surrogate that the
+    terminal would act on or fail to encode: ``"\x1b[2J"`` prints as ``\x1b[2J``.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def key_name(key: str) -> str:
-    """A key for a table: as it is, but the default key, ``""``, which shows as ``""``."""
-    return key or '""'
+    """A key for a table: printable, and the default key, ``""``, shows as ``""``."""
+    return printable(key) or '""'
 
 
 def requests_table(result: Simulation) -> str:
@@ -115,7 +127,7 @@ def requests_table(result: Simulation) -> str:
     keyed = bool(result.summary.keys)
     rows = [
         (
-            r.id,
+            printable(r.id),
             *((key_name(r.key),) if keyed else ()),
             r.outcome.value,
             *map(number, (r.arrival_ms, r.start_ms, r.end_ms, r.queue_ms, r.end_to_end_ms)),
@@ -149,7 +161,7 @@ def trace_table(result: Simulation) -> str:
         (
             number(e.time_ms),
             e.event,
-            e.id,
+            printable(e.id),
             *((key_name(e.key),) if keyed else ()),
             e.running,
             e.waiting,

@@ -24,20 +24,42 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from ._script import Job
+from ._script import MAX_MS, Job
 
-__all__ = ("Arrivals", "Bursts", "Distribution", "Exponential", "Fixed", "LogNormal", "Poisson", "generate")
+__all__ = (
+    "MAX_REQUESTS",
+    "Arrivals",
+    "Bursts",
+    "Distribution",
+    "Exponential",
+    "Fixed",
+    "LogNormal",
+    "Poisson",
+    "generate",
+)
 
 _Z99 = NormalDist().inv_cdf(0.99)
 #: A lognormal's p99 is at most ``exp(z99 ** 2 / 2)`` (about 14.97) times its mean.
 MAX_LOGNORMAL_P99_RATIO = math.exp(_Z99 * _Z99 / 2)
+#: The most requests a workload makes: a million replay in about ten seconds and half a gigabyte.
+MAX_REQUESTS = 1_000_000
 
 
-def _positive(name: str, value: object) -> float:
+def _too_many(what: str, duration_ms: int, count: float, about: bool) -> ValueError:
+    approximately = "about " if about else ""
+    return ValueError(
+        f"{what} for {duration_ms} ms would make {approximately}{count:,.0f} requests; a workload makes "
+        f"at most {MAX_REQUESTS:,}: lower the rate, the burst size or the duration"
+    )
+
+
+def _positive(name: str, value: object, most: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {value!r}")
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if value > most:
+        raise ValueError(f"{name} must be at most {most:g}, got {value!r}")
     return float(value)
 
 
@@ -63,8 +85,18 @@ class Poisson:
     def __post_init__(self) -> None:
         _positive("rate", self.rate)
 
+    def expected(self, duration_ms: int) -> float:
+        """The mean number of arrivals in ``duration_ms``."""
+        return self.rate * duration_ms / 1000.0
+
     def times(self, duration_ms: int, rng: random.Random) -> list[int]:
-        """Arrival instants in ``[0, duration_ms)``, in whole milliseconds, in order."""
+        """Arrival instants in ``[0, duration_ms)``, in whole milliseconds, in order.
+
+        Raises:
+            ValueError: More than :data:`MAX_REQUESTS` arrivals expected.
+        """
+        if self.expected(duration_ms) > MAX_REQUESTS:
+            raise _too_many(f"Poisson(rate={self.rate:g})", duration_ms, self.expected(duration_ms), True)
         mean_gap = 1000.0 / self.rate
         times: list[int] = []
         t = 0.0
@@ -103,13 +135,29 @@ class Bursts:
             if self.every_ms < 1:
                 raise ValueError(f"every_ms must be >= 1, got {self.every_ms}")
 
-    def times(self, duration_ms: int, rng: random.Random) -> list[int]:
-        """Arrival instants in ``[0, duration_ms)``, in order (``rng`` is not used)."""
+    def _starts(self, duration_ms: int) -> Sequence[int]:
         if self.every_ms is None:
-            starts: Sequence[int] = [self.start_ms] if self.start_ms < duration_ms else []
-        else:
-            starts = range(self.start_ms, duration_ms, self.every_ms)
-        return [start for start in starts for _ in range(self.size)]
+            return [self.start_ms] if self.start_ms < duration_ms else []
+        return range(self.start_ms, duration_ms, self.every_ms)
+
+    def expected(self, duration_ms: int) -> float:
+        """The number of arrivals in ``duration_ms``."""
+        if self.start_ms >= duration_ms:
+            return 0
+        bursts = 1 if self.every_ms is None else -(-(duration_ms - self.start_ms) // self.every_ms)
+        return bursts * self.size
+
+    def times(self, duration_ms: int, rng: random.Random) -> list[int]:
+        """Arrival instants in ``[0, duration_ms)``, in order (``rng`` is not used).
+
+        Raises:
+            ValueError: More than :data:`MAX_REQUESTS` arrivals.
+        """
+        count = self.expected(duration_ms)
+        if count > MAX_REQUESTS:
+            every = "" if self.every_ms is None else f", every_ms={self.every_ms}"
+            raise _too_many(f"Bursts(size={self.size}{every})", duration_ms, count, False)
+        return [start for start in self._starts(duration_ms) for _ in range(self.size)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +172,7 @@ class Fixed:
     ms: float
 
     def __post_init__(self) -> None:
-        _positive("ms", self.ms)
+        _positive("ms", self.ms, MAX_MS)
 
     def sample(self, rng: random.Random) -> float:
         """The time, in milliseconds (``rng`` is not used)."""
@@ -148,7 +196,7 @@ class Exponential:
     mean_ms: float
 
     def __post_init__(self) -> None:
-        _positive("mean_ms", self.mean_ms)
+        _positive("mean_ms", self.mean_ms, MAX_MS)
 
     def sample(self, rng: random.Random) -> float:
         """One time, in milliseconds."""
@@ -175,8 +223,8 @@ class LogNormal:
     p99_ms: float
 
     def __post_init__(self) -> None:
-        mean = _positive("mean_ms", self.mean_ms)
-        p99 = _positive("p99_ms", self.p99_ms)
+        mean = _positive("mean_ms", self.mean_ms, MAX_MS)
+        p99 = _positive("p99_ms", self.p99_ms, MAX_MS)
         if not mean < p99 <= mean * MAX_LOGNORMAL_P99_RATIO:
             raise ValueError(
                 f"a lognormal's p99 must be above its mean and at most {MAX_LOGNORMAL_P99_RATIO:.2f} "
@@ -228,7 +276,7 @@ def _pick(cumulative: Sequence[float], rng: random.Random) -> int:
 
 
 def _whole_ms(value: float) -> int:
-    return max(1, round(value))
+    return min(MAX_MS, max(1, round(value)))  # a far tail's draw, cut at the latest a time may be
 
 
 def _check_cost(name: str, value: object) -> None:
@@ -268,9 +316,11 @@ def generate(
             duration_ms=600_000,
         )
 
-    Times are rounded to whole milliseconds; service times and budgets are at least 1 ms. Requests
-    are numbered in arrival order (``r00001``, ``r00002``...); several arrival processes are merged,
-    and requests arriving at the same instant keep the order of ``arrivals``.
+    A workload makes at most :data:`MAX_REQUESTS` (a million) requests: arrivals expected to make
+    more are refused before anything is drawn. Times are rounded to whole milliseconds; service
+    times and budgets are at least 1 ms. Requests are numbered in arrival order (``r00001``,
+    ``r00002``...); several arrival processes are merged, and requests arriving at the same instant
+    keep the order of ``arrivals``.
 
     Args:
         arrivals: One arrival process, or several to merge.
@@ -292,14 +342,15 @@ def generate(
         The jobs, sorted by arrival.
 
     Raises:
-        TypeError, ValueError: A duration that is not an int >= 1, a fixed budget that is not an
+        TypeError, ValueError: Arrivals expected to make more than :data:`MAX_REQUESTS` requests
+            in ``duration_ms``, a duration that is not an int >= 1, a fixed budget that is not an
             int >= 1, an arrival process or distribution of the wrong type, a priority or key
             mix that is empty, has a weight that is not a finite number >= 0, or weighs nothing,
             a key mix that is not a mapping from str, or a fixed cost that is not a finite number
             >= 0.
     """
-    if type(duration_ms) is not int or duration_ms < 1:
-        raise ValueError(f"duration_ms must be an int >= 1, got {duration_ms!r}")
+    if type(duration_ms) is not int or not 1 <= duration_ms <= MAX_MS:
+        raise ValueError(f"duration_ms must be an int >= 1 and <= {MAX_MS}, got {duration_ms!r}")
     processes = [arrivals] if isinstance(arrivals, (Poisson, Bursts)) else list(arrivals)
     for process in processes:
         if not isinstance(process, (Poisson, Bursts)):
@@ -325,6 +376,9 @@ def generate(
             raise TypeError(f"key_mix's keys must be strings, got {key!r}")
     shares = None if key_mix is None else _cumulative(key_mix.values(), "key_mix", "key")
 
+    expected = sum(process.expected(duration_ms) for process in processes)
+    if expected > MAX_REQUESTS and len(processes) > 1:
+        raise _too_many("these arrivals", duration_ms, expected, True)
     arrival_rng = random.Random(f"boundedgate:{seed}:arrivals")
     times = sorted(t for process in processes for t in process.times(duration_ms, arrival_rng))
     service_rng = random.Random(f"boundedgate:{seed}:service")
