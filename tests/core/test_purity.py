@@ -33,6 +33,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     # The asyncio driver.
     "_driver": {"_core", "_errors", "_streams"},
     "redis": {"_core", "_errors", "_streams", "_driver"},
+    # The edges: the HTTP server and client sides, over any gate.
+    "asgi": {"_core", "_errors", "_streams", "_driver"},
+    "httpx": {"_core", "_errors", "_streams", "_driver"},
+    "aiohttp": {"_core", "_errors", "_streams", "_driver", "httpx"},
     # The simulator replays the core alone: never the asyncio driver.
     "sim": {"_core"},
     # The command line is the simulator's; the root package only for __version__.
@@ -53,6 +57,12 @@ SHARED_PRIVATE: dict[str, dict[str, str]] = {
         "sim._workload": "and reads its workloads",
     },
     "_driver": {"_streams._handing": "a permit hands its slot over to a stream"},
+    "aiohttp": {
+        "httpx._admission": "the aiohttp middleware admits as the httpx transport does",
+        "httpx._exchange": "records each exchange as it does",
+        "httpx._signals": "reads the provider's signals as it does",
+        "httpx._transport": "and tells retries apart by the same header",
+    },
     "redis": {
         "_driver._compat": "a Redis permit asks what a local one asks of the running task",
         "_streams._handing": "and hands its slot over to a stream as a local one does",

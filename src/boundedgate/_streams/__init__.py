@@ -6,5 +6,15 @@ Nothing here knows a particular gate: a permit only has to implement :class:`Str
 from ._opener import StreamOpener, StreamSource
 from ._protocol import StreamPermit
 from ._stream import GatedStream, hand_over
+from ._stream import _abandon as abandon
+from ._stream import _close_stream as close_stream
 
-__all__ = ("GatedStream", "StreamOpener", "StreamPermit", "StreamSource", "hand_over")
+__all__ = (
+    "GatedStream",
+    "StreamOpener",
+    "StreamPermit",
+    "StreamSource",
+    "abandon",
+    "close_stream",
+    "hand_over",
+)

@@ -19,7 +19,7 @@ from .._core import check_max_wait, check_timeout
 from .._driver import KeyedGate
 from .._errors import GateError, Late
 from .._streams import GatedStream
-from .._streams._stream import _close_stream
+from .._streams import close_stream as _close_stream
 from ._refusal import BodyFunction, check_style, refusal_for
 from ._types import Receive, Scope, Send
 

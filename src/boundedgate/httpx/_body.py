@@ -1,0 +1,159 @@
+"""The response body that holds the request's slot until the body is read to its end or closed.
+
+The transport swaps ``response.stream`` for a :class:`GatedBody`. httpx reads a response through
+it: ``aiter_raw()`` iterates it and calls ``aclose()`` after the last chunk; ``response.aclose()``
+(the SDKs call it when their stream ends or is closed) closes it. The request ends exactly once,
+on the first of these, always before the first ``await``:
+
+=================================  ==============================================================
+what ends the body                 outcome
+=================================  ==============================================================
+read to its end                    completed, or late at or after the deadline (never raised:
+                                   the transport cannot take back a response it delivered)
+``aclose()`` before its end        the same: the consumer chose to stop
+a read error from the connection   failed (the error propagates)
+the reader cancelled mid-read      failed, released in that same step (``CancelledError``)
+collected unclosed                 leaked, with a ``ResourceWarning``, released on the loop
+=================================  ==============================================================
+
+The usage the body reported (see :mod:`._usage`) is settled at the end, whichever it was.
+httpx2's client asserts that a transport's stream is an ``httpx2.AsyncByteStream``: the class
+is built once per httpx flavour, mixed with that flavour's ``AsyncByteStream``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import AsyncIterator, Callable
+from types import ModuleType
+from typing import Any
+
+import anyio
+
+from .._core import Status
+from .._streams import StreamPermit
+from .._streams import abandon as _abandon
+from ._exchange import Exchange
+from ._usage import UsageReader
+
+__all__ = ("GatedBody", "body_class")
+
+FAILED = Status.FAILED
+RUNNING = Status.RUNNING
+
+Settle = Callable[[StreamPermit, Exchange], None]
+
+_classes: dict[str, type[GatedBody]] = {}
+
+
+def body_class(flavour: ModuleType) -> type[GatedBody]:
+    """The :class:`GatedBody` subclass that is also ``flavour.AsyncByteStream`` (httpx, httpx2)."""
+    cls = _classes.get(flavour.__name__)
+    if cls is None:
+        cls = _classes[flavour.__name__] = type(
+            "GatedBody", (GatedBody, flavour.AsyncByteStream), {"__module__": __name__}
+        )
+    return cls
+
+
+class GatedBody:
+    """A response body that owns its request's slot (see the module docstring)."""
+
+    def __init__(
+        self,
+        inner: Any,
+        permit: StreamPermit,
+        exchange: Exchange,
+        reader: UsageReader | None,
+        settle: Settle,
+        on_end: Callable[[Exchange], None] | None,
+    ) -> None:
+        self._inner = inner
+        self._permit = permit
+        self._exchange = exchange
+        self._reader = reader
+        self._settle = settle
+        self._on_end = on_end
+        self._closed = False
+
+    @property
+    def permit(self) -> StreamPermit:
+        """The permit whose slot this body holds."""
+        return self._permit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        exchange = self._exchange
+        reader = self._reader
+        loop = asyncio.get_running_loop()
+        try:
+            async for chunk in self._inner:
+                if exchange.first_byte is None and chunk:
+                    exchange.first_byte = loop.time()
+                if reader is not None:
+                    reader.feed(chunk)
+                yield chunk
+        except GeneratorExit:  # the iterator was dropped: aclose() or the collector ends it
+            raise
+        except BaseException:  # a read error, or the reader cancelled mid-body
+            self._end(FAILED)
+            raise
+        exchange.last_byte = loop.time()
+        self._end(None)
+
+    async def aclose(self) -> None:
+        """Close the body: end the request (completed or late by the time), then close the connection."""
+        self._end(None)
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self._inner.aclose()
+
+    def _in_memory(self, content: bytes) -> None:
+        """The response arrived complete, its body already read: end the request now."""
+        exchange = self._exchange
+        if content:
+            exchange.first_byte = exchange.headers
+            if self._reader is not None:
+                self._reader.feed(content)
+        exchange.last_byte = exchange.headers
+        self._closed = True
+        self._end(None)
+
+    def _end(self, ending: Status | None) -> None:
+        """End the request now, once: settle the body's usage, give the slot back, tell the hook."""
+        permit = self._permit
+        if permit.status is not RUNNING:
+            return
+        exchange = self._exchange
+        if self._reader is not None:
+            exchange.usage = self._reader.end()
+        self._settle(permit, exchange)
+        permit._finish(ending)
+        self._ended(permit, exchange)
+
+    def _ended(self, permit: StreamPermit, exchange: Exchange) -> None:
+        loop = permit._loop
+        exchange.ended = loop.time() if loop is not None else None
+        exchange.outcome = permit.status.value
+        if self._on_end is not None:
+            self._on_end(exchange)
+
+    def __del__(self) -> None:
+        try:
+            if self._closed or self._permit.status is not RUNNING:
+                return
+            permit, inner = self._permit, self._inner
+        except AttributeError:  # __init__ never ran
+            return
+        note = _abandon(permit, inner, None)
+        warnings.warn(
+            f"unclosed response body holding a slot of gate {permit.gate.name!r}{note}",
+            ResourceWarning,
+            stacklevel=1,
+            source=self,
+        )
+
+    def __repr__(self) -> str:
+        return f"<GatedBody of gate {self._permit.gate.name!r}: {self._permit.status.value}>"

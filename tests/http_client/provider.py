@@ -1,0 +1,259 @@
+"""The fake provider of ``tests/fake_provider.py``, extended with what a provider says about its limits.
+
+A subclass, so the base provider (which other tests use) is unchanged. On top of it:
+
+- rate-limit headers on every answer: OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
+  or Anthropic's ``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}``;
+- ``overloaded=N``: answer the first N requests (per API and ``x-fake`` header) with 529 (Anthropic's
+  overloaded_error) or, for OpenAI, 503;
+- usage: in the plain JSON answer of both APIs, in OpenAI's last stream chunk when the request asks
+  (``stream_options={"include_usage": True}``), and in Anthropic's ``message_start`` (input) and
+  ``message_delta`` (output) events; ``prompt_tokens`` is the input count;
+- the connections open right now (``active``) and the most ever open at once (``peak_active``), and
+  every request's headers (``requests``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import socket
+from collections.abc import AsyncIterator, Iterator
+
+from tests.fake_provider import (
+    Behaviour,
+    ClientGone,
+    FakeProvider,
+    Served,
+    _openai_chunk,
+    _plain_answer,
+    _sse,
+    _tokens,
+    _write_chunk,
+)
+
+__all__ = ("LimitsBehaviour", "LimitsProvider", "limits_provider")
+
+
+@dataclasses.dataclass
+class LimitsBehaviour(Behaviour):
+    """:class:`Behaviour` and the limits the provider reports (see the module docstring)."""
+
+    overloaded: int = 0
+    prompt_tokens: int = 5
+    remaining_requests: int = 59
+    remaining_tokens: int = 79_000
+    reset_ms: int = 1500
+
+
+class LimitsProvider(FakeProvider):
+    """The fake provider with rate-limit headers, 529s and usage; see the module docstring."""
+
+    behaviour: LimitsBehaviour
+
+    def __init__(self, behaviour: LimitsBehaviour | None = None) -> None:
+        super().__init__(behaviour or LimitsBehaviour())
+        self.requests: list[dict[str, str]] = []
+        self.peak_active = 0
+        self._overloaded: dict[str, int] = {}
+
+    @property
+    def active(self) -> int:
+        """Connections open now (each carries one request)."""
+        return len(self._connections)
+
+    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.peak_active = max(self.peak_active, self.active)
+        head = await reader.readuntil(b"\r\n\r\n")
+        request_line, *header_lines = head.decode("latin-1").split("\r\n")
+        _, path, _ = request_line.split(" ", 2)
+        headers = {}
+        for line in header_lines:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))) or b"{}")
+        behaviour = self.behaviour.updated(headers.get("x-fake"))
+        api = "anthropic" if path.endswith("/messages") else "openai"
+        served = Served(api)
+        self.served.append(served)
+        self.requests.append(headers)
+        for callback in self.on_request:
+            callback(served)
+        limits = _limit_headers(api, behaviour)
+        key = f"{api} {headers.get('x-fake', '')}"
+        if behaviour.rate_limited > self._rate_limited.get(key, 0):
+            self._rate_limited[key] = self._rate_limited.get(key, 0) + 1
+            retry_after = max(1, -(-behaviour.retry_after_ms // 1000))
+            retry = {"retry-after-ms": str(behaviour.retry_after_ms), "retry-after": str(retry_after)}
+            _send(writer, 429, _error(api, "rate_limit_error"), {**limits, **retry})
+            served.end("rate_limited")
+        elif behaviour.overloaded > self._overloaded.get(key, 0):
+            self._overloaded[key] = self._overloaded.get(key, 0) + 1
+            status = 529 if api == "anthropic" else 503
+            _send(writer, status, _error(api, "overloaded_error"), {"retry-after": "1"})
+            served.end("overloaded")
+        elif not body.get("stream"):
+            _send(writer, 200, _plain(api, behaviour), limits)
+            served.end("plain")
+        else:
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            await self._limits_stream(reader, writer, api, behaviour, served, limits, usage)
+            return
+        await writer.drain()
+
+    async def _limits_stream(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        api: str,
+        behaviour: LimitsBehaviour,
+        served: Served,
+        limits: dict[str, str],
+        usage: bool,
+    ) -> None:
+        head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+        head += "connection: close\r\n" + "".join(f"{name}: {value}\r\n" for name, value in limits.items())
+        writer.write(head.encode() + b"\r\n")
+        gone = asyncio.ensure_future(reader.read(1))
+        try:
+            events = _openai_events(behaviour, usage) if api == "openai" else _anthropic_events(behaviour)
+            for kind, payload in events:
+                if kind == "delta":
+                    if behaviour.hold_after is not None and served.sent == behaviour.hold_after:
+                        await self._until(self._release.wait(), gone)
+                    if behaviour.fail_after is not None and served.sent == behaviour.fail_after:
+                        writer.transport.abort()
+                        served.end("dropped")
+                        return
+                    if behaviour.delay:
+                        await self._until(asyncio.sleep(behaviour.delay), gone)
+                    served.sent += 1
+                _write_chunk(writer, payload)
+                await self._until(writer.drain(), gone)
+            _write_chunk(writer, b"")
+            await self._until(writer.drain(), gone)
+            served.end("eof")
+        except (ClientGone, ConnectionError):
+            served.end("client_gone")
+        finally:
+            gone.cancel()
+
+
+@contextlib.asynccontextmanager
+async def limits_provider(
+    behaviour: LimitsBehaviour | None = None, sock: socket.socket | None = None
+) -> AsyncIterator[LimitsProvider]:
+    """A running :class:`LimitsProvider` on 127.0.0.1, stopped on exit."""
+    provider = LimitsProvider(behaviour)
+    await provider.start(sock)
+    try:
+        yield provider
+    finally:
+        provider.release()
+        await provider.stop()
+
+
+def usage_of(behaviour: LimitsBehaviour) -> int:
+    """The total tokens the provider reports for an answer with this behaviour."""
+    return behaviour.prompt_tokens + behaviour.chunks
+
+
+def _limit_headers(api: str, behaviour: LimitsBehaviour) -> dict[str, str]:
+    if api == "openai":
+        return {
+            "x-ratelimit-limit-requests": "60",
+            "x-ratelimit-remaining-requests": str(behaviour.remaining_requests),
+            "x-ratelimit-reset-requests": f"{behaviour.reset_ms}ms",
+            "x-ratelimit-limit-tokens": "80000",
+            "x-ratelimit-remaining-tokens": str(behaviour.remaining_tokens),
+            "x-ratelimit-reset-tokens": "6m0s",
+        }
+    return {
+        "anthropic-ratelimit-requests-limit": "60",
+        "anthropic-ratelimit-requests-remaining": str(behaviour.remaining_requests),
+        "anthropic-ratelimit-requests-reset": "2026-01-01T00:00:00Z",
+        "anthropic-ratelimit-tokens-limit": "80000",
+        "anthropic-ratelimit-tokens-remaining": str(behaviour.remaining_tokens),
+        "anthropic-ratelimit-tokens-reset": "2026-01-01T00:00:00Z",
+    }
+
+
+def _error(api: str, kind: str) -> object:
+    if api == "openai":
+        return {"error": {"message": kind, "type": kind, "code": kind}}
+    return {"type": "error", "error": {"type": kind, "message": kind}}
+
+
+def _plain(api: str, behaviour: LimitsBehaviour) -> object:
+    answer = _plain_answer(api, behaviour)
+    assert isinstance(answer, dict)
+    if api == "openai":
+        answer["usage"] = {
+            "prompt_tokens": behaviour.prompt_tokens,
+            "completion_tokens": behaviour.chunks,
+            "total_tokens": usage_of(behaviour),
+        }
+    else:
+        answer["usage"] = {"input_tokens": behaviour.prompt_tokens, "output_tokens": behaviour.chunks}
+    return answer
+
+
+def _send(writer: asyncio.StreamWriter, status: int, body: object, headers: dict[str, str]) -> None:
+    data = json.dumps(body).encode()
+    reason = {200: "OK", 429: "Too Many Requests", 503: "Service Unavailable", 529: "Overloaded"}[status]
+    head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    head += f"content-length: {len(data)}\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    writer.write(head.encode() + b"\r\n" + data)
+
+
+def _openai_events(behaviour: LimitsBehaviour, usage: bool) -> Iterator[tuple[str, bytes]]:
+    yield "start", _openai_chunk({"role": "assistant", "content": ""})
+    for token in _tokens(behaviour):
+        yield "delta", _openai_chunk({"content": token})
+    yield "delta", _openai_chunk({}, finish="stop")
+    if usage:
+        chunk = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "fake-model",
+            "choices": [],
+            "usage": {
+                "prompt_tokens": behaviour.prompt_tokens,
+                "completion_tokens": behaviour.chunks,
+                "total_tokens": usage_of(behaviour),
+            },
+        }
+        yield "end", _sse(chunk)
+    yield "end", b"data: [DONE]\n\n"
+
+
+def _anthropic_events(behaviour: LimitsBehaviour) -> Iterator[tuple[str, bytes]]:
+    message = {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": "fake-model",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": behaviour.prompt_tokens, "output_tokens": 1},
+    }
+    yield "start", _sse({"type": "message_start", "message": message}, "message_start")
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    yield "start", _sse(block, "content_block_start")
+    for token in _tokens(behaviour):
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": token}}
+        yield "delta", _sse(delta, "content_block_delta")
+    yield "delta", _sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
+    end = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": behaviour.chunks},
+    }
+    yield "end", _sse(end, "message_delta")
+    yield "end", _sse({"type": "message_stop"}, "message_stop")

@@ -1,0 +1,99 @@
+"""gate_middleware on a real aiohttp ClientSession, over loopback to the fake provider, in virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from boundedgate import OUTCOMES, BoundedGate, QueueFull
+from boundedgate.aiohttp import gate_middleware
+from boundedgate.httpx import Exchange, ProviderSignal, gate_call
+from tests.helpers import checked_gate
+from tests.http_client.provider import LimitsProvider, limits_provider
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[LimitsProvider]:
+    async with limits_provider() as provider:
+        yield provider
+
+
+def _counted(gate: BoundedGate, **expected: int) -> None:
+    stats = gate.stats()
+    assert (stats.running, stats.waiting) == (0, 0), stats
+    for name in (o.name for o in OUTCOMES):
+        assert getattr(stats, name) == expected.get(name, 0), (name, stats)
+
+
+def _post(
+    session: aiohttp.ClientSession, provider: LimitsProvider, fake: str = "", stream: bool = True
+) -> object:
+    return session.post(
+        f"{provider.openai_url}/chat/completions", json={**BODY, "stream": stream}, headers={"x-fake": fake}
+    )
+
+
+async def test_the_slot_is_held_while_the_body_streams(provider: LimitsProvider) -> None:
+    gate = checked_gate(1, 0, name="llm")
+    exchanges: list[Exchange] = []
+    signals: list[ProviderSignal] = []
+    middleware = gate_middleware(gate, on_exchange=exchanges.append, on_provider_signal=signals.append)
+    async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+        async with _post(session, provider, "chunks=3,delay=1") as response:
+            assert gate.running == 1
+            with pytest.raises(QueueFull):  # refused before anything is sent
+                async with _post(session, provider):
+                    pass
+            lines = [line async for line in response.content if line.startswith(b"data:")]
+            assert gate.running == 0  # at the end of the body, inside the block
+        assert lines[-1] == b"data: [DONE]\n"
+    assert len(provider.served) == 1
+    _counted(gate, completed=1, rejected=1)
+    assert [(e.status, e.outcome) for e in exchanges] == [(200, "completed")]
+    assert signals[0].kind == "quota"
+
+
+@pytest.mark.parametrize("leave", ["async with", "release", "close"])
+async def test_leaving_mid_body_releases(provider: LimitsProvider, leave: str) -> None:
+    gate = checked_gate(1, 0, name="llm")
+    async with aiohttp.ClientSession(middlewares=(gate_middleware(gate),)) as session:
+        async with _post(session, provider, "hold_after=1") as response:
+            await response.content.readline()
+            assert gate.running == 1
+            if leave == "release":
+                response.release()
+                assert gate.running == 0
+            elif leave == "close":
+                response.close()
+                assert gate.running == 0
+        assert gate.running == 0
+    _counted(gate, completed=1)
+
+
+async def test_a_plain_answer_and_a_failed_request(provider: LimitsProvider) -> None:
+    gate = checked_gate(1, 0, name="llm")
+    async with aiohttp.ClientSession(middlewares=(gate_middleware(gate),)) as session:
+        async with _post(session, provider, stream=False) as response:
+            answer = json.loads(await response.read())
+        assert answer["usage"]["total_tokens"] == 8
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await session.get("http://127.0.0.1:1/")
+    _counted(gate, completed=1, failed=1)
+
+
+async def test_one_deadline_across_requests_of_a_call(provider: LimitsProvider) -> None:
+    gate = checked_gate(1, 5, name="llm")
+    async with (
+        aiohttp.ClientSession(middlewares=(gate_middleware(gate),)) as session,
+        gate_call(timeout=1.5),
+        _post(session, provider, "chunks=2,delay=1") as response,
+    ):
+        await response.read()  # ends at 3 s: after the call's deadline
+    _counted(gate, late=1)
+    assert asyncio.get_running_loop().time() >= 1.5

@@ -1,0 +1,192 @@
+"""GatedTransport with plain httpx and httpx2 clients: what holds the slot, what ends it, on both flavours.
+
+The inner transport is the flavour's own ``MockTransport`` (no sockets), or a stub whose body
+the test drives; the SDK tests (``test_sdk_transport.py``) do the same over loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+
+from boundedgate import OUTCOMES, BoundedGate, RateLimit
+from boundedgate.httpx import Exchange, GatedTransport, gate_call
+from tests.helpers import checked_gate
+
+FLAVOURS = [httpx2, httpx]
+
+
+@pytest.fixture(params=FLAVOURS, ids=lambda module: module.__name__)
+def flavour(request: pytest.FixtureRequest) -> Any:
+    return request.param
+
+
+def _counted(gate: BoundedGate, **expected: int) -> None:
+    stats = gate.stats()
+    assert (stats.running, stats.waiting) == (0, 0), stats
+    for name in (o.name for o in OUTCOMES):
+        assert getattr(stats, name) == expected.get(name, 0), (name, stats)
+
+
+def _answering(flavour: Any, status: int = 200, **kwargs: Any) -> Any:
+    return flavour.MockTransport(lambda request: flavour.Response(status, **kwargs))
+
+
+class Chunks:
+    """A response body the test feeds: ``put()`` a chunk, ``end()``, or ``fail()`` the next read."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while (item := await self.queue.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class Fed:
+    """An inner transport answering each request with a body the test feeds (``bodies``)."""
+
+    def __init__(self, flavour: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        self.flavour = flavour
+        self.status = status
+        self.headers = headers or {}
+        self.bodies: list[Chunks] = []
+
+    async def handle_async_request(self, request: Any) -> Any:
+        body = Chunks()
+        self.bodies.append(body)
+        stream = type("Stream", (self.flavour.AsyncByteStream,), {"__aiter__": body.__aiter__})()
+        stream.aclose = body.aclose
+        return self.flavour.Response(self.status, headers=self.headers, stream=stream, request=request)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_response_built_in_memory_ends_at_once_and_settles_its_usage(flavour: Any) -> None:
+    """A MockTransport's (or a cache's) response has its body read already: httpx never reads or
+    closes its stream again, so waiting for that would hold the slot until garbage collection."""
+    gate = checked_gate(1, 0, rate_limits=[RateLimit(rate=1e-9, burst=100, unit="tokens")])
+    inner = _answering(flavour, json={"usage": {"total_tokens": 7}})
+    async with flavour.AsyncClient(transport=GatedTransport(gate, inner, cost=50)) as client:
+        for _ in range(2):  # one slot, no waiting room: the second is admitted only if the first ended
+            async with client.stream("GET", "http://provider/") as response:
+                assert response.status_code == 200
+                assert gate.running == 0
+    _counted(gate, completed=2)
+    assert gate.stats().tokens[0] == pytest.approx(100 - 2 * 7)
+
+
+async def test_an_empty_body_ends_at_once(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    async with flavour.AsyncClient(transport=GatedTransport(gate, _answering(flavour, 204))) as client:
+        assert (await client.head("http://provider/")).status_code == 204
+        assert gate.running == 0
+    _counted(gate, completed=1)
+
+
+async def test_a_failing_inner_transport_fails_the_request(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+
+    def refuse(request: Any) -> Any:
+        raise flavour.ConnectError("no route", request=request)
+
+    async with flavour.AsyncClient(transport=GatedTransport(gate, flavour.MockTransport(refuse))) as client:
+        with pytest.raises(flavour.ConnectError):
+            await client.get("http://provider/")
+    _counted(gate, failed=1)
+
+
+async def test_the_body_holds_the_slot_and_each_ending_releases_once(flavour: Any) -> None:
+    gate = checked_gate(1, 1)
+    fed = Fed(flavour)
+    exchanges: list[Exchange] = []
+    transport = GatedTransport(gate, fed, on_exchange=exchanges.append)
+    async with flavour.AsyncClient(transport=transport) as client:
+        # read to the end
+        async with client.stream("GET", "http://provider/") as response:
+            body = fed.bodies[-1]
+            body.queue.put_nowait(b"a")
+            body.queue.put_nowait(None)
+            assert [chunk async for chunk in response.aiter_raw()] == [b"a"]
+            assert gate.running == 0  # at the end of the body, before the block's exit
+        # closed early
+        async with client.stream("GET", "http://provider/"):
+            assert gate.running == 1
+        assert fed.bodies[-1].closed
+        # a read error
+        async with client.stream("GET", "http://provider/") as response:
+            fed.bodies[-1].queue.put_nowait(OSError("reset"))
+            with pytest.raises(OSError, match="reset"):
+                await response.aread()
+            assert gate.running == 0
+    _counted(gate, completed=2, failed=1)
+    assert [e.outcome for e in exchanges] == ["completed", "completed", "failed"]
+
+
+async def test_a_request_waits_its_turn_and_a_cancelled_waiter_takes_nothing(flavour: Any) -> None:
+    gate = checked_gate(1, 2)
+    fed = Fed(flavour)
+    async with flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client:
+        first = await client.send(client.build_request("GET", "http://provider/"), stream=True)
+        waiting = asyncio.create_task(client.get("http://provider/"))
+        cancelled = asyncio.create_task(client.get("http://provider/"))
+        await asyncio.sleep(1)
+        assert (gate.running, gate.waiting, len(fed.bodies)) == (1, 2, 1)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert gate.waiting == 1
+        await first.aclose()
+        await asyncio.sleep(0)
+        fed.bodies[-1].queue.put_nowait(None)
+        assert (await waiting).status_code == 200
+    _counted(gate, completed=2, cancelled=1)
+    assert gate.stats().queue_seconds_max == pytest.approx(1)
+
+
+async def test_gate_call_deadline_makes_late_responses_count_late_never_raise(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    fed = Fed(flavour)
+    async with flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client:
+        async with gate_call(timeout=1):
+            request = client.get("http://provider/")
+            task = asyncio.create_task(request)
+        await asyncio.sleep(2)
+        fed.bodies[-1].queue.put_nowait(b"late")
+        fed.bodies[-1].queue.put_nowait(None)
+        assert (await task).content == b"late"
+    _counted(gate, late=1)
+
+
+async def test_the_default_inner_transport_is_the_requests_flavour(flavour: Any) -> None:
+    transport = GatedTransport(checked_gate(1, 0))
+    async with flavour.AsyncClient(transport=transport) as client:
+        with pytest.raises(flavour.ConnectError):  # nothing listens on port 1: a real transport tried
+            await client.get("http://127.0.0.1:1/")
+    assert isinstance(transport._inner, flavour.AsyncHTTPTransport)
+
+
+async def test_a_signal_hook_that_raises_gives_the_slot_back(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+
+    def broken(signal: object) -> None:
+        raise RuntimeError("hook")
+
+    fed = Fed(flavour, status=429, headers={"retry-after": "1"})
+    async with flavour.AsyncClient(transport=GatedTransport(gate, fed, on_provider_signal=broken)) as client:
+        with pytest.raises(RuntimeError, match="hook"):
+            await client.get("http://provider/")
+    assert fed.bodies[-1].closed
+    _counted(gate, completed=1)
