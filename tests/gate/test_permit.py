@@ -207,3 +207,25 @@ async def test_deadline_already_passed_is_refused_before_it_is_counted() -> None
 def test_repr() -> None:
     gate = checked_gate(1, 0, name="openai")
     assert repr(gate.admit()) == "<Permit of 'openai': new>"
+
+
+async def test_a_running_permit_entered_again_is_refused_and_keeps_its_slot() -> None:
+    gate = checked_gate(1, 1)
+    async with gate.admit() as permit:
+        with pytest.raises(RuntimeError, match=r"is already entered; a permit is entered once"):
+            async with permit:
+                raise AssertionError("a second body ran on one slot")
+        assert (gate.running, permit.status) == (1, Status.RUNNING)
+        with pytest.raises(QueueFull):
+            gate.try_admit()  # the outer body still holds the one slot
+    assert gate.stats().completed == 1
+
+
+async def test_a_try_admit_permit_is_entered_once_too() -> None:
+    gate = checked_gate(1, 1)
+    permit = gate.try_admit()
+    async with permit:
+        with pytest.raises(RuntimeError, match="already entered"):
+            await permit.__aenter__()
+        assert gate.running == 1
+    assert (gate.running, permit.status) == (0, Status.COMPLETED)

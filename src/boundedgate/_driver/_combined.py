@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from typing_extensions import Self
 
-from .._core import Status, check_deadline, check_timeout
+from .._core import Status, check_cost, check_deadline, check_priority, check_timeout
 from .._errors import Late
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
@@ -38,6 +38,7 @@ LATE = Status.LATE
 FAILED = Status.FAILED
 
 _T = TypeVar("_T")
+_ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
 
 #: A gate, or a keyed gate and the key to take in it.
 Step = BoundedGate | tuple[KeyedGate[Any], Hashable]
@@ -108,6 +109,11 @@ def admit_all(
             raise TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {gate!r}")
     if not families:
         raise ValueError("admit_all() needs at least one gate")
+    if priority is not _ZERO:  # checked now against the fewest classes among the gates, not at a step
+        classes = (f.priorities if type(f) is BoundedGate else f._priorities for f in families)
+        check_priority(priority, min(classes))
+    if cost is not None:
+        cost = check_cost(cost)
     if deadline is None:
         relative = check_timeout(timeout)  # inf for None: no deadline
         absolute = math.inf

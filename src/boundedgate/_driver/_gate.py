@@ -8,6 +8,7 @@ armed at the earliest queued deadline (no task and no timer per waiter).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import sys
 from collections.abc import Sequence
@@ -26,18 +27,21 @@ from .._core import (
 )
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource
-from ._permit import Permit
+from ._permit import _HELD, Permit
 
 if TYPE_CHECKING:
     from ._combined import CombinedPermit
 
 __all__ = ("BoundedGate",)
 
+QUEUED = Status.QUEUED
 RUNNING = Status.RUNNING
 REJECTED = Status.REJECTED
 EVICTED = Status.EVICTED
 RATE_LIMITED = Status.RATE_LIMITED
 _INF = math.inf
+_MAX = sys.float_info.max
+_ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
 _T = TypeVar("_T")
 
 
@@ -103,7 +107,17 @@ class BoundedGate:
             ``jump_share`` outside [0, 1).
     """
 
-    __slots__ = ("__weakref__", "_loop", "_max_running", "_name", "_rated", "_state", "_timer", "_timer_at")
+    __slots__ = (
+        "__weakref__",
+        "_loop",
+        "_max_running",
+        "_name",
+        "_parked",
+        "_rated",
+        "_state",
+        "_timer",
+        "_timer_at",
+    )
 
     def __init__(
         self,
@@ -134,6 +148,9 @@ class BoundedGate:
         # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
+        # The permits asleep on a future in the queue: what a failed core event or a dead loop must
+        # still reach, when no list of woken permits comes back.
+        self._parked: set[Permit] = set()
 
     # -- public API -------------------------------------------------------------------------
 
@@ -208,13 +225,14 @@ class BoundedGate:
                 timeout and a deadline, or a cost above a rate limit's burst (it could never be
                 served).
         """
-        if priority:
+        if priority is not _ZERO:  # the default passes untouched; anything else is checked (0.0, None)
             priority = check_priority(priority, self._state.priorities)
         cost = 0.0 if cost is None else self._state.check_cost(cost)
         if deadline is None:
             if timeout is None:
                 return Permit(self, None, _INF, priority, cost)
-            if (type(timeout) is float or type(timeout) is int) and timeout >= 0:  # the common case inline
+            # The common case inline; an int beyond a float's range (and inf, NaN) takes the full check.
+            if (type(timeout) is float or type(timeout) is int) and 0 <= timeout <= _MAX:
                 return Permit(self, timeout, _INF, priority, cost)
             return Permit(self, check_timeout(timeout), _INF, priority, cost)
         if timeout is not None:
@@ -241,6 +259,7 @@ class BoundedGate:
         permit = self.admit(timeout=timeout, deadline=deadline, cost=cost)
         if permit._arrive(False) is not RUNNING:
             raise permit._gate._refusal(permit)  # the gate it arrived at (a keyed gate may move it)
+        permit._waiter = _HELD  # held before it is entered: its first entry is not a second one
         return permit
 
     def stream(
@@ -300,14 +319,27 @@ class BoundedGate:
         old = self._loop
         if loop is not old:
             state = self._state
-            if old is not None and (state.running or state.waiting) and not old.is_closed():
-                raise RuntimeError(f"{self!r} is in use on another event loop")
+            if old is not None and (state.running or state.waiting):
+                if not old.is_closed():
+                    raise RuntimeError(
+                        f"{self!r} is in use on another event loop; a gate moves only when idle, "
+                        "or once its loop is closed"
+                    )
+                self._drop_parked(loop.time())
             if self._timer is not None:
                 self._timer.cancel()
             self._loop = loop
             self._timer = None
             self._timer_at = math.inf
         return loop
+
+    def _drop_parked(self, now: float) -> None:
+        """The gate's loop closed: its parked waiters will never wake, so they leave (``cancelled``)."""
+        parked = self._parked
+        while parked:
+            permit = parked.pop()
+            permit._waiter = None
+            self._state.cancel(permit, now)  # a slot handed to a dead waiter passes on, to another
 
     def _wake(self, woken: Sequence[Ticket]) -> None:
         """Resolve the futures of permits that left the queue (started or expired), oldest first."""
@@ -318,15 +350,44 @@ class BoundedGate:
                 if waiter is None:
                     continue
                 if not waiter.done():
-                    waiter.set_result(None)
-                elif permit.status is RUNNING:
-                    # Its caller was cancelled in the turn the slot was handed to it: the slot
-                    # passes on now rather than when that task wakes to find it cancelled.
+                    try:
+                        waiter.set_result(None)
+                        continue
+                    except RuntimeError:  # its loop is closed: nobody will ever wake on it
+                        if not self._loop.is_closed():  # type: ignore[union-attr]
+                            raise
+                        self._parked.discard(permit)
+                        permit._waiter = None  # type: ignore[attr-defined]
+                if permit.status is RUNNING:
+                    # Its caller was cancelled in the turn the slot was handed to it (or its loop is
+                    # gone): the slot passes on now rather than when that task wakes to find it so.
                     passed_on += self._state.cancel(permit, self._loop.time())  # type: ignore[union-attr]
             woken = passed_on
 
+    def _core_failed(self) -> None:
+        """The core raised in the middle of an event: wake whoever it had already moved out of the queue.
+
+        The list of woken permits never came back, so every parked permit the core no longer holds
+        as queued is woken (to start, or to see its refusal), and the timer is rearmed.
+        """
+        loop = self._loop
+        if loop is None:
+            return
+        for permit in tuple(self._parked):
+            waiter = permit._waiter
+            if permit.status is not QUEUED and waiter is not None and not waiter.done():
+                with contextlib.suppress(RuntimeError):  # a closed loop: _bind drops them
+                    waiter.set_result(None)
+        with contextlib.suppress(Exception):  # the state may be inconsistent: do what can be done
+            self._timer_at = math.inf
+            self._rearm()
+
     def _cancel(self, permit: Permit) -> None:
-        woken = self._state.cancel(permit, self._loop.time())  # type: ignore[union-attr]
+        try:
+            woken = self._state.cancel(permit, self._loop.time())  # type: ignore[union-attr]
+        except BaseException:
+            self._core_failed()
+            raise
         if woken:
             self._wake(woken)
         if self._rated and self._state.waiting:
@@ -341,7 +402,13 @@ class BoundedGate:
     def _arm_timer(self, when: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = self._loop.call_at(when, self._on_timer)  # type: ignore[union-attr]
+        try:
+            self._timer = self._loop.call_at(when, self._on_timer)  # type: ignore[union-attr]
+        except RuntimeError:  # the loop is closed (a release after it closed): nothing to wake
+            self._timer = None
+            if not self._loop.is_closed():  # type: ignore[union-attr]
+                raise
+            return
         self._timer_at = when
 
     def _on_timer(self) -> None:
@@ -350,7 +417,11 @@ class BoundedGate:
         now = max(self._loop.time(), self._timer_at)  # type: ignore[union-attr]
         self._timer = None
         self._timer_at = math.inf
-        woken = self._state.advance(now)
+        try:
+            woken = self._state.advance(now)
+        except BaseException:
+            self._core_failed()
+            raise
         if woken:
             self._wake(woken)
         self._rearm()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, TypeVar, cast, final
 
 from typing_extensions import Self
 
@@ -26,6 +26,9 @@ LATE = Status.LATE
 CANCELLED = Status.CANCELLED
 
 _T = TypeVar("_T")
+
+# What `_waiter` holds for a permit from try_admit() until it is entered: the slot is held already.
+_HELD: asyncio.Future[None] = cast("asyncio.Future[None]", object())
 
 
 @final
@@ -104,7 +107,12 @@ class Permit(Ticket, HandsOver):
         loop = gate._loop
         if loop is None:
             return
-        woken = gate._state.settle(self, value, loop.time())
+        try:
+            woken = gate._state.settle(self, value, loop.time())
+        except BaseException:
+            gate._core_failed()
+            raise
+        gate = self._gate  # a settle after a keyed gate dropped its key's gate charges the key's gate now
         if woken:
             gate._wake(woken)
         if gate._rated and gate._state.waiting:
@@ -113,13 +121,19 @@ class Permit(Ticket, HandsOver):
     async def __aenter__(self) -> Self:
         status = self.status
         if status is RUNNING:
-            return self  # from try_admit(): it holds its slot already
+            if self._waiter is _HELD:  # from try_admit(): it holds its slot already
+                self._waiter = None
+                return self
+            # Entered already: a second exit would free the slot under the first block's body.
+            raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
         status = self._arrive(True)
         if status is RUNNING:
             return self
         gate = self._gate
         if status is QUEUED:
             waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]
+            parked = gate._parked
+            parked.add(self)
             if gate._rated:
                 gate._rearm()
             elif self.deadline < gate._timer_at:
@@ -131,9 +145,11 @@ class Permit(Ticket, HandsOver):
                 # (the future holds a result but the task was cancelled before it resumed): either
                 # way give back what it holds, and a slot passes on to the next in line.
                 self._waiter = None
+                parked.discard(self)
                 gate._cancel(self)
                 raise
             self._waiter = None
+            parked.discard(self)
             if self.status is RUNNING:
                 return self
         raise gate._refusal(self)
@@ -168,7 +184,11 @@ class Permit(Ticket, HandsOver):
         timeout = self._timeout
         if timeout is not None:
             self.deadline = now + timeout
-        woken = gate._state.arrive(self, now, wait)
+        try:
+            woken = gate._state.arrive(self, now, wait)
+        except BaseException:
+            self._gate._core_failed()  # the gate it arrived at (a keyed gate may have moved it)
+            raise
         if woken:
             gate._wake(woken)
         return self.status
@@ -177,7 +197,11 @@ class Permit(Ticket, HandsOver):
         """End the request now, if it holds a slot: ``FAILED``, else completed or late."""
         if self.status is RUNNING:
             gate = self._gate
-            woken = gate._state.release(self, gate._loop.time(), failed)  # type: ignore[union-attr]
+            try:
+                woken = gate._state.release(self, gate._loop.time(), failed)  # type: ignore[union-attr]
+            except BaseException:
+                gate._core_failed()
+                raise
             if woken:
                 gate._wake(woken)
             if gate._rated and gate._state.waiting:
