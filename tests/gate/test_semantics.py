@@ -404,3 +404,63 @@ def test_the_largest_float_timeout_is_still_a_timeout() -> None:
     gate = BoundedGate(max_running=1, max_waiting=0)
     assert gate.admit(timeout=sys.float_info.max)._timeout == sys.float_info.max
     assert gate.admit(timeout=10**300)._timeout == 10**300
+
+
+# -- a loop that closed with waiters parked on it ------------------------------------------------
+
+
+def _park_on_a_loop_that_closes(gate: BoundedGate) -> tuple[object, asyncio.Task[object]]:
+    loop = asyncio.new_event_loop()
+
+    async def park() -> tuple[object, asyncio.Task[object]]:
+        holder = gate.try_admit()
+        waiter = asyncio.ensure_future(gate.admit().__aenter__())
+        await asyncio.sleep(0)
+        return holder, waiter
+
+    holder, waiter = loop.run_until_complete(park())
+    assert (gate.running, gate.waiting) == (1, 1)
+    loop.close()  # the waiter's task is never resumed again
+    return holder, waiter
+
+
+def test_release_after_the_loop_closed_never_raises_and_gives_no_slot_to_the_dead() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1)
+    holder, waiter = _park_on_a_loop_that_closes(gate)
+    holder.release()  # type: ignore[attr-defined]
+    assert (gate.running, gate.waiting) == (0, 0)  # the slot went to nobody: the waiter is cancelled
+    stats = gate.stats()
+    assert (stats.completed, stats.cancelled, stats.admitted) == (1, 1, 1)
+    assert not waiter.done()  # its loop is gone: nothing will ever run it
+    second = asyncio.new_event_loop()
+    try:
+
+        async def use() -> None:
+            async with gate.admit():
+                pass
+
+        second.run_until_complete(use())
+    finally:
+        second.close()
+    assert gate.stats().completed == 2
+
+
+def test_a_gate_moving_off_a_closed_loop_drops_the_waiters_parked_there() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1)
+    holder, _ = _park_on_a_loop_that_closes(gate)
+    second = asyncio.new_event_loop()
+    try:
+
+        async def use() -> Status:
+            waiter = asyncio.ensure_future(gate.admit(timeout=5).__aenter__())  # the dead one's place
+            await asyncio.sleep(0)
+            assert (gate.running, gate.waiting) == (1, 1)
+            holder.release()  # type: ignore[attr-defined]
+            permit = await waiter
+            permit.release()
+            return permit.status
+
+        assert second.run_until_complete(use()) is Status.COMPLETED
+    finally:
+        second.close()
+    assert gate.stats().cancelled == 1

@@ -87,7 +87,11 @@ class BoundedGate:
     computed from the bucket. A gate with ``max_running=None`` and rate limits is a rate limiter.
 
     The gate binds to the event loop that first uses it. It may move to another loop while it is
-    idle (nothing running or waiting); using it from another loop while busy is a RuntimeError.
+    idle (nothing running or waiting), or once its loop is closed; using it from another loop while
+    it is busy on an open one is a RuntimeError. Waiters parked on a closed loop never wake: a slot
+    freed after the loop closed (``release()`` never raises) is not handed to them, and a move to a
+    new loop drops them (they count as cancelled). Permits still running on the closed loop keep
+    their slots until released.
 
     Args:
         max_running: Running slots, an int >= 1, or None for no limit on running (then the gate
