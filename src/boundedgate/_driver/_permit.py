@@ -42,7 +42,9 @@ class Permit(Ticket, HandsOver):
 
     Releasing is idempotent: the slot goes back exactly once, whichever path gets there first
     (``release()``, the end of the ``async with`` block), and the block may be exited from another
-    task than the one that entered it.
+    task than the one that entered it. A permit is entered once: entering it again while its block
+    runs (``async with permit:`` inside ``async with permit:``) is a ``RuntimeError`` that leaves
+    the slot with the outer block.
 
     Attributes:
         status: Where the request stands (:class:`Status`); its outcome once it has ended.
