@@ -562,3 +562,42 @@ async def test_a_combined_permit_entered_again_is_refused_and_keeps_its_gates() 
                 raise AssertionError("a second body ran on one set of slots")
         assert (permit.status, openai.running, tenants.running) == (Status.RUNNING, 1, 1)
     assert (permit.status, openai.running, tenants.running) == (Status.COMPLETED, 0, 0)
+
+
+def test_the_order_graph_forgets_gates_once_they_are_collected() -> None:
+    import gc
+    import tracemalloc
+
+    openai = BoundedGate(max_running=1, max_waiting=0, name="openai")
+
+    def churn(pairs: int) -> None:
+        for i in range(pairs):  # a short-lived gate per request in front of one shared provider
+            admit_all(BoundedGate(max_running=1, max_waiting=0, name=f"session{i}"), openai)
+        gc.collect()
+        probe = BoundedGate(max_running=1, max_waiting=0, name="probe")
+        admit_all(probe, openai)  # the first check after the collection unlinks the dead
+
+    churn(100)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        churn(20_000)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    kept = sum(
+        stat.size_diff
+        for stat in after.compare_to(before, "filename")
+        if stat.traceback[0].filename == _order.__file__
+    )
+    assert kept < 20_000, kept  # bytes: what 20,000 pairs left behind, once collected (it was megabytes)
+
+
+def test_unrelated_gates_do_not_share_a_graph() -> None:
+    a, b, c, d = (BoundedGate(max_running=1, max_waiting=0, name=n) for n in "abcd")
+    admit_all(a, b)
+    admit_all(c, d)
+    assert _order._nodes[a].after == {_order._nodes[b]}
+    assert _order._nodes[b].before == {_order._nodes[a]}
+    assert not _order._nodes[b].after  # nothing of c and d is reachable from a and b
+    assert _order._nodes[c].after == {_order._nodes[d]}
