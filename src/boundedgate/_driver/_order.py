@@ -52,8 +52,8 @@ _dead: list[_Node] = []
 # weakref.ref(gate) returns the gate's one plain reference once it exists: no allocation.
 _checked: set[tuple[weakref.ref[object], ...]] = set()
 _CHECKED_MAX = 4096
-# Cached sequences that a collected family made dead, since the cache was last swept.
-_dead_cached = 0
+# Collected families that were in cached sequences (each made one or more dead) since the last sweep.
+_stale: list[_Node] = []
 # Admissions on several event loops in several threads share the nodes.
 _lock = threading.Lock()
 
@@ -91,7 +91,6 @@ def _node(family: object) -> _Node:
 
 
 def _unlink_dead() -> None:
-    global _dead_cached
     while _dead:
         node = _dead.pop()
         for first in node.before:
@@ -101,27 +100,26 @@ def _unlink_dead() -> None:
         node.before.clear()
         node.after.clear()
         if node.cached:
-            _dead_cached += 1
-    if _dead_cached > len(_checked) // 2:  # swept when dead entries could be half the cache: O(1) each
+            _stale.append(node)
+    if len(_stale) > len(_checked) // 2:  # swept when dead entries could be half the cache: O(1) each
         live = {refs for refs in _checked if all(ref() is not None for ref in refs)}
         _clear_cache()
         _checked.update(live)
         for refs in live:
             for ref in refs:
                 family = ref()
-                if family is not None and (node := _nodes.get(family)) is not None:
-                    node.cached = True
+                if family is not None and (known := _nodes.get(family)) is not None:
+                    known.cached = True
 
 
 def _clear_cache() -> None:
-    global _dead_cached
     for refs in _checked:
         for ref in refs:
             family = ref()
-            if family is not None and (node := _nodes.get(family)) is not None:
-                node.cached = False
+            if family is not None and (known := _nodes.get(family)) is not None:
+                known.cached = False
     _checked.clear()
-    _dead_cached = 0
+    _stale.clear()
 
 
 def _check(nodes: list[_Node], names: Sequence[str]) -> None:
