@@ -91,7 +91,8 @@ def admit_all(
         RateLimited: A step's rate limits could not pay the cost in time; names that gate.
         QueueExpired: The deadline passed while waiting at a step (or had passed on arrival).
         Evicted: A more urgent arrival took the request's place at a step; names that gate.
-        asyncio.CancelledError: The caller was cancelled while waiting, or before it arrived.
+        asyncio.CancelledError: The caller was cancelled while waiting, or had a cancellation
+            pending when it arrived (as for :meth:`BoundedGate.admit`).
 
     Raises (at once):
         TypeError: Something other than a gate or a ``(KeyedGate, key)`` pair; a malformed timeout

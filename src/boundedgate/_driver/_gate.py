@@ -221,8 +221,10 @@ class BoundedGate:
             RateLimited: Its tokens could not arrive before its deadline, at once.
             QueueExpired: The deadline passed while waiting, or had passed on arrival.
             Evicted: A more urgent arrival took its place in a full queue.
-            asyncio.CancelledError: The caller was cancelled while waiting, or was already
-                cancelled on arrival (then nothing was counted).
+            asyncio.CancelledError: The caller was cancelled while waiting, or had a cancellation
+                pending on arrival (then nothing was counted): a ``task.cancel()`` not yet
+                delivered, or a cancelled anyio scope around it. A cancellation already delivered
+                and swallowed is not pending: that caller is admitted, as by ``asyncio.Semaphore``.
 
         Raises (at once):
             TypeError, ValueError: A malformed timeout, deadline, priority or cost, both a
@@ -258,7 +260,8 @@ class BoundedGate:
             QueueFull: The request cannot start at once (no free slot, or others are queued).
             RateLimited: A slot is free but the rate limits do not hold its cost now.
             QueueExpired: The deadline had already passed (nothing was counted).
-            asyncio.CancelledError: The calling task is being cancelled (nothing was counted).
+            asyncio.CancelledError: The calling task has a cancellation pending, as for
+                :meth:`admit` (nothing was counted).
         """
         permit = self.admit(timeout=timeout, deadline=deadline, cost=cost)
         if permit._arrive(False) is not RUNNING:

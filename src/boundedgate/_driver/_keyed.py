@@ -291,7 +291,8 @@ class KeyedGate(Generic[K]):
             RateLimited: The key's rate limits cannot pay its cost in time.
             QueueExpired: The deadline passed while waiting, or had passed on arrival.
             Evicted: A more urgent arrival took its place in the key's full queue.
-            asyncio.CancelledError: The caller was cancelled while waiting, or before it arrived.
+            asyncio.CancelledError: The caller was cancelled while waiting, or had a cancellation
+                pending when it arrived (as for :meth:`BoundedGate.admit`).
 
         Raises (at once):
             TypeError, ValueError: As for :meth:`BoundedGate.admit`, or (for a key without a gate
@@ -315,7 +316,7 @@ class KeyedGate(Generic[K]):
             QueueFull: The request cannot start at once.
             RateLimited: A slot is free but the key's rate limits do not hold its cost now.
             QueueExpired: The deadline had already passed (nothing was counted).
-            asyncio.CancelledError: The calling task is being cancelled (nothing was counted).
+            asyncio.CancelledError: The calling task has a cancellation pending (nothing was counted).
         """
         return self._gate_for(key).try_admit(timeout=timeout, deadline=deadline, cost=cost)
 

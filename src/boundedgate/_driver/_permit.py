@@ -11,7 +11,7 @@ from typing_extensions import Self
 from .._core import Status, Ticket, check_cost
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
-from ._compat import current_task, is_cancelling
+from ._compat import cancellation_pending, current_task, is_cancelling
 
 if TYPE_CHECKING:
     from .._errors import Late
@@ -178,7 +178,7 @@ class Permit(Ticket, HandsOver):
         if loop is None or (task := current_task(loop)) is None:
             loop = gate._bind()
             task = current_task(loop)
-        if task is not None and is_cancelling(task):
+        if task is not None and is_cancelling(task) and cancellation_pending(task):
             # Refused before it is counted: a cancelled caller never touches the counters.
             self.status = CANCELLED
             raise asyncio.CancelledError()
