@@ -34,7 +34,7 @@ from boundedgate import (
     RateLimit,
     RateLimited,
 )
-from boundedgate._core import GateState, Ticket
+from boundedgate._core import GateState, Status, Ticket
 from tests.core.invariants import check_invariants
 
 
@@ -143,8 +143,8 @@ class CheckedState(GateState):
         self._checked(now)
         return woken
 
-    def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
-        woken = super().release(ticket, now, failed)
+    def release(self, ticket: Ticket, now: float, ending: Status | None = None) -> Sequence[Ticket]:
+        woken = super().release(ticket, now, ending)
         self._checked(now)
         return woken
 
@@ -153,8 +153,8 @@ class CheckedState(GateState):
         self._checked(now)
         return woken
 
-    def cancel(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
-        woken = super().cancel(ticket, now)
+    def cancel(self, ticket: Ticket, now: float, ending: Status = Status.CANCELLED) -> Sequence[Ticket]:
+        woken = super().cancel(ticket, now, ending)
         self._checked(now)
         return woken
 

@@ -21,6 +21,8 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "KeyedGate",
         "KeyedStatistics",
         "Late",
+        "OUTCOMES",
+        "Outcome",
         "Permit",
         "QueueExpired",
         "QueueFull",
@@ -40,6 +42,9 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
 def test_every_public_name_lives_in_boundedgate_and_has_a_docstring() -> None:
     for name in boundedgate.__all__:
         obj = getattr(boundedgate, name)
+        if name == "OUTCOMES":  # the one constant: every item is an Outcome, documented itself
+            assert all(isinstance(item, boundedgate.Outcome) and item.description for item in obj)
+            continue
         assert obj.__module__ == "boundedgate", name
         assert inspect.getdoc(obj), name
         for attr, member in vars(obj).items():

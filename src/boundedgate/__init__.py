@@ -4,7 +4,7 @@ At most C calls running, at most Q waiting, an immediate typed refusal beyond th
 measured from arrival, and permits that are released exactly once.
 """
 
-from ._core import GateStatistics, KeyedStatistics, RateLimit, Status
+from ._core import OUTCOMES, GateStatistics, KeyedStatistics, Outcome, RateLimit, Status
 from ._driver import BoundedGate, CombinedPermit, GateLimits, KeyedGate, Permit, admit_all
 from ._errors import Evicted, GateError, GateUnavailable, Late, QueueExpired, QueueFull, RateLimited
 from ._streams import GatedStream, StreamOpener
@@ -12,6 +12,7 @@ from ._streams import GatedStream, StreamOpener
 __version__ = "0.1.0"
 
 __all__ = (
+    "OUTCOMES",
     "BoundedGate",
     "CombinedPermit",
     "Evicted",
@@ -23,6 +24,7 @@ __all__ = (
     "KeyedGate",
     "KeyedStatistics",
     "Late",
+    "Outcome",
     "Permit",
     "QueueExpired",
     "QueueFull",
@@ -34,5 +36,6 @@ __all__ = (
 )
 
 for _name in __all__:
-    globals()[_name].__module__ = "boundedgate"
+    if _name != "OUTCOMES":  # a tuple of Outcome: the one public constant
+        globals()[_name].__module__ = "boundedgate"
 del _name

@@ -103,7 +103,7 @@ def test_GateState_outcomes_of_release() -> None:
         state.arrive(t, 0)
     state.release(ok, 9.999)
     state.release(late, 10)
-    state.release(failed, 11, failed=True)
+    state.release(failed, 11, Status.FAILED)
     assert (ok.status, late.status, failed.status) == (Status.COMPLETED, Status.LATE, Status.FAILED)
     snap = state.snapshot("s")
     assert (snap.completed, snap.late, snap.failed) == (1, 1, 1)
@@ -252,13 +252,14 @@ class GateStateMachine(RuleBasedStateMachine):
             self.tickets.append(t)
 
     @precondition(lambda self: self.state is not None)
-    @rule(data=st.data(), failed=st.booleans())
-    def release(self, data: st.DataObject, failed: bool) -> None:
+    @rule(data=st.data(), ending=st.sampled_from([None, Status.FAILED, Status.ABORTED, Status.LEAKED]))
+    def release(self, data: st.DataObject, ending: Status | None) -> None:
         running = [t for t in self.tickets if t.status is Status.RUNNING]
         if running:
             t = data.draw(st.sampled_from(running))
-            self._woken(self.state.release(t, self.now, failed))  # type: ignore[union-attr]
+            self._woken(self.state.release(t, self.now, ending))  # type: ignore[union-attr]
             assert t.status.is_final
+            assert ending is None or t.status is ending
 
     @precondition(lambda self: self.state is not None)
     @rule()
@@ -268,13 +269,13 @@ class GateStateMachine(RuleBasedStateMachine):
             assert t.deadline <= self.now
 
     @precondition(lambda self: self.state is not None)
-    @rule(data=st.data())
-    def cancel(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), ending=st.sampled_from([Status.CANCELLED, Status.DISCONNECTED]))
+    def cancel(self, data: st.DataObject, ending: Status) -> None:
         pending = [t for t in self.tickets if t.status in (Status.QUEUED, Status.RUNNING)]
         if pending:
             t = data.draw(st.sampled_from(pending))
-            self._woken(self.state.cancel(t, self.now))  # type: ignore[union-attr]
-            assert t.status is Status.CANCELLED
+            self._woken(self.state.cancel(t, self.now, ending))  # type: ignore[union-attr]
+            assert t.status is ending
 
     def _woken(self, woken: object) -> None:
         for t in woken:  # type: ignore[attr-defined]

@@ -100,4 +100,4 @@ async def test_an_unclosed_stream_collected_gives_the_slot_back(
             del stream
             gc.collect()
         await settles_empty(client, name)
-        assert gate.stats().failed == 1
+        assert gate.stats().leaked == 1

@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 
-from boundedgate import BoundedGate
+from boundedgate import OUTCOMES, BoundedGate
 
 
 class Broken(Exception):
@@ -97,7 +97,7 @@ class SdkLike:
 def outcomes(gate: BoundedGate) -> dict[str, int]:
     """The gate's outcome counters that are not zero, and ``running`` always."""
     stats = gate.stats()
-    counts = {name: getattr(stats, name) for name in ("completed", "late", "failed", "cancelled")}
+    counts = {o.name: getattr(stats, o.name) for o in OUTCOMES}
     return {"running": stats.running} | {name: n for name, n in counts.items() if n}
 
 

@@ -197,7 +197,7 @@ class _SlowToClose:
         self.closed = True
 
 
-async def test_an_unclosed_stream_collected_is_failed_with_a_resource_warning_naming_the_gate() -> None:
+async def test_an_unclosed_stream_collected_is_leaked_with_a_resource_warning_naming_the_gate() -> None:
     gate = checked_gate(2, 0, name="anthropic")
     log = Log()
     stream = _stream(gate, log)
@@ -210,7 +210,7 @@ async def test_an_unclosed_stream_collected_is_failed_with_a_resource_warning_na
         gc.enable()
     assert gate.running == 1  # given back on the loop, never from inside a finaliser
     await settle()
-    assert outcomes(gate) == {"running": 0, "failed": 1}
+    assert outcomes(gate) == {"running": 0, "leaked": 1}
     assert log.closed
 
 
@@ -231,7 +231,7 @@ async def test_a_stream_that_was_never_iterated_is_closed_when_collected() -> No
         del stream
     await settle()
     assert closed == [True]
-    assert outcomes(gate) == {"running": 0, "failed": 1}
+    assert outcomes(gate) == {"running": 0, "leaked": 1}
 
 
 async def test_a_stream_collected_in_another_thread_is_released_on_its_loop() -> None:
@@ -242,7 +242,7 @@ async def test_a_stream_collected_in_another_thread_is_released_on_its_loop() ->
     with pytest.warns(ResourceWarning):
         await asyncio.to_thread(held.clear)
     await settle()
-    assert outcomes(gate) == {"running": 0, "failed": 1}
+    assert outcomes(gate) == {"running": 0, "leaked": 1}
     assert log.closed
 
 
@@ -258,7 +258,7 @@ def test_a_stream_collected_after_its_loop_closed_still_gives_the_slot_back() ->
     with pytest.warns(ResourceWarning, match="event loop is closed: the stream could not be closed"):
         del stream
     assert gate.running == 0
-    assert gate.stats().failed == 1
+    assert gate.stats().leaked == 1
 
 
 class _Endless:

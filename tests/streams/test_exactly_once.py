@@ -24,7 +24,7 @@ ENDINGS = {
     "aexit_raising": "failed",
     "break": "by time",
     "cancel": "failed",
-    "gc": "failed",
+    "gc": "leaked",
     "release": "by time",
 }
 

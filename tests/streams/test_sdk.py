@@ -20,7 +20,7 @@ import httpx2
 import openai
 import pytest
 
-from boundedgate import BoundedGate, GatedStream, Late, QueueExpired, Status
+from boundedgate import OUTCOMES, BoundedGate, GatedStream, Late, QueueExpired, Status
 from tests.fake_provider import FakeProvider, fake_provider
 from tests.helpers import checked_gate
 from tests.streams.sources import settle
@@ -103,7 +103,7 @@ def _assert_counted(gate: BoundedGate, outcome: str, count: int = CALLS) -> None
     stats = gate.stats()
     assert (stats.running, stats.waiting) == (0, 0)
     assert stats.arrived == count
-    for name in ("rejected", "expired", "cancelled", "completed", "late", "failed"):
+    for name in (o.name for o in OUTCOMES):
         assert getattr(stats, name) == (count if name == outcome else 0), (name, stats)
 
 
@@ -193,7 +193,7 @@ async def test_an_unclosed_stream_dropped_and_collected(sdk: Sdk, provider: Fake
         gc.collect()
         await settle()
     assert [str(w.message)[:32] for w in caught] == ["unclosed <GatedStream of gate 'llm'"[:32]] * CALLS
-    _assert_counted(gate, "failed")
+    _assert_counted(gate, "leaked")
     assert await _all_ended(provider, CALLS) == ["client_gone"] * CALLS
 
 

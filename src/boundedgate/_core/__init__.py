@@ -4,24 +4,33 @@ Nothing in this package imports an event loop, a clock or threads: it is told th
 """
 
 from ._bucket import RateLimit, TokenBucket
+from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
 from ._settings import (
     check_cost,
     check_deadline,
     check_max_running,
+    check_max_wait,
     check_max_waiting,
     check_name,
     check_priority,
     check_timeout,
 )
-from ._state import GateState
+from ._state import GateState, queue_deadline
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket
 from ._totals import KeyedStatistics, Totals, total
 
 __all__ = (
+    "BY_NAME",
+    "BY_STATUS",
+    "NEVER_RAN",
+    "OUTCOMES",
+    "RAN",
+    "SIMULATED",
     "GateState",
     "GateStatistics",
     "KeyedStatistics",
+    "Outcome",
     "RateLimit",
     "Status",
     "Ticket",
@@ -30,9 +39,11 @@ __all__ = (
     "check_cost",
     "check_deadline",
     "check_max_running",
+    "check_max_wait",
     "check_max_waiting",
     "check_name",
     "check_priority",
     "check_timeout",
+    "queue_deadline",
     "total",
 )

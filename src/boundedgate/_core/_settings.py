@@ -17,6 +17,7 @@ __all__ = (
     "check_deadline",
     "check_jump_share",
     "check_max_running",
+    "check_max_wait",
     "check_max_waiting",
     "check_name",
     "check_priorities",
@@ -80,6 +81,16 @@ def check_timeout(value: object) -> float:
     seconds = _seconds("timeout", value)
     if seconds < 0:
         raise ValueError(f"timeout must be >= 0, got {value!r}")
+    return seconds
+
+
+def check_max_wait(value: object) -> float:
+    """Return a queue budget in seconds from arrival (>= 0; None means as long as the deadline allows)."""
+    if value is None:
+        return math.inf
+    seconds = _seconds("max_wait", value)
+    if seconds < 0:
+        raise ValueError(f"max_wait must be >= 0, got {value!r}")
     return seconds
 
 

@@ -24,17 +24,19 @@ its rate cost is paid, all buckets at once or none. These events change it:
     waits, the newest of the least urgent class is evicted to make room; else it is rejected.
     Queued tickets that are due expire first, so a place whose deadline is ``now`` is free.
 
-``release(t, now, failed)``
-    A running ticket ends: ``FAILED`` if it raised, else ``LATE`` if ``now >= deadline``, else
-    ``COMPLETED``. The freed slot goes straight to the next queued ticket (direct hand-off: the
-    oldest, or a more urgent one within the jump share), after due tickets have expired: a ticket
-    whose deadline is ``now`` never starts. A next ticket whose tokens are not there yet keeps
+``release(t, now, ending)``
+    A running ticket ends: as ``ending`` says when it did not end normally (``FAILED``: it
+    raised; ``ABORTED``: its client went away; ``LEAKED``: its caller never released it), else
+    ``LATE`` if ``now >= deadline``, else ``COMPLETED``. The
+    freed slot goes straight to the next queued ticket (direct hand-off: the oldest, or a more
+    urgent one within the jump share), after due tickets have expired: a ticket whose deadline
+    is ``now`` never starts. A next ticket whose tokens are not there yet keeps
     everyone behind it waiting (FIFO holds for rate limits too: a large request at the head is
     not starved by small ones behind it).
 
 ``advance(now)``
     The clock reached ``now`` (the caller asks :meth:`GateState.next_wakeup` when to call this):
-    every queued ticket with ``deadline <= now`` leaves the queue as ``EXPIRED``, then queued
+    every queued ticket whose queue deadline is reached leaves the queue as ``EXPIRED``, then queued
     tickets whose tokens have accrued start, while slots are free.
 
 ``cancel(t, now)``
@@ -45,6 +47,10 @@ its rate cost is paid, all buckets at once or none. These events change it:
 ``settle(t, cost, now)``
     An admitted ticket's real cost is known: the difference to its declared cost is charged (never
     below a bucket's floor) or refunded (never above its burst) on the buckets counted in tokens.
+
+A ticket's *queue deadline* is its deadline, or ``arrival + max_wait`` if that comes first: a
+ticket with a queue budget (``max_wait``) leaves the queue when either passes, but once it runs
+only its deadline decides whether it is late. Without ``max_wait`` the two are the same.
 
 Same-instant order follows the seed simulator: expiries, then completions (each handing its slot to
 the old queue), then new arrivals, in the order the caller feeds them.
@@ -68,6 +74,7 @@ import sys
 from collections.abc import Sequence
 
 from ._bucket import RateLimit, TokenBucket
+from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
 from ._settings import check_cost, check_max_running, check_max_waiting
 from ._stats import GateStatistics
@@ -83,16 +90,27 @@ CANCELLED = Status.CANCELLED
 COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
+LEAKED = Status.LEAKED
+ABORTED = Status.ABORTED
+DISCONNECTED = Status.DISCONNECTED
 EVICTED = Status.EVICTED
 RATE_LIMITED = Status.RATE_LIMITED
 
 _NOBODY: tuple[Ticket, ...] = ()
+
+#: The counters of the outcomes, one attribute each, named as in :data:`OUTCOMES`.
+OUTCOME_NAMES = tuple(outcome.name for outcome in OUTCOMES)
 
 #: Weight of the latest run in the moving average behind ``retry_after``.
 RECENT_RUN_WEIGHT = 0.2
 
 #: Dead entries tolerated in the queue and the heap beyond twice the live ones.
 _SLACK = 32
+
+
+def queue_deadline(ticket: Ticket) -> float:
+    """When an arrived ticket leaves the queue unstarted: ``min(deadline, arrival + max_wait)``."""
+    return min(ticket.deadline, ticket.arrival + ticket.max_wait)  # type: ignore[operator]
 
 
 class GateState:
@@ -103,15 +121,18 @@ class GateState:
         "_deadlines",
         "_queue",
         "_queue_limit",
+        "aborted",
         "admitted",
         "cancelled",
         "completed",
+        "disconnected",
         "end_to_end_seconds_max",
         "end_to_end_seconds_total",
         "evicted",
         "expired",
         "failed",
         "late",
+        "leaked",
         "max_running",
         "max_waiting",
         "peak_running",
@@ -157,6 +178,9 @@ class GateState:
         self.completed = 0
         self.late = 0
         self.failed = 0
+        self.leaked = 0
+        self.aborted = 0
+        self.disconnected = 0
         self.evicted = 0
         self.rate_limited = 0
         self.queue_seconds_total = 0.0
@@ -207,7 +231,7 @@ class GateState:
         if not wait:
             if buckets and self.running < self.max_running and not self.waiting:
                 return self._rate_limit(ticket, now, woken)
-        elif buckets and self.ready_at(ticket) >= ticket.deadline:
+        elif buckets and self.ready_at(ticket) >= queue_deadline(ticket):
             return self._rate_limit(ticket, now, woken)
         elif self.waiting < self._queue_limit:
             self._enqueue(ticket)
@@ -224,23 +248,38 @@ class GateState:
         self.rejected += 1
         return woken
 
-    def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
+    def release(self, ticket: Ticket, now: float, ending: Status | None = None) -> Sequence[Ticket]:
         """A running ticket ends at ``now``; returns the queued tickets that started or expired.
 
-        Its outcome is ``FAILED`` if ``failed``, else ``LATE`` at or after its deadline, else
-        ``COMPLETED``. Releasing a ticket that is not running does nothing.
+        ``ending`` says how a request that did not end normally ended, and is its outcome:
+        ``FAILED`` (it raised), ``ABORTED`` (its client went away while it ran) or ``LEAKED`` (its
+        caller never released it: the garbage collector did). Without one the outcome is ``LATE``
+        at or after its deadline, else ``COMPLETED``. Releasing a ticket that is not running does
+        nothing.
+
+        Raises:
+            ValueError: ``ending`` is another status (checked before anything changes).
         """
         if ticket.status is not RUNNING:
             return _NOBODY
-        if failed:
+        if ending is None:
+            if now >= ticket.deadline:
+                ticket.status = LATE
+                self.late += 1
+            else:
+                ticket.status = COMPLETED
+                self.completed += 1
+        elif ending is FAILED:
             ticket.status = FAILED
             self.failed += 1
-        elif now >= ticket.deadline:
-            ticket.status = LATE
-            self.late += 1
+        elif ending is ABORTED:
+            ticket.status = ABORTED
+            self.aborted += 1
+        elif ending is LEAKED:
+            ticket.status = LEAKED
+            self.leaked += 1
         else:
-            ticket.status = COMPLETED
-            self.completed += 1
+            raise ValueError(f"a running request cannot end as {ending.value}")
         ticket.ended = now
         self.running -= 1
         ran = now - ticket.started  # type: ignore[operator]
@@ -269,27 +308,33 @@ class GateState:
             self._fill(now, woken)
         return woken
 
-    def cancel(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
+    def cancel(self, ticket: Ticket, now: float, ending: Status = CANCELLED) -> Sequence[Ticket]:
         """The caller of ``ticket`` gave up before it began; returns the tickets that started.
 
         A queued ticket leaves the queue. A ticket that was handed a slot it has not used gives it
         back, with its tokens (it no longer counts as admitted), and the slot passes to the next in
-        line. Any other ticket is left as it is.
+        line. Any other ticket is left as it is. The outcome is ``ending``: ``CANCELLED``, or
+        ``DISCONNECTED`` when it was its client that went away (an HTTP client that hung up).
+
+        Raises:
+            ValueError: ``ending`` is another status (checked before anything changes).
         """
+        if ending is not CANCELLED and ending is not DISCONNECTED:
+            raise ValueError(f"a request that never ran cannot end as {ending.value}")
         status = ticket.status
         if status is QUEUED:
-            ticket.status = CANCELLED
+            ticket.status = ending
             self._leave_queue(ticket, now)
-            self.cancelled += 1
+            self._count_cancel(ending)
             self._compact()
             return _NOBODY
         if status is RUNNING:
-            ticket.status = CANCELLED
+            ticket.status = ending
             ticket.started = None  # it never used the slot: it never started
             ticket.ended = now
             self.running -= 1
             self.admitted -= 1
-            self.cancelled += 1
+            self._count_cancel(ending)
             for bucket in self._buckets:
                 bucket.give(bucket.need(ticket.cost), now)
             return self._hand_off(now) if self.waiting else _NOBODY
@@ -398,14 +443,7 @@ class GateState:
             peak_running=self.peak_running,
             peak_waiting=self.peak_waiting,
             admitted=self.admitted,
-            rejected=self.rejected,
-            expired=self.expired,
-            cancelled=self.cancelled,
-            completed=self.completed,
-            late=self.late,
-            failed=self.failed,
-            evicted=self.evicted,
-            rate_limited=self.rate_limited,
+            **{name: getattr(self, name) for name in OUTCOME_NAMES},
             queue_seconds_total=self.queue_seconds_total,
             queue_seconds_max=self.queue_seconds_max,
             run_seconds_total=self.run_seconds_total,
@@ -416,6 +454,12 @@ class GateState:
         )
 
     # -- internals --------------------------------------------------------------------------
+
+    def _count_cancel(self, ending: Status) -> None:
+        if ending is CANCELLED:
+            self.cancelled += 1
+        else:
+            self.disconnected += 1
 
     def _start(self, ticket: Ticket, now: float) -> None:
         ticket.status = RUNNING
@@ -494,8 +538,9 @@ class GateState:
     def _enqueue(self, ticket: Ticket) -> None:
         ticket.status = QUEUED
         self._queue.push(ticket)
-        if ticket.deadline != math.inf:
-            heapq.heappush(self._deadlines, (ticket.deadline, ticket))
+        expires = ticket.deadline if ticket.max_wait == math.inf else queue_deadline(ticket)
+        if expires != math.inf:
+            heapq.heappush(self._deadlines, (expires, ticket))
         self.waiting = waiting = self.waiting + 1
         if waiting > self.peak_waiting:
             self.peak_waiting = waiting

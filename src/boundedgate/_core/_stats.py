@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._outcomes import NEVER_RAN, RAN
+
 __all__ = ("GateStatistics",)
 
 
@@ -16,8 +18,9 @@ class GateStatistics:
     """A snapshot of a gate's counters, taken by :meth:`BoundedGate.stats`.
 
     Every request that arrives is counted in exactly one outcome once it ends: ``rejected``,
-    ``rate_limited``, ``expired``, ``cancelled`` or ``evicted`` if it never ran; ``completed``,
-    ``late`` or ``failed`` if it did.
+    ``rate_limited``, ``expired``, ``cancelled``, ``disconnected`` or ``evicted`` if it never ran;
+    ``completed``, ``late``, ``failed``, ``aborted`` or ``leaked`` if it did (the outcomes are
+    listed, with what each means, in ``boundedgate.OUTCOMES``).
     While it is not yet ended it is counted in ``waiting`` or ``running``. Requests refused before
     they were counted (already cancelled, or already past their deadline, on arrival) appear
     nowhere. Times are in seconds on the gate's clock (the event loop's).
@@ -51,6 +54,13 @@ class GateStatistics:
     late: int
     #: Ran and ended with an exception.
     failed: int
+    #: Ran, and was never released by its caller: the garbage collector gave the slot back (a
+    #: permit or stream that was dropped without ``release()``, ``close()`` or ``async with``).
+    leaked: int
+    #: Ran, and their client went away before the answer was complete (the body was cancelled).
+    aborted: int
+    #: Their client went away while they waited (an HTTP client that hung up); never started.
+    disconnected: int
     #: Pushed out of a full queue by a more urgent arrival (``Evicted``), never started.
     evicted: int
     #: Refused at arrival because their rate cost could not be paid in time (``RateLimited``).
@@ -73,25 +83,20 @@ class GateStatistics:
     @property
     def arrived(self) -> int:
         """Requests counted at arrival: every outcome, plus those still waiting or running."""
-        return (
-            self.rejected
-            + self.rate_limited
-            + self.expired
-            + self.cancelled
-            + self.evicted
-            + self.admitted
-            + self.waiting
-        )
+        never_ran: int = sum(getattr(self, outcome.name) for outcome in NEVER_RAN)
+        return never_ran + self.admitted + self.waiting
 
     @property
     def finished(self) -> int:
-        """Requests that ran and ended: ``completed + late + failed``."""
-        return self.completed + self.late + self.failed
+        """Requests that ran and ended: ``completed + late + failed + aborted + leaked``."""
+        ran: int = sum(getattr(self, outcome.name) for outcome in RAN)
+        return ran
 
     @property
     def mean_queue_seconds(self) -> float | None:
         """Mean wait of requests that left the queue or never joined it (None before any)."""
-        return _mean(self.queue_seconds_total, self.admitted + self.expired + self.cancelled + self.evicted)
+        left: int = sum(getattr(self, o.name) for o in NEVER_RAN if not o.at_arrival)
+        return _mean(self.queue_seconds_total, self.admitted + left)
 
     @property
     def mean_run_seconds(self) -> float | None:

@@ -3,11 +3,11 @@
 A ticket is ``NEW`` until it arrives, then ``QUEUED`` or ``RUNNING``, and ends in exactly one final
 status, its outcome::
 
-    NEW ──arrive──> RUNNING ──release──> COMPLETED | LATE | FAILED
-     │                 ^  └───cancel───> CANCELLED      (granted, but the caller gave up first)
+    NEW ──arrive──> RUNNING ──release──> COMPLETED | LATE | FAILED | ABORTED | LEAKED
+     │                 ^  └───cancel───> CANCELLED | DISCONNECTED  (granted, but not yet used)
      │                 │ hand-off
      ├──arrive──> QUEUED ──deadline──> EXPIRED
-     │                   ├──cancel───> CANCELLED
+     │                   ├──cancel───> CANCELLED | DISCONNECTED
      │                   └──a more urgent arrival finds the queue full──> EVICTED
      ├──arrive──> REJECTED                              (all slots busy, queue full)
      └──arrive──> RATE_LIMITED                          (its tokens could not come in time)
@@ -45,6 +45,12 @@ class Status(enum.Enum):
     LATE = "late"
     #: Ran and ended with an exception.
     FAILED = "failed"
+    #: Ran, and was never released by its caller: the garbage collector gave its slot back.
+    LEAKED = "leaked"
+    #: Ran, and its client went away before the answer was complete (the body was cancelled).
+    ABORTED = "aborted"
+    #: Its client went away while it waited (an HTTP client that hung up); it never started.
+    DISCONNECTED = "disconnected"
     #: Pushed out of a full queue by a more urgent arrival; it never started.
     EVICTED = "evicted"
     #: Refused at arrival: its rate cost could not be paid in time (or at once, when not waiting).
@@ -66,13 +72,18 @@ class Ticket:
     The core writes every field; everything else only reads them.
     """
 
-    __slots__ = ("arrival", "cost", "deadline", "ended", "priority", "seq", "started", "status")
+    __slots__ = ("arrival", "cost", "deadline", "ended", "max_wait", "priority", "seq", "started", "status")
 
-    def __init__(self, deadline: float = math.inf, priority: int = 0, cost: float = 0.0) -> None:
+    def __init__(
+        self, deadline: float = math.inf, priority: int = 0, cost: float = 0.0, max_wait: float = math.inf
+    ) -> None:
         #: When it arrived (None until then).
         self.arrival: float | None = None
         #: When it must be done by; ``inf`` for no deadline.
         self.deadline: float = deadline
+        #: The longest it may wait in the queue, in seconds from arrival; ``inf`` for as long as
+        #: its deadline allows. Once it runs, only the deadline counts.
+        self.max_wait: float = max_wait
         #: When it got a running slot (None if it never did).
         self.started: float | None = None
         #: When it reached its outcome (None until then).

@@ -37,6 +37,7 @@ CANCELLED = Status.CANCELLED
 COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
+LEAKED = Status.LEAKED
 
 _T = TypeVar("_T")
 _ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
@@ -214,7 +215,7 @@ class CombinedPermit(HandsOver):
         Does nothing unless it holds its gates (not yet entered, refused, or already released).
         Never raises :class:`Late`; the ``async with`` exit does that.
         """
-        self._finish(False)
+        self._finish()
 
     def settle(self, cost: float) -> None:
         """Record the request's real rate cost at every gate, as :meth:`Permit.settle` does at one."""
@@ -261,11 +262,11 @@ class CombinedPermit(HandsOver):
         if self._handed_over:
             return  # a stream owns the gates now
         # No await before the release, as for Permit.
-        self._finish(exc_type is not None)
+        self._finish(None if exc_type is None else FAILED)
         if exc_type is None and self.status is LATE:
             raise self._late()
 
-    def _finish(self, failed: bool) -> None:
+    def _finish(self, ending: Status | None = None) -> None:
         """End the request now, if it holds its gates: release each, last first."""
         if self.status is not RUNNING:
             return
@@ -273,13 +274,13 @@ class CombinedPermit(HandsOver):
         late = False
         ended: float = self.started  # type: ignore[assignment]
         for permit in reversed(self._permits):
-            permit._finish(failed)
+            permit._finish(ending)
             if permit.status is LATE:
                 late = True
             if permit.ended > ended:  # type: ignore[operator]
                 ended = permit.ended  # type: ignore[assignment]
         self.ended = ended
-        self.status = FAILED if failed else LATE if late else COMPLETED
+        self.status = ending if ending is not None else LATE if late else COMPLETED
 
     def _give_back(self, taken: list[Permit], refused: Permit | None) -> None:
         """A step failed: the gates taken give their slots back unused, and the request ends."""

@@ -21,9 +21,11 @@ from .._core import (
     Status,
     Ticket,
     check_deadline,
+    check_max_wait,
     check_name,
     check_priority,
     check_timeout,
+    queue_deadline,
 )
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource
@@ -39,6 +41,7 @@ RUNNING = Status.RUNNING
 REJECTED = Status.REJECTED
 EVICTED = Status.EVICTED
 RATE_LIMITED = Status.RATE_LIMITED
+CANCELLED = Status.CANCELLED
 _INF = math.inf
 _MAX = sys.float_info.max
 _ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
@@ -198,23 +201,31 @@ class BoundedGate:
         *,
         timeout: float | None = None,
         deadline: float | None = None,
+        max_wait: float | None = None,
         priority: int = 0,
         cost: float | None = None,
+        raise_late: bool = True,
     ) -> Permit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
 
         On entry the request starts at once if a slot is free and nobody is queued, or waits in
         the queue (FIFO within its priority class) if there is room, or is refused. On exit the
         slot is released; a body that raised propagates its own exception, one that finished at
-        or after the deadline raises :class:`Late`.
+        or after the deadline raises :class:`Late` (unless ``raise_late=False``).
 
         Args:
             timeout: Budget in seconds from arrival (>= 0), covering the wait and the run.
             deadline: Absolute deadline on the running loop's clock (``loop.time()``).
                 Give at most one of the two; neither means no deadline.
+            max_wait: A queue budget in seconds from arrival (>= 0): a request still queued at
+                ``min(deadline, arrival + max_wait)`` leaves with :class:`QueueExpired`. Once it
+                runs only the deadline counts ("wait at most 2 s, answer within 120 s"). None:
+                it may wait as long as its deadline allows.
             priority: The request's class, 0 (the most urgent) to ``priorities - 1``.
             cost: The request's estimated cost for rate limits counted in tokens (default 0: pay
                 it all later with :meth:`Permit.settle`). Limits counted in requests take 1.
+            raise_late: False to have a block that finished late counted as late without its
+                exit raising :class:`Late` (a server whose response has already started).
 
         Raises (on entry):
             QueueFull: Every slot busy and the queue full, at once, before any suspension.
@@ -231,6 +242,11 @@ class BoundedGate:
                 timeout and a deadline, or a cost above a rate limit's burst (it could never be
                 served).
         """
+        if max_wait is not None or raise_late is not True:
+            permit = self.admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
+            permit.max_wait = check_max_wait(max_wait)
+            permit._raise_late = bool(raise_late)
+            return permit
         if priority is not _ZERO:  # the default passes untouched; anything else is checked (0.0, None)
             priority = check_priority(priority, self._state.priorities)
         cost = 0.0 if cost is None else self._state.check_cost(cost)
@@ -275,6 +291,7 @@ class BoundedGate:
         *,
         timeout: float | None = None,
         deadline: float | None = None,
+        max_wait: float | None = None,
         priority: int = 0,
         cost: float | None = None,
         raise_late: bool = True,
@@ -302,7 +319,9 @@ class BoundedGate:
         Raises (at once):
             TypeError, ValueError: As for :meth:`admit`.
         """
-        permit = self.admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
+        permit = self.admit(
+            timeout=timeout, deadline=deadline, max_wait=max_wait, priority=priority, cost=cost
+        )
         return StreamOpener(permit, source, raise_late)
 
     def stats(self) -> GateStatistics:
@@ -389,9 +408,9 @@ class BoundedGate:
             self._timer_at = math.inf
             self._rearm()
 
-    def _cancel(self, permit: Permit) -> None:
+    def _cancel(self, permit: Permit, ending: Status = CANCELLED) -> None:
         try:
-            woken = self._state.cancel(permit, self._loop.time())  # type: ignore[union-attr]
+            woken = self._state.cancel(permit, self._loop.time(), ending)  # type: ignore[union-attr]
         except BaseException:
             self._core_failed()
             raise
@@ -481,7 +500,7 @@ class BoundedGate:
             state.waiting,
             waited,
             waited,
-            permit.deadline,
+            queue_deadline(permit),
             state.recent_run_seconds,
         )
 

@@ -42,6 +42,7 @@ from .._core import (
     GateState,
     KeyedStatistics,
     RateLimit,
+    Status,
     Ticket,
     Totals,
     check_max_running,
@@ -52,6 +53,8 @@ from .._core import (
 from .._streams import StreamOpener, StreamSource
 from ._gate import BoundedGate
 from ._permit import Permit
+
+CANCELLED = Status.CANCELLED
 
 __all__ = ("GateLimits", "KeyedGate")
 
@@ -93,13 +96,13 @@ class _KeyState(GateState):
             return woken
         return self._owner._arrive_idle(self, ticket, now, wait)
 
-    def release(self, ticket: Ticket, now: float, failed: bool = False) -> Sequence[Ticket]:
-        woken = super().release(ticket, now, failed)
+    def release(self, ticket: Ticket, now: float, ending: Status | None = None) -> Sequence[Ticket]:
+        woken = super().release(ticket, now, ending)
         self._owner._freed(self, now)
         return woken
 
-    def cancel(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
-        woken = super().cancel(ticket, now)
+    def cancel(self, ticket: Ticket, now: float, ending: Status = CANCELLED) -> Sequence[Ticket]:
+        woken = super().cancel(ticket, now, ending)
         self._owner._freed(self, now)
         return woken
 

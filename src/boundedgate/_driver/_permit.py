@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar, cast, final
 
 from typing_extensions import Self
 
-from .._core import Status, Ticket, check_cost
+from .._core import Status, Ticket, check_cost, queue_deadline
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
 from ._compat import cancellation_pending, current_task, is_cancelling
@@ -24,6 +25,10 @@ QUEUED = Status.QUEUED
 RUNNING = Status.RUNNING
 LATE = Status.LATE
 CANCELLED = Status.CANCELLED
+FAILED = Status.FAILED
+ABORTED = Status.ABORTED
+DISCONNECTED = Status.DISCONNECTED
+_INF = math.inf
 
 _T = TypeVar("_T")
 
@@ -56,14 +61,22 @@ class Permit(Ticket, HandsOver):
         cost: Its rate cost: declared at admission, then as settled by :meth:`settle`.
     """
 
-    __slots__ = ("_gate", "_handed_over", "_timeout", "_waiter")
+    __slots__ = ("_gate", "_handed_over", "_raise_late", "_timeout", "_waiter")
 
     def __init__(
-        self, gate: BoundedGate, timeout: float | None, deadline: float, priority: int, cost: float
+        self,
+        gate: BoundedGate,
+        timeout: float | None,
+        deadline: float,
+        priority: int,
+        cost: float,
+        max_wait: float = _INF,
+        raise_late: bool = True,
     ) -> None:
         # Ticket's fields, set here rather than through Ticket.__init__: a call less per request.
         self.arrival: float | None = None
         self.deadline = deadline
+        self.max_wait = max_wait
         self.started: float | None = None
         self.ended: float | None = None
         self.status = NEW
@@ -77,6 +90,8 @@ class Permit(Ticket, HandsOver):
         self._waiter: asyncio.Future[None] | None = None
         # True once a stream owns the slot: the block's exit then leaves it alone.
         self._handed_over = False
+        # False: a block that finishes late is counted late, but its exit raises nothing.
+        self._raise_late = raise_late
 
     @property
     def gate(self) -> BoundedGate:
@@ -90,7 +105,32 @@ class Permit(Ticket, HandsOver):
         Never raises :class:`Late`; the ``async with`` exit does that. Call it on the event
         loop's thread.
         """
-        self._finish(False)
+        self._finish()
+
+    def abort(self) -> None:
+        """End the request now as *aborted*: its client went away while it ran.
+
+        For a server that learns its client hung up (an HTTP disconnect): cancel the work, wait
+        until it has really stopped, then call this, so the request counts as ``aborted`` rather
+        than ``failed`` and the slot goes back. Like :meth:`release`, it does nothing if the permit
+        holds no slot, and never raises :class:`Late`.
+        """
+        self._finish(ABORTED)
+
+    def disconnect(self) -> None:
+        """Its client went away while it waited: leave the queue now, as *disconnected*.
+
+        The ``async with`` (or ``await``) waiting for a slot then raises ``CancelledError``, and
+        the request never starts; a slot handed to it in this very loop turn passes on to the next
+        in line. Does nothing unless the permit is waiting: a permit that runs is ended with
+        :meth:`abort` once its work has stopped. Call it on the gate's event loop.
+        """
+        waiter = self._waiter
+        if waiter is None or waiter is _HELD:
+            return
+        self._gate._cancel(self, DISCONNECTED)
+        if not waiter.done():
+            waiter.cancel()
 
     def settle(self, cost: float) -> None:
         """Record the request's real cost, e.g. the token usage the SDK reported.
@@ -136,10 +176,11 @@ class Permit(Ticket, HandsOver):
             waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]
             parked = gate._parked
             parked.add(self)
+            expires = self.deadline if self.max_wait == _INF else queue_deadline(self)
             if gate._rated:
                 gate._rearm()
-            elif self.deadline < gate._timer_at:
-                gate._arm_timer(self.deadline)
+            elif expires < gate._timer_at:
+                gate._arm_timer(expires)
             try:
                 await waiter
             except BaseException:
@@ -152,8 +193,11 @@ class Permit(Ticket, HandsOver):
                 raise
             self._waiter = None
             parked.discard(self)
-            if self.status is RUNNING:
+            status = self.status
+            if status is RUNNING:
                 return self
+            if status is DISCONNECTED:  # disconnect() in the turn it was handed a slot
+                raise asyncio.CancelledError()
         raise gate._refusal(self)
 
     async def __aexit__(
@@ -165,8 +209,8 @@ class Permit(Ticket, HandsOver):
         if self._handed_over:
             return  # a stream owns the slot now
         # No await before the release: a second cancellation must not be able to interrupt it.
-        self._finish(exc_type is not None)
-        if exc_type is None and self.status is LATE:
+        self._finish(None if exc_type is None else FAILED)
+        if exc_type is None and self.status is LATE and self._raise_late:
             raise self._gate._late(self)
 
     def _arrive(self, wait: bool) -> Status:
@@ -195,12 +239,12 @@ class Permit(Ticket, HandsOver):
             gate._wake(woken)
         return self.status
 
-    def _finish(self, failed: bool) -> None:
-        """End the request now, if it holds a slot: ``FAILED``, else completed or late."""
+    def _finish(self, ending: Status | None = None) -> None:
+        """End the request now, if it holds a slot: as ``ending`` says, else completed or late."""
         if self.status is RUNNING:
             gate = self._gate
             try:
-                woken = gate._state.release(self, gate._loop.time(), failed)  # type: ignore[union-attr]
+                woken = gate._state.release(self, gate._loop.time(), ending)  # type: ignore[union-attr]
             except BaseException:
                 gate._core_failed()
                 raise

@@ -61,11 +61,12 @@ class StreamPermit(Protocol):
         """
         ...
 
-    def _finish(self, failed: bool) -> None:
+    def _finish(self, ending: Status | None = None) -> None:
         """End the request now if it still holds its slot, and give the slot back; else do nothing.
 
-        Synchronous and idempotent, with no ``await``: the outcome is ``FAILED`` if ``failed``,
-        else ``COMPLETED`` or ``LATE`` by the time (``now >= deadline``).
+        Synchronous and idempotent, with no ``await``: the outcome is ``ending`` when the request
+        did not end normally (``FAILED``, ``ABORTED`` or ``LEAKED``, as for
+        ``GateState.release``), else ``COMPLETED`` or ``LATE`` by the time (``now >= deadline``).
         """
         ...
 

@@ -16,7 +16,7 @@ the consumer cancelled while it reads  failed (``CancelledError`` propagates)
 ``aclose()`` / ``close()``             completed or late by the time: the consumer chose to stop
 ``async with`` exit                    the same, or failed if the block raised
 ``break`` out of ``async for``         completed or late by the time, one loop turn later
-garbage collection of an open stream   failed, with a ``ResourceWarning`` naming the gate
+garbage collection of an open stream   leaked, with a ``ResourceWarning`` naming the gate
 =====================================  ==========================================================
 
 After the request ends, the wrapper closes the underlying stream (the SDK's HTTP response), shielded
@@ -58,6 +58,8 @@ _T = TypeVar("_T")
 
 RUNNING = Status.RUNNING
 LATE = Status.LATE
+FAILED = Status.FAILED
+LEAKED = Status.LEAKED
 
 #: The SDK helpers that read the whole stream inside the SDK object, past the wrapper's ``__anext__``.
 _DRAINING = frozenset(
@@ -117,7 +119,7 @@ class GatedStream(Generic[_T]):
     the stream, or the consumer being cancelled while it reads, is failed; ``aclose()``, ``close()``,
     leaving ``async for`` early (``break``) and leaving ``async with`` are completed or late by the
     time and never raise ``Late`` (the consumer chose to stop), except that an ``async with`` block
-    that raised is failed. A stream that is garbage-collected while open is failed, with a
+    that raised is failed. A stream that is garbage-collected while open is leaked, with a
     ``ResourceWarning`` naming the gate, like an unclosed file: nobody saw how it ended, its run time
     is whenever the collector came by, and the leak is a bug to find, not a success to count.
 
@@ -187,7 +189,7 @@ class GatedStream(Generic[_T]):
 
         Idempotent; never raises :class:`Late`. Raises what closing the wrapped stream raises.
         """
-        self._permit._finish(False)
+        self._permit._finish()
         await self._close(None)
 
     async def close(self) -> None:
@@ -200,7 +202,7 @@ class GatedStream(Generic[_T]):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._permit._finish(exc_type is not None)
+        self._permit._finish(None if exc_type is None else FAILED)
         await self._close(exc)
 
     async def _end(self, exc: BaseException | None) -> None:
@@ -210,7 +212,7 @@ class GatedStream(Generic[_T]):
         """
         permit = self._permit
         ending = permit.status is RUNNING
-        permit._finish(exc is not None)  # before any await
+        permit._finish(None if exc is None else FAILED)  # before any await
         await self._close(exc)
         if ending and exc is None and self._raise_late and permit.status is LATE:
             raise permit._late()
@@ -292,7 +294,7 @@ async def _close_stream(stream: object) -> None:
 
 
 def _abandon(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -> str:
-    """From a finaliser: end the request as failed and close the stream, on the permit's loop.
+    """From a finaliser: end the request as leaked and close the stream, on the permit's loop.
 
     Returns a note for the warning when that loop is closed.
     """
@@ -306,14 +308,14 @@ def _abandon(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -
             return ""
     # Nothing runs the gate on a closed loop: ending the request here races with no one.
     try:
-        permit._finish(True)
+        permit._finish(LEAKED)
     except RuntimeError:  # waiters are parked on futures of the closed loop
         return " (its event loop is closed: the slot could not be given back)"
     return " (its event loop is closed: the stream could not be closed)"
 
 
 def _finish_abandoned(permit: StreamPermit, stream: object, manager_exit: _Exit | None) -> None:
-    permit._finish(True)
+    permit._finish(LEAKED)
     task = asyncio.get_running_loop().create_task(_close_abandoned(stream, manager_exit))
     _closing.add(task)
     task.add_done_callback(_closing.discard)

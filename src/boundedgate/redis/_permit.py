@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from typing_extensions import Self
 
-from .._core import Status, check_cost
+from .._core import BY_STATUS, Status, check_cost
 from .._driver._compat import current_task, is_cancelling
 from .._errors import Late
 from .._streams import StreamPermit
@@ -146,7 +146,7 @@ class RedisPermit(HandsOver):
         (or until the lease has lapsed, which returns the slot too). Call it on the event loop's
         thread.
         """
-        self._finish(False)
+        self._finish()
 
     async def __aenter__(self) -> Self:
         if self._status is RUNNING or self._inner is not None:
@@ -167,7 +167,7 @@ class RedisPermit(HandsOver):
             await inner.__aexit__(exc_type, exc, tb)
             return
         # No await before the release is started: a second cancellation cannot stop it.
-        self._finish(exc_type is not None)
+        self._finish(None if exc_type is None else FAILED)
         task = self._release_task
         if task is not None and not task.done():
             await asyncio.wait((task,), timeout=self._gate._op_timeout)
@@ -189,8 +189,8 @@ class RedisPermit(HandsOver):
         """
         check_cost(cost)
 
-    def _finish(self, failed: bool) -> None:
-        """End the request now, if it holds a slot: ``FAILED``, else completed or late.
+    def _finish(self, ending: Status | None = None) -> None:
+        """End the request now, if it holds a slot: as ``ending`` says, else completed or late.
 
         Synchronous and idempotent, on the loop's thread: the permit ends at once, and the
         release is sent to Redis by its own task, retried until it lands. On a closed loop (a
@@ -198,22 +198,23 @@ class RedisPermit(HandsOver):
         """
         inner = self._inner
         if inner is not None:
-            inner._finish(failed)
+            inner._finish(ending)
             return
         if self._status is not RUNNING:
             return
         gate = self._gate
         loop: asyncio.AbstractEventLoop = gate._loop  # type: ignore[assignment]
         now = loop.time()
-        if failed:
-            self._status = status = FAILED
-            gate._counters.failed += 1
+        if ending is not None:
+            if not BY_STATUS[ending].ran:
+                raise ValueError(f"a running request cannot end as {ending.value}")
+            self._status = status = ending
         elif now >= self.deadline:
             self._status = status = LATE
-            gate._counters.late += 1
         else:
             self._status = status = COMPLETED
-            gate._counters.completed += 1
+        counters, name = gate._counters, BY_STATUS[status].name
+        setattr(counters, name, getattr(counters, name) + 1)
         self.ended = now
         gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
         del gate._holders[self._id]  # type: ignore[arg-type]

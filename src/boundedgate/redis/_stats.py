@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._core import GateStatistics
+from .._core import OUTCOMES, GateStatistics
 from .._core._state import RECENT_RUN_WEIGHT
 
 __all__ = ("ClusterHolder", "ClusterStatistics", "ClusterWaiter", "LocalCounters", "RedisGateStatistics")
@@ -36,21 +36,26 @@ class LocalCounters:
     """The mutable counters behind :class:`RedisGateStatistics` (one per gate object)."""
 
     __slots__ = (
+        "aborted",
         "admitted",
         "cancelled",
         "completed",
+        "disconnected",
         "end_to_end_seconds_max",
         "end_to_end_seconds_total",
         "epoch_changes",
+        "evicted",
         "expired",
         "failed",
         "fallbacks",
         "late",
+        "leaked",
         "lease_lost",
         "peak_running",
         "peak_waiting",
         "queue_seconds_max",
         "queue_seconds_total",
+        "rate_limited",
         "recent_run_seconds",
         "rejected",
         "retries",
@@ -61,7 +66,8 @@ class LocalCounters:
 
     def __init__(self) -> None:
         self.admitted = self.rejected = self.expired = self.cancelled = 0
-        self.completed = self.late = self.failed = 0
+        self.completed = self.late = self.failed = self.leaked = self.aborted = self.disconnected = 0
+        self.evicted = self.rate_limited = 0  # a cluster gate has no priority classes nor rate limits
         self.peak_running = self.peak_waiting = 0
         self.unavailable = self.fallbacks = self.lease_lost = self.epoch_changes = self.retries = 0
         self.queue_seconds_total = self.queue_seconds_max = 0.0
@@ -100,14 +106,7 @@ class LocalCounters:
             peak_running=self.peak_running,
             peak_waiting=self.peak_waiting,
             admitted=self.admitted,
-            rejected=self.rejected,
-            expired=self.expired,
-            cancelled=self.cancelled,
-            completed=self.completed,
-            late=self.late,
-            failed=self.failed,
-            evicted=0,  # a cluster gate has no priority classes
-            rate_limited=0,  # nor rate limits
+            **{outcome.name: getattr(self, outcome.name) for outcome in OUTCOMES},
             queue_seconds_total=self.queue_seconds_total,
             queue_seconds_max=self.queue_seconds_max,
             run_seconds_total=self.run_seconds_total,

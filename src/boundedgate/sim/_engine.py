@@ -73,7 +73,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypedDict, cast
 
-from .._core import GateState, RateLimit, Status, Ticket
+from .._core import SIMULATED, GateState, RateLimit, Status, Ticket
 from .._core._settings import check_priorities as check_priorities_setting
 from .._driver import GateLimits
 from .._driver._keyed import _check_limits
@@ -100,7 +100,10 @@ REJECTED = Status.REJECTED
 RATE_LIMITED = Status.RATE_LIMITED
 
 #: The outcomes a simulated request can end in, in the order summaries count them.
-OUTCOMES = (COMPLETED, LATE, EXPIRED, REJECTED, EVICTED, RATE_LIMITED)
+OUTCOMES = tuple(outcome.status for outcome in SIMULATED)
+#: Those of requests that held a slot, and those of requests refused at the door (never queued).
+_RAN = frozenset(outcome.status for outcome in SIMULATED if outcome.ran)
+_AT_ARRIVAL = frozenset(outcome.status for outcome in SIMULATED if outcome.at_arrival)
 
 #: Milliseconds per second, to turn a rate per second into a rate per millisecond.
 _MS_PER_SECOND = 1000
@@ -254,7 +257,7 @@ class _Run:
                 waiting += 1
             elif event in _FINAL:
                 self.ended[index] = now
-                if request.status is COMPLETED or request.status is LATE:
+                if request.status in _RAN:
                     running -= 1
                 elif request.queued:
                     waiting -= 1
@@ -383,7 +386,7 @@ class _Run:
             end = self.ended[request.index]
             if start is not None:
                 queue: float | None = _whole(start - arrival)
-            elif outcome is REJECTED or outcome is RATE_LIMITED:
+            elif outcome in _AT_ARRIVAL:
                 queue = None  # refused at the door: it never queued
             else:
                 queue = _whole(end - arrival)
@@ -446,16 +449,15 @@ def _tally(rows: Iterable[RequestResult]) -> _Tally:
             queue.append(row.queue_ms)
         if row.start_ms is not None:
             end_to_end.append(row.end_to_end_ms)
-    return _Tally(
-        requests=total,
-        completed=counts[COMPLETED],
-        late=counts[LATE],
-        expired=counts[EXPIRED],
-        rejected=counts[REJECTED],
-        evicted=counts[EVICTED],
-        rate_limited=counts[RATE_LIMITED],
-        queue_ms=Percentiles.of(queue),
-        end_to_end_ms=Percentiles.of(end_to_end),
+    tally = {outcome.name: counts[outcome.status] for outcome in SIMULATED}
+    return cast(
+        _Tally,
+        {
+            "requests": total,
+            **tally,
+            "queue_ms": Percentiles.of(queue),
+            "end_to_end_ms": Percentiles.of(end_to_end),
+        },
     )
 
 

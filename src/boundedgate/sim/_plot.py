@@ -9,6 +9,17 @@ from typing import TYPE_CHECKING
 from .._core import RateLimit
 from ._plan import SweepRow
 from ._results import Simulation
+from ._text import shown
+
+#: The colour of each simulated outcome's line in the sweep chart.
+OUTCOME_COLORS = {
+    "completed": "tab:green",
+    "late": "tab:purple",
+    "expired": "tab:orange",
+    "rejected": "tab:red",
+    "evicted": "tab:gray",
+    "rate_limited": "tab:brown",
+}
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -117,10 +128,8 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = N
         return (row.max_running,) if by_limits else (row.max_running, row.rate_limits)
 
     lines = list(dict.fromkeys(line_of(row) for row in rows))
-    outcomes = [("completed", "on time", "tab:green"), ("rejected", "rejected", "tab:red"),
-                ("expired", "expired", "tab:orange"), ("late", "late", "tab:purple")]  # fmt: skip
-    if any(row.rate_limits for row in rows):
-        outcomes.append(("rate_limited", "rate limited", "tab:brown"))
+    listed = shown([row.summary for row in rows], any(row.rate_limits for row in rows))
+    outcomes = [(o.name, o.column, OUTCOME_COLORS[o.name]) for o in listed]
     styles = ("-", "--", "-.", ":")
     for number, line in enumerate(lines):
         mine = [row for row in rows if line_of(row) == line]

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from .._core import RateLimit, Status
+from .._core import BY_STATUS, SIMULATED, RateLimit, Status
 from .._driver import GateLimits
 
 _N = TypeVar("_N", int, float)
@@ -292,7 +292,8 @@ class KeySummary:
     @property
     def refused(self) -> int:
         """Requests that never ran: ``expired + rejected + evicted + rate_limited``."""
-        return self.expired + self.rejected + self.evicted + self.rate_limited
+        never_ran: int = sum(getattr(self, outcome.name) for outcome in SIMULATED if not outcome.ran)
+        return never_ran
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, for JSON."""
@@ -355,7 +356,8 @@ class Summary:
     @property
     def admitted(self) -> int:
         """Requests that got a running slot: ``completed + late``."""
-        return self.completed + self.late
+        ran: int = sum(getattr(self, outcome.name) for outcome in SIMULATED if outcome.ran)
+        return ran
 
     def share(self, outcome: Status) -> float:
         """The fraction of requests that ended in ``outcome`` (0.0 for an empty script).
@@ -363,17 +365,11 @@ class Summary:
         Raises:
             ValueError: An outcome a simulation does not produce.
         """
-        counts = {
-            Status.COMPLETED: self.completed,
-            Status.LATE: self.late,
-            Status.EXPIRED: self.expired,
-            Status.REJECTED: self.rejected,
-            Status.EVICTED: self.evicted,
-            Status.RATE_LIMITED: self.rate_limited,
-        }
-        if outcome not in counts:
+        described = BY_STATUS.get(outcome)
+        if described is None or not described.simulated:
             raise ValueError(f"a simulation has no {outcome.value} requests")
-        return counts[outcome] / self.requests if self.requests else 0.0
+        count: int = getattr(self, described.name)
+        return count / self.requests if self.requests else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, for JSON (``keys`` only when the script has several)."""

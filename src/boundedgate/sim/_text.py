@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._core import BY_NAME, SIMULATED, Outcome
 from ._plan import SweepRow
 from ._results import ClassSummary, KeySummary, Simulation, Summary
 
@@ -20,6 +21,31 @@ __all__ = (
     "table",
     "trace_table",
 )
+
+
+#: The order of the sweep table's outcome columns: refusals first, answers last.
+SWEEP_ORDER = tuple(
+    BY_NAME[name] for name in ("rejected", "evicted", "rate_limited", "expired", "late", "completed")
+)
+
+
+def shown(
+    parts: Sequence[Summary | ClassSummary | KeySummary],
+    rate_limits: bool,
+    order: Sequence[Outcome] = SIMULATED,
+) -> list[Outcome]:
+    """The outcomes a table of ``parts`` lists, in ``order``.
+
+    Those shown always, those some part ended in, and ``rate_limited`` whenever ``rate_limits``
+    is true (the reader asked about them: a zero is news).
+    """
+    return [
+        outcome
+        for outcome in order
+        if outcome.always_shown
+        or any(getattr(part, outcome.name) for part in parts)
+        or (rate_limits and outcome.name == "rate_limited")
+    ]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str) -> str:
@@ -154,16 +180,7 @@ def summary_lines(summary: Summary, rate_limits: bool = False) -> list[str]:
     of the keys (the peaks above are then those of all keys' gates together).
     """
     n = summary.requests
-    outcomes = [
-        ("completed on time", summary.completed),
-        ("late", summary.late),
-        ("expired in the queue", summary.expired),
-        ("rejected at once", summary.rejected),
-    ]
-    if summary.evicted:
-        outcomes.append(("evicted from the queue", summary.evicted))
-    if rate_limits or summary.rate_limited:
-        outcomes.append(("rate limited at once", summary.rate_limited))
+    outcomes = [(o.label, getattr(summary, o.name)) for o in shown([summary], rate_limits)]
     lines = table(("outcome", "requests", "share"), [(o, c, percent(c, n)) for o, c in outcomes], "lrr")
     times = [
         (
@@ -206,18 +223,12 @@ def _breakdown(
     The ``evicted`` and ``rate limited`` columns appear when some part has any (or, for the
     latter, when ``rate_limits`` is true).
     """
-    evictions = any(p.evicted for p in parts)
-    limited = rate_limits or any(p.rate_limited for p in parts)
+    outcomes = shown(parts, rate_limits)
     rows = [
         (
             *(cells[n] for _, cells, _ in leading),
             p.requests,
-            p.completed,
-            p.late,
-            p.expired,
-            p.rejected,
-            *((p.evicted,) if evictions else ()),
-            *((p.rate_limited,) if limited else ()),
+            *(getattr(p, o.name) for o in outcomes),
             number(p.queue_ms.p50),
             number(p.queue_ms.p99),
             number(p.end_to_end_ms.p99),
@@ -227,12 +238,7 @@ def _breakdown(
     headers = (
         *(header for header, _, _ in leading),
         "requests",
-        "on time",
-        "late",
-        "expired",
-        "rejected",
-        *(("evicted",) if evictions else ()),
-        *(("rate limited",) if limited else ()),
+        *(o.column for o in outcomes),
         "p50 wait",
         "p99 wait",
         "p99 end-to-end",
@@ -272,26 +278,19 @@ def sweep_table(rows: Sequence[SweepRow]) -> str:
     limits, a column names each setting's limits and a ``rate limited`` column gives the share
     refused at once for them.
     """
-    evictions = any(row.summary.evicted for row in rows)
     limited = any(row.rate_limits for row in rows)
+    outcomes = shown([row.summary for row in rows], limited, SWEEP_ORDER)
     lines = []
     for row in rows:
         s = row.summary
         n = s.requests
-        evicted = (percent(s.evicted, n),) if evictions else ()
         limits = (" + ".join(limit.name for limit in row.rate_limits) or "none",) if limited else ()
-        rate_limited = (percent(s.rate_limited, n),) if limited else ()
         lines.append(
             (
                 "none" if row.max_running is None else row.max_running,
                 "none" if row.max_waiting is None else row.max_waiting,
                 *limits,
-                percent(s.rejected, n),
-                *evicted,
-                *rate_limited,
-                percent(s.expired, n),
-                percent(s.late, n),
-                percent(s.completed, n),
+                *(percent(getattr(s, o.name), n) for o in outcomes),
                 human_ms(s.queue_ms.p99),
                 human_ms(s.end_to_end_ms.p99),
                 s.peak_waiting,
@@ -301,12 +300,7 @@ def sweep_table(rows: Sequence[SweepRow]) -> str:
         "max_running",
         "max_waiting",
         *(("rate limits",) if limited else ()),
-        "rejected",
-        *(("evicted",) if evictions else ()),
-        *(("rate limited",) if limited else ()),
-        "expired",
-        "late",
-        "on time",
+        *(o.column for o in outcomes),
         "p99 wait",
         "p99 end-to-end",
         "peak waiting",
