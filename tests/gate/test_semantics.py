@@ -301,22 +301,25 @@ def test_a_busy_gate_refuses_another_loop() -> None:
         second.close()
 
 
-def test_a_gate_whose_loop_closed_may_move_even_if_permits_leaked() -> None:
+def test_a_gate_whose_loop_closed_may_move_while_permits_of_that_loop_hold_slots() -> None:
     gate = BoundedGate(max_running=2, max_waiting=0)
     first = asyncio.new_event_loop()
 
     async def hold() -> object:
         return gate.try_admit()
 
-    first.run_until_complete(hold())
+    held = [first.run_until_complete(hold())]
     first.close()
     second = asyncio.new_event_loop()
     try:
-        second.run_until_complete(hold())
-        assert gate.running == 2  # the leaked permit stays counted: nobody knows it ended
+        held.append(second.run_until_complete(hold()))
+        assert gate.running == 2  # the permit of the closed loop holds its slot until it is released
     finally:
         second.close()
     assert gate.stats().admitted == 2
+    for permit in held:
+        permit.release()  # type: ignore[attr-defined]
+    assert gate.running == 0
     assert Status.RUNNING.is_final is False
 
 

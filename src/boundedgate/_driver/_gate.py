@@ -29,7 +29,7 @@ from .._core import (
 )
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource
-from ._permit import _HELD, Permit
+from ._permit import _HELD, Permit, _HeldPermit
 
 if TYPE_CHECKING:
     from ._combined import CombinedPermit
@@ -283,6 +283,7 @@ class BoundedGate:
         if permit._arrive(False) is not RUNNING:
             raise permit._gate._refusal(permit)  # the gate it arrived at (a keyed gate may move it)
         permit._waiter = _HELD  # held before it is entered: its first entry is not a second one
+        permit.__class__ = _HeldPermit  # dropped unreleased, it gives its slot back (as leaked)
         return permit
 
     def stream(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar, cast, final
 
@@ -27,6 +28,7 @@ LATE = Status.LATE
 CANCELLED = Status.CANCELLED
 FAILED = Status.FAILED
 ABORTED = Status.ABORTED
+LEAKED = Status.LEAKED
 DISCONNECTED = Status.DISCONNECTED
 _INF = math.inf
 
@@ -49,7 +51,9 @@ class Permit(Ticket, HandsOver):
     (``release()``, the end of the ``async with`` block), and the block may be exited from another
     task than the one that entered it. A permit is entered once: entering it again while its block
     runs (``async with permit:`` inside ``async with permit:``) is a ``RuntimeError`` that leaves
-    the slot with the outer block.
+    the slot with the outer block. A permit from ``try_admit()`` garbage-collected while it holds
+    its slot gives it back (on its gate's loop, in the turn after), counted as ``leaked``, with a
+    ``ResourceWarning``.
 
     Attributes:
         status: Where the request stands (:class:`Status`); its outcome once it has ended.
@@ -264,6 +268,50 @@ class Permit(Ticket, HandsOver):
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
+
+
+class _HeldPermit(Permit):  # type: ignore[misc]  # the one subclass: try_admit()'s permits
+    """A permit that holds its slot before anything entered it: what ``try_admit()`` returns.
+
+    It is the one kind a caller can drop with no block's exit ever running (a permit entered with
+    ``async with`` is released by the exit, even when its task is destroyed: closing the coroutine
+    runs it), so it alone pays for a finaliser; permits from ``admit()`` deallocate at no extra cost.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        # Dropped while it holds its slot (never released, never entered): the slot comes back as
+        # leaked. A stream that owns the slot has a finaliser of its own.
+        if self.status is RUNNING and not self._handed_over:
+            _leaked(self)
+
+
+def _leaked(permit: Permit) -> None:
+    """From the finaliser: give the slot back as leaked, on the gate's loop, and warn.
+
+    The collector may run in any thread, and in the middle of the gate's own work on its loop's
+    thread: the release is a callback on that loop, in the turn after. On a closed loop nothing
+    else runs the gate, and the release happens here.
+    """
+    loop = permit._gate._loop
+    note = ""
+    if loop is not None and not loop.is_closed():
+        try:
+            loop.call_soon_threadsafe(permit._finish, LEAKED)
+        except RuntimeError:  # the loop closed in between
+            permit._finish(LEAKED)
+            note = " (its event loop is closed)"
+    else:
+        permit._finish(LEAKED)
+        note = " (its event loop is closed)"
+    warnings.warn(
+        f"a permit of gate {permit._gate.name!r} was dropped while it held its slot; the slot is given "
+        f"back, counted as leaked{note}: release it, or enter it with async with",
+        ResourceWarning,
+        stacklevel=1,
+        source=permit,
+    )
 
 
 if TYPE_CHECKING:
