@@ -395,6 +395,12 @@ def test_numbers_beyond_a_float_are_refused_at_admit_naming_the_argument(
         admit_all(gate, **kwargs)  # type: ignore[arg-type]
 
 
+def test_a_max_wait_beyond_a_float_is_refused_at_admit() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    with pytest.raises(ValueError, match=r"^max_wait is out of range: beyond a float's"):
+        gate.admit(max_wait=HUGE)
+
+
 async def test_a_settle_beyond_a_float_is_a_value_error() -> None:
     gate = BoundedGate(max_running=1, max_waiting=0, rate_limits=[RateLimit.per_minute(10, unit="tokens")])
     permit = gate.try_admit()
@@ -423,6 +429,7 @@ def _park_on_a_loop_that_closes(gate: BoundedGate) -> tuple[object, asyncio.Task
 
     holder, waiter = loop.run_until_complete(park())
     assert (gate.running, gate.waiting) == (1, 1)
+    waiter._log_destroy_pending = False  # type: ignore[attr-defined]  # destroyed pending, on purpose
     loop.close()  # the waiter's task is never resumed again
     return holder, waiter
 
