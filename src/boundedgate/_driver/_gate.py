@@ -238,9 +238,10 @@ class BoundedGate:
                 and swallowed is not pending: that caller is admitted, as by ``asyncio.Semaphore``.
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout, deadline, priority or cost, both a
-                timeout and a deadline, or a cost above a rate limit's burst (it could never be
-                served).
+            TypeError, ValueError: A malformed timeout, deadline, max_wait, priority or cost
+                (a priority that is not an int, falsy ones included; a number beyond a float's
+                range), both a timeout and a deadline, or a cost above a rate limit's burst (it
+                could never be served). Each names its argument.
         """
         if max_wait is not None or raise_late is not True:
             permit = self.admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)

@@ -143,7 +143,9 @@ class Permit(Ticket, HandsOver):
         a bucket's floor: a debt later requests wait out) or refunded the over-estimate (never above
         its burst). Call it once the usage is known, before or after the slot was released (a
         stream's usage is only known at its end). Settling again adjusts from the last settled
-        cost. Does nothing for a request that never started.
+        cost. Does nothing for a request that never started. For a key of a :class:`KeyedGate`,
+        a settle after the key's gate was dropped charges the key's gate of now (made for it if
+        need be), so the key's debt is not forgotten with the gate.
 
         Raises:
             TypeError, ValueError: ``cost`` is not a finite number >= 0.
