@@ -40,8 +40,9 @@ class GateError(Exception):
         max_waiting: The gate's queue places (Q; None when unbounded).
         running: Requests running at the moment of the refusal.
         waiting: Requests waiting at the moment of the refusal.
-        waited: Seconds this request spent in the queue.
-        elapsed: Seconds from this request's arrival to the refusal.
+        waited: Seconds this request spent in the queue (for :func:`admit_all`, in the whole call
+            before the refusal: every earlier gate's wait included).
+        elapsed: Seconds from this request's arrival to the refusal (the first gate's arrival).
         retry_after: Seconds after which a retry may succeed, or None when the gate cannot say.
     """
 
@@ -127,7 +128,8 @@ class QueueFull(GateError):
     the request cannot start at once.
 
     Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    recent_run`` (``waited`` and ``elapsed`` are 0; ``recent_run`` is the gate's recent mean run
+    recent_run`` (``waited`` and ``elapsed`` are 0, but for a later step of :func:`admit_all`, the
+    time spent at the earlier ones; ``recent_run`` is the gate's recent mean run
     time in seconds, or None before any run ended).
     """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import anyio
 import pytest
@@ -172,6 +173,98 @@ async def test_already_cancelled_caller_is_refused_by_try_admit_too() -> None:
     with pytest.raises(asyncio.CancelledError):
         await asyncio.create_task(request())
     assert gate.stats().arrived == 0
+
+
+async def _swallow_one_cancellation() -> None:
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):  # delivered and swallowed; nobody uncancels
+        await asyncio.sleep(0)
+    assert task.cancelling() == 1  # asyncio still counts it, but will not raise it again
+
+
+async def test_a_task_that_swallowed_a_cancellation_is_admitted_as_a_semaphore_would() -> None:
+    # Before: Task.cancelling() > 0 refused it for ever, and a retrying loop spun on the refusal.
+    gate = checked_gate(1, 1)
+    semaphore = asyncio.Semaphore(1)
+
+    async def request() -> list[str]:
+        await _swallow_one_cancellation()
+        ran = []
+        async with semaphore:
+            ran.append("semaphore")
+        for _ in range(3):  # the loop the issue saw spin: it ends at the first attempt now
+            try:
+                async with gate.admit(timeout=5):
+                    await asyncio.sleep(1)  # the cancellation is not raised again
+                    ran.append("gate")
+                    break
+            except asyncio.CancelledError:
+                continue
+        gate.try_admit().release()
+        return ran
+
+    assert await asyncio.create_task(request()) == ["semaphore", "gate"]
+    assert (gate.stats().completed, gate.stats().cancelled) == (2, 0)
+
+
+async def test_a_cancellation_requested_again_after_one_was_swallowed_is_refused() -> None:
+    gate = checked_gate(1, 1)
+
+    async def request() -> None:
+        await _swallow_one_cancellation()
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        async with gate.admit():
+            pytest.fail("a pending cancellation must refuse the caller")
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.create_task(request())
+    assert gate.stats().arrived == 0
+
+
+async def test_an_uncancelled_task_is_admitted() -> None:
+    gate = checked_gate(1, 1)
+
+    async def request() -> Status:
+        await _swallow_one_cancellation()
+        asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        async with gate.admit() as permit:
+            pass
+        return permit.status
+
+    assert await asyncio.create_task(request()) is Status.COMPLETED
+
+
+async def test_inside_an_expired_asyncio_timeout_whose_cancellation_was_swallowed_it_is_admitted() -> None:
+    # asyncio.timeout cancels once; the block's exit decides (no TimeoutError when the body ended
+    # normally). The gate does not second-guess it, as asyncio's own primitives do not.
+    gate = checked_gate(1, 1)
+    async with asyncio.timeout(1):
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(5)
+        async with gate.admit() as permit:
+            await asyncio.sleep(1)
+    assert permit.status is Status.COMPLETED
+
+
+async def test_inside_a_cancelled_anyio_scope_the_caller_is_refused_even_after_swallowing() -> None:
+    # anyio cancels at every checkpoint while its scope is cancelled: that cancellation is pending.
+    gate = checked_gate(1, 1)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            await anyio.sleep(0)
+        except anyio.get_cancelled_exc_class():
+            pass
+        with pytest.raises(anyio.get_cancelled_exc_class()):
+            async with gate.admit():
+                pytest.fail("a caller in a cancelled scope must not start")
+        with anyio.CancelScope(shield=True):  # shielded from it: admitted
+            async with gate.admit() as permit:
+                pass
+        assert permit.status is Status.COMPLETED
+    assert gate.stats().arrived == 1
 
 
 # -- anyio cancel scopes on the asyncio backend -------------------------------------------------

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
+import threading
+import warnings
 
 import pytest
 
-from boundedgate import Late, Permit, QueueExpired, QueueFull, Status
+from boundedgate import BoundedGate, Late, Permit, QueueExpired, QueueFull, Status
 from tests.helpers import checked_gate
 
 
@@ -207,3 +210,109 @@ async def test_deadline_already_passed_is_refused_before_it_is_counted() -> None
 def test_repr() -> None:
     gate = checked_gate(1, 0, name="openai")
     assert repr(gate.admit()) == "<Permit of 'openai': new>"
+
+
+async def test_a_running_permit_entered_again_is_refused_and_keeps_its_slot() -> None:
+    gate = checked_gate(1, 1)
+    async with gate.admit() as permit:
+        with pytest.raises(RuntimeError, match=r"is already entered; a permit is entered once"):
+            async with permit:
+                raise AssertionError("a second body ran on one slot")
+        assert (gate.running, permit.status) == (1, Status.RUNNING)
+        with pytest.raises(QueueFull):
+            gate.try_admit()  # the outer body still holds the one slot
+    assert gate.stats().completed == 1
+
+
+async def test_a_try_admit_permit_is_entered_once_too() -> None:
+    gate = checked_gate(1, 1)
+    permit = gate.try_admit()
+    async with permit:
+        with pytest.raises(RuntimeError, match="already entered"):
+            await permit.__aenter__()
+        assert gate.running == 1
+    assert (gate.running, permit.status) == (0, Status.COMPLETED)
+
+
+# -- a permit dropped while it holds its slot ----------------------------------------------------
+
+
+async def test_a_dropped_permit_gives_its_slot_back_as_leaked_with_a_warning() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1, name="openai")
+    permit = gate.try_admit()
+    waiter = asyncio.create_task(gate.admit().__aenter__())
+    await asyncio.sleep(0)
+    with pytest.warns(
+        ResourceWarning, match=r"^a permit of gate 'openai' was dropped while it held its slot"
+    ):
+        del permit
+        gc.collect()
+    assert gate.running == 1  # given back in the loop's next turn, never in the middle of its work
+    second = await asyncio.wait_for(waiter, 1)
+    stats = gate.stats()
+    assert (stats.leaked, stats.failed, stats.completed) == (1, 0, 0)
+    second.release()
+
+
+def test_a_block_whose_task_is_destroyed_releases_its_slot_at_its_exit() -> None:
+    # Why only try_admit()'s permits need a finaliser: closing a destroyed task's coroutine runs the
+    # exit of the block it was in, and that releases (as failed: the body never finished).
+    gate = BoundedGate(max_running=1, max_waiting=0, name="g")
+    loop = asyncio.new_event_loop()
+    entered = []
+
+    async def body() -> None:
+        async with gate.admit():
+            entered.append(True)
+            await asyncio.Event().wait()
+
+    task = loop.create_task(body())
+    task._log_destroy_pending = False  # type: ignore[attr-defined]  # destroyed pending, on purpose
+    loop.run_until_complete(asyncio.sleep(0))
+    assert entered
+    assert gate.running == 1
+    loop.close()
+    task.get_coro().close()  # what the collector does to a coroutine that never finished
+    assert (gate.running, gate.stats().failed, gate.stats().leaked) == (0, 1, 0)
+    del task
+
+
+async def test_a_permit_dropped_in_another_thread_is_released_on_the_loop() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0, name="g")
+    held = [gate.try_admit()]
+    with pytest.warns(ResourceWarning, match="gate 'g'"):
+        thread = threading.Thread(target=held.clear)  # the last reference goes in that thread
+        thread.start()
+        thread.join()
+    await asyncio.sleep(0)
+    assert (gate.running, gate.stats().leaked) == (0, 1)
+
+
+def test_a_permit_dropped_after_its_loop_closed_gives_its_slot_back_at_once() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0, name="g")
+    loop = asyncio.new_event_loop()
+
+    async def hold() -> Permit:
+        return gate.try_admit()
+
+    held = [loop.run_until_complete(hold())]
+    loop.close()
+    with pytest.warns(ResourceWarning, match=r"counted as leaked \(its event loop is closed\)"):
+        held.clear()
+    assert (gate.running, gate.stats().leaked) == (0, 1)
+
+
+async def test_permits_that_end_normally_warn_nothing_when_dropped() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        async with gate.admit():
+            pass
+        gate.try_admit().release()
+        gate.admit()  # never entered
+        with pytest.raises(QueueFull):
+            held = gate.try_admit()
+            gate.try_admit()
+        held.release()
+        gc.collect()
+    assert gate.stats().leaked == 0

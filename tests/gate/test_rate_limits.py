@@ -199,9 +199,12 @@ async def test_waiters_for_tokens_expire_at_their_deadline() -> None:
     assert asyncio.get_running_loop().time() == 15
 
 
+Call = tuple[int, float, int, "int | None", float]
+
+
 @st.composite
-def rated_script(draw: st.DrawFn) -> list[tuple[int, float, int, int | None]]:
-    """(arrival, cost, run, budget) in arrival order."""
+def rated_script(draw: st.DrawFn) -> list[Call]:
+    """(arrival, cost, run, budget, settled) in arrival order."""
     calls = draw(
         st.lists(
             st.tuples(
@@ -209,6 +212,7 @@ def rated_script(draw: st.DrawFn) -> list[tuple[int, float, int, int | None]]:
                 st.sampled_from([0, 1, 5, 20]),
                 st.integers(1, 5),
                 st.none() | st.integers(1, 30),
+                st.sampled_from([0, 2, 10, 40]),  # refunds, charges, and charges the floor cuts short
             ),
             max_size=25,
         )
@@ -216,20 +220,31 @@ def rated_script(draw: st.DrawFn) -> list[tuple[int, float, int, int | None]]:
     return sorted(calls, key=lambda call: call[0])
 
 
-async def _run_rated(script: list[tuple[int, float, int, int | None]], running: int | None) -> None:
+async def _run_rated(script: list[Call], running: int | None) -> None:
     rpm = RateLimit.per_second(0.5, burst=3)
     tpm = RateLimit.per_second(5, burst=20, unit="tokens")
     gate = checked_gate(running, 8, rate_limits=[rpm, tpm])
     loop = asyncio.get_running_loop()
     starts: list[tuple[float, float]] = []
+    # What the token bucket was charged, net: (time, tokens), a cost taken at a start or what a
+    # settle moved the balance by (a charge, or minus a refund).
+    charged: list[tuple[float, float]] = []
 
-    async def call(arrival: int, cost: float, run: int, budget: int | None) -> None:
+    async def call(arrival: int, cost: float, run: int, budget: int | None, settled: float) -> None:
         await asyncio.sleep(arrival)
         try:
             async with gate.admit(cost=cost, timeout=budget) as permit:
                 starts.append((loop.time(), cost))
+                charged.append((loop.time(), cost))
                 await asyncio.sleep(run)
-                permit.settle(cost / 2)
+                # The README's rule: a charge stops at the floor, a refund at the burst. (The balance
+                # after the settle may include the starts a refund let in: those record themselves.)
+                balance, extra = gate.stats().tokens[1], settled - permit.cost
+                floor: float = tpm.floor  # type: ignore[assignment]
+                applied = min(extra, balance - floor) if extra > 0 else max(extra, balance - tpm.burst)
+                permit.settle(settled)
+                charged.append((loop.time(), applied))
+                assert floor - 1e-9 <= gate.stats().tokens[1] <= tpm.burst + 1e-9  # to rounding
         except (QueueFull, QueueExpired, RateLimited, Late):
             pass
 
@@ -237,18 +252,22 @@ async def _run_rated(script: list[tuple[int, float, int, int | None]], running: 
     stats = gate.stats()
     assert (stats.running, stats.waiting) == (0, 0)
     assert stats.arrived == len(script)
-    times = sorted({t for t, _ in starts})
+    times = sorted({t for t, _ in charged})
     for i, begin in enumerate(times):
         for end in times[i:]:
             window = [c for t, c in starts if begin <= t <= end]
             assert len(window) <= rpm.rate * (end - begin) + rpm.burst + 1e-6
+            # The README's bound with settle: net of refunds, at most rate x w + burst - floor
+            # (the balance starts a window at most full and ends it at least at the floor).
+            net = sum(c for t, c in charged if begin <= t <= end)
+            assert net <= tpm.rate * (end - begin) + tpm.burst - tpm.floor + 1e-6  # type: ignore[operator]
     async with gate.admit(timeout=1000):  # nothing left behind
         pass
 
 
 @given(script=rated_script(), running=st.none() | st.integers(1, 3))
 def test_random_traffic_through_a_rated_gate_keeps_every_invariant(
-    script: list[tuple[int, float, int, int | None]], running: int | None
+    script: list[Call], running: int | None
 ) -> None:
     run_virtual(_run_rated, script, running)
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 
 import looptime
 import pytest
 
-from boundedgate import BoundedGate, Late, QueueExpired, QueueFull, Status
+from boundedgate import BoundedGate, Late, QueueExpired, QueueFull, RateLimit, Status, admit_all
+from boundedgate._core import GateState
 from tests.helpers import checked_gate
 
 
@@ -299,20 +301,176 @@ def test_a_busy_gate_refuses_another_loop() -> None:
         second.close()
 
 
-def test_a_gate_whose_loop_closed_may_move_even_if_permits_leaked() -> None:
+def test_a_gate_whose_loop_closed_may_move_while_permits_of_that_loop_hold_slots() -> None:
     gate = BoundedGate(max_running=2, max_waiting=0)
     first = asyncio.new_event_loop()
 
     async def hold() -> object:
         return gate.try_admit()
 
-    first.run_until_complete(hold())
+    held = [first.run_until_complete(hold())]
     first.close()
     second = asyncio.new_event_loop()
     try:
-        second.run_until_complete(hold())
-        assert gate.running == 2  # the leaked permit stays counted: nobody knows it ended
+        held.append(second.run_until_complete(hold()))
+        assert gate.running == 2  # the permit of the closed loop holds its slot until it is released
     finally:
         second.close()
     assert gate.stats().admitted == 2
+    for permit in held:
+        permit.release()  # type: ignore[attr-defined]
+    assert gate.running == 0
     assert Status.RUNNING.is_final is False
+
+
+# -- arguments that were let through ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("priority", [0.0, None, "", [], False, 1.0])
+def test_every_priority_but_an_int_is_refused_at_once_even_a_falsy_one(priority: object) -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1, priorities=2)
+    with pytest.raises(TypeError, match=r"^priority must be an int"):
+        gate.admit(priority=priority)  # type: ignore[arg-type]
+
+
+async def test_a_priority_refused_at_once_strands_no_waiter_the_arrival_would_have_expired() -> None:
+    # Before: priority=None got as far as the queue, after the core had expired the waiter whose
+    # deadline was due, and the TypeError left that waiter asleep for ever.
+    gate = BoundedGate(max_running=1, max_waiting=2)
+    holder = gate.try_admit()
+    waiter = asyncio.create_task(gate.admit(timeout=1).__aenter__())
+    await asyncio.sleep(0)
+    with pytest.raises(TypeError, match="priority"):
+        gate.admit(priority=None)  # type: ignore[arg-type]
+    with pytest.raises(QueueExpired):
+        await asyncio.wait_for(waiter, 5)
+    holder.release()
+
+
+async def test_a_core_that_raises_mid_event_strands_no_waiter(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The timer's advance() expires the due waiter, then fails before it returns that waiter: the
+    # driver must still wake it (and every other parked waiter the core no longer holds as queued).
+    gate = BoundedGate(max_running=1, max_waiting=2, rate_limits=[RateLimit.per_second(100)])
+    holder = gate.try_admit()
+    due = asyncio.create_task(gate.admit(timeout=1).__aenter__())
+    other = asyncio.create_task(gate.admit().__aenter__())
+    await asyncio.sleep(0)
+    errors: list[object] = []
+    asyncio.get_running_loop().set_exception_handler(
+        lambda loop, context: errors.append(context["exception"])
+    )
+
+    def broken(self: object, now: float, woken: object) -> None:
+        raise RuntimeError("a bug in the core")
+
+    monkeypatch.setattr(GateState, "_fill", broken)
+    with pytest.raises(QueueExpired):
+        await asyncio.wait_for(due, 5)
+    assert [str(e) for e in errors] == ["a bug in the core"]
+    monkeypatch.undo()
+    holder.release()
+    (await asyncio.wait_for(other, 5)).release()
+
+
+HUGE = 10**400
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"timeout": HUGE}, r"^timeout is out of range: beyond a float's \(about ±1\.8e308\)$"),
+        ({"deadline": HUGE}, r"^deadline is out of range: beyond a float's"),
+        ({"deadline": -HUGE}, r"^deadline is out of range: beyond a float's"),
+        ({"cost": HUGE}, r"^cost is out of range: beyond a float's"),
+        ({"timeout": -HUGE}, r"^timeout is out of range"),
+    ],
+)
+def test_numbers_beyond_a_float_are_refused_at_admit_naming_the_argument(
+    kwargs: dict[str, object], message: str
+) -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    with pytest.raises(ValueError, match=message):
+        gate.admit(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        admit_all(gate, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_max_wait_beyond_a_float_is_refused_at_admit() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    with pytest.raises(ValueError, match=r"^max_wait is out of range: beyond a float's"):
+        gate.admit(max_wait=HUGE)
+
+
+async def test_a_settle_beyond_a_float_is_a_value_error() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0, rate_limits=[RateLimit.per_minute(10, unit="tokens")])
+    permit = gate.try_admit()
+    with pytest.raises(ValueError, match=r"^cost is out of range"):
+        permit.settle(HUGE)
+    permit.release()
+
+
+def test_the_largest_float_timeout_is_still_a_timeout() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    assert gate.admit(timeout=sys.float_info.max)._timeout == sys.float_info.max
+    assert gate.admit(timeout=10**300)._timeout == 10**300
+
+
+# -- a loop that closed with waiters parked on it ------------------------------------------------
+
+
+def _park_on_a_loop_that_closes(gate: BoundedGate) -> tuple[object, asyncio.Task[object]]:
+    loop = asyncio.new_event_loop()
+
+    async def park() -> tuple[object, asyncio.Task[object]]:
+        holder = gate.try_admit()
+        waiter = asyncio.ensure_future(gate.admit().__aenter__())
+        await asyncio.sleep(0)
+        return holder, waiter
+
+    holder, waiter = loop.run_until_complete(park())
+    assert (gate.running, gate.waiting) == (1, 1)
+    waiter._log_destroy_pending = False  # type: ignore[attr-defined]  # destroyed pending, on purpose
+    loop.close()  # the waiter's task is never resumed again
+    return holder, waiter
+
+
+def test_release_after_the_loop_closed_never_raises_and_gives_no_slot_to_the_dead() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1)
+    holder, waiter = _park_on_a_loop_that_closes(gate)
+    holder.release()  # type: ignore[attr-defined]
+    assert (gate.running, gate.waiting) == (0, 0)  # the slot went to nobody: the waiter is cancelled
+    stats = gate.stats()
+    assert (stats.completed, stats.cancelled, stats.admitted) == (1, 1, 1)
+    assert not waiter.done()  # its loop is gone: nothing will ever run it
+    second = asyncio.new_event_loop()
+    try:
+
+        async def use() -> None:
+            async with gate.admit():
+                pass
+
+        second.run_until_complete(use())
+    finally:
+        second.close()
+    assert gate.stats().completed == 2
+
+
+def test_a_gate_moving_off_a_closed_loop_drops_the_waiters_parked_there() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1)
+    holder, _ = _park_on_a_loop_that_closes(gate)
+    second = asyncio.new_event_loop()
+    try:
+
+        async def use() -> Status:
+            waiter = asyncio.ensure_future(gate.admit(timeout=5).__aenter__())  # the dead one's place
+            await asyncio.sleep(0)
+            assert (gate.running, gate.waiting) == (1, 1)
+            holder.release()  # type: ignore[attr-defined]
+            permit = await waiter
+            permit.release()
+            return permit.status
+
+        assert second.run_until_complete(use()) is Status.COMPLETED
+    finally:
+        second.close()
+    assert gate.stats().cancelled == 1

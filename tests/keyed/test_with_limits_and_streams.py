@@ -200,3 +200,68 @@ async def test_a_keyed_stream_holds_its_key_s_slot_and_forwards_every_argument()
     quiet = await keyed.stream("b", lambda: ticks(2, every=1), timeout=1, raise_late=False)
     assert [item async for item in quiet] == [0, 1]
     assert keyed.stats().total.late == 2
+
+
+# -- a settle after the release (the stream pattern) charges the key, not a dropped gate -------------
+
+
+def _tpm_keyed(keep_idle: int = 0) -> KeyedGate[str]:
+    return KeyedGate(
+        max_running=None,
+        max_waiting=0,
+        name="tenant",
+        keep_idle=keep_idle,
+        rate_limits=[RateLimit.per_minute(1_000, unit="tokens", name="tpm")],
+    )
+
+
+async def test_a_settle_after_the_release_charges_the_key_even_once_its_gate_was_dropped() -> None:
+    keyed = _tpm_keyed()
+    admitted = 0
+    for _ in range(10):
+        try:
+            permit = keyed.try_admit("acme")  # cost 0 declared: all of it is settled at the end
+        except RateLimited:
+            continue
+        admitted += 1
+        permit.release()  # the key is idle and its bucket full: its gate is dropped here
+        permit.settle(1_000)  # the usage, known once the stream ended
+    # The first call spent the bucket, the second (whose cost of 0 a balance of 0 covers) left the
+    # key a window in debt, down to the floor: nothing more until that is paid off.
+    assert admitted == 2
+    gate = keyed.get("acme")
+    assert gate is not None
+    assert gate.stats().tokens == (-1_000.0,)
+    await asyncio.sleep(59)
+    with pytest.raises(RateLimited):
+        keyed.try_admit("acme")
+    await asyncio.sleep(1)
+    keyed.try_admit("acme").release()  # at 60, the balance is back at 0
+    await asyncio.sleep(60)  # refilled: the key may go
+    keyed.try_admit("other").release()
+    assert "acme" not in keyed
+    keyed.try_admit("acme").release()
+
+
+async def test_a_settle_on_a_key_kept_idle_makes_it_rest_until_its_bucket_refills() -> None:
+    keyed = _tpm_keyed(keep_idle=1)
+    permit = keyed.try_admit("a")
+    permit.release()  # kept idle, bucket full
+    permit.settle(1_000)  # now it owes a window: it must not be dropped with a fresh bucket
+    keyed.try_admit("b").release()  # b is the most recently idle: a would be the one to go
+    with pytest.raises(RateLimited):
+        keyed.try_admit("a", cost=1)
+    assert keyed.stats().total.rate_limited == 1
+
+
+async def test_a_refund_after_the_release_to_a_dropped_key_changes_nothing() -> None:
+    keyed = _tpm_keyed()
+    permit = keyed.try_admit("a", cost=500)
+    permit.release()  # resting: half its bucket is spent
+    await asyncio.sleep(30)  # refilled, and dropped at the next event
+    keyed.try_admit("b").release()
+    assert "a" not in keyed
+    permit.settle(100)  # a refund to a key whose gate is gone: its bucket is full anyway
+    assert "a" not in keyed
+    assert permit.cost == 100
+    assert keyed.stats().created == 2

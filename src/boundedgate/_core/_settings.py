@@ -58,10 +58,17 @@ def check_max_waiting(value: object) -> int | None:
     return count
 
 
+def _float(name: str, value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond a float's range (its repr could run to thousands of digits)
+        raise ValueError(f"{name} is out of range: beyond a float's (about ±1.8e308)") from None
+
+
 def _seconds(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    seconds = float(value)
+    seconds = _float(name, value)
     if math.isnan(seconds):
         raise ValueError(f"{name} must not be NaN")
     return seconds
@@ -150,7 +157,7 @@ def check_cost(value: object) -> float:
     """Return a request's rate cost: a finite number >= 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"cost must be a number, got {value!r}")
-    cost = float(value)
+    cost = _float("cost", value)
     if not (cost >= 0 and math.isfinite(cost)):
         raise ValueError(f"cost must be a finite number >= 0, got {value!r}")
     return cost

@@ -5,7 +5,8 @@ one deadline for the whole; a gate already taken is held while the next is waite
 locking: with one global order, see ``_order``, this cannot deadlock). If a step is refused,
 expires or is cancelled, every gate already taken is given back at once, as a slot handed over
 but never used (each of those gates counts it ``cancelled``, not ``admitted``), and the caller
-sees the refused step's own error, which names its gate.
+sees the refused step's own error, which names its gate, with the whole call's ``waited`` and
+``elapsed``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from typing_extensions import Self
 
-from .._core import Status, check_deadline, check_timeout
-from .._errors import Late
+from .._core import Status, check_cost, check_deadline, check_priority, check_timeout
+from .._errors import GateError, Late
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
 from ._gate import BoundedGate
@@ -39,6 +40,7 @@ FAILED = Status.FAILED
 LEAKED = Status.LEAKED
 
 _T = TypeVar("_T")
+_ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
 
 #: A gate, or a keyed gate and the key to take in it.
 Step = BoundedGate | tuple[KeyedGate[Any], Hashable]
@@ -63,7 +65,9 @@ def admit_all(
     what is left of the one budget. If a step is refused (:class:`QueueFull`), expires
     (:class:`QueueExpired`) or is cancelled, the gates already taken are given back at once (they
     count it as ``cancelled``: the slot was never used) and the step's own error propagates,
-    naming its gate. On exit every gate is released, exactly once.
+    naming its gate, with ``waited`` and ``elapsed`` those of the whole call (from the arrival at
+    the first gate), as for :class:`Late`. On exit every gate is released, exactly once. A combined
+    permit is entered once: entering it again while it runs is a ``RuntimeError``.
 
     The order is the caller's, and must be the same wherever the same gates meet: put first the
     gates whose slot may sit idle while later ones are waited for (tenant, session), and last the
@@ -88,7 +92,8 @@ def admit_all(
         RateLimited: A step's rate limits could not pay the cost in time; names that gate.
         QueueExpired: The deadline passed while waiting at a step (or had passed on arrival).
         Evicted: A more urgent arrival took the request's place at a step; names that gate.
-        asyncio.CancelledError: The caller was cancelled while waiting, or before it arrived.
+        asyncio.CancelledError: The caller was cancelled while waiting, or had a cancellation
+            pending when it arrived (as for :meth:`BoundedGate.admit`).
 
     Raises (at once):
         TypeError: Something other than a gate or a ``(KeyedGate, key)`` pair; a malformed timeout
@@ -109,6 +114,11 @@ def admit_all(
             raise TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {gate!r}")
     if not families:
         raise ValueError("admit_all() needs at least one gate")
+    if priority is not _ZERO:  # checked now against the fewest classes among the gates, not at a step
+        classes = (f.priorities if type(f) is BoundedGate else f._priorities for f in families)
+        check_priority(priority, min(classes))
+    if cost is not None:
+        cost = check_cost(cost)
     if deadline is None:
         relative = check_timeout(timeout)  # inf for None: no deadline
         absolute = math.inf
@@ -214,7 +224,7 @@ class CombinedPermit(HandsOver):
 
     async def __aenter__(self) -> Self:
         if self.status is RUNNING:
-            return self
+            raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
         if self.status is not NEW:
             raise RuntimeError(f"{self!r} was already used; call admit_all() for each request")
         loop = self._loop = asyncio.get_running_loop()
@@ -230,8 +240,12 @@ class CombinedPermit(HandsOver):
                 gate = step if isinstance(step, BoundedGate) else step[0]._gate_for(step[1])
                 permit = gate.admit(deadline=deadline, priority=self._priority, cost=self._cost)
                 await permit.__aenter__()
-            except BaseException:
+            except BaseException as exc:
                 self._give_back(taken, permit)
+                if isinstance(exc, GateError) and permit is not None and permit.ended is not None:
+                    # The step's gate timed its own part; the caller waited for the whole call.
+                    waited = permit.ended - now
+                    exc.args = (*exc.args[:5], waited, waited, *exc.args[7:])
                 raise
             taken.append(permit)
         self._permits = tuple(taken)

@@ -2,18 +2,31 @@
 
 ``current_task(loop)`` answers the task running on ``loop`` (None when ``loop`` is not running a
 task in this thread), without the cost of ``asyncio.get_running_loop()`` that the public
-``asyncio.current_task()`` pays on Python 3.11 and older. ``is_cancelling(task)`` is true when the
-task has a cancellation pending, so an admission can refuse it before counting it.
+``asyncio.current_task()`` pays on Python 3.11 and older. ``is_cancelling(task)`` is the cheap
+filter: false for a task that has no cancellation pending. When it is true, ``cancellation_pending``
+(off the hot path) decides: a caller is refused only when a cancellation is really pending, one
+that its next ``await`` would raise.
+
+What "really pending" means under asyncio: ``task.cancel()`` was requested and not yet delivered
+(the task's ``_must_cancel``: a cancel of the running task, or of one woken but not yet resumed),
+or the task is inside an anyio cancel scope that is cancelled and not shielded (anyio delivers its
+cancellation again at every checkpoint). A cancellation that was delivered and swallowed
+(``except CancelledError: continue``) is not pending, even though ``Task.cancelling()`` stays above
+0 until someone calls ``uncancel()``: asyncio will not raise it again, ``asyncio.Semaphore`` admits
+that task, and so does the gate (a loop that swallows cancellations would otherwise spin on the
+refusal for ever). The same holds inside an ``asyncio.timeout()`` block whose deadline passed and
+whose cancellation was swallowed: asyncio cancels once, and the block's exit decides.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ("current_task", "is_cancelling")
+__all__ = ("cancellation_pending", "current_task", "is_cancelling")
 
 current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]
 is_cancelling: Callable[[asyncio.Task[Any]], object]
@@ -30,3 +43,20 @@ else:
 
     def is_cancelling(task: asyncio.Task[Any]) -> object:
         return getattr(task, "_must_cancel", False)
+
+
+def cancellation_pending(task: asyncio.Task[Any]) -> bool:
+    """True when ``task`` will be cancelled at its next ``await``.
+
+    That is a cancel requested and not yet delivered, or a cancelled anyio scope around it. Asked
+    of the running task, once ``is_cancelling`` was true.
+    """
+    if getattr(task, "_must_cancel", False):
+        return True
+    anyio = sys.modules.get("anyio")
+    if anyio is None:
+        return False
+    try:
+        return bool(anyio.current_effective_deadline() == -math.inf)  # -inf: a cancelled, unshielded scope
+    except Exception:  # no anyio context to ask (another library runs the loop): not anyio's to cancel
+        return False

@@ -8,6 +8,7 @@ armed at the earliest queued deadline (no task and no timer per waiter).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import sys
 from collections.abc import Sequence
@@ -28,19 +29,22 @@ from .._core import (
 )
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource
-from ._permit import Permit
+from ._permit import _HELD, Permit, _HeldPermit
 
 if TYPE_CHECKING:
     from ._combined import CombinedPermit
 
 __all__ = ("BoundedGate",)
 
+QUEUED = Status.QUEUED
 RUNNING = Status.RUNNING
 REJECTED = Status.REJECTED
 EVICTED = Status.EVICTED
 RATE_LIMITED = Status.RATE_LIMITED
 CANCELLED = Status.CANCELLED
 _INF = math.inf
+_MAX = sys.float_info.max
+_ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
 _T = TypeVar("_T")
 
 
@@ -86,7 +90,11 @@ class BoundedGate:
     computed from the bucket. A gate with ``max_running=None`` and rate limits is a rate limiter.
 
     The gate binds to the event loop that first uses it. It may move to another loop while it is
-    idle (nothing running or waiting); using it from another loop while busy is a RuntimeError.
+    idle (nothing running or waiting), or once its loop is closed; using it from another loop while
+    it is busy on an open one is a RuntimeError. Waiters parked on a closed loop never wake: a slot
+    freed after the loop closed (``release()`` never raises) is not handed to them, and a move to a
+    new loop drops them (they count as cancelled). Permits still running on the closed loop keep
+    their slots until released.
 
     Args:
         max_running: Running slots, an int >= 1, or None for no limit on running (then the gate
@@ -106,7 +114,17 @@ class BoundedGate:
             ``jump_share`` outside [0, 1).
     """
 
-    __slots__ = ("__weakref__", "_loop", "_max_running", "_name", "_rated", "_state", "_timer", "_timer_at")
+    __slots__ = (
+        "__weakref__",
+        "_loop",
+        "_max_running",
+        "_name",
+        "_parked",
+        "_rated",
+        "_state",
+        "_timer",
+        "_timer_at",
+    )
 
     def __init__(
         self,
@@ -137,6 +155,9 @@ class BoundedGate:
         # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
+        # The permits asleep on a future in the queue: what a failed core event or a dead loop must
+        # still reach, when no list of woken permits comes back.
+        self._parked: set[Permit] = set()
 
     # -- public API -------------------------------------------------------------------------
 
@@ -211,26 +232,30 @@ class BoundedGate:
             RateLimited: Its tokens could not arrive before its deadline, at once.
             QueueExpired: The deadline passed while waiting, or had passed on arrival.
             Evicted: A more urgent arrival took its place in a full queue.
-            asyncio.CancelledError: The caller was cancelled while waiting, or was already
-                cancelled on arrival (then nothing was counted).
+            asyncio.CancelledError: The caller was cancelled while waiting, or had a cancellation
+                pending on arrival (then nothing was counted): a ``task.cancel()`` not yet
+                delivered, or a cancelled anyio scope around it. A cancellation already delivered
+                and swallowed is not pending: that caller is admitted, as by ``asyncio.Semaphore``.
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout, deadline, priority or cost, both a
-                timeout and a deadline, or a cost above a rate limit's burst (it could never be
-                served).
+            TypeError, ValueError: A malformed timeout, deadline, max_wait, priority or cost
+                (a priority that is not an int, falsy ones included; a number beyond a float's
+                range), both a timeout and a deadline, or a cost above a rate limit's burst (it
+                could never be served). Each names its argument.
         """
         if max_wait is not None or raise_late is not True:
             permit = self.admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
             permit.max_wait = check_max_wait(max_wait)
             permit._raise_late = bool(raise_late)
             return permit
-        if priority:
+        if priority is not _ZERO:  # the default passes untouched; anything else is checked (0.0, None)
             priority = check_priority(priority, self._state.priorities)
         cost = 0.0 if cost is None else self._state.check_cost(cost)
         if deadline is None:
             if timeout is None:
                 return Permit(self, None, _INF, priority, cost)
-            if (type(timeout) is float or type(timeout) is int) and timeout >= 0:  # the common case inline
+            # The common case inline; an int beyond a float's range (and inf, NaN) takes the full check.
+            if (type(timeout) is float or type(timeout) is int) and 0 <= timeout <= _MAX:
                 return Permit(self, timeout, _INF, priority, cost)
             return Permit(self, check_timeout(timeout), _INF, priority, cost)
         if timeout is not None:
@@ -252,11 +277,14 @@ class BoundedGate:
             QueueFull: The request cannot start at once (no free slot, or others are queued).
             RateLimited: A slot is free but the rate limits do not hold its cost now.
             QueueExpired: The deadline had already passed (nothing was counted).
-            asyncio.CancelledError: The calling task is being cancelled (nothing was counted).
+            asyncio.CancelledError: The calling task has a cancellation pending, as for
+                :meth:`admit` (nothing was counted).
         """
         permit = self.admit(timeout=timeout, deadline=deadline, cost=cost)
         if permit._arrive(False) is not RUNNING:
             raise permit._gate._refusal(permit)  # the gate it arrived at (a keyed gate may move it)
+        permit._waiter = _HELD  # held before it is entered: its first entry is not a second one
+        permit.__class__ = _HeldPermit  # dropped unreleased, it gives its slot back (as leaked)
         return permit
 
     def stream(
@@ -319,14 +347,27 @@ class BoundedGate:
         old = self._loop
         if loop is not old:
             state = self._state
-            if old is not None and (state.running or state.waiting) and not old.is_closed():
-                raise RuntimeError(f"{self!r} is in use on another event loop")
+            if old is not None and (state.running or state.waiting):
+                if not old.is_closed():
+                    raise RuntimeError(
+                        f"{self!r} is in use on another event loop; a gate moves only when idle, "
+                        "or once its loop is closed"
+                    )
+                self._drop_parked(loop.time())
             if self._timer is not None:
                 self._timer.cancel()
             self._loop = loop
             self._timer = None
             self._timer_at = math.inf
         return loop
+
+    def _drop_parked(self, now: float) -> None:
+        """The gate's loop closed: its parked waiters will never wake, so they leave (``cancelled``)."""
+        parked = self._parked
+        while parked:
+            permit = parked.pop()
+            permit._waiter = None
+            self._state.cancel(permit, now)  # a slot handed to a dead waiter passes on, to another
 
     def _wake(self, woken: Sequence[Ticket]) -> None:
         """Resolve the futures of permits that left the queue (started or expired), oldest first."""
@@ -337,15 +378,44 @@ class BoundedGate:
                 if waiter is None:
                     continue
                 if not waiter.done():
-                    waiter.set_result(None)
-                elif permit.status is RUNNING:
-                    # Its caller was cancelled in the turn the slot was handed to it: the slot
-                    # passes on now rather than when that task wakes to find it cancelled.
+                    try:
+                        waiter.set_result(None)
+                        continue
+                    except RuntimeError:  # its loop is closed: nobody will ever wake on it
+                        if not self._loop.is_closed():  # type: ignore[union-attr]
+                            raise
+                        self._parked.discard(permit)
+                        permit._waiter = None  # type: ignore[attr-defined]
+                if permit.status is RUNNING:
+                    # Its caller was cancelled in the turn the slot was handed to it (or its loop is
+                    # gone): the slot passes on now rather than when that task wakes to find it so.
                     passed_on += self._state.cancel(permit, self._loop.time())  # type: ignore[union-attr]
             woken = passed_on
 
+    def _core_failed(self) -> None:
+        """The core raised in the middle of an event: wake whoever it had already moved out of the queue.
+
+        The list of woken permits never came back, so every parked permit the core no longer holds
+        as queued is woken (to start, or to see its refusal), and the timer is rearmed.
+        """
+        loop = self._loop
+        if loop is None:
+            return
+        for permit in tuple(self._parked):
+            waiter = permit._waiter
+            if permit.status is not QUEUED and waiter is not None and not waiter.done():
+                with contextlib.suppress(RuntimeError):  # a closed loop: _bind drops them
+                    waiter.set_result(None)
+        with contextlib.suppress(Exception):  # the state may be inconsistent: do what can be done
+            self._timer_at = math.inf
+            self._rearm()
+
     def _cancel(self, permit: Permit, ending: Status = CANCELLED) -> None:
-        woken = self._state.cancel(permit, self._loop.time(), ending)  # type: ignore[union-attr]
+        try:
+            woken = self._state.cancel(permit, self._loop.time(), ending)  # type: ignore[union-attr]
+        except BaseException:
+            self._core_failed()
+            raise
         if woken:
             self._wake(woken)
         if self._rated and self._state.waiting:
@@ -360,7 +430,13 @@ class BoundedGate:
     def _arm_timer(self, when: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = self._loop.call_at(when, self._on_timer)  # type: ignore[union-attr]
+        try:
+            self._timer = self._loop.call_at(when, self._on_timer)  # type: ignore[union-attr]
+        except RuntimeError:  # the loop is closed (a release after it closed): nothing to wake
+            self._timer = None
+            if not self._loop.is_closed():  # type: ignore[union-attr]
+                raise
+            return
         self._timer_at = when
 
     def _on_timer(self) -> None:
@@ -369,7 +445,11 @@ class BoundedGate:
         now = max(self._loop.time(), self._timer_at)  # type: ignore[union-attr]
         self._timer = None
         self._timer_at = math.inf
-        woken = self._state.advance(now)
+        try:
+            woken = self._state.advance(now)
+        except BaseException:
+            self._core_failed()
+            raise
         if woken:
             self._wake(woken)
         self._rearm()

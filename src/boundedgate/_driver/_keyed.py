@@ -109,9 +109,13 @@ class _KeyState(GateState):
         return woken
 
     def settle(self, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
+        if self._phase is not _LISTED:  # retired after the release: the key's gate now pays
+            return self._owner._settle_retired(self, ticket, cost, now)
         woken = super().settle(ticket, cost, now)
         if woken:  # a refund let waiters start
             self._owner._tell(self)
+        elif not self.running and not self.waiting:
+            self._owner._charged_idle(self, now)
         return woken
 
 
@@ -283,7 +287,8 @@ class KeyedGate(Generic[K]):
             RateLimited: The key's rate limits cannot pay its cost in time.
             QueueExpired: The deadline passed while waiting, or had passed on arrival.
             Evicted: A more urgent arrival took its place in the key's full queue.
-            asyncio.CancelledError: The caller was cancelled while waiting, or before it arrived.
+            asyncio.CancelledError: The caller was cancelled while waiting, or had a cancellation
+                pending when it arrived (as for :meth:`BoundedGate.admit`).
 
         Raises (at once):
             TypeError, ValueError: As for :meth:`BoundedGate.admit`, or (for a key without a gate
@@ -307,7 +312,7 @@ class KeyedGate(Generic[K]):
             QueueFull: The request cannot start at once.
             RateLimited: A slot is free but the key's rate limits do not hold its cost now.
             QueueExpired: The deadline had already passed (nothing was counted).
-            asyncio.CancelledError: The calling task is being cancelled (nothing was counted).
+            asyncio.CancelledError: The calling task has a cancellation pending (nothing was counted).
         """
         return self._gate_for(key).try_admit(timeout=timeout, deadline=deadline, cost=cost)
 
@@ -428,15 +433,50 @@ class KeyedGate(Generic[K]):
         if not state.running and not state.waiting:
             return woken  # refused (at once, or before it was counted): still idle
         if phase is _FRESH:
-            state._phase = _LISTED
-            gates = self._gates
-            gates[key] = cast(Permit, ticket)._gate  # the gate whose state this is
-            if len(gates) > self._peak_keys:
-                self._peak_keys = len(gates)
+            self._list(key, cast(Permit, ticket)._gate)  # the gate whose state this is
         else:
             self._idle_keys.pop(key, None)  # it was kept idle, or resting while its buckets refill
         self._tell(state)
         return woken
+
+    def _list(self, key: K, gate: BoundedGate) -> None:
+        cast(_KeyState, gate._state)._phase = _LISTED
+        gates = self._gates
+        gates[key] = gate
+        if len(gates) > self._peak_keys:
+            self._peak_keys = len(gates)
+
+    def _settle_retired(self, state: _KeyState, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
+        """A settle for a request whose key's gate was dropped since: the key's gate of now pays it.
+
+        A dropped gate's buckets were full, so a refund has nothing to give back to a key with no
+        gate; a charge lists a gate for the key, which rests until its buckets are full again.
+        """
+        if ticket.started is None:
+            return ()  # never started (refused, or its slot given back unused): nothing to settle
+        key = cast(K, state._key)
+        gate = self._gates.get(key)
+        if gate is None:
+            if cost <= ticket.cost or not any(limit.unit == "tokens" for limit in self._rate_limits):
+                ticket.cost = cost
+                return ()
+            gate = self._create(key)
+            self._list(key, gate)
+            gate._loop = cast(Permit, ticket)._gate._loop
+            live = cast(_KeyState, gate._state)
+            GateState.settle(live, ticket, cost, now)
+            self._idle(key, live, now)  # rests until its buckets refill
+            cast(Permit, ticket)._gate = gate
+            return ()
+        cast(Permit, ticket)._gate = gate
+        return gate._state.settle(ticket, cost, now)
+
+    def _charged_idle(self, state: _KeyState, now: float) -> None:
+        """A settle on an idle key: a key kept idle whose buckets a charge emptied rests instead."""
+        key = cast(K, state._key)
+        if key in self._idle_keys and state.full_at() > now:
+            del self._idle_keys[key]
+            heapq.heappush(self._resting, (state.full_at(), next(self._ticks), key))
 
     def _tell(self, state: _KeyState) -> None:
         """Bring the running totals up to date with ``state``'s counts."""

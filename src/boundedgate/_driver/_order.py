@@ -13,13 +13,15 @@ sequence of gates already checked) costs one set lookup.
 
 A "gate" here is a family: a :class:`BoundedGate`, or a :class:`KeyedGate` with all its keys (two
 keys of one keyed gate in one admission have no order between them, so that is refused too).
-Families are held weakly: a gate that is garbage collected leaves only integers behind (its
-number in the graph) and, until the cache of checked sequences is next cleared, dead references.
+Families are held weakly, and the graph forgets them: each family has a node that holds its own
+edges (to the families taken after it, and from those taken before), so every connected set of
+gates is a graph of its own, and a family that is garbage collected takes its node and its edges
+with it (the next check unlinks it). Forgetting is sound: an admission holds its gates, so a
+collected gate is in no admission, and an order only matters between gates that can meet in one.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -27,17 +29,32 @@ from typing import Any
 
 __all__ = ("check_order",)
 
-_ids: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
-_new_id = itertools.count(1).__next__
-# Edges: family id -> ids that have been taken after it (directly).
-_after: dict[int, set[int]] = {}
+
+class _Node:
+    """One family in the graph: the families taken directly after it, and directly before it."""
+
+    __slots__ = ("after", "before", "cached")
+
+    def __init__(self) -> None:
+        self.after: set[_Node] = set()
+        self.before: set[_Node] = set()
+        # Whether a sequence in `_checked` holds this family (its death makes that entry dead).
+        self.cached = False
+
+
+_nodes: weakref.WeakKeyDictionary[object, _Node] = weakref.WeakKeyDictionary()
+# Nodes whose family was collected, to unlink at the next check. The finaliser only appends (the GC
+# may run it in any thread, inside a check that holds the lock): unlinking waits for the lock.
+_dead: list[_Node] = []
 # Sequences of families already checked, for the fast path (bounded; refilled when cleared). A
 # weakref compares and hashes as its referent while that lives, and a dead one never equals the
 # reference to a new object, so a sequence of dead gates never matches a sequence of new ones.
 # weakref.ref(gate) returns the gate's one plain reference once it exists: no allocation.
 _checked: set[tuple[weakref.ref[object], ...]] = set()
 _CHECKED_MAX = 4096
-# Admissions on several event loops in several threads share the graph.
+# Collected families that were in cached sequences (each made one or more dead) since the last sweep.
+_stale: list[_Node] = []
+# Admissions on several event loops in several threads share the nodes.
 _lock = threading.Lock()
 
 
@@ -53,37 +70,72 @@ def check_order(families: Sequence[Any]) -> None:
     refs = tuple(map(weakref.ref, families))
     if refs in _checked:
         return
-    ids = tuple(_id(family) for family in families)
     with _lock:
-        _check(ids, [family.name for family in families])
+        if _dead:
+            _unlink_dead()
+        nodes = [_node(family) for family in families]
+        _check(nodes, [family.name for family in families])
         if len(_checked) >= _CHECKED_MAX:
-            _checked.clear()
+            _clear_cache()
         _checked.add(refs)
+        for node in nodes:
+            node.cached = True
 
 
-def _id(family: object) -> int:
-    number = _ids.get(family)
-    if number is None:
-        with _lock:
-            number = _ids.setdefault(family, _new_id())
-    return number
+def _node(family: object) -> _Node:
+    node = _nodes.get(family)
+    if node is None:
+        node = _nodes[family] = _Node()
+        weakref.finalize(family, _dead.append, node).atexit = False
+    return node
 
 
-def _check(ids: tuple[int, ...], names: Sequence[str]) -> None:
-    seen: set[int] = set()
-    for i, number in enumerate(ids):
-        if number in seen:
+def _unlink_dead() -> None:
+    while _dead:
+        node = _dead.pop()
+        for first in node.before:
+            first.after.discard(node)
+        for then in node.after:
+            then.before.discard(node)
+        node.before.clear()
+        node.after.clear()
+        if node.cached:
+            _stale.append(node)
+    if len(_stale) > len(_checked) // 2:  # swept when dead entries could be half the cache: O(1) each
+        live = {refs for refs in _checked if all(ref() is not None for ref in refs)}
+        _clear_cache()
+        _checked.update(live)
+        for refs in live:
+            for ref in refs:
+                family = ref()
+                if family is not None and (known := _nodes.get(family)) is not None:
+                    known.cached = True
+
+
+def _clear_cache() -> None:
+    for refs in _checked:
+        for ref in refs:
+            family = ref()
+            if family is not None and (known := _nodes.get(family)) is not None:
+                known.cached = False
+    _checked.clear()
+    _stale.clear()
+
+
+def _check(nodes: list[_Node], names: Sequence[str]) -> None:
+    seen: set[_Node] = set()
+    for i, node in enumerate(nodes):
+        if node in seen:
             raise ValueError(
                 f"{names[i]!r} appears twice in one admission; each gate (each keyed gate, with one key) "
                 "may be taken once"
             )
-        seen.add(number)
-    added: list[tuple[int, int]] = []
+        seen.add(node)
+    added: list[tuple[_Node, _Node]] = []
     try:
-        for i in range(len(ids) - 1):
-            first, then = ids[i], ids[i + 1]
-            followers = _after.setdefault(first, set())
-            if then in followers:
+        for i in range(len(nodes) - 1):
+            first, then = nodes[i], nodes[i + 1]
+            if then in first.after:
                 continue
             if _reaches(then, first):
                 raise ValueError(
@@ -91,22 +143,24 @@ def _check(ids: tuple[int, ...], names: Sequence[str]) -> None:
                     f"took {names[i + 1]!r} before {names[i]!r} (directly or through other gates): taking "
                     "gates in opposite orders can deadlock, so use one order everywhere"
                 )
-            followers.add(then)
+            first.after.add(then)
+            then.before.add(first)
             added.append((first, then))
     except ValueError:
         for first, then in added:
-            _after[first].discard(then)
+            first.after.discard(then)
+            then.before.discard(first)
         raise
 
 
-def _reaches(start: int, goal: int) -> bool:
+def _reaches(start: _Node, goal: _Node) -> bool:
     stack = [start]
     visited = {start}
     while stack:
-        for number in _after.get(stack.pop(), ()):
-            if number == goal:
+        for node in stack.pop().after:
+            if node is goal:
                 return True
-            if number not in visited:
-                visited.add(number)
-                stack.append(number)
+            if node not in visited:
+                visited.add(node)
+                stack.append(node)
     return False

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, TypeVar, cast, final
 
 from typing_extensions import Self
 
 from .._core import Status, Ticket, check_cost, queue_deadline
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
-from ._compat import current_task, is_cancelling
+from ._compat import cancellation_pending, current_task, is_cancelling
 
 if TYPE_CHECKING:
     from .._errors import Late
@@ -27,10 +28,14 @@ LATE = Status.LATE
 CANCELLED = Status.CANCELLED
 FAILED = Status.FAILED
 ABORTED = Status.ABORTED
+LEAKED = Status.LEAKED
 DISCONNECTED = Status.DISCONNECTED
 _INF = math.inf
 
 _T = TypeVar("_T")
+
+# What `_waiter` holds for a permit from try_admit() until it is entered: the slot is held already.
+_HELD: asyncio.Future[None] = cast("asyncio.Future[None]", object())
 
 
 @final
@@ -44,7 +49,11 @@ class Permit(Ticket, HandsOver):
 
     Releasing is idempotent: the slot goes back exactly once, whichever path gets there first
     (``release()``, the end of the ``async with`` block), and the block may be exited from another
-    task than the one that entered it.
+    task than the one that entered it. A permit is entered once: entering it again while its block
+    runs (``async with permit:`` inside ``async with permit:``) is a ``RuntimeError`` that leaves
+    the slot with the outer block. A permit from ``try_admit()`` garbage-collected while it holds
+    its slot gives it back (on its gate's loop, in the turn after), counted as ``leaked``, with a
+    ``ResourceWarning``.
 
     Attributes:
         status: Where the request stands (:class:`Status`); its outcome once it has ended.
@@ -119,7 +128,7 @@ class Permit(Ticket, HandsOver):
         :meth:`abort` once its work has stopped. Call it on the gate's event loop.
         """
         waiter = self._waiter
-        if waiter is None:
+        if waiter is None or waiter is _HELD:
             return
         self._gate._cancel(self, DISCONNECTED)
         if not waiter.done():
@@ -132,7 +141,9 @@ class Permit(Ticket, HandsOver):
         a bucket's floor: a debt later requests wait out) or refunded the over-estimate (never above
         its burst). Call it once the usage is known, before or after the slot was released (a
         stream's usage is only known at its end). Settling again adjusts from the last settled
-        cost. Does nothing for a request that never started.
+        cost. Does nothing for a request that never started. For a key of a :class:`KeyedGate`,
+        a settle after the key's gate was dropped charges the key's gate of now (made for it if
+        need be), so the key's debt is not forgotten with the gate.
 
         Raises:
             TypeError, ValueError: ``cost`` is not a finite number >= 0.
@@ -142,7 +153,12 @@ class Permit(Ticket, HandsOver):
         loop = gate._loop
         if loop is None:
             return
-        woken = gate._state.settle(self, value, loop.time())
+        try:
+            woken = gate._state.settle(self, value, loop.time())
+        except BaseException:
+            gate._core_failed()
+            raise
+        gate = self._gate  # a settle after a keyed gate dropped its key's gate charges the key's gate now
         if woken:
             gate._wake(woken)
         if gate._rated and gate._state.waiting:
@@ -151,13 +167,19 @@ class Permit(Ticket, HandsOver):
     async def __aenter__(self) -> Self:
         status = self.status
         if status is RUNNING:
-            return self  # from try_admit(): it holds its slot already
+            if self._waiter is _HELD:  # from try_admit(): it holds its slot already
+                self._waiter = None
+                return self
+            # Entered already: a second exit would free the slot under the first block's body.
+            raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
         status = self._arrive(True)
         if status is RUNNING:
             return self
         gate = self._gate
         if status is QUEUED:
             waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]
+            parked = gate._parked
+            parked.add(self)
             expires = self.deadline if self.max_wait == _INF else queue_deadline(self)
             if gate._rated:
                 gate._rearm()
@@ -170,9 +192,11 @@ class Permit(Ticket, HandsOver):
                 # (the future holds a result but the task was cancelled before it resumed): either
                 # way give back what it holds, and a slot passes on to the next in line.
                 self._waiter = None
+                parked.discard(self)
                 gate._cancel(self)
                 raise
             self._waiter = None
+            parked.discard(self)
             status = self.status
             if status is RUNNING:
                 return self
@@ -202,7 +226,7 @@ class Permit(Ticket, HandsOver):
         if loop is None or (task := current_task(loop)) is None:
             loop = gate._bind()
             task = current_task(loop)
-        if task is not None and is_cancelling(task):
+        if task is not None and is_cancelling(task) and cancellation_pending(task):
             # Refused before it is counted: a cancelled caller never touches the counters.
             self.status = CANCELLED
             raise asyncio.CancelledError()
@@ -210,7 +234,11 @@ class Permit(Ticket, HandsOver):
         timeout = self._timeout
         if timeout is not None:
             self.deadline = now + timeout
-        woken = gate._state.arrive(self, now, wait)
+        try:
+            woken = gate._state.arrive(self, now, wait)
+        except BaseException:
+            self._gate._core_failed()  # the gate it arrived at (a keyed gate may have moved it)
+            raise
         if woken:
             gate._wake(woken)
         return self.status
@@ -219,7 +247,11 @@ class Permit(Ticket, HandsOver):
         """End the request now, if it holds a slot: as ``ending`` says, else completed or late."""
         if self.status is RUNNING:
             gate = self._gate
-            woken = gate._state.release(self, gate._loop.time(), ending)  # type: ignore[union-attr]
+            try:
+                woken = gate._state.release(self, gate._loop.time(), ending)  # type: ignore[union-attr]
+            except BaseException:
+                gate._core_failed()
+                raise
             if woken:
                 gate._wake(woken)
             if gate._rated and gate._state.waiting:
@@ -236,6 +268,50 @@ class Permit(Ticket, HandsOver):
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
+
+
+class _HeldPermit(Permit):  # type: ignore[misc]  # the one subclass: try_admit()'s permits
+    """A permit that holds its slot before anything entered it: what ``try_admit()`` returns.
+
+    It is the one kind a caller can drop with no block's exit ever running (a permit entered with
+    ``async with`` is released by the exit, even when its task is destroyed: closing the coroutine
+    runs it), so it alone pays for a finaliser; permits from ``admit()`` deallocate at no extra cost.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        # Dropped while it holds its slot (never released, never entered): the slot comes back as
+        # leaked. A stream that owns the slot has a finaliser of its own.
+        if self.status is RUNNING and not self._handed_over:
+            _leaked(self)
+
+
+def _leaked(permit: Permit) -> None:
+    """From the finaliser: give the slot back as leaked, on the gate's loop, and warn.
+
+    The collector may run in any thread, and in the middle of the gate's own work on its loop's
+    thread: the release is a callback on that loop, in the turn after. On a closed loop nothing
+    else runs the gate, and the release happens here.
+    """
+    loop = permit._gate._loop
+    note = ""
+    if loop is not None and not loop.is_closed():
+        try:
+            loop.call_soon_threadsafe(permit._finish, LEAKED)
+        except RuntimeError:  # the loop closed in between
+            permit._finish(LEAKED)
+            note = " (its event loop is closed)"
+    else:
+        permit._finish(LEAKED)
+        note = " (its event loop is closed)"
+    warnings.warn(
+        f"a permit of gate {permit._gate.name!r} was dropped while it held its slot; the slot is given "
+        f"back, counted as leaked{note}: release it, or enter it with async with",
+        ResourceWarning,
+        stacklevel=1,
+        source=permit,
+    )
 
 
 if TYPE_CHECKING:
