@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -106,7 +108,8 @@ def _sdk_http(middleware: Any) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=middleware), base_url="http://service")
 
 
-async def _refusing(style: str, limited: bool) -> Any:
+@contextlib.asynccontextmanager
+async def _refusing(style: str, limited: bool) -> AsyncIterator[Any]:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         raise AssertionError("never called: the gate refuses")
 
@@ -115,8 +118,10 @@ async def _refusing(style: str, limited: bool) -> Any:
         await serve(GateMiddleware(_ok, gate=gate), Client())  # spends the one request
     else:
         gate = BoundedGate(max_running=1, max_waiting=0)
-        gate.try_admit()  # holds the only slot
-    return GateMiddleware(app, gate=gate, refusal=style, timeout=5)
+    with contextlib.ExitStack() as holding:
+        if not limited:
+            holding.callback(gate.try_admit().release)  # holds the only slot for the test
+        yield GateMiddleware(app, gate=gate, refusal=style, timeout=5)
 
 
 async def _ok(scope: Any, receive: Any, send: Any) -> None:
@@ -126,8 +131,7 @@ async def _ok(scope: Any, receive: Any, send: Any) -> None:
 
 @pytest.mark.parametrize("limited", [False, True], ids=["queue_full", "rate_limited"])
 async def test_an_openai_sdk_client_of_the_service_gets_a_typed_error_with_our_code(limited: bool) -> None:
-    middleware = await _refusing("openai", limited)
-    async with _sdk_http(middleware) as http:
+    async with _refusing("openai", limited) as middleware, _sdk_http(middleware) as http:
         client = openai.AsyncOpenAI(
             base_url="http://service/v1", api_key="k", max_retries=0, http_client=http
         )
@@ -141,8 +145,7 @@ async def test_an_openai_sdk_client_of_the_service_gets_a_typed_error_with_our_c
 
 @pytest.mark.parametrize("limited", [False, True], ids=["queue_full", "rate_limited"])
 async def test_an_anthropic_sdk_client_of_the_service_gets_a_typed_error(limited: bool) -> None:
-    middleware = await _refusing("anthropic", limited)
-    async with _sdk_http(middleware) as http:
+    async with _refusing("anthropic", limited) as middleware, _sdk_http(middleware) as http:
         client = anthropic.AsyncAnthropic(
             base_url="http://service", api_key="k", max_retries=0, http_client=http
         )
