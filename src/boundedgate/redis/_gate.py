@@ -8,6 +8,7 @@ bargain: leases renewed, waiters polled, releases and cancellations retried unti
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import math
 from collections.abc import Coroutine, Sequence
@@ -20,7 +21,7 @@ from .._streams import StreamOpener, StreamSource
 from . import _scripts
 from ._background import Background
 from ._inspect import read_cluster
-from ._io import UNREACHABLE, bounded, text
+from ._io import UNREACHABLE, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._permit import RedisPermit
 from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
@@ -306,7 +307,8 @@ class RedisGate:
             GateUnavailable: Redis could not be reached in time.
         """
         try:
-            return await bounded(read_cluster(self._client, self._name), self._op_timeout)
+            call = functools.partial(read_cluster, self._client, self._name)
+            return await pooled(call, self._op_timeout)
         except UNREACHABLE as error:
             raise self._unavailable(0.0, 0.0, "unreachable") from error
 
@@ -361,13 +363,21 @@ class RedisGate:
         return f"{self._agent}#{next(self._serial)}"
 
     async def _run(
-        self, script: _scripts.Script, args: Sequence[object], seconds: float | None = None
+        self,
+        script: _scripts.Script,
+        args: Sequence[object],
+        seconds: float | None = None,
+        client: Any = None,
     ) -> Any:
-        """Run one script with the gate's keys and settings, within ``op_timeout`` (or ``seconds``)."""
-        return await bounded(
-            script(self._client, self._keys, self._common + tuple(args)),
-            self._op_timeout if seconds is None else seconds,
+        """Run one script with the gate's keys and settings, within ``op_timeout`` (or ``seconds``).
+
+        Through the user's client, or ``client``; a pool with no free connection is waited for.
+        """
+        seconds = self._op_timeout if seconds is None else seconds
+        call = functools.partial(
+            script, self._client if client is None else client, self._keys, self._common + tuple(args)
         )
+        return await pooled(call, seconds)
 
     def _seen(self, running: object, waiting: object, epoch: object) -> None:
         """Note the cluster's counts and epoch from a reply."""
