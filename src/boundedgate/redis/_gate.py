@@ -11,6 +11,7 @@ import asyncio
 import functools
 import itertools
 import math
+import weakref
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
@@ -173,8 +174,9 @@ class RedisGate:
         )
         self._serial = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: This process's permits that hold a slot, by id (the heartbeat renews their leases).
-        self._holders: dict[str, RedisPermit] = {}
+        #: This process's permits that hold a slot, by id (the heartbeat renews their leases). Held
+        #: weakly: a permit nobody references is collected, warns, and its lease is renewed no more.
+        self._holders: weakref.WeakValueDictionary[str, RedisPermit] = weakref.WeakValueDictionary()
         #: This process's permits that are arriving or queued, by id (polled, and woken by messages).
         self._waiters: dict[str, RedisPermit] = {}
         self._waiting = 0  # of those, the ones queued

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
@@ -67,6 +68,7 @@ class RedisPermit(HandsOver):
     """
 
     __slots__ = (
+        "__weakref__",
         "_future",
         "_gate",
         "_handed_over",
@@ -216,10 +218,42 @@ class RedisPermit(HandsOver):
             gate._counters.completed += 1
         self.ended = now
         gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
-        del gate._holders[self._id]  # type: ignore[arg-type]
+        gate._holders.pop(self._id, None)  # type: ignore[arg-type]
         self._token = None
         if not loop.is_closed():
             self._release_task = gate._release(self._id, status.value)  # type: ignore[arg-type]
+
+    def __del__(self) -> None:
+        # The gate holds its permits weakly, so a permit dropped while it holds its slot comes here
+        # and its lease is renewed no more. The release is scheduled on the gate's loop, from
+        # whichever thread the collector runs in, never made here: see GatedStream.__del__.
+        try:
+            if self._status is not RUNNING or self._handed_over or self._inner is not None:
+                return
+        except AttributeError:  # __init__ never ran
+            return
+        what = "its slot is given back"
+        loop = self._gate._loop
+        try:
+            loop.call_soon_threadsafe(self._abandoned)  # type: ignore[union-attr]
+        except (AttributeError, RuntimeError):  # no loop, or it closed
+            what = "its event loop is closed: its lease lapses"
+        warnings.warn(f"unreleased {self!r}: {what}", ResourceWarning, stacklevel=1, source=self)
+
+    def _abandoned(self) -> None:
+        """End a permit collected while it held its slot, counted as ``abandoned``, and release it."""
+        if self._status is not RUNNING:
+            return
+        gate = self._gate
+        loop: asyncio.AbstractEventLoop = gate._loop  # type: ignore[assignment]
+        now = loop.time()
+        self._status = FAILED
+        self.ended = now
+        gate._counters.abandoned += 1
+        gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
+        gate._holders.pop(self._id, None)  # type: ignore[arg-type]
+        self._token = None
+        gate._release(self._id, "abandoned")  # type: ignore[arg-type]
 
     def _late(self) -> Late:
         """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``."""
