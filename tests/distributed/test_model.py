@@ -5,8 +5,8 @@ choosing, straight to the scripts (no RedisGate in between), and makes leases an
 lapse and waiters' deadlines pass. After every step the replies and the whole state in Redis
 (holders with their tokens, the queue in order, outcomes, counters) must equal a reference model,
 and the running holders and the queue must equal what :class:`boundedgate._core.GateState` decides
-for the same events, as long as no lapsed holder has been counted again (the core never runs more
-than C; Redis must, then).
+for the same events, as long as no holder has been counted again after a lapse or after Redis
+forgot the gate (the core never runs more than C; Redis must, then).
 
 Time is made deterministic without a hook in the scripts: requests carry no deadline and leases and
 places last an hour, so the server's clock decides nothing; "a lease lapses" is its expiry score set
@@ -52,6 +52,10 @@ class Model:
 
     def __init__(self, c: int, q: int) -> None:
         self.c, self.q = c, q
+        self.forget()
+
+    def forget(self) -> None:
+        """Start empty, as when Redis loses the gate (a restart without persistence, a failover)."""
         self.seq = 0
         self.holders: dict[str, int] = {}  # id -> token
         self.waiters: list[str] = []  # FIFO
@@ -169,8 +173,13 @@ class Model:
                 continue
             if permit_id in self.holders:
                 out.append((permit_id, "granted", str(self.holders[permit_id])))
+            elif permit_id in self.outcome:
+                out.append((permit_id, self.outcome[permit_id], "0"))
+            elif len(self.holders) < self.c and not self.waiters:  # forgotten: it arrives again
+                out.append((permit_id, "granted", str(self.grant(permit_id))))
             else:
-                out.append((permit_id, self.outcome[permit_id], "0"))  # never forgotten: no restart here
+                self.enqueue(permit_id)
+                out.append((permit_id, "requeued", "0"))
         return out
 
 
@@ -313,6 +322,12 @@ class Scripts(RuleBasedStateMachine):
                 self.queued.discard(permit_id)
             else:
                 self.holding.discard(permit_id)
+
+    @rule()
+    def redis_forgets_the_gate(self) -> None:
+        self.redis.delete(*self.keys)
+        self.model.forget()
+        self.core = None  # the processes count their requests again, above C if need be
 
     @precondition(lambda self: self.model.holders)
     @rule(data=st.data())
