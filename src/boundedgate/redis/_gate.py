@@ -81,6 +81,8 @@ class RedisGate:
 
     The gate binds to the event loop that first uses it, like the client it is given. Close it
     with :meth:`aclose` (or ``async with``) to stop its background work; the client stays yours.
+    Lease renewals and wake-up messages use connections of the gate's own, made with the client's
+    connection settings, so that the process's own traffic can never starve them.
 
     Args:
         client: A ``redis.asyncio.Redis`` client (decoded responses or not).
@@ -92,7 +94,9 @@ class RedisGate:
             message can delay a grant).
         waiter_ttl: Seconds a waiter's place survives without a renewal from its process
             (default: ``max(4 * poll_interval, 1)``); must exceed ``poll_interval``.
-        op_timeout: Seconds to wait for Redis to answer one call before failing closed.
+        op_timeout: Seconds to wait for Redis to answer one call before failing closed, a wait
+            for a free connection in the client's pool included (a full pool is this process's
+            own traffic, not an outage).
         idle_ttl: Seconds the gate's keys outlive its last use in Redis.
         fallback: A local gate to admit through when Redis is unreachable, instead of raising
             ``GateUnavailable``; each such admission is counted in ``stats().fallbacks``.

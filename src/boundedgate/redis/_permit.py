@@ -56,6 +56,10 @@ class RedisPermit(HandsOver):
     interrupt. The ``async with`` exit waits for that release (at most ``op_timeout``), so the slot
     is free cluster-wide when the block has exited.
 
+    The gate holds its permits weakly: a permit that holds a slot and that nothing references any
+    more is garbage-collected, warns with a ``ResourceWarning`` naming the gate, and its slot is
+    released (counted in ``stats().abandoned``, not ``failed``); its lease is renewed no more.
+
     Attributes:
         arrival: When it arrived, on the loop's clock (None before it has).
         deadline: When it must be done by, on the loop's clock (``math.inf`` for no deadline).
