@@ -124,3 +124,40 @@ async def test_300_tasks_retrying_do_not_starve_the_lease_renewals_of_their_proc
             await settles_empty(client, name)
     finally:
         other.close()
+
+
+async def test_renewals_go_on_while_the_process_s_own_commands_hold_every_connection_of_its_pool(
+    client: redis.asyncio.Redis, redis_server: RedisServer, name: str
+) -> None:
+    lease = 1.0
+    other = OtherProcess(redis_server.url, name, 1, 0, lease_ttl=lease)
+    try:
+        async with make_gate(client, name, 1, 0, lease_ttl=lease) as gate:
+            permit = await gate.try_admit()
+            # 100 consumers blocked on a queue take every connection of the pool for 3 leases.
+            consumers = [
+                asyncio.create_task(client.blpop([f"{name}:jobs"], timeout=3 * lease)) for _ in range(100)
+            ]
+            await asyncio.sleep(0.1)
+            assert client.connection_pool.can_get_connection() is False
+
+            async def elsewhere() -> int:
+                admitted = 0
+                stop = time.monotonic() + 2.5 * lease
+                while time.monotonic() < stop:
+                    try:
+                        (await other.gate.try_admit()).release()
+                        admitted += 1
+                    except QueueFull:
+                        pass
+                    await asyncio.sleep(0.05)
+                return admitted
+
+            assert await other.submit(elsewhere()) == 0  # the lease held: nobody else got in
+            assert permit.lease_lost is False
+            await asyncio.gather(*consumers)
+            assert (await cluster(client, name)).counters.get("reclaimed", 0) == 0
+            permit.release()
+            await settles_empty(client, name)
+    finally:
+        other.close()

@@ -98,14 +98,18 @@ def own_client(client: Any) -> tuple[Any, Callable[[], Coroutine[Any, Any, None]
 
     The process's other traffic cannot take its connections, so the gate's lease renewals and
     wake-up subscription never wait behind (or are refused by) a pool that traffic exhausted.
-    None when ``client`` has no connection pool to copy (a cluster client, say).
+    None when ``client`` has no connection pool to copy (a cluster client, say), or one whose
+    settings a new pool refuses: the gate then does that work through ``client``.
     """
     pool = getattr(client, "connection_pool", None)
     if not isinstance(pool, redis.asyncio.ConnectionPool):
         return None
     settings = {k: v for k, v in pool.connection_kwargs.items() if k not in _POOLS_OWN}
-    own_pool = redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **settings)
-    own = redis.asyncio.Redis(connection_pool=own_pool)
+    try:
+        own_pool = redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **settings)
+        own = redis.asyncio.Redis(connection_pool=own_pool)
+    except (TypeError, ValueError, redis.exceptions.RedisError):  # a pool this cannot copy
+        return None
 
     async def close() -> None:
         await own.aclose()
