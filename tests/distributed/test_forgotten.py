@@ -29,10 +29,10 @@ async def test_a_dropped_permit_is_released_with_a_resource_warning_naming_the_g
         start = time.monotonic()
         view = await settles_empty(client, name)
         assert time.monotonic() - start < 5  # given back, not left to a lease of 10 s (nor renewed)
-        assert view.counters["abandoned"] == 1
+        assert view.counters["leaked"] == 1
         assert view.counters.get("failed", 0) == 0
         stats = gate.stats()
-        assert (stats.admitted, stats.abandoned, stats.failed, stats.completed) == (1, 1, 0, 0)
+        assert (stats.admitted, stats.leaked, stats.failed, stats.completed) == (1, 1, 0, 0)
         assert stats.running == 0
         again = await gate.try_admit()  # the slot is free again
         assert again.status is Status.RUNNING
@@ -77,4 +77,4 @@ async def test_a_permit_handed_to_a_stream_is_left_to_the_stream(
         assert (await cluster(client, name)).running == 1
         assert [chunk async for chunk in stream] == ["a"]
         view = await settles_empty(client, name)
-        assert view.counters.get("abandoned", 0) == 0
+        assert view.counters.get("leaked", 0) == 0

@@ -58,7 +58,7 @@ class RedisPermit(HandsOver):
 
     The gate holds its permits weakly: a permit that holds a slot and that nothing references any
     more is garbage-collected, warns with a ``ResourceWarning`` naming the gate, and its slot is
-    released (counted in ``stats().abandoned``, not ``failed``); its lease is renewed no more.
+    released (counted in ``stats().leaked``, not ``failed``); its lease is renewed no more.
 
     Attributes:
         arrival: When it arrived, on the loop's clock (None before it has).
@@ -239,13 +239,13 @@ class RedisPermit(HandsOver):
         what = "its slot is given back"
         loop = self._gate._loop
         try:
-            loop.call_soon_threadsafe(self._abandoned)  # type: ignore[union-attr]
+            loop.call_soon_threadsafe(self._leaked)  # type: ignore[union-attr]
         except (AttributeError, RuntimeError):  # no loop, or it closed
             what = "its event loop is closed: its lease lapses"
         warnings.warn(f"unreleased {self!r}: {what}", ResourceWarning, stacklevel=1, source=self)
 
-    def _abandoned(self) -> None:
-        """End a permit collected while it held its slot, counted as ``abandoned``, and release it."""
+    def _leaked(self) -> None:
+        """End a permit collected while it held its slot, counted as ``leaked``, and release it."""
         if self._status is not RUNNING:
             return
         gate = self._gate
@@ -253,11 +253,11 @@ class RedisPermit(HandsOver):
         now = loop.time()
         self._status = FAILED
         self.ended = now
-        gate._counters.abandoned += 1
+        gate._counters.leaked += 1
         gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
         gate._holders.pop(self._id, None)  # type: ignore[arg-type]
         self._token = None
-        gate._release(self._id, "abandoned")  # type: ignore[arg-type]
+        gate._release(self._id, "leaked")  # type: ignore[arg-type]
 
     def _late(self) -> Late:
         """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``."""

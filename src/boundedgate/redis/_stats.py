@@ -32,14 +32,13 @@ class RedisGateStatistics(GateStatistics):
     retries: int = 0
     #: Permits garbage-collected while they held a slot, never released (each warned with a
     #: ``ResourceWarning``; the slot was given back). Not counted in ``failed``.
-    abandoned: int = 0
+    leaked: int = 0
 
 
 class LocalCounters:
     """The mutable counters behind :class:`RedisGateStatistics` (one per gate object)."""
 
     __slots__ = (
-        "abandoned",
         "admitted",
         "cancelled",
         "completed",
@@ -50,6 +49,7 @@ class LocalCounters:
         "failed",
         "fallbacks",
         "late",
+        "leaked",
         "lease_lost",
         "peak_running",
         "peak_waiting",
@@ -68,7 +68,7 @@ class LocalCounters:
         self.completed = self.late = self.failed = 0
         self.peak_running = self.peak_waiting = 0
         self.unavailable = self.fallbacks = self.lease_lost = self.epoch_changes = self.retries = 0
-        self.abandoned = 0
+        self.leaked = 0
         self.queue_seconds_total = self.queue_seconds_max = 0.0
         self.run_seconds_total = self.run_seconds_max = 0.0
         self.end_to_end_seconds_total = self.end_to_end_seconds_max = 0.0
@@ -124,7 +124,7 @@ class LocalCounters:
             lease_lost=self.lease_lost,
             epoch_changes=self.epoch_changes,
             retries=self.retries,
-            abandoned=self.abandoned,
+            leaked=self.leaked,
         )
 
 
@@ -186,7 +186,7 @@ class ClusterStatistics:
     #: Waiters now, head first.
     waiters: tuple[ClusterWaiter, ...]
     #: Cluster counters: admitted, rejected, expired, cancelled, completed, late, failed,
-    #: abandoned (permits collected without a release, given back by their process),
+    #: leaked (permits collected without a release, given back by their process),
     #: reclaimed (leases that lapsed), reattached (holders counted again after that), lapsed
     #: (waiters whose process stopped renewing their place), peak_running, peak_waiting.
     counters: dict[str, int]
