@@ -49,6 +49,12 @@ async def test_try_admit_takes_no_cost() -> None:
         await _gate().try_admit(cost=10)  # type: ignore[call-arg]
 
 
+@pytest.mark.parametrize("name", ["priorities", "rate_limits"])
+def test_the_properties_of_priorities_and_rate_limits_are_absent(name: str) -> None:
+    with pytest.raises(AttributeError):
+        getattr(_gate(), name)
+
+
 def test_admit_all_refuses_a_redis_gate() -> None:
     with pytest.raises(TypeError, match="admit_all"):
         admit_all(_gate())  # type: ignore[arg-type]
