@@ -6,12 +6,15 @@
     places. The period is ``poll_interval`` while anyone waits (it bounds what a lost wake-up
     message costs), ``lease_ttl / 3`` while only holders remain. When Redis stays out of reach for
     ``waiter_ttl`` (by then the places have lapsed there), the waiters get ``GateUnavailable``.
+    It talks over a connection of its own (a pool with the settings of the user's client's), so
+    the process's own traffic can never exhaust the pool the renewals need and make leases lapse.
 
 listener
     While anyone waits, a pub/sub subscription to this gate object's wake channel turns grant
     messages into immediate wake-ups. It resubscribes after any error, and every (re)subscription
     triggers a ``sync``, which finds grants announced while nobody listened. It lingers a few
-    seconds after the last waiter, so that bursts do not resubscribe each time.
+    seconds after the last waiter, so that bursts do not resubscribe each time. It too has a
+    connection of its own.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from .._core import Status
-from ._io import UNREACHABLE, bounded, text
+from ._io import UNREACHABLE, bounded, own_client, text
 from ._scripts import SYNC
 
 if TYPE_CHECKING:
@@ -83,6 +87,7 @@ class Background:
         loop = gate._loop
         kick: asyncio.Event = self._kick  # type: ignore[assignment]
         failing_since: float | None = None
+        own: tuple[Any, Callable[[], Coroutine[Any, Any, None]]] | None = None
         try:
             while (gate._holders or gate._waiters) and not self._closing:
                 period = gate._poll_interval if gate._waiters else gate._lease_ttl / 3
@@ -99,8 +104,10 @@ class Background:
                         args += (permit_id, remaining)
                 if len(args) == 2:
                     continue
+                if own is None:
+                    own = own_client(gate._client) or (gate._client, _nothing)
                 try:
-                    reply = await gate._run(SYNC, args)
+                    reply = await gate._run(SYNC, args, client=own[0])
                 except UNREACHABLE as error:
                     if failing_since is None:
                         failing_since = now
@@ -113,6 +120,8 @@ class Background:
                 self._apply(reply)
         finally:
             self._syncer = None
+            if own is not None:
+                await _close_quietly(own[1])
 
     def _apply(self, reply: list[Any]) -> None:
         gate = self._gate
@@ -144,9 +153,10 @@ class Background:
         linger = max(10 * gate._poll_interval, 5.0)
         backoff = 0.05
         idle_since: float | None = None
+        own = own_client(gate._client) or (gate._client, _nothing)
         try:
             while True:
-                pubsub = gate._client.pubsub()
+                pubsub = own[0].pubsub()
                 try:
                     await bounded(pubsub.subscribe(channel), gate._op_timeout)
                     backoff = 0.05
@@ -172,11 +182,16 @@ class Background:
                     await asyncio.sleep(backoff)
                     backoff = min(2 * backoff, 1.0)
                 finally:
-                    await _close_quietly(pubsub)
+                    await _close_quietly(pubsub.aclose)
         finally:
             self._listener = None
+            await _close_quietly(own[1])
 
 
-async def _close_quietly(pubsub: Any) -> None:
+async def _nothing() -> None:
+    """The closer of the user's client when the gate uses it for its own work: it stays open."""
+
+
+async def _close_quietly(close: Callable[[], Coroutine[Any, Any, None]]) -> None:
     with contextlib.suppress(Exception):  # a broken connection is closed all the same
-        await asyncio.shield(pubsub.aclose())
+        await asyncio.shield(close())

@@ -8,8 +8,10 @@ bargain: leases renewed, waiters polled, releases and cancellations retried unti
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import math
+import weakref
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
@@ -20,7 +22,7 @@ from .._streams import StreamOpener, StreamSource
 from . import _scripts
 from ._background import Background
 from ._inspect import read_cluster
-from ._io import UNREACHABLE, bounded, text
+from ._io import UNREACHABLE, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._permit import RedisPermit
 from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
@@ -79,6 +81,8 @@ class RedisGate:
 
     The gate binds to the event loop that first uses it, like the client it is given. Close it
     with :meth:`aclose` (or ``async with``) to stop its background work; the client stays yours.
+    Lease renewals and wake-up messages use connections of the gate's own, made with the client's
+    connection settings, so that the process's own traffic can never starve them.
 
     Args:
         client: A ``redis.asyncio.Redis`` client (decoded responses or not).
@@ -90,7 +94,9 @@ class RedisGate:
             message can delay a grant).
         waiter_ttl: Seconds a waiter's place survives without a renewal from its process
             (default: ``max(4 * poll_interval, 1)``); must exceed ``poll_interval``.
-        op_timeout: Seconds to wait for Redis to answer one call before failing closed.
+        op_timeout: Seconds to wait for Redis to answer one call before failing closed, a wait
+            for a free connection in the client's pool included (a full pool is this process's
+            own traffic, not an outage).
         idle_ttl: Seconds the gate's keys outlive its last use in Redis.
         fallback: A local gate to admit through when Redis is unreachable, instead of raising
             ``GateUnavailable``; each such admission is counted in ``stats().fallbacks``.
@@ -172,8 +178,9 @@ class RedisGate:
         )
         self._serial = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
-        #: This process's permits that hold a slot, by id (the heartbeat renews their leases).
-        self._holders: dict[str, RedisPermit] = {}
+        #: This process's permits that hold a slot, by id (the heartbeat renews their leases). Held
+        #: weakly: a permit nobody references is collected, warns, and its lease is renewed no more.
+        self._holders: weakref.WeakValueDictionary[str, RedisPermit] = weakref.WeakValueDictionary()
         #: This process's permits that are arriving or queued, by id (polled, and woken by messages).
         self._waiters: dict[str, RedisPermit] = {}
         self._waiting = 0  # of those, the ones queued
@@ -306,7 +313,8 @@ class RedisGate:
             GateUnavailable: Redis could not be reached in time.
         """
         try:
-            return await bounded(read_cluster(self._client, self._name), self._op_timeout)
+            call = functools.partial(read_cluster, self._client, self._name)
+            return await pooled(call, self._op_timeout)
         except UNREACHABLE as error:
             raise self._unavailable(0.0, 0.0, "unreachable") from error
 
@@ -361,13 +369,21 @@ class RedisGate:
         return f"{self._agent}#{next(self._serial)}"
 
     async def _run(
-        self, script: _scripts.Script, args: Sequence[object], seconds: float | None = None
+        self,
+        script: _scripts.Script,
+        args: Sequence[object],
+        seconds: float | None = None,
+        client: Any = None,
     ) -> Any:
-        """Run one script with the gate's keys and settings, within ``op_timeout`` (or ``seconds``)."""
-        return await bounded(
-            script(self._client, self._keys, self._common + tuple(args)),
-            self._op_timeout if seconds is None else seconds,
+        """Run one script with the gate's keys and settings, within ``op_timeout`` (or ``seconds``).
+
+        Through the user's client, or ``client``; a pool with no free connection is waited for.
+        """
+        seconds = self._op_timeout if seconds is None else seconds
+        call = functools.partial(
+            script, self._client if client is None else client, self._keys, self._common + tuple(args)
         )
+        return await pooled(call, seconds)
 
     def _seen(self, running: object, waiting: object, epoch: object) -> None:
         """Note the cluster's counts and epoch from a reply."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import random
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+import redis.asyncio
 import redis.exceptions
 
-__all__ = ("UNREACHABLE", "bounded", "text")
+__all__ = ("UNREACHABLE", "bounded", "own_client", "pooled", "text")
 
 _CANCELLING = getattr(asyncio.Task, "cancelling", None)  # Python 3.11+
 
@@ -49,6 +51,71 @@ async def bounded(call: Coroutine[Any, Any, T], seconds: float) -> T:
     if _CANCELLING(task) > before:
         raise asyncio.CancelledError
     return result
+
+
+#: What redis-py's pool adds to its connections' settings itself, tied to that pool: a new pool
+#: makes its own.
+_POOLS_OWN = frozenset(
+    (
+        "himport_registry",
+        "maint_notifications_pool_handler",
+        "oss_cluster_maint_notifications_handler",
+        "orig_host_address",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+    )
+)
+
+
+async def pooled(call: Callable[[], Coroutine[Any, Any, T]], seconds: float) -> T:
+    """``bounded(call(), ...)``, called again while the client's pool has no free connection.
+
+    A pool at its ``max_connections`` (redis-py's default pool raises ``MaxConnectionsError`` then,
+    before anything is sent) is this process's own traffic, not an unreachable Redis: wait for a
+    connection to come back, polling with a jittered back-off, rather than fail closed at once.
+    The attempts and the pauses between them take ``seconds`` in all.
+
+    Raises:
+        TimeoutError: No answer within ``seconds``, or no free connection in the pool by then.
+        asyncio.CancelledError: As for :func:`bounded`.
+    """
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + seconds
+    delay = 0.001
+    while True:
+        try:
+            return await bounded(call(), max(0.0, give_up - loop.time()))
+        except redis.exceptions.MaxConnectionsError as error:
+            left = give_up - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"the client's pool had no free connection for {seconds:.3f}s") from error
+            await asyncio.sleep(min(left, delay * (0.5 + random.random())))
+            delay = min(2 * delay, 0.05)
+
+
+def own_client(client: Any) -> tuple[Any, Callable[[], Coroutine[Any, Any, None]]] | None:
+    """A client of the gate's own, on a new pool with the settings of ``client``'s, and its closer.
+
+    The process's other traffic cannot take its connections, so the gate's lease renewals and
+    wake-up subscription never wait behind (or are refused by) a pool that traffic exhausted.
+    None when ``client`` has no connection pool to copy (a cluster client, say), or one whose
+    settings a new pool refuses: the gate then does that work through ``client``.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, redis.asyncio.ConnectionPool):
+        return None
+    settings = {k: v for k, v in pool.connection_kwargs.items() if k not in _POOLS_OWN}
+    try:
+        own_pool = redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **settings)
+        own = redis.asyncio.Redis(connection_pool=own_pool)
+    except (TypeError, ValueError, redis.exceptions.RedisError):  # a pool this cannot copy
+        return None
+
+    async def close() -> None:
+        await own.aclose()
+        await own_pool.disconnect()
+
+    return own, close
 
 
 async def _in_own_task(call: Coroutine[Any, Any, T], seconds: float) -> T:

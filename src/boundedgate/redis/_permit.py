@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import warnings
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
@@ -55,6 +56,10 @@ class RedisPermit(HandsOver):
     interrupt. The ``async with`` exit waits for that release (at most ``op_timeout``), so the slot
     is free cluster-wide when the block has exited.
 
+    The gate holds its permits weakly: a permit that holds a slot and that nothing references any
+    more is garbage-collected, warns with a ``ResourceWarning`` naming the gate, and its slot is
+    released (counted in ``stats().leaked``, not ``failed``); its lease is renewed no more.
+
     Attributes:
         arrival: When it arrived, on the loop's clock (None before it has).
         deadline: When it must be done by, on the loop's clock (``math.inf`` for no deadline).
@@ -67,6 +72,7 @@ class RedisPermit(HandsOver):
     """
 
     __slots__ = (
+        "__weakref__",
         "_future",
         "_gate",
         "_handed_over",
@@ -217,10 +223,42 @@ class RedisPermit(HandsOver):
         setattr(counters, name, getattr(counters, name) + 1)
         self.ended = now
         gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
-        del gate._holders[self._id]  # type: ignore[arg-type]
+        gate._holders.pop(self._id, None)  # type: ignore[arg-type]
         self._token = None
         if not loop.is_closed():
             self._release_task = gate._release(self._id, status.value)  # type: ignore[arg-type]
+
+    def __del__(self) -> None:
+        # The gate holds its permits weakly, so a permit dropped while it holds its slot comes here
+        # and its lease is renewed no more. The release is scheduled on the gate's loop, from
+        # whichever thread the collector runs in, never made here: see GatedStream.__del__.
+        try:
+            if self._status is not RUNNING or self._handed_over or self._inner is not None:
+                return
+        except AttributeError:  # __init__ never ran
+            return
+        what = "its slot is given back"
+        loop = self._gate._loop
+        try:
+            loop.call_soon_threadsafe(self._leaked)  # type: ignore[union-attr]
+        except (AttributeError, RuntimeError):  # no loop, or it closed
+            what = "its event loop is closed: its lease lapses"
+        warnings.warn(f"unreleased {self!r}: {what}", ResourceWarning, stacklevel=1, source=self)
+
+    def _leaked(self) -> None:
+        """End a permit collected while it held its slot, counted as ``leaked``, and release it."""
+        if self._status is not RUNNING:
+            return
+        gate = self._gate
+        loop: asyncio.AbstractEventLoop = gate._loop  # type: ignore[assignment]
+        now = loop.time()
+        self._status = FAILED
+        self.ended = now
+        gate._counters.leaked += 1
+        gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
+        gate._holders.pop(self._id, None)  # type: ignore[arg-type]
+        self._token = None
+        gate._release(self._id, "leaked")  # type: ignore[arg-type]
 
     def _late(self) -> Late:
         """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``."""

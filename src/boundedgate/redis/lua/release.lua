@@ -1,6 +1,6 @@
 -- release: a holder ends (completed, late or failed) and its slot goes to the head of the queue.
 -- Idempotent: the outcome record makes a retry a no-op, and keeps a late heartbeat from bringing
--- the id back. ARGV 8 id, 9 how it ended (completed | late | failed).
+-- the id back. ARGV 8 id, 9 how it ended (completed | late | failed | leaked: collected unreleased).
 -- Returns {removed (1 if it still held its slot), running, waiting, epoch}.
 local id, how = ARGV[8], ARGV[9]
 local e = epoch()
