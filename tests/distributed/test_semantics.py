@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 
@@ -323,3 +324,82 @@ def test_bad_settings_are_refused_at_construction(
 ) -> None:
     with pytest.raises(error):
         RedisGate(None, **settings)  # type: ignore[arg-type]
+
+
+async def test_a_task_that_swallowed_a_cancellation_is_admitted_and_a_pending_one_refused(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    # The rule of BoundedGate: refuse only a cancellation that is really pending. (Task.cancelling()
+    # stays above 0 once one was delivered and swallowed: that refused the task for ever.)
+    async with make_gate(client, name, 1, 1) as gate:
+
+        async def request() -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
+            async with gate.admit(timeout=30):
+                pass
+            task.cancel()  # pending now: refused before it is counted
+            async with gate.admit(timeout=30):
+                pytest.fail("a pending cancellation must refuse the caller")
+
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.create_task(request())
+        assert (gate.stats().completed, gate.stats().cancelled, gate.stats().arrived) == (1, 0, 1)
+
+
+async def test_a_queue_budget_expires_a_waiter_its_deadline_would_have_let_wait(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(client, name, 1, 1) as gate:
+        holder = await gate.try_admit()
+        start = time.monotonic()
+        with pytest.raises(QueueExpired) as caught:
+            async with gate.admit(timeout=30, max_wait=0.3):
+                pytest.fail("it never starts")
+        waited = time.monotonic() - start
+        assert 0.3 <= waited < 3  # the budget, with room for a loaded machine; far from the 30 s
+        assert caught.value.waited == pytest.approx(waited, abs=0.1)
+        holder.release()
+        await settles_empty(client, name)  # its place in Redis went too (taken back in the background)
+        assert gate.stats().expired == 1
+
+
+async def test_once_running_only_the_deadline_decides_and_raise_late_false_only_counts(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(client, name, 1, 1) as gate:
+        async with gate.admit(timeout=0.2, max_wait=0.05, raise_late=False) as permit:
+            await asyncio.sleep(0.3)  # past max_wait (it does not matter now) and past the deadline
+        assert permit.status is Status.LATE
+        with pytest.raises(Late):
+            async with gate.admit(timeout=0.2):
+                await asyncio.sleep(0.3)
+        assert gate.stats().late == 2
+
+
+async def test_a_waiter_whose_client_went_away_leaves_the_cluster_queue_as_disconnected(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(client, name, 1, 2) as gate:
+        holder = await gate.try_admit()
+        left = gate.admit(timeout=30)
+        task = asyncio.create_task(left.__aenter__())
+        await wait_until(lambda: _waiting(client, name, 1), 3, "one waiter")
+        left.disconnect()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert left.status is Status.DISCONNECTED
+        holder.disconnect()  # it runs: nothing to leave
+        holder.abort()
+        assert holder.status is Status.ABORTED
+        view = await settles_empty(client, name)
+        stats = gate.stats()
+        assert (stats.disconnected, stats.aborted, stats.cancelled) == (1, 1, 0)
+        assert view.counters.get("disconnected") == 1
+
+
+async def _waiting(client: redis.asyncio.Redis, name: str, count: int) -> bool:
+    return (await cluster(client, name)).waiting == count

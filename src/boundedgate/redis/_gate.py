@@ -16,7 +16,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from .._core import check_deadline as _check_deadline
-from .._core import check_max_running, check_max_waiting, check_name, check_timeout
+from .._core import check_max_running, check_max_wait, check_max_waiting, check_name, check_timeout
 from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
 from .._streams import StreamOpener, StreamSource
 from . import _scripts
@@ -228,7 +228,14 @@ class RedisGate:
         """The id of this gate object in Redis (``host/pid/random``), as :meth:`cluster_stats` shows it."""
         return self._agent
 
-    def admit(self, *, timeout: float | None = None, deadline: float | None = None) -> RedisPermit:
+    def admit(
+        self,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        max_wait: float | None = None,
+        raise_late: bool = True,
+    ) -> RedisPermit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
 
         As :meth:`BoundedGate.admit <boundedgate.BoundedGate.admit>`: on entry the request starts
@@ -241,6 +248,10 @@ class RedisGate:
             timeout: Budget in seconds from arrival (>= 0), covering the wait and the run.
             deadline: Absolute deadline on the running loop's clock (``loop.time()``).
                 Give at most one of the two; neither means no deadline.
+            max_wait: A queue budget in seconds from arrival (>= 0), as for ``BoundedGate``: a
+                request still queued at ``min(deadline, arrival + max_wait)`` leaves with
+                :class:`~boundedgate.QueueExpired`; once it runs only the deadline counts.
+            raise_late: False to count a block that finished late without raising ``Late``.
 
         Raises (on entry):
             QueueFull: Every slot busy and the queue full, after one round trip to Redis.
@@ -254,10 +265,15 @@ class RedisGate:
             TypeError, ValueError: A malformed timeout or deadline, or both given.
         """
         if deadline is None:
-            return RedisPermit(self, None if timeout is None else check_timeout(timeout), _INF)
-        if timeout is not None:
+            permit = RedisPermit(self, None if timeout is None else check_timeout(timeout), _INF)
+        elif timeout is not None:
             raise ValueError("give timeout or deadline, not both")
-        return RedisPermit(self, None, _check_deadline(deadline))
+        else:
+            permit = RedisPermit(self, None, _check_deadline(deadline))
+        if max_wait is not None:
+            permit.max_wait = check_max_wait(max_wait)
+        permit._raise_late = bool(raise_late)
+        return permit
 
     async def try_admit(self, *, timeout: float | None = None, deadline: float | None = None) -> RedisPermit:
         """A permit that holds a slot now, or :class:`~boundedgate.QueueFull` now; it never waits.
@@ -282,6 +298,7 @@ class RedisGate:
         *,
         timeout: float | None = None,
         deadline: float | None = None,
+        max_wait: float | None = None,
         raise_late: bool = True,
     ) -> StreamOpener[_T]:
         """Admit a request, open a stream, and hand the stream the cluster slot.
@@ -298,7 +315,8 @@ class RedisGate:
         Raises (at once):
             TypeError, ValueError: A malformed timeout or deadline, or both given.
         """
-        return StreamOpener(self.admit(timeout=timeout, deadline=deadline), source, raise_late)
+        permit = self.admit(timeout=timeout, deadline=deadline, max_wait=max_wait)
+        return StreamOpener(permit, source, raise_late)
 
     def stats(self) -> RedisGateStatistics:
         """Statistics of the requests of this process through the gate (see :class:`RedisGateStatistics`)."""
@@ -464,7 +482,7 @@ class RedisGate:
             self._last_waiting,
             waited,
             waited,
-            permit.deadline,
+            permit._queue_by,
             self._counters.recent_run_seconds,
         )
 

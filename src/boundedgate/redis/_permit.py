@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 from typing_extensions import Self
 
 from .._core import BY_STATUS, Status, check_cost
-from .._driver._compat import current_task, is_cancelling
+from .._driver._compat import cancellation_pending, current_task, is_cancelling
 from .._errors import Late
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
@@ -33,8 +33,14 @@ CANCELLED = Status.CANCELLED
 COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
+LEAKED = Status.LEAKED
+ABORTED = Status.ABORTED
+DISCONNECTED = Status.DISCONNECTED
+_INF = math.inf
 
 _GRANTED = "granted"
+#: What wakes a waiter whose client went away (also the outcome Redis records).
+_DISCONNECTED = "disconnected"
 
 _T = TypeVar("_T")
 
@@ -78,6 +84,8 @@ class RedisPermit(HandsOver):
         "_handed_over",
         "_id",
         "_inner",
+        "_queue_by",
+        "_raise_late",
         "_release_task",
         "_status",
         "_timeout",
@@ -87,6 +95,7 @@ class RedisPermit(HandsOver):
         "deadline",
         "ended",
         "lease_lost",
+        "max_wait",
         "started",
     )
 
@@ -106,6 +115,11 @@ class RedisPermit(HandsOver):
         self._release_task: asyncio.Task[None] | None = None
         self._inner: Permit | None = None
         self._handed_over = False
+        #: The longest it may wait in the queue, in seconds from arrival (``inf``: as its deadline allows).
+        self.max_wait = _INF
+        # When it must leave the queue if not started: min(deadline, arrival + max_wait).
+        self._queue_by = deadline
+        self._raise_late = True
 
     # -- public API -------------------------------------------------------------------------
 
@@ -154,6 +168,28 @@ class RedisPermit(HandsOver):
         """
         self._finish()
 
+    def abort(self) -> None:
+        """End the request now as *aborted*: its client went away while it ran.
+
+        As :meth:`Permit.abort <boundedgate.Permit.abort>`: call it once the cancelled work has
+        really stopped; it does nothing if the permit holds no slot.
+        """
+        self._finish(ABORTED)
+
+    def disconnect(self) -> None:
+        """Its client went away while it waited: leave the cluster's queue now, as *disconnected*.
+
+        As :meth:`Permit.disconnect <boundedgate.Permit.disconnect>`: the waiting ``async with``
+        raises ``CancelledError`` and the place in Redis is taken back. A grant that already
+        reached it in this loop turn is kept (Redis has counted it): end that request with
+        :meth:`abort`. Does nothing unless the permit is waiting.
+        """
+        inner = self._inner
+        if inner is not None:
+            inner.disconnect()
+        elif self._status is QUEUED and self._future is not None:
+            _wake(self._future, _DISCONNECTED)
+
     async def __aenter__(self) -> Self:
         if self._status is RUNNING or self._inner is not None:
             return self  # from try_admit(): it holds its slot already
@@ -177,7 +213,7 @@ class RedisPermit(HandsOver):
         task = self._release_task
         if task is not None and not task.done():
             await asyncio.wait((task,), timeout=self._gate._op_timeout)
-        if exc_type is None and self._status is LATE:
+        if exc_type is None and self._status is LATE and self._raise_late:
             raise self._gate._late(self)
 
     def __repr__(self) -> str:
@@ -247,18 +283,7 @@ class RedisPermit(HandsOver):
 
     def _leaked(self) -> None:
         """End a permit collected while it held its slot, counted as ``leaked``, and release it."""
-        if self._status is not RUNNING:
-            return
-        gate = self._gate
-        loop: asyncio.AbstractEventLoop = gate._loop  # type: ignore[assignment]
-        now = loop.time()
-        self._status = FAILED
-        self.ended = now
-        gate._counters.leaked += 1
-        gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
-        gate._holders.pop(self._id, None)  # type: ignore[arg-type]
-        self._token = None
-        gate._release(self._id, "leaked")  # type: ignore[arg-type]
+        self._finish(LEAKED)
 
     def _late(self) -> Late:
         """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``."""
@@ -281,7 +306,7 @@ class RedisPermit(HandsOver):
         gate = self._gate
         loop = gate._bind()
         task = current_task(loop)
-        if task is not None and is_cancelling(task):
+        if task is not None and is_cancelling(task) and cancellation_pending(task):
             self._status = CANCELLED  # refused before it is counted
             raise asyncio.CancelledError()
         now = loop.time()
@@ -293,6 +318,9 @@ class RedisPermit(HandsOver):
             self._status = EXPIRED  # refused before it is counted
             self.ended = now
             raise gate._expired(self)
+        if self.max_wait != _INF:
+            deadline = min(deadline, now + self.max_wait)
+        self._queue_by = deadline
         remaining = -1 if deadline == math.inf else math.ceil((deadline - now) * 1000)
         self._id = permit_id = gate._new_id()
         future = self._future = loop.create_future()
@@ -339,7 +367,7 @@ class RedisPermit(HandsOver):
             raise error
         if not isinstance(error, UNREACHABLE):
             raise error
-        if gate._loop.time() >= self.deadline:  # type: ignore[union-attr]
+        if gate._loop.time() >= self._queue_by:  # type: ignore[union-attr]
             gate._abandon(permit_id, "expired")
             self._end(EXPIRED)
             gate._counters.expired += 1
@@ -364,8 +392,8 @@ class RedisPermit(HandsOver):
         if gate._waiting > counters.peak_waiting:
             counters.peak_waiting = gate._waiting
         gate._background.watch()
-        if self.deadline != math.inf and not future.done():
-            self._timer = loop.call_at(self.deadline, _wake, future, "deadline")  # type: ignore[union-attr]
+        if self._queue_by != math.inf and not future.done():
+            self._timer = loop.call_at(self._queue_by, _wake, future, "deadline")  # type: ignore[union-attr]
         try:
             what, value = await future
         except asyncio.CancelledError:
@@ -377,8 +405,13 @@ class RedisPermit(HandsOver):
             self._end(CANCELLED)
             raise
         self._leave()
+        if what == _DISCONNECTED:
+            gate._abandon(self._id, _DISCONNECTED)  # type: ignore[arg-type]
+            counters.disconnected += 1
+            self._end(DISCONNECTED)
+            raise asyncio.CancelledError()
         now = loop.time()  # type: ignore[union-attr]
-        if what == _GRANTED and now < self.deadline:
+        if what == _GRANTED and now < self._queue_by:
             counters.waited(now - self.arrival)  # type: ignore[operator]
             self._start(value)
             return
@@ -428,7 +461,10 @@ class RedisPermit(HandsOver):
         if not wait:
             self._inner = fallback.try_admit(deadline=deadline)
             return
-        self._inner = inner = fallback.admit(deadline=deadline)
+        max_wait = None if self.max_wait == _INF else self.max_wait
+        self._inner = inner = fallback.admit(
+            deadline=deadline, max_wait=max_wait, raise_late=self._raise_late
+        )
         await inner.__aenter__()
 
     def _granted(self, token: object) -> None:

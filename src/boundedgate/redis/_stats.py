@@ -30,9 +30,6 @@ class RedisGateStatistics(GateStatistics):
     epoch_changes: int = 0
     #: Releases or cancellations that failed at first and were retried in the background.
     retries: int = 0
-    #: Permits garbage-collected while they held a slot, never released (each warned with a
-    #: ``ResourceWarning``; the slot was given back). Not counted in ``failed``.
-    leaked: int = 0
 
 
 class LocalCounters:
@@ -73,7 +70,6 @@ class LocalCounters:
         self.evicted = self.rate_limited = 0  # a cluster gate has no priority classes nor rate limits
         self.peak_running = self.peak_waiting = 0
         self.unavailable = self.fallbacks = self.lease_lost = self.epoch_changes = self.retries = 0
-        self.leaked = 0
         self.queue_seconds_total = self.queue_seconds_max = 0.0
         self.run_seconds_total = self.run_seconds_max = 0.0
         self.end_to_end_seconds_total = self.end_to_end_seconds_max = 0.0
@@ -122,7 +118,6 @@ class LocalCounters:
             lease_lost=self.lease_lost,
             epoch_changes=self.epoch_changes,
             retries=self.retries,
-            leaked=self.leaked,
         )
 
 
