@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from typing_extensions import Self
 
-from .._core import Status, check_cost, check_deadline, check_priority, check_timeout
+from .._core import Status, check_cost, check_deadline, check_max_wait, check_priority, check_timeout
 from .._errors import GateError, Late
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
@@ -37,6 +37,7 @@ CANCELLED = Status.CANCELLED
 COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
+ABORTED = Status.ABORTED
 LEAKED = Status.LEAKED
 
 _T = TypeVar("_T")
@@ -50,8 +51,10 @@ def admit_all(
     *gates: BoundedGate | tuple[KeyedGate[Any], Hashable],
     timeout: float | None = None,
     deadline: float | None = None,
+    max_wait: float | None = None,
     priority: int = 0,
     cost: float | None = None,
+    raise_late: bool = True,
 ) -> CombinedPermit:
     """One request through several gates, taken in the order given, under one deadline; all or nothing.
 
@@ -81,8 +84,12 @@ def admit_all(
             ``(keyed_gate, key)`` for a key of a :class:`KeyedGate` (resolved when its turn comes).
         timeout: Budget in seconds from arrival (>= 0), covering every wait and the run.
         deadline: Absolute deadline on the running loop's clock. Give at most one of the two.
+        max_wait: A queue budget for the whole call, in seconds from arrival (>= 0): a step still
+            waiting at ``min(deadline, arrival + max_wait)`` leaves with :class:`QueueExpired`;
+            once every gate is held, only the deadline decides :class:`Late`.
         priority: The request's priority class at every gate (each must have that many classes).
         cost: The request's rate cost, paid at every gate that has rate limits.
+        raise_late: False to count a block that finished late without its exit raising.
 
     Returns:
         A :class:`CombinedPermit`, to enter with ``async with``.
@@ -128,7 +135,11 @@ def admit_all(
         relative = None
         absolute = check_deadline(deadline)
     check_order(families)
-    return CombinedPermit(gates, relative, absolute, priority, cost)
+    permit = CombinedPermit(gates, relative, absolute, priority, cost)
+    if max_wait is not None:
+        permit._max_wait = check_max_wait(max_wait)
+    permit._raise_late = bool(raise_late)
+    return permit
 
 
 @final
@@ -155,8 +166,10 @@ class CombinedPermit(HandsOver):
         "_cost",
         "_handed_over",
         "_loop",
+        "_max_wait",
         "_permits",
         "_priority",
+        "_raise_late",
         "_steps",
         "_timeout",
         "arrival",
@@ -185,6 +198,8 @@ class CombinedPermit(HandsOver):
         self._timeout = timeout
         self._permits: tuple[Permit, ...] = ()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._max_wait = math.inf
+        self._raise_late = True
         self.arrival: float | None = None
         self.deadline = deadline
         self.started: float | None = None
@@ -217,6 +232,10 @@ class CombinedPermit(HandsOver):
         """
         self._finish()
 
+    def abort(self) -> None:
+        """End the request now as *aborted* at every gate, as :meth:`Permit.abort` does at one."""
+        self._finish(ABORTED)
+
     def settle(self, cost: float) -> None:
         """Record the request's real rate cost at every gate, as :meth:`Permit.settle` does at one."""
         for permit in self._permits:
@@ -232,6 +251,7 @@ class CombinedPermit(HandsOver):
         if self._timeout is not None:
             self.deadline = now + self._timeout
         deadline = self.deadline
+        wait_until = now + self._max_wait  # every step's queue budget ends here
         self.status = QUEUED
         taken: list[Permit] = []
         for step in self._steps:
@@ -239,6 +259,8 @@ class CombinedPermit(HandsOver):
             try:
                 gate = step if isinstance(step, BoundedGate) else step[0]._gate_for(step[1])
                 permit = gate.admit(deadline=deadline, priority=self._priority, cost=self._cost)
+                if wait_until != math.inf:
+                    permit.max_wait = max(0.0, wait_until - loop.time())
                 await permit.__aenter__()
             except BaseException as exc:
                 self._give_back(taken, permit)
@@ -263,7 +285,7 @@ class CombinedPermit(HandsOver):
             return  # a stream owns the gates now
         # No await before the release, as for Permit.
         self._finish(None if exc_type is None else FAILED)
-        if exc_type is None and self.status is LATE:
+        if exc_type is None and self.status is LATE and self._raise_late:
             raise self._late()
 
     def _finish(self, ending: Status | None = None) -> None:

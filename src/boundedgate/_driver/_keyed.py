@@ -269,8 +269,10 @@ class KeyedGate(Generic[K]):
         *,
         timeout: float | None = None,
         deadline: float | None = None,
+        max_wait: float | None = None,
         priority: int = 0,
         cost: float | None = None,
+        raise_late: bool = True,
     ) -> Permit:
         """A permit for one request through ``key``'s gate: :meth:`BoundedGate.admit` on that gate.
 
@@ -279,8 +281,10 @@ class KeyedGate(Generic[K]):
             timeout: Budget in seconds from arrival (>= 0), covering the wait and the run.
             deadline: Absolute deadline on the running loop's clock (``loop.time()``).
                 Give at most one of the two; neither means no deadline.
+            max_wait: A queue budget in seconds from arrival, as for :meth:`BoundedGate.admit`.
             priority: The request's priority class, as for :meth:`BoundedGate.admit`.
             cost: The request's rate cost, as for :meth:`BoundedGate.admit`.
+            raise_late: False to count a late block without raising, as for :meth:`BoundedGate.admit`.
 
         Raises (on entry, named after the key's gate, e.g. ``"tenant/acme"``):
             QueueFull: Every slot of the key's gate busy and its queue full.
@@ -294,7 +298,14 @@ class KeyedGate(Generic[K]):
             TypeError, ValueError: As for :meth:`BoundedGate.admit`, or (for a key without a gate
                 yet) limits from ``overrides`` that are out of range.
         """
-        return self._gate_for(key).admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
+        return self._gate_for(key).admit(
+            timeout=timeout,
+            deadline=deadline,
+            max_wait=max_wait,
+            priority=priority,
+            cost=cost,
+            raise_late=raise_late,
+        )
 
     def try_admit(
         self,
@@ -323,6 +334,7 @@ class KeyedGate(Generic[K]):
         *,
         timeout: float | None = None,
         deadline: float | None = None,
+        max_wait: float | None = None,
         priority: int = 0,
         cost: float | None = None,
         raise_late: bool = True,
@@ -332,7 +344,13 @@ class KeyedGate(Generic[K]):
         As :meth:`BoundedGate.stream` on the key's gate.
         """
         return self._gate_for(key).stream(
-            source, timeout=timeout, deadline=deadline, priority=priority, cost=cost, raise_late=raise_late
+            source,
+            timeout=timeout,
+            deadline=deadline,
+            max_wait=max_wait,
+            priority=priority,
+            cost=cost,
+            raise_late=raise_late,
         )
 
     def get(self, key: K) -> BoundedGate | None:
