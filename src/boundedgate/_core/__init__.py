@@ -18,6 +18,7 @@ from ._settings import (
     check_priority,
     check_timeout,
 )
+from ._record import DECISIONS, RequestRecord
 from ._state import GateState, queue_deadline
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket
@@ -25,6 +26,7 @@ from ._totals import KeyedStatistics, Totals, total
 
 __all__ = (
     "BY_NAME",
+    "DECISIONS",
     "BY_STATUS",
     "NEVER_RAN",
     "OUTCOMES",
@@ -36,6 +38,7 @@ __all__ = (
     "KeyedStatistics",
     "Outcome",
     "RateLimit",
+    "RequestRecord",
     "Status",
     "Ticket",
     "TokenBucket",

@@ -72,7 +72,36 @@ class Ticket:
     The core writes every field; everything else only reads them.
     """
 
-    __slots__ = ("arrival", "cost", "deadline", "ended", "max_wait", "priority", "seq", "started", "status")
+    __slots__ = (
+        "arrival",
+        "borrowed",
+        "cost",
+        "deadline",
+        "declared",
+        "depth",
+        "ended",
+        "first_item",
+        "limited_by",
+        "max_wait",
+        "priority",
+        "seq",
+        "started",
+        "status",
+    )
+
+    # Written only off the uncontended path, and only read when a request's record is made
+    # (``RequestRecord.of``, which reads them with a default): unset until then.
+    #: The queue depth it met on arrival, when it did not start at once.
+    depth: int
+    #: Its declared cost, kept by the first :meth:`GateState.settle` that changed it.
+    declared: float
+    #: When a stream that holds its slot gave its first item.
+    first_item: float
+    #: The rate limit that made it wait, or refused it (only with an observer).
+    limited_by: str
+    #: It started while a bucket was below its burst: served from a burst above the steady rate
+    #: (only with an observer).
+    borrowed: bool
 
     def __init__(
         self, deadline: float = math.inf, priority: int = 0, cost: float = 0.0, max_wait: float = math.inf

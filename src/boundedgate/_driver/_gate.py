@@ -28,6 +28,7 @@ from .._core import (
 )
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource
+from ._observing import Observer, Observers, attach
 from ._permit import Permit
 
 if TYPE_CHECKING:
@@ -106,7 +107,17 @@ class BoundedGate:
             ``jump_share`` outside [0, 1).
     """
 
-    __slots__ = ("__weakref__", "_loop", "_max_running", "_name", "_rated", "_state", "_timer", "_timer_at")
+    __slots__ = (
+        "__weakref__",
+        "_loop",
+        "_max_running",
+        "_name",
+        "_observers",
+        "_rated",
+        "_state",
+        "_timer",
+        "_timer_at",
+    )
 
     def __init__(
         self,
@@ -133,6 +144,8 @@ class BoundedGate:
         # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
         self._rated = bool(state.rate_limits)
         self._name = check_name(name)
+        self._observers = Observers()
+        attach(state, self._name, None, self._observers)
         self._loop: asyncio.AbstractEventLoop | None = None
         # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
         self._timer: asyncio.TimerHandle | None = None
@@ -302,6 +315,20 @@ class BoundedGate:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
         loop = self._loop
         return self._state.snapshot(self._name, None if loop is None else loop.time())
+
+    def observe(self, callback: Observer) -> None:
+        """Call ``callback`` with the :class:`RequestRecord` of every request that ends from now on.
+
+        It is called on the event loop, in the step that ended the request, and must not use the
+        gate; an exception it raises is logged to the ``boundedgate`` logger and goes no further.
+        """
+        self._observers.add(callback)
+        attach(self._state, self._name, None, self._observers)
+
+    def unobserve(self, callback: Observer) -> None:
+        """Stop calling ``callback``; with no callback left the gate records nothing."""
+        self._observers.remove(callback)
+        attach(self._state, self._name, None, self._observers)
 
     def __repr__(self) -> str:
         state = self._state

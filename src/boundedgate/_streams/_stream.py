@@ -59,7 +59,7 @@ from typing import Any, Generic, TypeVar, final
 import anyio
 from typing_extensions import Self
 
-from .._core import Status
+from .._core import Status, Ticket
 from ._protocol import StreamPermit
 
 __all__ = ("GatedStream", "hand_over")
@@ -127,6 +127,12 @@ def hand_over(
         raise TypeError(f"can only hand a permit to an async iterator, not {type(stream).__name__!r}")
     permit._hand_over()
     return GatedStream(stream, permit, raise_late, manager_exit)
+
+
+def _first_item(permit: StreamPermit) -> None:
+    """Note on a gate's ticket when its stream gave its first item (the record's ``first_chunk``)."""
+    if isinstance(permit, Ticket) and not hasattr(permit, "first_item") and (loop := permit._loop) is not None:
+        permit.first_item = loop.time()
 
 
 class _Interrupted(Exception):
@@ -220,7 +226,9 @@ class GatedStream(Generic[_T]):
             raise StopAsyncIteration
         over = self._claim()
         try:
-            return await self._read(source.__anext__, over)
+            item = await self._read(source.__anext__, over)
+            _first_item(self._permit)
+            return item
         except StopAsyncIteration:
             pass
         except _Interrupted:
