@@ -58,12 +58,10 @@ class Instrumentation:
         spans: bool,
         key_attribute: bool,
     ) -> None:
-        from . import __version__
-
         self._gates = Gates(gates)
         self._closed = False
         self._key_attribute = key_attribute
-        meter = metrics.get_meter("boundedgate", __version__, meter_provider)
+        meter = metrics.get_meter("boundedgate", _version(), meter_provider)
         self._spans = spans
         self._histograms = (
             [
@@ -157,6 +155,12 @@ class Instrumentation:
                 gate.unobserve(self._record)
 
 
+def _version() -> str:
+    import boundedgate  # noqa: PLC0415 - this module is imported from boundedgate's own import
+
+    return boundedgate.__version__
+
+
 def span_attributes(record: RequestRecord) -> dict[str, Any]:
     """Seed 004's fields of one request, as span attributes."""
     key = record.gate if record.key is None else f"{record.gate}/{record.key}"
@@ -166,11 +170,12 @@ def span_attributes(record: RequestRecord) -> dict[str, Any]:
         "waited_ms": record.waited * 1000.0,
         "limited": record.limited,
         "decision": record.decision,
-        "queue_depth": record.queue_depth,
         "borrowed_burst": record.borrowed_burst,
         _OUTCOME: record.outcome.name,
         "boundedgate.priority": record.priority,
     }
+    if record.queue_depth is not None:
+        attributes["queue_depth"] = record.queue_depth
     if record.limited_by is not None:
         attributes["boundedgate.rate_limit.name"] = record.limited_by
     if record.retry_after is not None:

@@ -78,7 +78,9 @@ class GateCollector(Collector):
         for spec in HISTOGRAMS:
             value = spec.value(record)
             if value is not None:
-                self._buckets[spec.name].add((*labels, record.outcome.name) if spec.by_outcome else labels, value)
+                self._buckets[spec.name].add(
+                    (*labels, record.outcome.name) if spec.by_outcome else labels, value
+                )
 
     def close(self) -> None:
         """Stop observing the gates (unregister the collector from its registry too)."""
@@ -89,11 +91,21 @@ class GateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """The metrics now: called by the registry at each scrape."""
         snapshots = list(self._gates.snapshots())
-        active = GaugeMetricFamily("boundedgate_request_active", "Requests holding a running slot.", labels=["gate"])
-        queued = GaugeMetricFamily("boundedgate_request_queued", "Requests waiting in the gate's queue.", labels=["gate"])
-        limit_running = GaugeMetricFamily("boundedgate_limit_running", "The gate's running slots (C).", labels=["gate"])
-        limit_waiting = GaugeMetricFamily("boundedgate_limit_waiting", "The gate's queue places (Q).", labels=["gate"])
-        keys = GaugeMetricFamily("boundedgate_keys_active", "Keys of a keyed gate that have a gate now.", labels=["gate"])
+        active = GaugeMetricFamily(
+            "boundedgate_request_active", "Requests holding a running slot.", labels=["gate"]
+        )
+        queued = GaugeMetricFamily(
+            "boundedgate_request_queued", "Requests waiting in the gate's queue.", labels=["gate"]
+        )
+        limit_running = GaugeMetricFamily(
+            "boundedgate_limit_running", "The gate's running slots (C).", labels=["gate"]
+        )
+        limit_waiting = GaugeMetricFamily(
+            "boundedgate_limit_waiting", "The gate's queue places (Q).", labels=["gate"]
+        )
+        keys = GaugeMetricFamily(
+            "boundedgate_keys_active", "Keys of a keyed gate that have a gate now.", labels=["gate"]
+        )
         requests = CounterMetricFamily(
             "boundedgate_requests", "Requests that ended, by outcome.", labels=["gate", "outcome"]
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._outcomes import BY_STATUS, Outcome
 from ._ticket import Status, Ticket
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from ._state import GateState
 
 __all__ = ("DECISIONS", "RequestRecord")
+
+_NO_NOTES: dict[str, Any] = {}
 
 #: What the gate decided at arrival: start at once, queue, or refuse (seed 004's ``decision``).
 DECISIONS = ("allow", "queue", "reject")
@@ -69,8 +71,9 @@ class RequestRecord:
     #: Seconds from its start to the first item of the stream that held its slot (None: no item,
     #: or not a stream).
     first_chunk: float | None
-    #: How many requests were queued when it arrived (0 when it started at once).
-    queue_depth: int
+    #: How many requests were queued when it arrived: 0 when it started at once, None when it
+    #: queued while nobody observed the gate (only a refusal's log record can say so).
+    queue_depth: int | None
     #: The cost it declared at admission.
     cost: float
     #: Its cost as settled by the time it ended (its declared cost if never settled).
@@ -100,14 +103,14 @@ class RequestRecord:
         arrival: float = ticket.arrival  # type: ignore[assignment]
         ended: float = ticket.ended  # type: ignore[assignment]
         started = ticket.started
-        queued = hasattr(ticket, "depth")
+        notes = getattr(ticket, "notes", _NO_NOTES)
         if outcome.at_arrival:
             decision, waited = "reject", 0.0
         else:
-            decision = "queue" if queued else "allow"
+            decision = "allow" if started == arrival else "queue"
             waited = ((ended if started is None else started) - arrival) * scale
-        first = getattr(ticket, "first_item", None)
-        declared = getattr(ticket, "declared", ticket.cost)
+        first = notes.get("first_item")
+        depth = notes.get("depth", state.waiting if outcome.at_arrival else None)
         refused = outcome.error_code is not None and not outcome.ran
         return cls(
             gate=gate,
@@ -123,12 +126,12 @@ class RequestRecord:
             ran=None if started is None else (ended - started) * scale,
             end_to_end=(ended - arrival) * scale,
             first_chunk=None if first is None or started is None else (first - started) * scale,
-            queue_depth=ticket.depth if queued else 0,
-            cost=declared,
+            queue_depth=0 if decision == "allow" else depth,
+            cost=notes.get("declared", ticket.cost),
             settled=ticket.cost,
-            limited_by=getattr(ticket, "limited_by", None),
+            limited_by=notes.get("limited_by"),
             retry_after=(
                 None if not refused or (r := _retry_after(state, ticket, status)) is None else r * scale
             ),
-            borrowed_burst=getattr(ticket, "borrowed", False),
+            borrowed_burst=notes.get("borrowed", False),
         )

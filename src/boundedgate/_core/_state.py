@@ -78,7 +78,7 @@ from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
 from ._settings import check_cost, check_max_running, check_max_waiting
 from ._stats import GateStatistics
-from ._ticket import Status, Ticket
+from ._ticket import Status, Ticket, note
 
 __all__ = ("GateState",)
 
@@ -244,7 +244,8 @@ class GateState:
             if self.running < self.max_running and not self.waiting and self._affordable(ticket, now):
                 self._start(ticket, now)
                 return woken
-        ticket.depth = self.waiting
+        if self.observer is not None:
+            note(ticket, "depth", self.waiting)
         if not wait:
             if buckets and self.running < self.max_running and not self.waiting:
                 return self._rate_limit(ticket, now, woken)
@@ -253,7 +254,7 @@ class GateState:
         elif self.waiting < self._queue_limit:
             self._enqueue(ticket)
             if buckets and self.observer is not None and self.running < self.max_running:
-                ticket.limited_by = self.limiting(ticket).name  # type: ignore[union-attr]
+                note(ticket, "limited_by", self.limiting(ticket).name)  # type: ignore[union-attr]
             return self._jumped(ticket, now, woken) if buckets else woken
         elif self._queue.classes > 1 and (victim := self._queue.evict_for(ticket.priority)) is not None:
             victim.status = EVICTED
@@ -261,9 +262,9 @@ class GateState:
             self.evicted += 1
             self._enqueue(ticket)
             woken = [*woken, victim]
-            woken = self._jumped(ticket, now, woken) if buckets else woken
+            told = self._jumped(ticket, now, woken) if buckets else woken
             self._ended(victim)
-            return woken
+            return told
         ticket.status = REJECTED
         ticket.ended = now
         self.rejected += 1
@@ -384,8 +385,8 @@ class GateState:
         extra = cost - ticket.cost
         if not extra:
             return _NOBODY
-        if not hasattr(ticket, "declared"):
-            ticket.declared = ticket.cost
+        if "declared" not in getattr(ticket, "notes", ()):
+            note(ticket, "declared", ticket.cost)
         ticket.cost = cost
         for bucket in self._buckets:
             if not bucket.per_request:
@@ -516,7 +517,7 @@ class GateState:
             self.peak_running = running
         buckets = self._buckets
         if buckets and self.observer is not None:
-            ticket.borrowed = any(bucket.tokens(now) < bucket.limit.burst for bucket in buckets)
+            note(ticket, "borrowed", any(bucket.tokens(now) < bucket.limit.burst for bucket in buckets))
         for bucket in buckets:
             bucket.take(bucket.need(ticket.cost), now)
 
@@ -538,7 +539,7 @@ class GateState:
         ticket.status = RATE_LIMITED
         ticket.ended = now
         self.rate_limited += 1
-        ticket.limited_by = self.limiting(ticket).name  # type: ignore[union-attr]
+        note(ticket, "limited_by", self.limiting(ticket).name)  # type: ignore[union-attr]
         self._ended(ticket)
         return woken
 

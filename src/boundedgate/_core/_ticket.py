@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import Any
 
-__all__ = ("Status", "Ticket")
+__all__ = ("Status", "Ticket", "note")
 
 
 class Status(enum.Enum):
@@ -74,34 +75,24 @@ class Ticket:
 
     __slots__ = (
         "arrival",
-        "borrowed",
         "cost",
         "deadline",
-        "declared",
-        "depth",
         "ended",
-        "first_item",
-        "limited_by",
         "max_wait",
+        "notes",
         "priority",
         "seq",
         "started",
         "status",
     )
 
-    # Written only off the uncontended path, and only read when a request's record is made
-    # (``RequestRecord.of``, which reads them with a default): unset until then.
-    #: The queue depth it met on arrival, when it did not start at once.
-    depth: int
-    #: Its declared cost, kept by the first :meth:`GateState.settle` that changed it.
-    declared: float
-    #: When a stream that holds its slot gave its first item.
-    first_item: float
-    #: The rate limit that made it wait, or refused it (only with an observer).
-    limited_by: str
-    #: It started while a bucket was below its burst: served from a burst above the steady rate
-    #: (only with an observer).
-    borrowed: bool
+    #: What only a request's record reads, noted off the uncontended path by :func:`note` (unset
+    #: until the first note, so that making and ending a ticket costs nothing for it):
+    #: ``depth`` (the queue depth it met on arrival, noted while observed), ``declared`` (its
+    #: declared cost, once a settle changed it), ``first_item`` (when the stream holding its slot
+    #: gave its first item), ``limited_by`` (the rate limit that refused it, or made it wait while
+    #: observed), ``borrowed`` (it started while a bucket was below its burst, noted while observed).
+    notes: dict[str, Any]
 
     def __init__(
         self, deadline: float = math.inf, priority: int = 0, cost: float = 0.0, max_wait: float = math.inf
@@ -129,3 +120,11 @@ class Ticket:
     def __lt__(self, other: Ticket) -> bool:
         # Ties between equal deadlines in the core's deadline heap go to the earlier arrival.
         return self.seq < other.seq
+
+
+def note(ticket: Ticket, name: str, value: object) -> None:
+    """Note ``name`` on ``ticket`` for its record (see :attr:`Ticket.notes`)."""
+    try:
+        ticket.notes[name] = value
+    except AttributeError:
+        ticket.notes = {name: value}

@@ -61,7 +61,9 @@ def attach(state: GateState, gate: str, key: Hashable | None, observers: Observe
     state.observer = _observer(state, gate, key, observers) if observers.callbacks else None
 
 
-def _observer(state: GateState, gate: str, key: Hashable | None, observers: Observers) -> Callable[[Ticket], None]:
+def _observer(
+    state: GateState, gate: str, key: Hashable | None, observers: Observers
+) -> Callable[[Ticket], None]:
     def observe(ticket: Ticket) -> None:
         observers.tell(RequestRecord.of(ticket, state, gate, key))
 
@@ -83,11 +85,11 @@ def log_record(record: RequestRecord, level: int = logging.INFO) -> None:
     where = record.gate if record.key is None else f"{record.gate}/{record.key}"
     logger.log(
         level,
-        "%s: request %s after %.3fs (queue depth %d on arrival)",
+        "%s: request %s after %.3fs (waited %.3fs)",
         where,
         outcome.label,
         record.end_to_end,
-        record.queue_depth,
+        record.waited,
         extra={
             "gate": record.gate,
             "rate_limit_key": where,

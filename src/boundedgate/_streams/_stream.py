@@ -59,7 +59,7 @@ from typing import Any, Generic, TypeVar, final
 import anyio
 from typing_extensions import Self
 
-from .._core import Status, Ticket
+from .._core import Status, Ticket, note
 from ._protocol import StreamPermit
 
 __all__ = ("GatedStream", "hand_over")
@@ -131,8 +131,10 @@ def hand_over(
 
 def _first_item(permit: StreamPermit) -> None:
     """Note on a gate's ticket when its stream gave its first item (the record's ``first_chunk``)."""
-    if isinstance(permit, Ticket) and not hasattr(permit, "first_item") and (loop := permit._loop) is not None:
-        permit.first_item = loop.time()
+    if isinstance(permit, Ticket) and "first_item" not in getattr(permit, "notes", ()):
+        loop = permit._loop
+        if loop is not None:
+            note(permit, "first_item", loop.time())
 
 
 class _Interrupted(Exception):
