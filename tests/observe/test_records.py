@@ -56,7 +56,12 @@ async def test_a_scripted_run_gives_one_record_per_request_with_its_times() -> N
     assert (late.decision, late.queue_depth) == ("queue", 0)
     assert late.waited == pytest.approx(1.0) and late.ran == pytest.approx(2.0)
     assert late.end_to_end == pytest.approx(3.0) and late.deadline == pytest.approx(t0 + 2.5)
-    assert (rejected.decision, rejected.queue_depth, rejected.waited, rejected.ran) == ("reject", 1, 0.0, None)
+    assert (rejected.decision, rejected.queue_depth, rejected.waited, rejected.ran) == (
+        "reject",
+        1,
+        0.0,
+        None,
+    )
     assert rejected.limited and late.limited and not done.limited
     assert all(r.gate == gate.name and r.key is None and r.first_chunk is None for r in records)
 
@@ -104,7 +109,11 @@ async def test_a_rate_limited_request_names_its_bucket_and_its_retry_after() -> 
         gate.try_admit()
     first, refused = records
     assert not first.borrowed_burst  # a full bucket
-    assert (refused.outcome.status, refused.limited_by, refused.decision) == (Status.RATE_LIMITED, "rps", "reject")
+    assert (refused.outcome.status, refused.limited_by, refused.decision) == (
+        Status.RATE_LIMITED,
+        "rps",
+        "reject",
+    )
     assert refused.retry_after == pytest.approx(caught.value.retry_after)
 
 
