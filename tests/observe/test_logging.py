@@ -29,7 +29,8 @@ async def test_a_refusal_is_one_record_with_its_fields(caplog: pytest.LogCapture
             pass
     holder.release()
     (record,) = caplog.records
-    assert record.name == "boundedgate" and record.levelno == logging.INFO
+    assert record.name == "boundedgate"
+    assert record.levelno == logging.INFO
     fields = {k: getattr(record, k) for k in ("gate", "outcome", "error_code", "decision", "limited")}
     assert fields == {
         "gate": "openai",

@@ -201,7 +201,7 @@ async def test_each_admission_is_an_event_on_the_callers_span_with_seed_004s_fie
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = tracer_provider.get_tracer("test")
-    reader, provider = _reader()
+    _, provider = _reader()
     gate = BoundedGate(max_running=1, max_waiting=1, name="traced")
     instrument(gate, meter_provider=provider)
 
@@ -230,6 +230,7 @@ async def test_each_admission_is_an_event_on_the_callers_span_with_seed_004s_fie
         "boundedgate.priority": 0,
     }
     assert (second.attributes["decision"], second.attributes["waited_ms"]) == ("queue", pytest.approx(1000))
-    assert second.attributes["limited"] is True and second.attributes["queue_depth"] == 0
+    assert second.attributes["limited"] is True
+    assert second.attributes["queue_depth"] == 0
     assert (third.attributes["decision"], third.attributes["boundedgate.outcome"]) == ("reject", "rejected")
     assert third.attributes["queue_depth"] == 1

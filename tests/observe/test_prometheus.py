@@ -14,8 +14,8 @@ from boundedgate import OUTCOMES, BoundedGate, KeyedGate, downstream_refused
 from boundedgate.prometheus import GateCollector
 from tests.observe.scripted import run_script, script_gate
 
-LE = ["0.01", "0.02", "0.04", "0.08", "0.16", "0.32", "0.64", "1.28", "2.56", "5.12", "10.24", "20.48", "40.96",
-      "81.92", "+Inf"]  # fmt: skip
+LE = ["0.01", "0.02", "0.04", "0.08", "0.16", "0.32", "0.64", "1.28", "2.56", "5.12", "10.24", "20.48",
+      "40.96", "81.92", "+Inf"]  # fmt: skip
 
 #: Prometheus name: (type, label names of its samples but le)
 GOLDEN = {
@@ -117,7 +117,7 @@ def test_a_scrape_over_http_gives_the_same_text() -> None:
     server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     try:
         port = server.server_address[1]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:  # noqa: S310
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             body = response.read().decode()
     finally:
         server.shutdown()

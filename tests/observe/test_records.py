@@ -52,17 +52,22 @@ async def test_a_scripted_run_gives_one_record_per_request_with_its_times() -> N
     assert [r.outcome.name for r in records] == ["rejected", "completed", "late"]
     done, late, rejected = by_outcome["completed"], by_outcome["late"], by_outcome["rejected"]
     assert (done.decision, done.waited, done.ran, done.queue_depth) == ("allow", 0.0, pytest.approx(1.0), 0)
-    assert done.arrival == pytest.approx(t0) and done.end_to_end == pytest.approx(1.0)
+    assert done.arrival == pytest.approx(t0)
+    assert done.end_to_end == pytest.approx(1.0)
     assert (late.decision, late.queue_depth) == ("queue", 0)
-    assert late.waited == pytest.approx(1.0) and late.ran == pytest.approx(2.0)
-    assert late.end_to_end == pytest.approx(3.0) and late.deadline == pytest.approx(t0 + 2.5)
+    assert late.waited == pytest.approx(1.0)
+    assert late.ran == pytest.approx(2.0)
+    assert late.end_to_end == pytest.approx(3.0)
+    assert late.deadline == pytest.approx(t0 + 2.5)
     assert (rejected.decision, rejected.queue_depth, rejected.waited, rejected.ran) == (
         "reject",
         1,
         0.0,
         None,
     )
-    assert rejected.limited and late.limited and not done.limited
+    assert rejected.limited
+    assert late.limited
+    assert not done.limited
     assert all(r.gate == gate.name and r.key is None and r.first_chunk is None for r in records)
 
 
@@ -75,7 +80,8 @@ async def test_every_ending_is_told_once_and_the_counts_agree_with_stats() -> No
     await asyncio.sleep(0)
     urgent = asyncio.create_task(_hold(gate, 0, timeout=1))
     await asyncio.sleep(2)
-    assert isinstance(low.exception(), Exception) and isinstance(urgent.exception(), QueueExpired)
+    assert isinstance(low.exception(), Exception)
+    assert isinstance(urgent.exception(), QueueExpired)
     # one cancelled while waiting, one disconnected while waiting
     waiter = gate.admit()
     task = asyncio.create_task(waiter.__aenter__())
