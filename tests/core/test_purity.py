@@ -41,6 +41,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "_downstream": set(),
     # What the metrics exports share: the gates' snapshots and the records' histograms.
     "_export": {"_core", "_driver"},
+    # The ready Grafana dashboard and alerting rules (data files; the module only names them).
+    "dashboards": set(),
     # The optional exports (extras): the only modules that import OpenTelemetry or prometheus_client.
     "otel": {"_core", "_driver", "_downstream", "_export", ROOT},
     "prometheus": {"_core", "_driver", "_downstream", "_export"},
