@@ -392,7 +392,8 @@ class KeyedGate(Generic[K]):
         """Call ``callback`` with the record of every request that ends, through any key, from now on.
 
         The records name this gate, and the key in ``RequestRecord.key``. As for
-        :meth:`BoundedGate.observe`.
+        :meth:`BoundedGate.observe`; a permit taken before this call for a key that had no gate
+        then is not recorded.
         """
         self._observers.add(callback)
         for key, gate in self._gates.items():
