@@ -104,11 +104,13 @@ class RequestRecord:
         ended: float = ticket.ended  # type: ignore[assignment]
         started = ticket.started
         notes = getattr(ticket, "notes", _NO_NOTES)
+        # A slot given back unused (a caller cancelled as it was handed one) was still granted.
+        granted = notes.get("granted") if started is None else started
         if outcome.at_arrival:
             decision, waited = "reject", 0.0
         else:
-            decision = "allow" if started == arrival else "queue"
-            waited = ((ended if started is None else started) - arrival) * scale
+            decision = "allow" if granted == arrival else "queue"
+            waited = ((ended if granted is None else granted) - arrival) * scale
         first = notes.get("first_item")
         depth = notes.get("depth", state.waiting if outcome.at_arrival else None)
         refused = outcome.error_code is not None and not outcome.ran

@@ -360,6 +360,8 @@ class GateState:
             return _NOBODY
         if status is RUNNING:
             ticket.status = ending
+            if self.observer is not None:
+                note(ticket, "granted", ticket.started)  # its record says how it was admitted
             ticket.started = None  # it never used the slot: it never started
             ticket.ended = now
             self.running -= 1

@@ -91,7 +91,8 @@ class Ticket:
     #: ``depth`` (the queue depth it met on arrival, noted while observed), ``declared`` (its
     #: declared cost, once a settle changed it), ``first_item`` (when the stream holding its slot
     #: gave its first item), ``limited_by`` (the rate limit that refused it, or made it wait while
-    #: observed), ``borrowed`` (it started while a bucket was below its burst, noted while observed).
+    #: observed), ``borrowed`` (it started while a bucket was below its burst, noted while observed),
+    #: ``granted`` (when it was handed the slot it gave back unused, noted while observed).
     notes: dict[str, Any]
 
     def __init__(
