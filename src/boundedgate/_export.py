@@ -87,7 +87,7 @@ class Snapshot:
     stats: GateStatistics
     #: Keys with a gate now (None for a plain gate).
     keys: int | None
-    #: The names of its rate limits, in the order of ``stats.tokens``.
+    #: The names of its rate limits, in the order of ``stats.tokens`` (none for a keyed gate).
     limits: tuple[str, ...]
 
 
@@ -112,9 +112,9 @@ class Gates:
         """A snapshot of every gate still alive."""
         for gate in self.alive():
             if isinstance(gate, KeyedGate):
+                # Each key has buckets of its own, whose balances add up to nothing: none exported.
                 keyed = gate.stats()
-                limits = tuple(limit.name for limit in gate._rate_limits)
-                yield Snapshot(keyed.name, keyed.total, keyed.keys, limits)
+                yield Snapshot(keyed.name, keyed.total, keyed.keys, ())
             else:
                 limits = tuple(limit.name for limit in gate.rate_limits)
                 yield Snapshot(gate.name, gate.stats(), None, limits)

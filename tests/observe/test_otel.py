@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import weakref
 from typing import Any
 
@@ -113,7 +114,9 @@ async def test_outcomes_plus_running_plus_queued_equal_arrivals_at_every_collect
     assert collections > 20
 
 
-async def test_ten_thousand_keys_leave_the_number_of_series_constant() -> None:
+async def test_ten_thousand_keys_leave_the_number_of_series_constant(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     sessions: KeyedGate[int] = KeyedGate(
         max_running=1, max_waiting=0, name="sessions", rate_limits=[RateLimit.per_second(100, name="rps")]
     )
@@ -138,6 +141,7 @@ async def test_ten_thousand_keys_leave_the_number_of_series_constant() -> None:
             assert "boundedgate.key" not in point.attributes
     keyed_total = sum(p.value for p in metrics["boundedgate.requests"].data.data_points)
     assert keyed_total == 10_000
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []  # no callback failed
 
 
 async def test_the_key_is_an_attribute_only_when_asked() -> None:

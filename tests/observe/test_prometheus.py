@@ -7,10 +7,11 @@ import gc
 import urllib.request
 import weakref
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from boundedgate import OUTCOMES, BoundedGate, KeyedGate, downstream_refused
+from boundedgate import OUTCOMES, BoundedGate, KeyedGate, RateLimit, downstream_refused
 from boundedgate.prometheus import GateCollector
 from tests.observe.scripted import run_script, script_gate
 
@@ -79,7 +80,9 @@ def test_downstream_refusals_are_a_counter_by_status() -> None:
 
 
 async def test_ten_thousand_keys_leave_the_number_of_series_constant() -> None:
-    sessions: KeyedGate[int] = KeyedGate(max_running=1, max_waiting=0, name="sessions")
+    sessions: KeyedGate[int] = KeyedGate(
+        max_running=1, max_waiting=0, name="sessions", rate_limits=[RateLimit.per_second(100, name="rps")]
+    )
     registry = CollectorRegistry()
     registry.register(GateCollector(sessions))
 
@@ -125,3 +128,20 @@ def test_a_scrape_over_http_gives_the_same_text() -> None:
         server.server_close()
     assert body == generate_latest(registry).decode()
     assert 'boundedgate_limit_waiting{gate="served"} 7.0' in body
+
+
+async def test_a_gates_rate_limits_show_their_balances() -> None:
+    gate = BoundedGate(
+        max_running=None,
+        max_waiting=0,
+        name="rated",
+        rate_limits=[RateLimit.per_second(10, burst=10, name="rps")],
+    )
+    registry = CollectorRegistry()
+    registry.register(GateCollector(gate))
+    for _ in range(4):
+        gate.try_admit().release()
+    (sample,) = _families(registry)["boundedgate_rate_limit_tokens"].samples  # type: ignore[attr-defined]
+    assert sample.labels == {"gate": "rated", "limit": "rps"}
+    assert sample.value == pytest.approx(6.0)
+    assert _families(registry)["boundedgate_limit_running"].samples == []  # type: ignore[attr-defined]
