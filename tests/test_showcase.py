@@ -96,3 +96,15 @@ def test_the_report_tells_the_story(runs: tuple[Any, Any, Any], showcase: dict[s
     assert "rejected at once (QueueFull)" in out
     assert "So more callers got a timely answer through the gate" in out
     assert "boundedgate.sim replayed the same" in out
+
+
+def test_the_demo_shows_the_gates_histograms_beside_the_simulators(
+    runs: tuple[Any, Any, Any], showcase: dict[str, Any]
+) -> None:
+    semaphore, gate, jobs = runs
+    assert len(gate.records) == len(jobs)  # the observer was told of every call, once
+    text = showcase["report"](semaphore, gate, jobs)
+    charts = text.split("The gate's histograms")[1].split("time to outcome")
+    assert "time in queue" in charts[0]
+    rows = [line.split() for line in charts[1].splitlines() if line.strip().startswith(("<=", ">"))]
+    assert sum(int(row[3]) for row in rows) == len(jobs)  # the real column counts every call

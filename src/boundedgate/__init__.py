@@ -4,7 +4,17 @@ At most C calls running, at most Q waiting, an immediate typed refusal beyond th
 measured from arrival, and permits that are released exactly once.
 """
 
-from ._core import OUTCOMES, GateLimits, GateStatistics, KeyedStatistics, Outcome, RateLimit, Status
+from ._core import (
+    OUTCOMES,
+    GateLimits,
+    GateStatistics,
+    KeyedStatistics,
+    Outcome,
+    RateLimit,
+    RequestRecord,
+    Status,
+)
+from ._downstream import downstream_refusals, downstream_refused
 from ._driver import BoundedGate, CombinedPermit, KeyedGate, Permit, admit_all
 from ._errors import Evicted, GateError, GateUnavailable, Late, QueueExpired, QueueFull, RateLimited
 from ._streams import GatedStream, StreamOpener
@@ -30,9 +40,12 @@ __all__ = (
     "QueueFull",
     "RateLimit",
     "RateLimited",
+    "RequestRecord",
     "Status",
     "StreamOpener",
     "admit_all",
+    "downstream_refusals",
+    "downstream_refused",
 )
 
 for _name in __all__:

@@ -6,6 +6,7 @@ Nothing in this package imports an event loop, a clock or threads: it is told th
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
+from ._record import DECISIONS, RequestRecord
 from ._settings import (
     check_cost,
     check_deadline,
@@ -20,12 +21,13 @@ from ._settings import (
 )
 from ._state import GateState, queue_deadline
 from ._stats import GateStatistics
-from ._ticket import Status, Ticket
+from ._ticket import Status, Ticket, note
 from ._totals import KeyedStatistics, Totals, total
 
 __all__ = (
     "BY_NAME",
     "BY_STATUS",
+    "DECISIONS",
     "NEVER_RAN",
     "OUTCOMES",
     "RAN",
@@ -36,6 +38,7 @@ __all__ = (
     "KeyedStatistics",
     "Outcome",
     "RateLimit",
+    "RequestRecord",
     "Status",
     "Ticket",
     "TokenBucket",
@@ -51,6 +54,7 @@ __all__ = (
     "check_priorities",
     "check_priority",
     "check_timeout",
+    "note",
     "queue_deadline",
     "total",
 )

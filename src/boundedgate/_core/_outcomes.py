@@ -39,6 +39,8 @@ class Outcome:
     error_code: str | None
     #: One sentence for the docs.
     description: str
+    #: The ``boundedgate`` logger writes a record for it: a refusal, or an ending nobody asked for.
+    logged: bool = False
 
 
 #: Every outcome, in the order reports list them: those that ran, then those that never did.
@@ -52,6 +54,7 @@ OUTCOMES: tuple[Outcome, ...] = (
         Status.LATE, "late", "late", "late",
         ran=True, at_arrival=False, simulated=True, always_shown=True, error_code="late",
         description="Ran and finished at or after its deadline (Late).",
+        logged=True,
     ),
     Outcome(
         Status.FAILED, "failed", "failed", "failed",
@@ -67,26 +70,31 @@ OUTCOMES: tuple[Outcome, ...] = (
         Status.LEAKED, "leaked", "leaked", "leaked",
         ran=True, at_arrival=False, simulated=False, always_shown=False, error_code=None,
         description="Ran, and was never released: the garbage collector gave its slot back.",
+        logged=True,
     ),
     Outcome(
         Status.EXPIRED, "expired", "expired in the queue", "expired",
         ran=False, at_arrival=False, simulated=True, always_shown=True, error_code="queue_expired",
         description="Left the queue at its deadline and never started (QueueExpired).",
+        logged=True,
     ),
     Outcome(
         Status.REJECTED, "rejected", "rejected at once", "rejected",
         ran=False, at_arrival=True, simulated=True, always_shown=True, error_code="queue_full",
         description="Refused at arrival: every slot busy and the queue full (QueueFull).",
+        logged=True,
     ),
     Outcome(
         Status.EVICTED, "evicted", "evicted from the queue", "evicted",
         ran=False, at_arrival=False, simulated=True, always_shown=False, error_code="evicted",
         description="Pushed out of a full queue by a more urgent arrival and never started (Evicted).",
+        logged=True,
     ),
     Outcome(
         Status.RATE_LIMITED, "rate_limited", "rate limited at once", "rate limited",
         ran=False, at_arrival=True, simulated=True, always_shown=False, error_code="rate_limited",
         description="Refused at arrival: its rate cost could not be paid in time (RateLimited).",
+        logged=True,
     ),
     Outcome(
         Status.CANCELLED, "cancelled", "cancelled while waiting", "cancelled",

@@ -71,14 +71,14 @@ from __future__ import annotations
 import heapq
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._bucket import RateLimit, TokenBucket
 from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
 from ._settings import check_cost, check_max_running, check_max_waiting
 from ._stats import GateStatistics
-from ._ticket import Status, Ticket
+from ._ticket import Status, Ticket, note
 
 __all__ = ("GateState",)
 
@@ -100,6 +100,12 @@ _NOBODY: tuple[Ticket, ...] = ()
 
 #: The counters of the outcomes, one attribute each, named as in :data:`OUTCOMES`.
 OUTCOME_NAMES = tuple(outcome.name for outcome in OUTCOMES)
+
+#: The final statuses the ``reporter`` hears of: refusals, and endings nobody asked for.
+LOGGED = frozenset(outcome.status for outcome in OUTCOMES if outcome.logged)
+
+#: What the core calls with a ticket that reached its outcome (see ``GateState.observer``).
+Hook = Callable[[Ticket], None]
 
 #: Weight of the latest run in the moving average behind ``retry_after``.
 RECENT_RUN_WEIGHT = 0.2
@@ -135,6 +141,7 @@ class GateState:
         "leaked",
         "max_running",
         "max_waiting",
+        "observer",
         "peak_running",
         "peak_waiting",
         "queue_seconds_max",
@@ -142,6 +149,7 @@ class GateState:
         "rate_limited",
         "recent_run_seconds",
         "rejected",
+        "reporter",
         "run_seconds_max",
         "run_seconds_total",
         "running",
@@ -191,6 +199,14 @@ class GateState:
         self.end_to_end_seconds_max = 0.0
         # Exponentially weighted mean of recent run times (None before the first run ends).
         self.recent_run_seconds: float | None = None
+        #: Called with every ticket that reaches its outcome, within the event that ended it (a
+        #: released ticket once its slot was handed on); None: nothing is called, nothing is kept.
+        #: It must not call back into this state.
+        #: Tickets refused before they were counted (a deadline already past) are not told.
+        self.observer: Hook | None = None
+        #: Called, before the observer, with every ticket whose outcome is ``logged`` in
+        #: :data:`OUTCOMES` (the refusals, late, leaked); the asyncio driver logs them.
+        self.reporter: Hook | None = None
 
     # -- events -----------------------------------------------------------------------------
 
@@ -228,6 +244,8 @@ class GateState:
             if self.running < self.max_running and not self.waiting and self._affordable(ticket, now):
                 self._start(ticket, now)
                 return woken
+        if self.observer is not None:
+            note(ticket, "depth", self.waiting)
         if not wait:
             if buckets and self.running < self.max_running and not self.waiting:
                 return self._rate_limit(ticket, now, woken)
@@ -235,6 +253,8 @@ class GateState:
             return self._rate_limit(ticket, now, woken)
         elif self.waiting < self._queue_limit:
             self._enqueue(ticket)
+            if buckets and self.observer is not None and self.running < self.max_running:
+                note(ticket, "limited_by", self.limiting(ticket).name)  # type: ignore[union-attr]
             return self._jumped(ticket, now, woken) if buckets else woken
         elif self._queue.classes > 1 and (victim := self._queue.evict_for(ticket.priority)) is not None:
             victim.status = EVICTED
@@ -242,10 +262,13 @@ class GateState:
             self.evicted += 1
             self._enqueue(ticket)
             woken = [*woken, victim]
-            return self._jumped(ticket, now, woken) if buckets else woken
+            told = self._jumped(ticket, now, woken) if buckets else woken
+            self._ended(victim)
+            return told
         ticket.status = REJECTED
         ticket.ended = now
         self.rejected += 1
+        self._ended(ticket)
         return woken
 
     def release(self, ticket: Ticket, now: float, ending: Status | None = None) -> Sequence[Ticket]:
@@ -266,6 +289,7 @@ class GateState:
             if now >= ticket.deadline:
                 ticket.status = LATE
                 self.late += 1
+                self._report(ticket, now)
             else:
                 ticket.status = COMPLETED
                 self.completed += 1
@@ -278,6 +302,7 @@ class GateState:
         elif ending is LEAKED:
             ticket.status = LEAKED
             self.leaked += 1
+            self._report(ticket, now)
         else:
             raise ValueError(f"a running request cannot end as {ending.value}")
         ticket.ended = now
@@ -292,6 +317,10 @@ class GateState:
         self.end_to_end_seconds_total += total
         if total > self.end_to_end_seconds_max:
             self.end_to_end_seconds_max = total
+        if self.observer is not None:
+            woken = self._hand_off(now) if self.waiting else _NOBODY
+            self.observer(ticket)
+            return woken
         return self._hand_off(now) if self.waiting else _NOBODY
 
     def advance(self, now: float) -> list[Ticket]:
@@ -327,9 +356,12 @@ class GateState:
             self._leave_queue(ticket, now)
             self._count_cancel(ending)
             self._compact()
+            self._ended(ticket)
             return _NOBODY
         if status is RUNNING:
             ticket.status = ending
+            if self.observer is not None:
+                note(ticket, "granted", ticket.started)  # its record says how it was admitted
             ticket.started = None  # it never used the slot: it never started
             ticket.ended = now
             self.running -= 1
@@ -337,7 +369,9 @@ class GateState:
             self._count_cancel(ending)
             for bucket in self._buckets:
                 bucket.give(bucket.need(ticket.cost), now)
-            return self._hand_off(now) if self.waiting else _NOBODY
+            woken = self._hand_off(now) if self.waiting else _NOBODY
+            self._ended(ticket)
+            return woken
         return _NOBODY
 
     def settle(self, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
@@ -351,9 +385,11 @@ class GateState:
         if ticket.started is None:
             return _NOBODY
         extra = cost - ticket.cost
-        ticket.cost = cost
         if not extra:
             return _NOBODY
+        if "declared" not in getattr(ticket, "notes", ()):
+            note(ticket, "declared", ticket.cost)
+        ticket.cost = cost
         for bucket in self._buckets:
             if not bucket.per_request:
                 if extra > 0:
@@ -455,6 +491,19 @@ class GateState:
 
     # -- internals --------------------------------------------------------------------------
 
+    def _ended(self, ticket: Ticket) -> None:
+        # Tell the hooks of a ticket that reached its outcome (off the uncontended path).
+        if self.reporter is not None and ticket.status in LOGGED:
+            self.reporter(ticket)
+        if self.observer is not None:
+            self.observer(ticket)
+
+    def _report(self, ticket: Ticket, now: float) -> None:
+        # A release the reporter hears of, told as it is decided (its record reads the ticket only).
+        if self.reporter is not None:
+            ticket.ended = now
+            self.reporter(ticket)
+
     def _count_cancel(self, ending: Status) -> None:
         if ending is CANCELLED:
             self.cancelled += 1
@@ -468,7 +517,10 @@ class GateState:
         self.admitted += 1
         if running > self.peak_running:
             self.peak_running = running
-        for bucket in self._buckets:
+        buckets = self._buckets
+        if buckets and self.observer is not None:
+            note(ticket, "borrowed", any(bucket.tokens(now) < bucket.limit.burst for bucket in buckets))
+        for bucket in buckets:
             bucket.take(bucket.need(ticket.cost), now)
 
     def _jumped(
@@ -489,6 +541,8 @@ class GateState:
         ticket.status = RATE_LIMITED
         ticket.ended = now
         self.rate_limited += 1
+        note(ticket, "limited_by", self.limiting(ticket).name)  # type: ignore[union-attr]
+        self._ended(ticket)
         return woken
 
     def _affordable(self, ticket: Ticket, now: float) -> bool:
@@ -533,6 +587,9 @@ class GateState:
                 expired.append(ticket)
         if expired:
             self._compact()
+            if self.reporter is not None or self.observer is not None:
+                for ticket in expired:
+                    self._ended(ticket)
         return expired
 
     def _enqueue(self, ticket: Ticket) -> None:

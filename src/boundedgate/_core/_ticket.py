@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import Any
 
-__all__ = ("Status", "Ticket")
+__all__ = ("Status", "Ticket", "note")
 
 
 class Status(enum.Enum):
@@ -72,7 +73,27 @@ class Ticket:
     The core writes every field; everything else only reads them.
     """
 
-    __slots__ = ("arrival", "cost", "deadline", "ended", "max_wait", "priority", "seq", "started", "status")
+    __slots__ = (
+        "arrival",
+        "cost",
+        "deadline",
+        "ended",
+        "max_wait",
+        "notes",
+        "priority",
+        "seq",
+        "started",
+        "status",
+    )
+
+    #: What only a request's record reads, noted off the uncontended path by :func:`note` (unset
+    #: until the first note, so that making and ending a ticket costs nothing for it):
+    #: ``depth`` (the queue depth it met on arrival, noted while observed), ``declared`` (its
+    #: declared cost, once a settle changed it), ``first_item`` (when the stream holding its slot
+    #: gave its first item), ``limited_by`` (the rate limit that refused it, or made it wait while
+    #: observed), ``borrowed`` (it started while a bucket was below its burst, noted while observed),
+    #: ``granted`` (when it was handed the slot it gave back unused, noted while observed).
+    notes: dict[str, Any]
 
     def __init__(
         self, deadline: float = math.inf, priority: int = 0, cost: float = 0.0, max_wait: float = math.inf
@@ -100,3 +121,11 @@ class Ticket:
     def __lt__(self, other: Ticket) -> bool:
         # Ties between equal deadlines in the core's deadline heap go to the earlier arrival.
         return self.seq < other.seq
+
+
+def note(ticket: Ticket, name: str, value: object) -> None:
+    """Note ``name`` on ``ticket`` for its record (see :attr:`Ticket.notes`)."""
+    try:
+        ticket.notes[name] = value
+    except AttributeError:
+        ticket.notes = {name: value}

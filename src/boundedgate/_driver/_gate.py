@@ -29,6 +29,7 @@ from .._core import (
 )
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource
+from ._observing import Observer, Observers, attach
 from ._permit import _HELD, Permit, _HeldPermit
 
 if TYPE_CHECKING:
@@ -119,6 +120,7 @@ class BoundedGate:
         "_loop",
         "_max_running",
         "_name",
+        "_observers",
         "_parked",
         "_rated",
         "_state",
@@ -151,6 +153,8 @@ class BoundedGate:
         # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
         self._rated = bool(state.rate_limits)
         self._name = check_name(name)
+        self._observers = Observers()
+        attach(state, self._name, None, self._observers)
         self._loop: asyncio.AbstractEventLoop | None = None
         # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
         self._timer: asyncio.TimerHandle | None = None
@@ -330,6 +334,20 @@ class BoundedGate:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
         loop = self._loop
         return self._state.snapshot(self._name, None if loop is None else loop.time())
+
+    def observe(self, callback: Observer) -> None:
+        """Call ``callback`` with the :class:`RequestRecord` of every request that ends from now on.
+
+        It is called on the event loop, in the step that ended the request, and must not use the
+        gate; an exception it raises is logged to the ``boundedgate`` logger and goes no further.
+        """
+        self._observers.add(callback)
+        attach(self._state, self._name, None, self._observers)
+
+    def unobserve(self, callback: Observer) -> None:
+        """Stop calling ``callback``; with no callback left the gate records nothing."""
+        self._observers.remove(callback)
+        attach(self._state, self._name, None, self._observers)
 
     def __repr__(self) -> str:
         state = self._state

@@ -54,6 +54,7 @@ from .._core import (
 )
 from .._streams import StreamOpener, StreamSource
 from ._gate import BoundedGate
+from ._observing import Observer, Observers, attach
 from ._permit import Permit
 
 CANCELLED = Status.CANCELLED
@@ -170,6 +171,7 @@ class KeyedGate(Generic[K]):
         "_max_running",
         "_max_waiting",
         "_name",
+        "_observers",
         "_override",
         "_overrides",
         "_peak_keys",
@@ -204,6 +206,7 @@ class KeyedGate(Generic[K]):
         self._max_running = None if max_running is None else check_max_running(max_running)
         self._max_waiting = check_max_waiting(max_waiting)
         self._name = check_name(name)
+        self._observers = Observers()
         self._overrides: Mapping[K, GateLimits] | None = None
         self._override: Callable[[K], GateLimits | None] | None = None
         if isinstance(overrides, Mapping):
@@ -408,6 +411,23 @@ class KeyedGate(Generic[K]):
         """The keys with a gate now (a snapshot: admitting while iterating is safe)."""
         return iter(tuple(self._gates))
 
+    def observe(self, callback: Observer) -> None:
+        """Call ``callback`` with the record of every request that ends, through any key, from now on.
+
+        The records name this gate, and the key in ``RequestRecord.key``. As for
+        :meth:`BoundedGate.observe`; a permit taken before this call for a key that had no gate
+        then is not recorded.
+        """
+        self._observers.add(callback)
+        for key, gate in self._gates.items():
+            attach(gate._state, self._name, key, self._observers)
+
+    def unobserve(self, callback: Observer) -> None:
+        """Stop calling ``callback``; with no callback left the keys' gates record nothing."""
+        self._observers.remove(callback)
+        for key, gate in self._gates.items():
+            attach(gate._state, self._name, key, self._observers)
+
     def __repr__(self) -> str:
         return (
             f"<KeyedGate {self._name!r} [keys {len(self._gates)} ({len(self._idle_keys)} idle), "
@@ -429,6 +449,7 @@ class KeyedGate(Generic[K]):
         else:
             max_running, max_waiting = self.limits(key)
         gate = BoundedGate._around(_KeyState(self, key, max_running, max_waiting), f"{self._name}/{key}")
+        attach(gate._state, self._name, key, self._observers)
         self._created += 1
         return gate
 

@@ -59,7 +59,7 @@ from typing import Any, Generic, TypeVar, final
 import anyio
 from typing_extensions import Self
 
-from .._core import Status
+from .._core import Status, Ticket, note
 from ._protocol import StreamPermit
 
 __all__ = ("GatedStream", "hand_over")
@@ -127,6 +127,14 @@ def hand_over(
         raise TypeError(f"can only hand a permit to an async iterator, not {type(stream).__name__!r}")
     permit._hand_over()
     return GatedStream(stream, permit, raise_late, manager_exit)
+
+
+def _first_item(permit: StreamPermit) -> None:
+    """Note on a gate's ticket when its stream gave its first item (the record's ``first_chunk``)."""
+    if isinstance(permit, Ticket) and "first_item" not in getattr(permit, "notes", ()):
+        loop = permit._loop
+        if loop is not None:
+            note(permit, "first_item", loop.time())
 
 
 class _Interrupted(Exception):
@@ -220,7 +228,9 @@ class GatedStream(Generic[_T]):
             raise StopAsyncIteration
         over = self._claim()
         try:
-            return await self._read(source.__anext__, over)
+            item = await self._read(source.__anext__, over)
+            _first_item(self._permit)
+            return item
         except StopAsyncIteration:
             pass
         except _Interrupted:

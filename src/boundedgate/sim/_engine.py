@@ -73,7 +73,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypedDict, cast
 
-from .._core import SIMULATED, GateLimits, GateState, RateLimit, Status, Ticket, check_limits
+from .._core import SIMULATED, GateLimits, GateState, RateLimit, RequestRecord, Status, Ticket, check_limits
 from .._core import check_priorities as check_priorities_setting
 from ._results import (
     ClassSummary,
@@ -147,6 +147,16 @@ class _Request(Ticket):
         self.queued = False
 
 
+def _observer(
+    observer: Callable[[RequestRecord], None], state: GateState, name: str, key: str | None
+) -> Callable[[Ticket], None]:
+    # The simulator's clock is in milliseconds; records are in seconds, as a real gate's.
+    def observe(ticket: Ticket) -> None:
+        observer(RequestRecord.of(ticket, state, name, key, 0.001))
+
+    return observe
+
+
 def _events(tickets: Sequence[Ticket]) -> list[tuple[str, _Request]]:
     """What became of the queued tickets the core started, expired or evicted, in its order."""
     # The core hands back the tickets it was given, and every ticket it is given is a _Request.
@@ -204,6 +214,8 @@ class _Run:
         settings: tuple[int, float, tuple[RateLimit, ...]],
         limits: _Limits,
         trace: bool,
+        observer: Callable[[RequestRecord], None] | None = None,
+        name: str = "simulation",
     ) -> None:
         self.jobs = jobs
         self.requests = [_Request(job, index) for index, job in enumerate(jobs)]
@@ -223,6 +235,9 @@ class _Run:
         self.gates = list(by_key.values())
         self.gate_of = [by_key[job.key] for job in jobs]
         self.keyed = len(self.gates) > 1
+        if observer is not None:
+            for gate in self.gates:
+                gate.state.observer = _observer(observer, gate.state, name, gate.key if self.keyed else None)
         self.running = 0
         self.waiting = 0
         self.peak_running = 0
@@ -582,6 +597,8 @@ def _simulate_checked(
     rate_limits: tuple[RateLimit, ...],
     trace: bool,
     overrides: Mapping[str, GateLimits] = _NO_OVERRIDES,
+    observer: Callable[[RequestRecord], None] | None = None,
+    name: str = "simulation",
 ) -> Simulation:
     per_ms = tuple(_per_millisecond(limit) for limit in rate_limits)
     GateState(max_running, max_waiting, priorities, jump_share, per_ms)  # checks the settings
@@ -590,7 +607,7 @@ def _simulate_checked(
     def limits(key: str) -> GateLimits:
         return overrides.get(key, template)
 
-    run = _Run(jobs, (priorities, jump_share, per_ms), limits, trace)
+    run = _Run(jobs, (priorities, jump_share, per_ms), limits, trace, observer, name)
     run.run()
     rows = run.rows()
     return Simulation(
@@ -616,6 +633,8 @@ def simulate(
     rate_limits: Iterable[RateLimit] = (),
     overrides: Mapping[str, GateLimits] | None = None,
     trace: bool = True,
+    observer: Callable[[RequestRecord], None] | None = None,
+    name: str = "simulation",
 ) -> Simulation:
     """Replay a script through a gate's decision core in virtual time.
 
@@ -659,6 +678,10 @@ def simulate(
             :class:`~boundedgate.GateLimits` ``(max_running, max_waiting)``. Keys the script
             does not use are ignored, as by a ``KeyedGate`` that never sees them.
         trace: Whether to keep the trace of events (a sweep over many settings need not).
+        observer: Called with the :class:`~boundedgate.RequestRecord` of every request as it
+            ends (times in seconds), as a gate's observers are: feed it to the same exports to
+            put a planned run and a real one on one board.
+        name: The gate name the records carry (make it the real gate's to compare the two).
 
     Returns:
         The settings, a row per request in the script's order, the trace, and a summary.
@@ -678,4 +701,6 @@ def simulate(
     limits = check_rate_limits(rate_limits)
     check_costs(script, limits)
     per_key = check_overrides(overrides)
-    return _simulate_checked(script, max_running, max_waiting, priorities, jump_share, limits, trace, per_key)
+    return _simulate_checked(
+        script, max_running, max_waiting, priorities, jump_share, limits, trace, per_key, observer, name
+    )

@@ -1,0 +1,245 @@
+"""OpenTelemetry metrics and span events for gates (``pip install 'boundedgate[otel]'``).
+
+::
+
+    from boundedgate.otel import instrument
+
+    handle = instrument(openai_gate, sessions)   # the global MeterProvider; the current span
+    ...
+    handle.close()
+
+The names follow ASP.NET Core's ``aspnetcore.rate_limiting.*`` meters and the
+``db.client.connection.*`` pool conventions. Counts and gauges (``boundedgate.request.active``,
+``.queued``, ``boundedgate.limit.*``, ``boundedgate.requests`` by outcome, rate-limit balances,
+keys) are observable instruments read from ``stats()`` at collection time: nothing per request.
+The histograms (time in queue, lease duration, request duration, time to first chunk; seconds,
+with the GenAI conventions' advisory buckets) and the span events are fed by the gate's observer
+hook. Every series carries ``boundedgate.gate``, the gate's name; never the key, unless
+``key_attribute=True`` (on the histograms only: keys are unbounded).
+
+The gates are held weakly: a gate that is dropped stops being reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from ._core import OUTCOMES, RequestRecord
+from ._downstream import downstream_refusals
+from ._driver import BoundedGate, KeyedGate
+from ._export import GENAI_BUCKETS, HISTOGRAMS, Gate, Gates, Snapshot
+
+__all__ = ("SPAN_EVENT", "Instrumentation", "instrument")
+
+#: The name of the event added to the caller's current span for each request.
+SPAN_EVENT = "boundedgate.admission"
+
+_GATE = "boundedgate.gate"
+_OUTCOME = "boundedgate.outcome"
+
+# Outcomes decided in the caller's own task (its span is the current one then); the others are
+# decided by the gate's timer or by another request (an expiry, an eviction, a leak), whose
+# current span is someone else's.
+_IN_CALLER = frozenset(o.name for o in OUTCOMES if o.ran or o.at_arrival) - {"leaked"}
+
+
+class Instrumentation:
+    """The instruments of :func:`instrument` for some gates; :meth:`close` stops them."""
+
+    def __init__(
+        self,
+        gates: tuple[Gate, ...],
+        meter_provider: metrics.MeterProvider | None,
+        histograms: bool,
+        spans: bool,
+        key_attribute: bool,
+    ) -> None:
+        self._gates = Gates(gates)
+        self._closed = False
+        self._key_attribute = key_attribute
+        meter = metrics.get_meter("boundedgate", _version(), meter_provider)
+        self._spans = spans
+        self._histograms = (
+            [
+                (
+                    spec,
+                    meter.create_histogram(
+                        spec.name,
+                        unit="s",
+                        description=spec.description,
+                        explicit_bucket_boundaries_advisory=list(GENAI_BUCKETS),
+                    ),
+                )
+                for spec in HISTOGRAMS
+            ]
+            if histograms
+            else []
+        )
+        gauges = (
+            ("boundedgate.request.active", "{request}", "Requests holding a running slot.", _active),
+            ("boundedgate.request.queued", "{request}", "Requests waiting in the gate's queue.", _queued),
+            ("boundedgate.limit.running", "{request}", "The gate's running slots (C).", _limit_running),
+            ("boundedgate.limit.waiting", "{request}", "The gate's queue places (Q).", _limit_waiting),
+            ("boundedgate.keys.active", "{key}", "Keys of a keyed gate that have a gate now.", _keys),
+        )
+        for name, unit, description, read in gauges:
+            meter.create_observable_up_down_counter(
+                name, callbacks=[self._callback(read)], unit=unit, description=description
+            )
+        meter.create_observable_counter(
+            "boundedgate.requests",
+            callbacks=[self._callback(_requests)],
+            unit="{request}",
+            description="Requests that ended, by outcome.",
+        )
+        meter.create_observable_gauge(
+            "boundedgate.rate_limit.tokens",
+            callbacks=[self._callback(_tokens)],
+            unit="{token}",
+            description="Each rate limit's balance (requests, for a limit counted in requests).",
+        )
+        meter.create_observable_counter(
+            "boundedgate.downstream.refusals",
+            callbacks=[self._downstream],
+            unit="{request}",
+            description="Refusals from the service behind the gate (downstream_refused()).",
+        )
+        self._observing = histograms or spans
+        if self._observing:
+            for gate in gates:
+                gate.observe(self._record)
+
+    def _callback(self, read: Any) -> Any:
+        def callback(options: CallbackOptions) -> Iterable[Observation]:
+            if self._closed:
+                return []
+            return [obs for snapshot in self._gates.snapshots() for obs in read(snapshot)]
+
+        return callback
+
+    def _downstream(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._closed:
+            return []
+        names = {snapshot.name for snapshot in self._gates.snapshots()}
+        return [
+            Observation(count, {_GATE: gate, "http.response.status_code": status})
+            for (gate, status), count in downstream_refusals().items()
+            if gate in names
+        ]
+
+    def _record(self, record: RequestRecord) -> None:
+        attributes: dict[str, Any] = {_GATE: record.gate}
+        if self._key_attribute and record.key is not None:
+            attributes["boundedgate.key"] = str(record.key)
+        with_outcome = {**attributes, _OUTCOME: record.outcome.name}
+        for spec, histogram in self._histograms:
+            value = spec.value(record)
+            if value is not None:
+                histogram.record(value, with_outcome if spec.by_outcome else attributes)
+        if self._spans and record.outcome.name in _IN_CALLER:
+            span = trace.get_current_span()
+            if span.is_recording():
+                span.add_event(SPAN_EVENT, span_attributes(record))
+
+    def close(self) -> None:
+        """Stop: the observable instruments report nothing more, and the gates stop being observed."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._observing:
+            for gate in self._gates.alive():
+                gate.unobserve(self._record)
+
+
+def _version() -> str:
+    import boundedgate  # noqa: PLC0415 - this module is imported from boundedgate's own import
+
+    return boundedgate.__version__
+
+
+def span_attributes(record: RequestRecord) -> dict[str, Any]:
+    """Seed 004's fields of one request, as span attributes."""
+    key = record.gate if record.key is None else f"{record.gate}/{record.key}"
+    attributes: dict[str, Any] = {
+        _GATE: record.gate,
+        "rate_limit_key": key,
+        "waited_ms": record.waited * 1000.0,
+        "limited": record.limited,
+        "decision": record.decision,
+        "borrowed_burst": record.borrowed_burst,
+        _OUTCOME: record.outcome.name,
+        "boundedgate.priority": record.priority,
+    }
+    if record.queue_depth is not None:
+        attributes["queue_depth"] = record.queue_depth
+    if record.limited_by is not None:
+        attributes["boundedgate.rate_limit.name"] = record.limited_by
+    if record.retry_after is not None:
+        attributes["retry_after"] = record.retry_after
+    return attributes
+
+
+def instrument(
+    *gates: BoundedGate | KeyedGate[Any],
+    meter_provider: metrics.MeterProvider | None = None,
+    histograms: bool = True,
+    spans: bool = True,
+    key_attribute: bool = False,
+) -> Instrumentation:
+    """Report ``gates`` through OpenTelemetry; returns a handle whose ``close()`` stops it.
+
+    Args:
+        gates: Gates and keyed gates, held weakly.
+        meter_provider: Where the instruments are made (default: the global one).
+        histograms: Observe the gates and record the four histograms. False: only the counts
+            and gauges read at collection time, with no cost per request at all.
+        spans: Add a ``boundedgate.admission`` event (seed 004's fields) to the current span of
+            each request whose ending its own task decides (started, refused at arrival).
+        key_attribute: Put ``boundedgate.key`` on the histograms (only for a bounded key set).
+    """
+    return Instrumentation(gates, meter_provider, histograms, spans, key_attribute)
+
+
+def _attrs(snapshot: Snapshot) -> dict[str, str]:
+    return {_GATE: snapshot.name}
+
+
+def _active(snapshot: Snapshot) -> list[Observation]:
+    return [Observation(snapshot.stats.running, _attrs(snapshot))]
+
+
+def _queued(snapshot: Snapshot) -> list[Observation]:
+    return [Observation(snapshot.stats.waiting, _attrs(snapshot))]
+
+
+def _limit_running(snapshot: Snapshot) -> list[Observation]:
+    limit = snapshot.stats.max_running
+    return [] if limit is None else [Observation(limit, _attrs(snapshot))]
+
+
+def _limit_waiting(snapshot: Snapshot) -> list[Observation]:
+    limit = snapshot.stats.max_waiting
+    return [] if limit is None else [Observation(limit, _attrs(snapshot))]
+
+
+def _keys(snapshot: Snapshot) -> list[Observation]:
+    return [] if snapshot.keys is None else [Observation(snapshot.keys, _attrs(snapshot))]
+
+
+def _requests(snapshot: Snapshot) -> list[Observation]:
+    stats = snapshot.stats
+    return [
+        Observation(getattr(stats, outcome.name), {_GATE: snapshot.name, _OUTCOME: outcome.name})
+        for outcome in OUTCOMES
+    ]
+
+
+def _tokens(snapshot: Snapshot) -> list[Observation]:
+    return [
+        Observation(balance, {_GATE: snapshot.name, "boundedgate.rate_limit.name": name})
+        for name, balance in zip(snapshot.limits, snapshot.stats.tokens, strict=True)
+    ]
