@@ -62,7 +62,7 @@ def test_admit_all_refuses_a_redis_gate() -> None:
 
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     # Public names of BoundedGate that RedisGate lacks, and the other way round (seq: the core's order).
-    assert _public(BoundedGate) - _public(RedisGate) == {"priorities", "rate_limits"}
+    assert _public(BoundedGate) - _public(RedisGate) == {"priorities", "rate_limits", "observe", "unobserve"}
     assert _public(RedisGate) - _public(BoundedGate) == {"aclose", "client", "cluster_stats", "process"}
     assert _arguments(BoundedGate.__init__) - _arguments(RedisGate.__init__) == {
         "priorities",

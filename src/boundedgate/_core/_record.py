@@ -103,7 +103,7 @@ class RequestRecord:
         arrival: float = ticket.arrival  # type: ignore[assignment]
         ended: float = ticket.ended  # type: ignore[assignment]
         started = ticket.started
-        notes = getattr(ticket, "notes", _NO_NOTES)
+        notes = getattr(ticket, "_notes", _NO_NOTES)
         # A slot given back unused (a caller cancelled as it was handed one) was still granted.
         granted = notes.get("granted") if started is None else started
         if outcome.at_arrival:

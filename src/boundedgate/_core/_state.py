@@ -387,7 +387,7 @@ class GateState:
         extra = cost - ticket.cost
         if not extra:
             return _NOBODY
-        if "declared" not in getattr(ticket, "notes", ()):
+        if "declared" not in getattr(ticket, "_notes", ()):
             note(ticket, "declared", ticket.cost)
         ticket.cost = cost
         for bucket in self._buckets:

@@ -74,12 +74,12 @@ class Ticket:
     """
 
     __slots__ = (
+        "_notes",
         "arrival",
         "cost",
         "deadline",
         "ended",
         "max_wait",
-        "notes",
         "priority",
         "seq",
         "started",
@@ -93,7 +93,7 @@ class Ticket:
     #: gave its first item), ``limited_by`` (the rate limit that refused it, or made it wait while
     #: observed), ``borrowed`` (it started while a bucket was below its burst, noted while observed),
     #: ``granted`` (when it was handed the slot it gave back unused, noted while observed).
-    notes: dict[str, Any]
+    _notes: dict[str, Any]
 
     def __init__(
         self, deadline: float = math.inf, priority: int = 0, cost: float = 0.0, max_wait: float = math.inf
@@ -124,8 +124,8 @@ class Ticket:
 
 
 def note(ticket: Ticket, name: str, value: object) -> None:
-    """Note ``name`` on ``ticket`` for its record (see :attr:`Ticket.notes`)."""
+    """Note ``name`` on ``ticket`` for its record (see ``Ticket._notes``)."""
     try:
-        ticket.notes[name] = value
+        ticket._notes[name] = value
     except AttributeError:
-        ticket.notes = {name: value}
+        ticket._notes = {name: value}

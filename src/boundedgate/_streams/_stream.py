@@ -131,7 +131,7 @@ def hand_over(
 
 def _first_item(permit: StreamPermit) -> None:
     """Note on a gate's ticket when its stream gave its first item (the record's ``first_chunk``)."""
-    if isinstance(permit, Ticket) and "first_item" not in getattr(permit, "notes", ()):
+    if isinstance(permit, Ticket) and "first_item" not in getattr(permit, "_notes", ()):
         loop = permit._loop
         if loop is not None:
             note(permit, "first_item", loop.time())
