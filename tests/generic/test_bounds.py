@@ -1,0 +1,135 @@
+"""At most C running and Q waiting, FIFO, QueueFull at once beyond that: the same on every subject."""
+
+from __future__ import annotations
+
+import pytest
+
+from boundedgate import QueueFull, Status
+
+from .calls import Call, hold, queue
+from .subjects import Subject
+
+
+async def test_a_free_slot_starts_at_once_and_is_released_on_exit(subject: Subject) -> None:
+    gate = subject.gate(2, 2)
+    async with gate.admit(timeout=subject.t(10)) as permit:
+        assert permit.status is Status.RUNNING
+        assert subject.at(permit.started, permit.arrival)
+        assert gate.counts().running == 1
+    assert permit.status is Status.COMPLETED
+    assert subject.at(permit.ended, permit.started)
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.running, counts.waiting, counts.admitted, counts.completed) == (0, 0, 1, 1)
+
+
+async def test_waiters_start_in_arrival_order_as_slots_free(subject: Subject) -> None:
+    gate = subject.gate(2, 4)
+    log: list[Call] = []
+    first = [Call(gate, log=log), Call(gate, log=log)]
+    await subject.until(lambda: len(log) == 2, "two running")
+    waiters = await queue(subject, gate, 4, log=log)
+    counts = gate.counts()
+    assert (counts.running, counts.waiting) == (2, 4)
+    assert not any(call.entered for call in waiters)
+    for n, call in enumerate([*first, *waiters]):
+        call.finish()
+        await call.outcome()
+        expected = min(n + 3, 6)  # each freed slot goes to the oldest waiter
+        await subject.until(lambda expected=expected: len(log) == expected, f"{expected} started")
+        assert log == [*first, *waiters][:expected]
+        assert sum(1 for c in log if c.entered and not c.task.done()) <= 2
+    for call in waiters:
+        assert await call.outcome() is None
+        assert call.permit.status is Status.COMPLETED
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.peak_running, counts.peak_waiting) == (6, 6, 2, 4)
+
+
+@pytest.mark.parametrize("max_waiting", [0, 2])
+async def test_queue_full_at_exactly_q_and_nothing_is_queued(subject: Subject, max_waiting: int) -> None:
+    gate = subject.gate(1, max_waiting)
+    holder = await hold(gate)
+    waiters = await queue(subject, gate, max_waiting)
+    permit = gate.admit(timeout=subject.t(10))
+    entering = permit.__aenter__()
+    with pytest.raises(QueueFull) as info:
+        if subject.refuses_before_suspending:
+            entering.send(None)  # the first step of the coroutine raises: no suspension at all
+        else:
+            await entering
+    error = info.value
+    assert (error.code, error.http_status, error.gate) == ("queue_full", 503, gate.name)
+    limits = (error.max_running, error.max_waiting, error.running, error.waiting)
+    assert limits == (1, max_waiting, 1, max_waiting)
+    assert error.waited == 0.0
+    assert subject.at(error.elapsed, 0.0)
+    assert permit.status is Status.REJECTED
+    counts = gate.counts()
+    assert (counts.running, counts.waiting, counts.rejected) == (1, max_waiting, 1)
+    holder.release()
+    for call in waiters:  # every one that was queued still gets its turn
+        await subject.until(lambda call=call: call.entered, "the next waiter started")
+        call.finish()
+        assert await call.outcome() is None
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.rejected, counts.peak_waiting) == (
+        1 + max_waiting,
+        1 + max_waiting,
+        1,
+        max_waiting,
+    )
+
+
+async def test_a_newcomer_never_barges_past_the_queue(subject: Subject) -> None:
+    gate = subject.gate(1, 2)
+    log: list[Call] = []
+    holder = await hold(gate)
+    (waiter,) = await queue(subject, gate, 1, log=log)
+    holder.release()
+    newcomer = Call(gate, log=log)  # arrives at the instant the slot frees
+    await subject.until(lambda: len(log) == 1, "one started")
+    assert log == [waiter]
+    waiter.finish()
+    await subject.until(lambda: len(log) == 2, "the newcomer started")
+    assert log == [waiter, newcomer]
+    newcomer.finish()
+    assert (await waiter.outcome(), await newcomer.outcome()) == (None, None)
+    await gate.quiet()
+    assert gate.counts().peak_running == 1
+
+
+async def test_a_burst_runs_c_queues_q_and_refuses_the_rest(subject: Subject) -> None:
+    gate = subject.gate(2, 3)
+    inside = most = 0
+
+    async def body(call: Call) -> None:
+        nonlocal inside, most
+        inside += 1
+        most = max(most, inside)
+        try:
+            await call.finished_by_test()
+        finally:
+            inside -= 1
+
+    calls = [Call(gate, timeout=subject.t(40), body=body) for _ in range(12)]
+    # Every request has arrived once each is running, queued or refused (a body waits for finish()).
+    await subject.until(
+        lambda: sum(1 for c in calls if c.entered or c.permit.status is Status.QUEUED or c.task.done()) == 12,
+        "every request arrived",
+    )
+    refused = [c for c in calls if c.task.done()]
+    assert len(refused) == 7
+    assert all(isinstance(c.error, QueueFull) for c in refused)
+    counts = gate.counts()
+    assert (counts.running, counts.waiting, counts.rejected) == (2, 3, 7)
+    for call in calls:
+        call.finish()
+    assert [await call.outcome() for call in calls if call not in refused] == [None] * 5
+    assert most == 2
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.rejected) == (5, 5, 7)
+    assert (counts.peak_running, counts.peak_waiting) == (2, 3)
