@@ -36,6 +36,7 @@ class Call:
         self._go = asyncio.Event()
         self._log = log
         self._body = body
+        self._patience = gate.patience
         self.task = asyncio.create_task(self._run())
 
     def finish(self) -> None:
@@ -47,8 +48,10 @@ class Call:
         await self._go.wait()
 
     async def outcome(self) -> BaseException | None:
-        """Wait for the request to end; what its caller saw."""
-        await self.task
+        """Wait for the request to end (failing past the gate's patience); what its caller saw."""
+        await asyncio.wait((self.task,), timeout=self._patience)
+        if not self.task.done():
+            raise AssertionError(f"{self.permit!r} did not end within {self._patience}s")
         return self.error
 
     async def _run(self) -> None:

@@ -96,6 +96,9 @@ class Counts:
 class Gate(abc.ABC):
     """One gate of a subject, with C running slots and Q queue places."""
 
+    #: Seconds a test waits for a request to end before it fails (virtual ones pass in no time).
+    patience = 1000.0
+
     def __init__(self, name: str, max_running: int, max_waiting: int | None) -> None:
         #: The name its refusals carry.
         self.name = name
@@ -127,6 +130,8 @@ class Subject(abc.ABC):
     slack = 0.0
     #: ``QueueFull`` is raised before the request's first suspension (DESIGN rule 3).
     refuses_before_suspending = True
+    #: A queued request's place is free at the very instant its deadline passes (DESIGN rule 5).
+    frees_place_at_deadline = True
 
     def t(self, units: float) -> float:
         """``units`` of the tests' time, in seconds."""
@@ -247,6 +252,8 @@ REDIS_SETTINGS = {"lease_ttl": 10.0, "poll_interval": 0.1, "waiter_ttl": 5.0, "o
 
 
 class _Cluster(Gate):
+    patience = 3 * REDIS_SETTINGS["op_timeout"]
+
     def __init__(self, gate: Any) -> None:
         super().__init__(gate.name, gate.max_running, gate.max_waiting)
         self.gate = gate
@@ -290,6 +297,9 @@ class RedisGateSubject(Subject):
     # QueueFull comes after one round trip to Redis, where the decision is taken atomically
     # (README, the RedisGate table: "QueueFull before any suspension" is in-process only).
     refuses_before_suspending = False
+    # QueueExpired is raised at the deadline on the loop's clock, but the place in Redis frees one
+    # round trip later, by a cancellation script (README, the RedisGate table).
+    frees_place_at_deadline = False
 
     def __init__(self, url: str) -> None:
         import redis.asyncio
