@@ -152,6 +152,13 @@ class Subject(abc.ABC):
             return actual == expected
         return expected <= actual <= expected + self.slack
 
+    #: How many steps a cancellation sweep tries, so that it lands at each of a request's awaits.
+    sweep = range(14)
+
+    async def step(self) -> None:
+        """Let a request take its next step: one loop turn."""
+        await asyncio.sleep(0)
+
     async def until(self, check: Callable[[], bool], what: str) -> None:
         """Wait until ``check()``; fail if it takes longer than the subject allows."""
         for _ in range(TURNS):
@@ -300,6 +307,8 @@ class RedisGateSubject(Subject):
     # QueueExpired is raised at the deadline on the loop's clock, but the place in Redis frees one
     # round trip later, by a cancellation script (README, the RedisGate table).
     frees_place_at_deadline = False
+    # A round trip to Redis takes many loop turns: the sweep goes further, in strides.
+    sweep = range(0, 120, 3)
 
     def __init__(self, url: str) -> None:
         import redis.asyncio
