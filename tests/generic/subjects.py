@@ -132,6 +132,8 @@ class Subject(abc.ABC):
     refuses_before_suspending = True
     #: A queued request's place is free at the very instant its deadline passes (DESIGN rule 5).
     frees_place_at_deadline = True
+    #: ``release()`` frees the slot before it returns, for the next waiter or a newcomer.
+    releases_at_once = True
 
     def t(self, units: float) -> float:
         """``units`` of the tests' time, in seconds."""
@@ -307,6 +309,9 @@ class RedisGateSubject(Subject):
     # QueueExpired is raised at the deadline on the loop's clock, but the place in Redis frees one
     # round trip later, by a cancellation script (README, the RedisGate table).
     frees_place_at_deadline = False
+    # release() ends the permit at once and sends the release to Redis from a task of its own; the
+    # `async with` exit waits for it (README, the RedisGate table: "release is immediate").
+    releases_at_once = False
     # A round trip to Redis takes many loop turns: the sweep goes further, in strides.
     sweep = range(0, 120, 3)
 

@@ -1,0 +1,104 @@
+"""A permit gives its slot back exactly once, whatever path ends it, from any task."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from boundedgate import QueueFull, Status
+
+from .calls import hold, queue
+from .subjects import Subject
+
+
+async def test_releasing_twice_gives_the_slot_back_once(subject: Subject) -> None:
+    gate = subject.gate(1, 2)
+    holder = await hold(gate)
+    first, second = await queue(subject, gate, 2)
+    holder.release()
+    holder.release()
+    assert holder.status is Status.COMPLETED
+    await subject.until(lambda: first.entered, "the first waiter started")
+    for _ in range(5):  # room for a second slot to reach the second waiter, if one had been freed
+        await subject.step()
+    await gate.quiet()
+    assert not second.entered
+    counts = gate.counts()
+    assert (counts.running, counts.waiting, counts.completed) == (1, 1, 1)
+    first.finish()
+    await subject.until(lambda: second.entered, "the second waiter started")
+    second.finish()
+    assert (await first.outcome(), await second.outcome()) == (None, None)
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.peak_running) == (3, 3, 1)
+
+
+async def test_release_inside_the_block_and_then_its_exit_count_once(subject: Subject) -> None:
+    gate = subject.gate(1, 1)
+    async with gate.admit(timeout=subject.t(10)) as permit:
+        permit.release()
+        assert permit.status is Status.COMPLETED
+        async with gate.admit() as after:  # the slot is free again, inside the first block
+            assert after.status is Status.RUNNING
+            if subject.releases_at_once:
+                assert after.started == after.arrival
+    assert permit.status is Status.COMPLETED
+    permit.release()
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.running) == (2, 2, 0)
+
+
+@pytest.mark.parametrize(
+    "how", ["exit-in-another-task", "release-in-another-task", "release-from-a-callback"]
+)
+async def test_a_permit_entered_in_one_task_is_released_from_another(subject: Subject, how: str) -> None:
+    gate = subject.gate(1, 1)
+    permit = gate.admit(timeout=subject.t(10))
+    await asyncio.create_task(permit.__aenter__())
+    (waiter,) = await queue(subject, gate, 1)
+    if how == "exit-in-another-task":
+        await asyncio.create_task(permit.__aexit__(None, None, None))
+    elif how == "release-in-another-task":
+
+        async def release() -> None:
+            permit.release()
+
+        await asyncio.create_task(release())
+    else:
+        asyncio.get_running_loop().call_soon(permit.release)
+    await subject.until(lambda: waiter.entered, "the waiter got the slot")
+    assert permit.status is Status.COMPLETED
+    await permit.__aexit__(None, None, None)  # the block's own exit, later: nothing more
+    permit.release()
+    waiter.finish()
+    assert await waiter.outcome() is None
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.running, counts.waiting) == (2, 2, 0, 0)
+
+
+async def test_a_permit_without_a_slot_releases_nothing(subject: Subject) -> None:
+    gate = subject.gate(1, 0)
+    early = gate.admit()
+    early.release()  # not arrived yet
+    holder = await hold(gate)
+    refused = gate.admit()
+    with pytest.raises(QueueFull):
+        await refused.__aenter__()
+    refused.release()  # refused: it holds nothing, and must not free the holder's slot
+    early.release()
+    await gate.quiet()
+    assert gate.counts().running == 1
+    with pytest.raises(QueueFull):
+        await gate.admit().__aenter__()
+    holder.release()
+    if not subject.releases_at_once:
+        await gate.quiet()
+    async with early:  # a release before arrival did not use the permit up
+        assert early.status is Status.RUNNING
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.rejected, counts.running) == (2, 2, 2, 0)
