@@ -26,8 +26,10 @@ async def test_a_free_slot_starts_at_once_and_is_released_on_exit(subject: Subje
 async def test_waiters_start_in_arrival_order_as_slots_free(subject: Subject) -> None:
     gate = subject.gate(2, 4)
     log: list[Call] = []
-    first = [Call(gate, log=log), Call(gate, log=log)]
-    await subject.until(lambda: len(log) == 2, "two running")
+    first = []
+    for n in (1, 2):  # one after the other: the order is the order of arrival (at Redis, for a RedisGate)
+        first.append(Call(gate, log=log))
+        await subject.until(lambda n=n: len(log) == n, f"{n} running")
     waiters = await queue(subject, gate, 4, log=log)
     counts = gate.counts()
     assert (counts.running, counts.waiting) == (2, 4)
