@@ -24,7 +24,10 @@ from typing import Any
 from boundedgate import BoundedGate, GateStatistics, KeyedGate, admit_all
 from tests.helpers import checked_gate
 
-__all__ = ("Counts", "Gate", "Subject", "make_subject", "sleep_until")
+__all__ = ("OUTCOMES", "Counts", "Gate", "Subject", "make_subject", "sleep_until")
+
+#: The outcomes the generic tests produce, as ``GateStatistics`` names its counters.
+OUTCOMES = ("rejected", "expired", "cancelled", "completed", "late", "failed")
 
 #: Loop turns an in-process condition may take to come true (a hand-off resumes its task in one).
 TURNS = 20
@@ -82,15 +85,8 @@ class Counts:
         )
 
     def ended(self) -> dict[str, int]:
-        """The outcome counters by name (the ones the generic tests produce)."""
-        return {
-            "rejected": self.rejected,
-            "expired": self.expired,
-            "cancelled": self.cancelled,
-            "completed": self.completed,
-            "late": self.late,
-            "failed": self.failed,
-        }
+        """The counters of :data:`OUTCOMES`, by name."""
+        return {name: getattr(self, name) for name in OUTCOMES}
 
 
 class Gate(abc.ABC):

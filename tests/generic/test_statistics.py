@@ -1,0 +1,125 @@
+"""Statistics add up: every arrival is in exactly one outcome, or still waiting or running."""
+
+from __future__ import annotations
+
+import asyncio
+
+from boundedgate import Late, QueueExpired, QueueFull
+from tests.helpers import Boom
+
+from .calls import Call, hold, queue
+from .subjects import OUTCOMES, Counts, Gate, Subject, sleep_until
+
+
+def _seen(calls: list[Call]) -> dict[str, int]:
+    """Each request's outcome as its caller saw it (or running, or waiting), counted."""
+    seen = dict.fromkeys(("running", "waiting", *OUTCOMES), 0)
+    for call in calls:
+        if not call.task.done():
+            seen["running" if call.entered else "waiting"] += 1
+            continue
+        error = call.error
+        if isinstance(error, QueueFull):
+            seen["rejected"] += 1
+        elif isinstance(error, QueueExpired):
+            seen["expired"] += 1
+        elif isinstance(error, Late):
+            seen["late"] += 1
+        elif error is None:
+            seen["completed"] += 1
+        elif call.entered:  # the body raised, or was cancelled
+            seen["failed"] += 1
+        else:
+            assert isinstance(error, asyncio.CancelledError), error
+            seen["cancelled"] += 1
+    return seen
+
+
+async def _add_up(gate: Gate, calls: list[Call]) -> Counts:
+    """Check the gate's counts against what the callers saw, and that they add up; return them."""
+    await gate.quiet()
+    counts = gate.counts()
+    seen = _seen(calls)
+    assert {"running": counts.running, "waiting": counts.waiting, **counts.ended()} == seen
+    assert counts.arrived == len(calls) == counts.outcomes + counts.running + counts.waiting
+    assert counts.admitted == counts.completed + counts.late + counts.failed + counts.running
+    assert counts.other == 0
+    assert counts.peak_running <= gate.max_running
+    assert counts.peak_waiting <= gate.max_waiting  # type: ignore[operator]
+    return counts
+
+
+async def test_every_arrival_is_counted_once_in_its_outcome_or_as_pending(subject: Subject) -> None:
+    gate = subject.gate(1, 2)
+    loop = asyncio.get_running_loop()
+    calls: list[Call] = []
+
+    def arrive(call: Call) -> Call:
+        calls.append(call)
+        return call
+
+    await _add_up(gate, calls)
+    first = arrive(Call(gate, timeout=subject.t(100)))
+    await subject.until(lambda: first.entered, "the first started")
+    (failing,) = await queue(subject, gate, 1)
+    calls += [failing]
+    (expiring,) = await queue(subject, gate, 1, timeout=subject.t(2))
+    calls += [expiring]
+    refused = arrive(Call(gate))
+    assert isinstance(await refused.outcome(), QueueFull)
+    counts = await _add_up(gate, calls)
+    assert (counts.running, counts.waiting, counts.rejected) == (1, 2, 1)
+
+    await expiring.outcome()
+    if not subject.frees_place_at_deadline:
+        await gate.quiet()
+    (cancelled,) = await queue(subject, gate, 1)
+    calls += [cancelled]
+    cancelled.task.cancel()
+    await cancelled.outcome()
+    counts = await _add_up(gate, calls)
+    assert (counts.running, counts.waiting, counts.expired, counts.cancelled) == (1, 1, 1, 1)
+
+    async def over_time(call: Call) -> None:
+        await sleep_until(call.permit.deadline)
+
+    (late,) = await queue(subject, gate, 1, timeout=subject.t(6), body=over_time)
+    calls += [late]
+    first.finish()
+    await first.outcome()
+    await subject.until(lambda: failing.entered, "the second started")
+    await _add_up(gate, calls)
+    failing.task.cancel()  # cancelled in its body: it ran, and failed
+    await failing.outcome()
+    assert isinstance(await late.outcome(), Late)
+    last = arrive(Call(gate, body=_raises))
+    assert type(await last.outcome()) is Boom
+    counts = await _add_up(gate, calls)
+    assert counts.ended() == {
+        "rejected": 1,
+        "expired": 1,
+        "cancelled": 1,
+        "completed": 1,
+        "late": 1,
+        "failed": 2,
+    }
+    assert (counts.running, counts.waiting, counts.arrived) == (0, 0, 7)
+    assert loop.time() >= late.permit.deadline
+
+
+async def _raises(call: Call) -> None:
+    raise Boom
+
+
+async def test_a_refusal_before_arrival_is_counted_nowhere(subject: Subject) -> None:
+    gate = subject.gate(1, 0)
+    holder = await hold(gate)
+    before = gate.counts()
+    for admit in ({"timeout": 0}, {"deadline": asyncio.get_running_loop().time() - subject.t(1)}):
+        call = Call(gate, **admit)
+        assert isinstance(await call.outcome(), QueueExpired)
+    assert gate.counts() == before  # not even rejected, though the gate is full
+    holder.release()
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.arrived, counts.completed, counts.rejected, counts.expired) == (1, 1, 0, 0)
