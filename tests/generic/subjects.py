@@ -52,6 +52,10 @@ class Counts:
     other: int
     #: What the subject itself reports as arrived (``GateStatistics.arrived``).
     arrived: int
+    #: The longest wait, run and arrival-to-end time, in seconds.
+    queue_seconds_max: float
+    run_seconds_max: float
+    end_to_end_seconds_max: float
 
     @classmethod
     def of(cls, stats: GateStatistics) -> Counts:
@@ -69,6 +73,9 @@ class Counts:
             failed=stats.failed,
             other=stats.evicted + stats.rate_limited,
             arrived=stats.arrived,
+            queue_seconds_max=stats.queue_seconds_max,
+            run_seconds_max=stats.run_seconds_max,
+            end_to_end_seconds_max=stats.end_to_end_seconds_max,
         )
 
     @property
@@ -156,6 +163,10 @@ class Subject(abc.ABC):
     async def step(self) -> None:
         """Let a request take its next step: one loop turn."""
         await asyncio.sleep(0)
+
+    def same(self, one: float, other: float) -> bool:
+        """Whether two readings of one instant agree (on a real clock, taken a few statements apart)."""
+        return one == other if self.virtual else abs(one - other) < 0.01
 
     async def until(self, check: Callable[[], bool], what: str) -> None:
         """Wait until ``check()``; fail if it takes longer than the subject allows."""

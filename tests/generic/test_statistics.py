@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from boundedgate import Late, QueueExpired, QueueFull
 from tests.helpers import Boom
@@ -123,3 +124,28 @@ async def test_a_refusal_before_arrival_is_counted_nowhere(subject: Subject) -> 
     await gate.quiet()
     counts = gate.counts()
     assert (counts.arrived, counts.completed, counts.rejected, counts.expired) == (1, 1, 0, 0)
+
+
+async def test_queue_time_and_run_time_are_reported_apart(subject: Subject) -> None:
+    # Seed 000's C: it ran 1 unit, but its caller waited 3 in all, 2 of them in the queue.
+    gate = subject.gate(1, 1)
+
+    def runs(units: float) -> Callable[[Call], Awaitable[None]]:
+        async def body(call: Call) -> None:
+            await sleep_until(call.permit.started + subject.t(units))
+
+        return body
+
+    first = Call(gate, body=runs(2))
+    await subject.until(lambda: first.entered, "the first started")
+    (second,) = await queue(subject, gate, 1, body=runs(1))
+    assert (await first.outcome(), await second.outcome()) == (None, None)
+    await gate.quiet()
+    counts = gate.counts()
+    waited = second.permit.started - second.permit.arrival
+    assert subject.at(second.permit.started, first.permit.started + subject.t(2))
+    assert subject.same(counts.queue_seconds_max, waited)
+    assert subject.same(counts.run_seconds_max, first.permit.ended - first.permit.started)
+    assert subject.at(counts.run_seconds_max, subject.t(2))
+    assert subject.same(counts.end_to_end_seconds_max, second.permit.ended - second.permit.arrival)
+    assert subject.at(counts.end_to_end_seconds_max, waited + subject.t(1))
