@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .subjects import Gate, Subject
+from boundedgate import Late, QueueExpired, QueueFull
 
-__all__ = ("Call", "hold", "queue")
+from .subjects import OUTCOMES, Counts, Gate, Subject
+
+__all__ = ("Call", "add_up", "hold", "queue", "seen")
 
 
 class Call:
@@ -86,3 +88,51 @@ async def queue(
         calls.append(Call(gate, log=log, **admit))
         await subject.until(lambda i=i: gate.counts().waiting == start + i + 1, f"{start + i + 1} waiting")
     return calls
+
+
+def seen(calls: list[Call]) -> dict[str, int]:
+    """Each request's outcome as its caller saw it (or running, or waiting), counted."""
+    counted = dict.fromkeys(("running", "waiting", *OUTCOMES), 0)
+    for call in calls:
+        if not call.task.done():
+            counted["running" if call.entered else "waiting"] += 1
+            continue
+        error = call.error
+        if call.finished and isinstance(error, asyncio.CancelledError):
+            # Cancelled as its exit waited for the release to land (a RedisGate's exit awaits it):
+            # the outcome was decided before, and the caller cannot see which.
+            counted[call.permit.status.value] += 1
+        elif isinstance(error, QueueFull):
+            counted["rejected"] += 1
+        elif isinstance(error, QueueExpired):
+            counted["expired"] += 1
+        elif isinstance(error, Late):
+            counted["late"] += 1
+        elif error is None:
+            counted["completed"] += 1
+        elif call.entered:  # the body raised, or was cancelled
+            counted["failed"] += 1
+        else:
+            assert isinstance(error, asyncio.CancelledError), error
+            counted["cancelled"] += 1
+    return counted
+
+
+async def add_up(subject: Subject, gate: Gate, calls: list[Call]) -> Counts:
+    """Check the gate's counts against what the callers saw, and that they add up; return them."""
+
+    def pending() -> bool:  # a request just created, or just handed a slot, takes a step to show it
+        counts = gate.counts()
+        callers = seen(calls)
+        return (counts.running, counts.waiting) == (callers["running"], callers["waiting"])
+
+    await subject.until(pending, "the gate's running and waiting are its callers'")
+    await gate.quiet()
+    counts = gate.counts()
+    assert {"running": counts.running, "waiting": counts.waiting, **counts.ended()} == seen(calls)
+    assert counts.arrived == len(calls) == counts.outcomes + counts.running + counts.waiting
+    assert counts.admitted == counts.completed + counts.late + counts.failed + counts.running
+    assert counts.other == 0
+    assert counts.peak_running <= gate.max_running
+    assert counts.peak_waiting <= gate.max_waiting  # type: ignore[operator]
+    return counts

@@ -8,46 +8,8 @@ from collections.abc import Awaitable, Callable
 from boundedgate import Late, QueueExpired, QueueFull
 from tests.helpers import Boom
 
-from .calls import Call, hold, queue
-from .subjects import OUTCOMES, Counts, Gate, Subject, sleep_until
-
-
-def _seen(calls: list[Call]) -> dict[str, int]:
-    """Each request's outcome as its caller saw it (or running, or waiting), counted."""
-    seen = dict.fromkeys(("running", "waiting", *OUTCOMES), 0)
-    for call in calls:
-        if not call.task.done():
-            seen["running" if call.entered else "waiting"] += 1
-            continue
-        error = call.error
-        if isinstance(error, QueueFull):
-            seen["rejected"] += 1
-        elif isinstance(error, QueueExpired):
-            seen["expired"] += 1
-        elif isinstance(error, Late):
-            seen["late"] += 1
-        elif error is None:
-            seen["completed"] += 1
-        elif call.entered:  # the body raised, or was cancelled
-            seen["failed"] += 1
-        else:
-            assert isinstance(error, asyncio.CancelledError), error
-            seen["cancelled"] += 1
-    return seen
-
-
-async def _add_up(gate: Gate, calls: list[Call]) -> Counts:
-    """Check the gate's counts against what the callers saw, and that they add up; return them."""
-    await gate.quiet()
-    counts = gate.counts()
-    seen = _seen(calls)
-    assert {"running": counts.running, "waiting": counts.waiting, **counts.ended()} == seen
-    assert counts.arrived == len(calls) == counts.outcomes + counts.running + counts.waiting
-    assert counts.admitted == counts.completed + counts.late + counts.failed + counts.running
-    assert counts.other == 0
-    assert counts.peak_running <= gate.max_running
-    assert counts.peak_waiting <= gate.max_waiting  # type: ignore[operator]
-    return counts
+from .calls import Call, add_up, hold, queue
+from .subjects import Subject, sleep_until
 
 
 async def test_every_arrival_is_counted_once_in_its_outcome_or_as_pending(subject: Subject) -> None:
@@ -59,7 +21,7 @@ async def test_every_arrival_is_counted_once_in_its_outcome_or_as_pending(subjec
         calls.append(call)
         return call
 
-    await _add_up(gate, calls)
+    await add_up(subject, gate, calls)
     first = arrive(Call(gate, timeout=subject.t(100)))
     await subject.until(lambda: first.entered, "the first started")
     (failing,) = await queue(subject, gate, 1)
@@ -68,7 +30,7 @@ async def test_every_arrival_is_counted_once_in_its_outcome_or_as_pending(subjec
     calls += [expiring]
     refused = arrive(Call(gate))
     assert isinstance(await refused.outcome(), QueueFull)
-    counts = await _add_up(gate, calls)
+    counts = await add_up(subject, gate, calls)
     assert (counts.running, counts.waiting, counts.rejected) == (1, 2, 1)
 
     await expiring.outcome()
@@ -78,7 +40,7 @@ async def test_every_arrival_is_counted_once_in_its_outcome_or_as_pending(subjec
     calls += [cancelled]
     cancelled.task.cancel()
     await cancelled.outcome()
-    counts = await _add_up(gate, calls)
+    counts = await add_up(subject, gate, calls)
     assert (counts.running, counts.waiting, counts.expired, counts.cancelled) == (1, 1, 1, 1)
 
     async def over_time(call: Call) -> None:
@@ -89,13 +51,13 @@ async def test_every_arrival_is_counted_once_in_its_outcome_or_as_pending(subjec
     first.finish()
     await first.outcome()
     await subject.until(lambda: failing.entered, "the second started")
-    await _add_up(gate, calls)
+    await add_up(subject, gate, calls)
     failing.task.cancel()  # cancelled in its body: it ran, and failed
     await failing.outcome()
     assert isinstance(await late.outcome(), Late)
     last = arrive(Call(gate, body=_raises))
     assert type(await last.outcome()) is Boom
-    counts = await _add_up(gate, calls)
+    counts = await add_up(subject, gate, calls)
     assert counts.ended() == {
         "rejected": 1,
         "expired": 1,
