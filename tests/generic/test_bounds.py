@@ -135,3 +135,21 @@ async def test_a_burst_runs_c_queues_q_and_refuses_the_rest(subject: Subject) ->
     counts = gate.counts()
     assert (counts.admitted, counts.completed, counts.rejected) == (5, 5, 7)
     assert (counts.peak_running, counts.peak_waiting) == (2, 3)
+
+
+async def test_max_waiting_none_is_an_unbounded_queue(subject: Subject) -> None:
+    gate = subject.gate(1, None)
+    holder = await hold(gate)
+    log: list[Call] = []
+    waiters = await queue(subject, gate, 30, log=log)
+    counts = gate.counts()
+    assert (counts.running, counts.waiting, counts.rejected) == (1, 30, 0)
+    holder.release()
+    for call in waiters:
+        await subject.until(lambda call=call: call.entered, "the next waiter started")
+        call.finish()
+        assert await call.outcome() is None
+    assert log == waiters
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.peak_waiting) == (31, 31, 30)

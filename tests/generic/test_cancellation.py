@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import anyio
 import pytest
 
 from boundedgate import Status
@@ -147,3 +148,34 @@ async def test_an_already_cancelled_caller_is_refused_uncounted(subject: Subject
     assert (counts.arrived, counts.outcomes, counts.running, counts.waiting) == (0, 0, 0, 0)
     async with gate.admit() as fresh:
         assert fresh.status is Status.RUNNING
+
+
+@pytest.mark.parametrize("scope", ["asyncio.timeout", "asyncio.wait_for", "anyio.move_on_after"])
+async def test_a_waiter_whose_scope_times_out_leaves_as_cancelled(subject: Subject, scope: str) -> None:
+    # The caller's own timeout, not the gate's deadline: the gate sees a cancellation.
+    gate = subject.gate(1, 1)
+    holder = await hold(gate)
+    permit = gate.admit()
+    if scope == "asyncio.timeout":
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(subject.t(1)), permit:
+                pytest.fail("started on a busy gate")
+    elif scope == "asyncio.wait_for":
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(permit.__aenter__(), subject.t(1))
+    else:
+        with anyio.move_on_after(subject.t(1)) as cancel_scope:
+            async with permit:
+                pytest.fail("started on a busy gate")
+        assert cancel_scope.cancelled_caught
+    assert (permit.status, permit.started) == (Status.CANCELLED, None)
+    counts = gate.counts()
+    assert (counts.running, counts.waiting, counts.cancelled) == (1, 0, 1)
+    holder.release()
+    if not subject.releases_at_once:
+        await gate.quiet()
+    async with gate.admit() as again:  # the scope is over: this task is admitted as any other
+        assert again.status is Status.RUNNING
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.cancelled) == (2, 2, 1)

@@ -142,6 +142,7 @@ async def test_a_body_that_ends_at_or_after_its_deadline_is_late_and_held_its_sl
         )
         assert error.overrun == permit.ended - permit.deadline >= 0
         assert error.elapsed == permit.ended - permit.arrival
+        assert error.waited == permit.started - permit.arrival
         if ends == "at":
             assert subject.at(permit.ended, permit.deadline)
     else:

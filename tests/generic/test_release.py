@@ -102,3 +102,20 @@ async def test_a_permit_without_a_slot_releases_nothing(subject: Subject) -> Non
     await gate.quiet()
     counts = gate.counts()
     assert (counts.admitted, counts.completed, counts.rejected, counts.running) == (2, 2, 2, 0)
+
+
+async def test_release_of_a_queued_permit_does_nothing(subject: Subject) -> None:
+    gate = subject.gate(1, 1)
+    holder = await hold(gate)
+    (waiter,) = await queue(subject, gate, 1)
+    waiter.permit.release()  # it holds no slot yet: nothing happens, and it keeps its place
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.running, counts.waiting, counts.outcomes) == (1, 1, 0)
+    holder.release()
+    await subject.until(lambda: waiter.entered, "the waiter started")
+    assert waiter.permit.status is Status.RUNNING
+    waiter.finish()
+    assert await waiter.outcome() is None
+    await gate.quiet()
+    assert gate.counts().completed == 2
