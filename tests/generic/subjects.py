@@ -116,6 +116,11 @@ class Gate(abc.ABC):
     def counts(self) -> Counts:
         """The gate's statistics now."""
 
+    async def peaks(self) -> tuple[int, int]:
+        """The most requests ever running and waiting at once, where the gate enforces its limits."""
+        counts = self.counts()
+        return counts.peak_running, counts.peak_waiting
+
     async def quiet(self) -> None:  # noqa: B027 (a hook: only the Redis subject needs it)
         """Return once what the gate does in the background has landed (in process: nothing does)."""
 
@@ -280,6 +285,14 @@ class _Cluster(Gate):
     def counts(self) -> Counts:
         # This process's requests: every generic test runs in one process, so they are all of them.
         return Counts.of(self.gate.stats())
+
+    async def peaks(self) -> tuple[int, int]:
+        # The limits are enforced in Redis, and so are its peaks. This process's own count lags: a
+        # waiter stays counted as waiting here until its grant's message (or the next poll) arrives,
+        # while Redis may already have given its place to a newcomer, so stats().peak_waiting may
+        # exceed max_waiting by the grants in flight.
+        counters = (await self.gate.cluster_stats()).counters
+        return counters.get("peak_running", 0), counters.get("peak_waiting", 0)
 
     async def quiet(self) -> None:
         # Releases and cancellations are sent from tasks of their own (README, "release is

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from boundedgate import QueueFull, Status
 
 from .calls import Call, hold, queue
-from .subjects import Subject
+from .subjects import Subject, sleep_until
 
 
 async def test_a_free_slot_starts_at_once_and_is_released_on_exit(subject: Subject) -> None:
@@ -103,6 +105,30 @@ async def test_a_newcomer_never_barges_past_the_queue(subject: Subject) -> None:
     assert gate.counts().peak_running == 1
 
 
+async def test_the_place_a_waiter_leaves_for_its_slot_is_free_for_a_newcomer(subject: Subject) -> None:
+    # Q=1: the waiter is handed the slot, and its place takes a newcomer arriving at that instant.
+    gate = subject.gate(1, 1)
+    log: list[Call] = []
+    holder = await hold(gate)
+    (waiter,) = await queue(subject, gate, 1, log=log)
+    holder.release()
+    if not subject.releases_at_once:  # else the newcomer may reach Redis first, and find the queue full
+        await gate.quiet()
+    newcomer = Call(gate, log=log)
+    await subject.until(lambda: waiter.entered and newcomer.permit.status is Status.QUEUED, "both placed")
+    counts = gate.counts()
+    assert (counts.running, counts.waiting, counts.rejected) == (1, 1, 0)
+    assert counts.peak_waiting == 1
+    waiter.finish()
+    await subject.until(lambda: newcomer.entered, "the newcomer started")
+    newcomer.finish()
+    assert (await waiter.outcome(), await newcomer.outcome()) == (None, None)
+    assert log == [waiter, newcomer]
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.peak_running, counts.peak_waiting) == (3, 3, 1, 1)
+
+
 async def test_a_burst_runs_c_queues_q_and_refuses_the_rest(subject: Subject) -> None:
     gate = subject.gate(2, 3)
     inside = most = 0
@@ -153,3 +179,29 @@ async def test_max_waiting_none_is_an_unbounded_queue(subject: Subject) -> None:
     await gate.quiet()
     counts = gate.counts()
     assert (counts.admitted, counts.completed, counts.peak_waiting) == (31, 31, 30)
+
+
+async def test_a_refusal_says_when_to_retry_from_the_recent_pace(subject: Subject) -> None:
+    gate = subject.gate(2, 0)
+    keeper = await hold(gate)  # holds a slot throughout, so that a keyed gate's key stays listed
+
+    async def two_units(call: Call) -> None:
+        await sleep_until(call.permit.started + subject.t(2))
+
+    ran = Call(gate, body=two_units)
+    await subject.until(lambda: ran.entered, "the timed call started")
+    with pytest.raises(QueueFull) as info:
+        await gate.admit().__aenter__()
+    assert info.value.retry_after is None  # nothing has finished: the gate cannot say
+    assert info.value.headers() == {}
+    assert await ran.outcome() is None
+    holder = await hold(gate)
+    with pytest.raises(QueueFull) as info:
+        await gate.admit().__aenter__()
+    recent = ran.permit.ended - ran.permit.started  # the only run that ended: (0 waiting + 1) x it / C
+    assert info.value.retry_after is not None
+    assert subject.same(info.value.retry_after, recent / 2)
+    assert subject.at(info.value.retry_after, subject.t(1))
+    assert info.value.headers() == {"Retry-After": str(max(1, math.ceil(info.value.retry_after)))}
+    holder.release()
+    keeper.release()

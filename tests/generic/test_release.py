@@ -119,3 +119,26 @@ async def test_release_of_a_queued_permit_does_nothing(subject: Subject) -> None
     assert await waiter.outcome() is None
     await gate.quiet()
     assert gate.counts().completed == 2
+
+
+@pytest.mark.parametrize("ended", ["completed", "rejected"])
+async def test_a_permit_that_ended_cannot_be_entered_again(subject: Subject, ended: str) -> None:
+    gate = subject.gate(1, 0)
+    if ended == "completed":
+        permit = gate.admit()
+        async with permit:
+            pass
+    else:
+        holder = await hold(gate)
+        permit = gate.admit()
+        with pytest.raises(QueueFull):
+            await permit.__aenter__()
+        holder.release()
+        if not subject.releases_at_once:
+            await gate.quiet()
+    before = gate.counts()
+    with pytest.raises(RuntimeError, match="already used"):
+        await permit.__aenter__()
+    assert permit.status.value == ended
+    await gate.quiet()
+    assert gate.counts() == before  # one request, one outcome: nothing counted twice
