@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -205,3 +206,27 @@ async def test_a_refusal_says_when_to_retry_from_the_recent_pace(subject: Subjec
     assert info.value.headers() == {"Retry-After": str(max(1, math.ceil(info.value.retry_after)))}
     holder.release()
     keeper.release()
+
+
+async def test_permits_made_in_advance_keep_c_and_q_when_they_arrive(subject: Subject) -> None:
+    # Permits taken before any of them arrived (for a keyed gate: before the key had a gate) are
+    # admitted by the gate as it is at each one's arrival, not as it was when it was made.
+    gate = subject.gate(1, 2)
+    permits = [gate.admit() for _ in range(4)]
+    first = await permits[0].__aenter__()
+    waiters = []
+    for i in (1, 2):
+        waiters.append(asyncio.create_task(permits[i].__aenter__()))
+        await subject.until(lambda i=i: gate.counts().waiting == i, f"{i} waiting")
+    with pytest.raises(QueueFull):
+        await permits[3].__aenter__()
+    counts = gate.counts()
+    assert (counts.running, counts.waiting, counts.rejected) == (1, 2, 1)
+    first.release()
+    second = await waiters[0]
+    assert not waiters[1].done()
+    second.release()
+    (await waiters[1]).release()
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.rejected, counts.peak_running) == (3, 3, 1, 1)

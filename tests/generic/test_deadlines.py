@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
@@ -170,3 +171,61 @@ async def test_a_body_that_raises_past_its_deadline_propagates_its_own_exception
     await gate.quiet()
     counts = gate.counts()
     assert (counts.failed, counts.late, counts.completed, counts.running) == (1, 0, 0, 0)
+
+
+async def test_release_at_the_deadline_ends_the_request_late_and_its_exit_says_so(subject: Subject) -> None:
+    gate = subject.gate(1, 0)
+    loop = asyncio.get_running_loop()
+    with pytest.raises(Late):
+        async with gate.admit(timeout=subject.t(2)) as permit:
+            released = loop.create_future()
+            loop.call_at(permit.deadline, lambda: (permit.release(), released.set_result(None)))
+            await released
+            assert permit.status is Status.LATE  # release() itself never raises
+    assert subject.at(permit.ended, permit.deadline)
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.late, counts.completed, counts.running) == (1, 0, 0)
+
+
+@pytest.mark.parametrize("admit", [{}, {"deadline": math.inf}, {"timeout": math.inf}], ids=str)
+async def test_without_a_deadline_a_request_waits_and_runs_as_long_as_it_takes(
+    subject: Subject, admit: dict[str, float]
+) -> None:
+    gate = subject.gate(1, 1)
+    holder = await hold(gate)
+    (waiter,) = await queue(subject, gate, 1, **admit)
+    assert waiter.permit.deadline == math.inf
+    await sleep_until(asyncio.get_running_loop().time() + subject.t(1))
+    holder.release()
+    await subject.until(lambda: waiter.entered, "the waiter started")
+    await sleep_until(asyncio.get_running_loop().time() + subject.t(1))
+    waiter.finish()
+    assert await waiter.outcome() is None
+    assert waiter.permit.status is Status.COMPLETED
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.completed, counts.expired, counts.late) == (2, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("admit", "error"),
+    [
+        ({"timeout": -1}, ValueError),
+        ({"timeout": math.nan}, ValueError),
+        ({"timeout": "1"}, TypeError),
+        ({"timeout": True}, TypeError),
+        ({"deadline": math.nan}, ValueError),
+        ({"deadline": "1"}, TypeError),
+        ({"timeout": 1, "deadline": 1.0}, ValueError),
+    ],
+    ids=str,
+)
+async def test_a_malformed_timeout_or_deadline_is_refused_at_once(
+    subject: Subject, admit: dict[str, object], error: type[Exception]
+) -> None:
+    gate = subject.gate(1, 1)
+    with pytest.raises(error):
+        gate.admit(**admit)  # at the call, before any arrival
+    counts = gate.counts()
+    assert (counts.arrived, counts.running) == (0, 0)

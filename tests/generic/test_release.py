@@ -142,3 +142,30 @@ async def test_a_permit_that_ended_cannot_be_entered_again(subject: Subject, end
     assert permit.status.value == ended
     await gate.quiet()
     assert gate.counts() == before  # one request, one outcome: nothing counted twice
+
+
+async def test_a_slot_held_by_an_async_generator_is_released_once_when_it_is_closed_elsewhere(
+    subject: Subject,
+) -> None:
+    gate = subject.gate(1, 1)
+
+    async def tokens():  # type: ignore[no-untyped-def]
+        async with gate.admit():
+            for i in range(10):
+                yield i
+                await subject.step()
+
+    agen = tokens()
+    async for i in agen:
+        if i == 2:
+            break
+    assert gate.counts().running == 1  # suspended inside its block
+    (waiter,) = await queue(subject, gate, 1)
+    await asyncio.create_task(agen.aclose())  # finalised by another task
+    await subject.until(lambda: waiter.entered, "the waiter got the slot")
+    waiter.finish()
+    assert await waiter.outcome() is None
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.running, counts.waiting) == (2, 0, 0)
+    assert counts.completed + counts.failed == 2  # the generator's request ended once, either way
