@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from boundedgate import QueueFull, Status
+from boundedgate import QueueExpired, QueueFull, Status
 
 from .calls import Call, hold, queue
 from .subjects import Subject, sleep_until
@@ -230,3 +230,38 @@ async def test_permits_made_in_advance_keep_c_and_q_when_they_arrive(subject: Su
     await gate.quiet()
     counts = gate.counts()
     assert (counts.admitted, counts.completed, counts.rejected, counts.peak_running) == (3, 3, 1, 1)
+
+
+@pytest.mark.parametrize("leaves", ["expired", "cancelled"])
+async def test_fifo_holds_across_waiters_that_leave_from_the_middle(subject: Subject, leaves: str) -> None:
+    # Three waiters in the middle of the queue leave at once (their common deadline, or cancelled):
+    # the ones before and after them keep their order, and the places they left take newcomers.
+    gate = subject.gate(1, 5)
+    loop = asyncio.get_running_loop()
+    log: list[Call] = []
+    holder = await hold(gate)
+    (head,) = await queue(subject, gate, 1, log=log)
+    deadline = loop.time() + subject.t(2)
+    middle = await queue(subject, gate, 3, log=log, deadline=deadline if leaves == "expired" else None)
+    (tail,) = await queue(subject, gate, 1, log=log)
+    if leaves == "cancelled":
+        for call in middle:
+            call.task.cancel()
+    outcomes = [await call.outcome() for call in middle]
+    assert all(
+        isinstance(error, QueueExpired if leaves == "expired" else asyncio.CancelledError)
+        for error in outcomes
+    )
+    if not subject.frees_place_at_deadline:
+        await gate.quiet()
+    newcomers = await queue(subject, gate, 3, log=log)  # the three places are free again (Q=5)
+    holder.release()
+    order = [head, tail, *newcomers]
+    for n, call in enumerate(order):
+        await subject.until(lambda call=call: call.entered, "the next in line started")
+        assert log == order[: n + 1]
+        call.finish()
+        assert await call.outcome() is None
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, getattr(counts, leaves), counts.peak_waiting) == (6, 6, 3, 5)

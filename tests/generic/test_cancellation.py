@@ -10,7 +10,7 @@ import pytest
 from boundedgate import Status
 
 from .calls import Call, hold, queue
-from .subjects import Subject
+from .subjects import Subject, sleep_until
 
 
 async def test_a_waiter_cancelled_while_queued_leaves_and_no_wake_up_is_lost(subject: Subject) -> None:
@@ -69,11 +69,16 @@ async def test_a_waiter_cancelled_as_it_is_handed_a_slot_passes_the_slot_on(
     assert (counts.running, counts.waiting) == (0, 0)
 
 
-async def test_cancelled_in_its_body_a_request_fails_and_frees_its_slot(subject: Subject) -> None:
+@pytest.mark.parametrize("past_deadline", [False, True], ids=["on-time", "past-its-deadline"])
+async def test_cancelled_in_its_body_a_request_fails_and_frees_its_slot(
+    subject: Subject, past_deadline: bool
+) -> None:
     gate = subject.gate(1, 1)
-    runner = Call(gate)
+    runner = Call(gate, timeout=subject.t(1))
     await subject.until(lambda: runner.entered, "the body started")
     (waiter,) = await queue(subject, gate, 1)
+    if past_deadline:  # cancelled, not Late: the body did not finish
+        await sleep_until(runner.permit.deadline + subject.t(1))
     runner.task.cancel()
     assert isinstance(await runner.outcome(), asyncio.CancelledError)
     assert runner.permit.status is Status.FAILED
