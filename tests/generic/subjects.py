@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from boundedgate import BoundedGate, GateStatistics, KeyedGate, admit_all
@@ -142,6 +142,8 @@ class Subject(abc.ABC):
     frees_place_at_deadline = True
     #: ``release()`` frees the slot before it returns, for the next waiter or a newcomer.
     releases_at_once = True
+    #: How many steps a cancellation sweep tries, so that it lands at each of a request's awaits.
+    sweep = range(14)
 
     def t(self, units: float) -> float:
         """``units`` of the tests' time, in seconds."""
@@ -162,9 +164,6 @@ class Subject(abc.ABC):
             return actual == expected
         return expected <= actual <= expected + self.slack
 
-    #: How many steps a cancellation sweep tries, so that it lands at each of a request's awaits.
-    sweep = range(14)
-
     async def step(self) -> None:
         """Let a request take its next step: one loop turn."""
         await asyncio.sleep(0)
@@ -183,20 +182,16 @@ class Subject(abc.ABC):
             raise AssertionError(f"{what}: not within {TURNS} loop turns")
 
 
-def sleep_until(when: float) -> Awaitable[None]:
+async def sleep_until(when: float) -> None:
     """Sleep until the loop's clock reads ``when`` or later: exactly ``when`` on virtual time."""
-
-    async def sleeping() -> None:
-        loop = asyncio.get_running_loop()
-        while loop.time() < when:
-            woken = loop.create_future()
-            handle = loop.call_at(when, woken.set_result, None)
-            try:
-                await woken
-            finally:
-                handle.cancel()
-
-    return sleeping()
+    loop = asyncio.get_running_loop()
+    while loop.time() < when:
+        woken = loop.create_future()
+        handle = loop.call_at(when, woken.set_result, None)
+        try:
+            await woken
+        finally:
+            handle.cancel()
 
 
 # -- the in-process subjects ---------------------------------------------------------------------
