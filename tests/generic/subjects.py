@@ -333,16 +333,24 @@ class RedisGateSubject(Subject):
     sweep = range(0, 120, 3)
 
     def __init__(self, url: str) -> None:
+        self._url = url
+        self._clients: list[Any] = []
+        self._gates: list[Any] = []
+
+    def _client(self) -> Any:
         import redis.asyncio
 
-        self.client = redis.asyncio.Redis.from_url(url)
-        self._gates: list[Any] = []
+        client = redis.asyncio.Redis.from_url(self._url)
+        self._clients.append(client)
+        return client
 
     def gate(self, max_running: int, max_waiting: int | None) -> Gate:
         from boundedgate.redis import RedisGate
 
+        # A client of its own, as a process that has just started has: its first admission also
+        # opens the connection, one more await at which a cancellation can land.
         gate = RedisGate(
-            self.client,
+            self._client(),
             max_running=max_running,
             max_waiting=max_waiting,
             name=f"generic-{uuid.uuid4().hex[:12]}",
@@ -356,7 +364,8 @@ class RedisGateSubject(Subject):
             for gate in self._gates:
                 await gate.aclose()
         finally:
-            await self.client.aclose()
+            for client in self._clients:
+                await client.aclose()
 
     async def until(self, check: Callable[[], bool], what: str) -> None:
         patience = REDIS_SETTINGS["op_timeout"]

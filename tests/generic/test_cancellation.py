@@ -184,3 +184,29 @@ async def test_a_waiter_whose_scope_times_out_leaves_as_cancelled(subject: Subje
     await gate.quiet()
     counts = gate.counts()
     assert (counts.admitted, counts.completed, counts.cancelled) == (2, 2, 1)
+
+
+async def test_a_task_that_swallowed_a_cancellation_is_admitted_again(subject: Subject) -> None:
+    # Once delivered and caught, a cancellation is no longer pending: refusing the task's next
+    # request as "already cancelled" would refuse it forever (asyncio.Semaphore admits it).
+    gate = subject.gate(1, 1)
+    holder = await hold(gate)
+
+    async def caller() -> Status:
+        try:
+            async with gate.admit():
+                pytest.fail("started on a busy gate")
+        except asyncio.CancelledError:
+            pass  # swallowed, as an `except CancelledError: continue` loop does
+        holder.release()
+        await gate.quiet()
+        async with gate.admit() as again:
+            return again.status  # type: ignore[no-any-return]
+
+    task = asyncio.create_task(caller())
+    await subject.until(lambda: gate.counts().waiting == 1, "the caller queued")
+    task.cancel()
+    assert await task is Status.RUNNING
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.cancelled, counts.completed, counts.running) == (1, 2, 0)

@@ -218,6 +218,9 @@ async def test_without_a_deadline_a_request_waits_and_runs_as_long_as_it_takes(
         pytest.param({"deadline": math.nan}, ValueError, id="deadline=nan"),
         pytest.param({"deadline": "1"}, TypeError, id="deadline='1'"),
         pytest.param({"timeout": 1, "deadline": 1.0}, ValueError, id="timeout-and-deadline"),
+        # Too large for a float: today an OverflowError, on entry for a timeout (issue 11, item 12).
+        pytest.param({"timeout": 10**400}, (TypeError, ValueError), id="timeout=10**400"),
+        pytest.param({"deadline": 10**400}, (TypeError, ValueError), id="deadline=10**400"),
     ],
 )
 async def test_a_malformed_timeout_or_deadline_is_refused_at_once(

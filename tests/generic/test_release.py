@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
 from boundedgate import QueueFull, Status
 
-from .calls import hold, queue
+from .calls import Call, hold, queue
 from .subjects import Subject
 
 
@@ -169,3 +170,64 @@ async def test_a_slot_held_by_an_async_generator_is_released_once_when_it_is_clo
     counts = gate.counts()
     assert (counts.admitted, counts.running, counts.waiting) == (2, 0, 0)
     assert counts.completed + counts.failed == 2  # the generator's request ended once, either way
+
+
+async def test_a_running_permit_entered_again_keeps_its_slot_for_its_body(subject: Subject) -> None:
+    # `async with permit:` inside `async with permit:` must not free the slot under the outer body.
+    gate = subject.gate(1, 1)
+    waiter: Call | None = None
+    try:
+        async with gate.admit() as permit:
+            (waiter,) = await queue(subject, gate, 1)
+            with contextlib.suppress(RuntimeError):  # refusing the re-entry is one way to keep the rule
+                async with permit:
+                    pass
+            for _ in range(5):
+                await subject.step()
+            await gate.quiet()
+            assert permit.status is Status.RUNNING
+            assert not waiter.entered  # C=1, and the outer body still runs
+        await subject.until(lambda: waiter.entered, "the waiter started")  # type: ignore[union-attr]
+    finally:
+        if waiter is not None:  # end it either way, so that nothing outlives the test
+            waiter.finish()
+            assert await waiter.outcome() is None
+    await gate.quiet()
+    counts = gate.counts()
+    assert (counts.admitted, counts.completed, counts.peak_running) == (2, 2, 1)
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["free-slot", "queued"])
+async def test_a_permit_entered_from_two_tasks_at_once_is_one_request(subject: Subject, busy: bool) -> None:
+    # One permit is one request: a second entry while the first is arriving (or holds the slot)
+    # is refused at once, and the slot is taken, and given back, once.
+    gate = subject.gate(1, 1)
+    holder = await hold(gate) if busy else None
+    permit = gate.admit()
+    first = asyncio.create_task(permit.__aenter__())
+    second = asyncio.create_task(permit.__aenter__())
+    try:
+        await subject.until(second.done, "the second entry answered")
+        with pytest.raises(RuntimeError):
+            second.result()
+        if holder is not None:
+            holder.release()
+        await asyncio.wait((first,), timeout=gate.patience)
+        assert first.done()
+        assert first.result() is permit
+        permit.release()
+        await gate.quiet()
+        counts = gate.counts()
+        assert (counts.arrived, counts.admitted, counts.completed, counts.running) == (1 + busy,) * 3 + (0,)
+        async with gate.admit() as fresh:  # no slot was left behind
+            assert subject.at(fresh.started, fresh.arrival)
+    finally:  # whatever went wrong, end both entries, so that nothing outlives the test
+        for task in (first, second):
+            task.cancel()
+        await asyncio.wait((first, second), timeout=gate.patience)
+        for task in (first, second):
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: the assertions above say what went wrong
+        if holder is not None:
+            holder.release()
+        permit.release()
