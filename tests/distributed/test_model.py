@@ -150,6 +150,7 @@ class Model:
                 removed = 2
             else:
                 self.outcome[permit_id] = how
+                self.count(how)  # it arrived at its process, which counts it: so does the cluster
         return removed
 
     def sync(self, holding: list[str], queued: list[str]) -> list[tuple[str, str, str]]:

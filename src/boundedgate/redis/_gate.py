@@ -290,6 +290,7 @@ class RedisGate:
         """
         permit = self.admit(timeout=timeout, deadline=deadline)
         await permit._arrive(False)
+        permit._from_try_admit = True
         return permit
 
     def stream(
@@ -421,22 +422,16 @@ class RedisGate:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _abandon(self, permit_id: str, how: str, count_if_found: bool = False) -> None:
-        """Take back, in the background, whatever place or unused slot ``permit_id`` has in Redis.
-
-        With ``count_if_found``, the local ``cancelled`` count follows Redis's: it grows only if
-        Redis had heard of the request (its admission landed before the cancellation).
-        """
+    def _abandon(self, permit_id: str, how: str) -> None:
+        """Take back, in the background, whatever place or unused slot ``permit_id`` has in Redis."""
         horizon = max(self._lease_ttl, self._waiter_ttl)
-        self._spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon, count_if_found))
+        self._spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon))
 
     def _release(self, permit_id: str, how: str) -> asyncio.Task[None]:
         """Give the slot of ``permit_id`` back, in the background; returns the task doing it."""
         return self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl))
 
-    async def _until_done(
-        self, script: _scripts.Script, permit_id: str, how: str, horizon: float, count_if_found: bool = False
-    ) -> None:
+    async def _until_done(self, script: _scripts.Script, permit_id: str, how: str, horizon: float) -> None:
         # Scripts are idempotent, so retrying after a lost reply is safe. Past the horizon the
         # lease (or the waiter's place) has lapsed in Redis anyway: the slot is back without us.
         loop = self._loop
@@ -456,8 +451,6 @@ class RedisGate:
                 delay = min(2 * delay, 1.0)
                 continue
             self._seen(reply[1], reply[2], reply[3])
-            if count_if_found and reply[0]:
-                self._counters.cancelled += 1
             return
 
     def _refused(self, permit: RedisPermit, running: int, waiting: int) -> QueueFull:

@@ -79,6 +79,7 @@ class RedisPermit(HandsOver):
 
     __slots__ = (
         "__weakref__",
+        "_from_try_admit",
         "_future",
         "_gate",
         "_handed_over",
@@ -120,6 +121,8 @@ class RedisPermit(HandsOver):
         # When it must leave the queue if not started: min(deadline, arrival + max_wait).
         self._queue_by = deadline
         self._raise_late = True
+        # True from try_admit() until its block is entered: the one entry a running permit allows.
+        self._from_try_admit = False
 
     # -- public API -------------------------------------------------------------------------
 
@@ -192,7 +195,10 @@ class RedisPermit(HandsOver):
 
     async def __aenter__(self) -> Self:
         if self._status is RUNNING or self._inner is not None:
-            return self  # from try_admit(): it holds its slot already
+            if self._from_try_admit:  # it holds its slot already: this is its one block
+                self._from_try_admit = False
+                return self
+            raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
         await self._arrive(True)
         return self
 
@@ -301,7 +307,7 @@ class RedisPermit(HandsOver):
 
     async def _arrive(self, wait: bool) -> None:
         """Arrive at the gate now: hold a slot when this returns, or raise why not."""
-        if self._status is not NEW:
+        if self._status is not NEW or self._id is not None:  # an id: another entry is on its way
             raise RuntimeError(f"{self!r} was already used; call admit() for each request")
         gate = self._gate
         loop = gate._bind()
@@ -361,8 +367,10 @@ class RedisPermit(HandsOver):
         gate = self._gate
         permit_id: str = self._id  # type: ignore[assignment]
         if isinstance(error, asyncio.CancelledError):
-            # The admission may have landed: take it back, and count it if it had.
-            gate._abandon(permit_id, "cancelled", count_if_found=True)
+            # The admission may have landed: take it back. It arrived here, so it counts here, as a
+            # request cancelled while it waits does (whether or not Redis had heard of it yet).
+            gate._abandon(permit_id, "cancelled")
+            gate._counters.cancelled += 1
             self._end(CANCELLED)
             raise error
         if not isinstance(error, UNREACHABLE):
@@ -372,7 +380,7 @@ class RedisPermit(HandsOver):
             self._end(EXPIRED)
             gate._counters.expired += 1
             raise gate._expired(self) from error
-        gate._abandon(permit_id, "cancelled")
+        gate._abandon(permit_id, "unavailable")
         fallback = gate._fallback
         if fallback is not None:
             await self._fall_back(fallback, wait)

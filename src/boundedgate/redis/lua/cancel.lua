@@ -1,7 +1,8 @@
 -- cancel: a request gives up before it began (cancelled by its caller, or its deadline passed on
 -- the caller's clock). A waiter leaves the queue; a slot granted to it but never used passes on (it
 -- no longer counts as admitted). An id the server does not know is recorded as ended, so that an
--- admit still in flight cannot bring it back. ARGV 8 id, 9 how (cancelled | expired).
+-- admit still in flight cannot bring it back, and counted: its process counted its arrival. ARGV 8
+-- id, 9 how (cancelled | expired | disconnected | unavailable).
 -- Returns {what was removed (0 nothing, 1 a place, 2 an unused slot), running, waiting, epoch}.
 local id, how = ARGV[8], ARGV[9]
 local e = epoch()
@@ -18,6 +19,7 @@ if not redis.call('HGET', OUTCOME, id) then
     removed = 2
   else
     record(id, how)
+    count(how)
   end
 end
 tick()
