@@ -204,14 +204,7 @@ class GateMiddleware:
         self._key = key
         self._priority = priority
         self._cost = cost
-        options: dict[str, Any] = {}
-        if timeout is not None:
-            check_timeout(timeout)  # malformed settings fail here, not at the first request
-            options["timeout"] = timeout
-        if max_wait is not None:
-            check_max_wait(max_wait)
-            options["max_wait"] = max_wait
-        self._options = options
+        self._options = admission_options(timeout, max_wait)
         self._exempt = _exemption(exempt)
         self._refusal = refusal
         self._sse = sse_refusal
@@ -251,6 +244,18 @@ class GateMiddleware:
         else:
             permit = self._admit(**options)
         await _Exchange(self, scope, receive, send, permit, key).run()
+
+
+def admission_options(timeout: float | None, max_wait: float | None) -> dict[str, Any]:
+    """The budgets every admission of a route passes to ``admit()``, checked now, not at a request."""
+    options: dict[str, Any] = {}
+    if timeout is not None:
+        check_timeout(timeout)
+        options["timeout"] = timeout
+    if max_wait is not None:
+        check_max_wait(max_wait)
+        options["max_wait"] = max_wait
+    return options
 
 
 class _Exchange:

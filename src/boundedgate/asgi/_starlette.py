@@ -15,11 +15,11 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import ContentStream, Response, StreamingResponse
 
-from .._core import check_max_wait, check_timeout
 from .._driver import KeyedGate
 from .._errors import GateError, Late
 from .._streams import GatedStream
 from .._streams import close_stream as _close_stream
+from ._middleware import admission_options
 from ._refusal import BodyFunction, check_style, refusal_for
 from ._types import Receive, Scope, Send
 
@@ -63,13 +63,7 @@ def gate_dependency(
     keyed = isinstance(gate, KeyedGate)
     if keyed != (key is not None):
         raise TypeError("give key= exactly when the gate is a KeyedGate")
-    options: dict[str, Any] = {}
-    if timeout is not None:
-        check_timeout(timeout)  # malformed settings fail now, not at the first request
-        options["timeout"] = timeout
-    if max_wait is not None:
-        check_max_wait(max_wait)
-        options["max_wait"] = max_wait
+    options = admission_options(timeout, max_wait)
     if priority:
         options["priority"] = priority
     if cost is not None:
