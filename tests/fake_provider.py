@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import json
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 
 __all__ = ("Behaviour", "FakeProvider", "Served", "fake_provider")
 
@@ -206,16 +206,21 @@ class FakeProvider:
         api: str,
         behaviour: Behaviour,
         served: Served,
+        events: Iterable[tuple[str, bytes]] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        """Stream ``api``'s events for ``behaviour`` (or ``events``), with ``headers`` added."""
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
-            b"connection: close\r\nrequest-id: req_fake\r\n\r\n"
+            b"connection: close\r\nrequest-id: req_fake\r\n" + extra.encode() + b"\r\n"
         )
+        if events is None:
+            events = (_openai_events if api == "openai" else _anthropic_events)(behaviour)
         # The client sends nothing while it reads a response: a read that returns means it left.
         gone = asyncio.ensure_future(reader.read(1))
         try:
-            events = _openai_events if api == "openai" else _anthropic_events
-            for kind, payload in events(behaviour):
+            for kind, payload in events:
                 if kind == "delta":
                     if behaviour.hold_after is not None and served.sent == behaviour.hold_after:
                         await self._until(self._release.wait(), gone)

@@ -24,14 +24,12 @@ from collections.abc import AsyncIterator, Iterator
 
 from tests.fake_provider import (
     Behaviour,
-    ClientGone,
     FakeProvider,
     Served,
     _openai_chunk,
     _plain_answer,
     _sse,
     _tokens,
-    _write_chunk,
 )
 
 __all__ = ("LimitsBehaviour", "LimitsProvider", "limits_provider")
@@ -100,46 +98,10 @@ class LimitsProvider(FakeProvider):
             served.end("plain")
         else:
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            await self._limits_stream(reader, writer, api, behaviour, served, limits, usage)
+            events = _openai_events(behaviour, usage) if api == "openai" else _anthropic_events(behaviour)
+            await self._stream(reader, writer, api, behaviour, served, events, limits)
             return
         await writer.drain()
-
-    async def _limits_stream(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        api: str,
-        behaviour: LimitsBehaviour,
-        served: Served,
-        limits: dict[str, str],
-        usage: bool,
-    ) -> None:
-        head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
-        head += "connection: close\r\n" + "".join(f"{name}: {value}\r\n" for name, value in limits.items())
-        writer.write(head.encode() + b"\r\n")
-        gone = asyncio.ensure_future(reader.read(1))
-        try:
-            events = _openai_events(behaviour, usage) if api == "openai" else _anthropic_events(behaviour)
-            for kind, payload in events:
-                if kind == "delta":
-                    if behaviour.hold_after is not None and served.sent == behaviour.hold_after:
-                        await self._until(self._release.wait(), gone)
-                    if behaviour.fail_after is not None and served.sent == behaviour.fail_after:
-                        writer.transport.abort()
-                        served.end("dropped")
-                        return
-                    if behaviour.delay:
-                        await self._until(asyncio.sleep(behaviour.delay), gone)
-                    served.sent += 1
-                _write_chunk(writer, payload)
-                await self._until(writer.drain(), gone)
-            _write_chunk(writer, b"")
-            await self._until(writer.drain(), gone)
-            served.end("eof")
-        except (ClientGone, ConnectionError):
-            served.end("client_gone")
-        finally:
-            gone.cancel()
 
 
 @contextlib.asynccontextmanager
