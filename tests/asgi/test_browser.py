@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -33,16 +32,6 @@ source.addEventListener("error", (e) => {
 });
 source.addEventListener("tick", (e) => log.push("tick:" + e.data));
 </script></body></html>"""
-
-
-@pytest.fixture(autouse=True)
-def _no_garbage_collector() -> Iterator[None]:
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.collect()  # what the test left for the collector is collected here, inside it
 
 
 def _service(gate: BoundedGate) -> Any:

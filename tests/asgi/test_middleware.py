@@ -9,9 +9,7 @@ the garbage collector (``gc`` is disabled around every test here).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,16 +18,6 @@ from boundedgate import BoundedGate, KeyedGate, RateLimit
 from boundedgate.asgi import GateMiddleware
 from tests.asgi.harness import Client, StreamingApp, http_scope, serve, turns
 from tests.helpers import checked_gate
-
-
-@pytest.fixture(autouse=True)
-def _no_garbage_collector() -> Iterator[None]:
-    # Whatever frees a slot here must not be the cyclic collector.
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def test_a_refusal_is_sent_before_the_app_is_called() -> None:

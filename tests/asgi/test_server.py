@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -31,16 +30,6 @@ pytestmark = [pytest.mark.http_server, pytest.mark.looptime(False)]
 RUNNING, WAITING = 4, 4
 WAIT = 10.0  # seconds any one step may take on a loaded machine; none takes more than a fraction
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(autouse=True)
-def _no_garbage_collector() -> Iterator[None]:
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.collect()  # what the test left for the collector is collected here, inside it
 
 
 class Parts:

@@ -9,8 +9,7 @@ disabled throughout.
 from __future__ import annotations
 
 import asyncio
-import gc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -28,15 +27,6 @@ from boundedgate import BoundedGate, GatedStream, GateError
 from boundedgate.asgi import GatedStreamingResponse, GateMiddleware, gate_dependency, refusal_handler
 from tests.asgi.harness import Client, http_scope, serve, turns
 from tests.helpers import checked_gate
-
-
-@pytest.fixture(autouse=True)
-def _no_garbage_collector() -> Iterator[None]:
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 class Provider:
