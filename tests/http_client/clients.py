@@ -9,6 +9,7 @@ import httpx
 import httpx2
 import openai
 
+from boundedgate import OUTCOMES, BoundedGate
 from boundedgate.httpx import GatedTransport
 from tests.http_client.provider import LimitsProvider
 
@@ -91,3 +92,11 @@ class Sdk:
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def counted(gate: BoundedGate, **expected: int) -> None:
+    """Assert the gate is idle and counted exactly ``expected`` (outcome name: count), else zero."""
+    stats = gate.stats()
+    assert (stats.running, stats.waiting) == (0, 0), stats
+    for name in (o.name for o in OUTCOMES):
+        assert getattr(stats, name) == expected.get(name, 0), (name, stats)

@@ -4,31 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 
-from boundedgate import OUTCOMES, BoundedGate, QueueFull
+from boundedgate import QueueFull
 from boundedgate.aiohttp import gate_middleware
 from boundedgate.httpx import Exchange, ProviderSignal, gate_call
 from tests.helpers import checked_gate
-from tests.http_client.provider import LimitsProvider, limits_provider
+from tests.http_client.clients import counted
+from tests.http_client.provider import LimitsProvider
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture
-async def provider() -> AsyncIterator[LimitsProvider]:
-    async with limits_provider() as provider:
-        yield provider
-
-
-def _counted(gate: BoundedGate, **expected: int) -> None:
-    stats = gate.stats()
-    assert (stats.running, stats.waiting) == (0, 0), stats
-    for name in (o.name for o in OUTCOMES):
-        assert getattr(stats, name) == expected.get(name, 0), (name, stats)
 
 
 def _post(
@@ -54,7 +41,7 @@ async def test_the_slot_is_held_while_the_body_streams(provider: LimitsProvider)
             assert gate.running == 0  # at the end of the body, inside the block
         assert lines[-1] == b"data: [DONE]\n"
     assert len(provider.served) == 1
-    _counted(gate, completed=1, rejected=1)
+    counted(gate, completed=1, rejected=1)
     assert [(e.status, e.outcome) for e in exchanges] == [(200, "completed")]
     assert signals[0].kind == "quota"
 
@@ -73,7 +60,7 @@ async def test_leaving_mid_body_releases(provider: LimitsProvider, leave: str) -
                 response.close()
                 assert gate.running == 0
         assert gate.running == 0
-    _counted(gate, completed=1)
+    counted(gate, completed=1)
 
 
 async def test_a_plain_answer_and_a_failed_request(provider: LimitsProvider) -> None:
@@ -84,7 +71,7 @@ async def test_a_plain_answer_and_a_failed_request(provider: LimitsProvider) -> 
         assert answer["usage"]["total_tokens"] == 8
         with pytest.raises(aiohttp.ClientConnectionError):
             await session.get("http://127.0.0.1:1/")
-    _counted(gate, completed=1, failed=1)
+    counted(gate, completed=1, failed=1)
 
 
 async def test_one_deadline_across_requests_of_a_call(provider: LimitsProvider) -> None:
@@ -95,5 +82,5 @@ async def test_one_deadline_across_requests_of_a_call(provider: LimitsProvider) 
         _post(session, provider, "chunks=2,delay=1") as response,
     ):
         await response.read()  # ends at 3 s: after the call's deadline
-    _counted(gate, late=1)
+    counted(gate, late=1)
     assert asyncio.get_running_loop().time() >= 1.5

@@ -12,7 +12,6 @@ import gc
 import json
 import math
 import warnings
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -20,25 +19,12 @@ import httpx2
 import openai
 import pytest
 
-from boundedgate import OUTCOMES, BoundedGate, KeyedGate, QueueFull, RateLimit, admit_all
+from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit, admit_all
 from boundedgate.httpx import Exchange, GatedTransport, ProviderSignal, gate_call, refusal
 from tests.helpers import checked_gate
-from tests.http_client.clients import COMBOS, SDKS, Sdk
-from tests.http_client.provider import LimitsBehaviour, LimitsProvider, limits_provider, usage_of
+from tests.http_client.clients import COMBOS, SDKS, Sdk, counted
+from tests.http_client.provider import LimitsBehaviour, LimitsProvider, usage_of
 from tests.streams.sources import settle
-
-
-@pytest.fixture
-async def provider() -> AsyncIterator[LimitsProvider]:
-    async with limits_provider() as provider:
-        yield provider
-
-
-def _counted(gate: BoundedGate, **expected: int) -> None:
-    stats = gate.stats()
-    assert (stats.running, stats.waiting) == (0, 0), stats
-    for name in (o.name for o in OUTCOMES):
-        assert getattr(stats, name) == expected.get(name, 0), (name, stats)
 
 
 @pytest.fixture(params=COMBOS)
@@ -82,7 +68,7 @@ async def test_running_equals_the_providers_open_connections(combo: str, provide
     assert all(running == active for running, active in samples), samples
     assert max(running for running, _ in samples) == 3
     assert provider.peak_active == 3
-    _counted(gate, completed=12)
+    counted(gate, completed=12)
     await sdk.aclose()
 
 
@@ -105,7 +91,7 @@ async def test_a_refused_call_never_reaches_the_provider(combo: str, provider: L
     assert len(provider.served) == 1  # only the held stream
     provider.release()
     await _drain(sdk, held)
-    _counted(gate, completed=1, rejected=1)
+    counted(gate, completed=1, rejected=1)
     await sdk.aclose()
 
 
@@ -170,7 +156,7 @@ async def test_a_429_then_success_is_admitted_twice_and_holds_nothing_while_back
     assert call.attempts == 2
     assert [(e.attempt, e.priority, e.status) for e in exchanges] == [(0, 1, 429), (0, 1, 200), (1, 0, 200)]
     assert [request.get("x-stainless-retry-count") for request in provider.requests] == ["0", "0", "1"]
-    _counted(gate, completed=3)
+    counted(gate, completed=3)
     await sdk.aclose()
 
 
@@ -182,7 +168,7 @@ async def test_one_deadline_for_every_attempt_of_a_call(sdk_name: str, provider:
             await sdk.plain("rate_limited=1,retry_after_ms=2000", retries=2)
     assert sdk.code(caught.value) == "queue_expired"
     assert len(provider.served) == 1  # the retry never reached the provider
-    _counted(gate, completed=1)  # arriving past its deadline, the retry is refused before it is counted
+    counted(gate, completed=1)  # arriving past its deadline, the retry is refused before it is counted
     await sdk.aclose()
 
 
@@ -198,7 +184,7 @@ async def test_the_pool_timeout_is_the_admission_budget(provider: LimitsProvider
     assert caught.value.code == "queue_expired"
     provider.release()
     await _drain(sdk, held)
-    _counted(gate, completed=1, expired=1)
+    counted(gate, completed=1, expired=1)
     await sdk.aclose()
 
 
@@ -219,7 +205,7 @@ async def test_cancellation_mid_body_releases_at_once(sdk_name: str, provider: L
     with pytest.raises(asyncio.CancelledError):
         await task
     assert gate.running == 0  # in the step that ended the task, before anything else ran
-    _counted(gate, failed=1)
+    counted(gate, failed=1)
     await asyncio.wait_for(provider.wait_all_ended(), 5)
     assert [served.ended for served in provider.served] == ["client_gone"]
     await sdk.aclose()
@@ -238,7 +224,7 @@ async def test_break_without_close_holds_the_slot_until_the_sdk_closes(
     assert gate.running == 1  # the SDK leaves its HTTP response open after a break
     await stream.close()
     assert gate.running == 0
-    _counted(gate, completed=1)
+    counted(gate, completed=1)
     await sdk.aclose()
 
 
@@ -252,7 +238,7 @@ async def test_an_unclosed_response_collected_is_leaked(provider: LimitsProvider
         gc.collect()
         await settle()
     assert any("unclosed response body holding a slot of gate 'llm'" in str(w.message) for w in caught)
-    _counted(gate, leaked=1)
+    counted(gate, leaked=1)
     await sdk.aclose()
 
 
@@ -319,7 +305,7 @@ async def test_provider_signals_reach_the_hook(sdk_name: str, provider: LimitsPr
         assert (requests.reset, tokens.reset) == (1.5, 360)
     else:
         assert requests.reset == 0  # an RFC 3339 time in the past
-    _counted(gate, completed=3)
+    counted(gate, completed=3)
     await sdk.aclose()
 
 
@@ -366,7 +352,7 @@ async def test_an_admit_all_chain(provider: LimitsProvider) -> None:
     async for _ in held:
         pass
     assert (tenants.running, shared.running) == (0, 0)
-    _counted(shared, completed=2)  # the refusal at the tenant step never reached the shared gate
+    counted(shared, completed=2)  # the refusal at the tenant step never reached the shared gate
     await sdk.aclose()
 
 
@@ -382,7 +368,7 @@ async def test_every_call_through_one_client_cannot_exceed_the_limit(provider: L
     await asyncio.gather(*(worker(i) for i in range(40)))
     assert len(provider.served) == 120
     assert provider.peak_active == 3
-    _counted(gate, completed=120)
+    counted(gate, completed=120)
     await sdk.aclose()
 
 
@@ -404,5 +390,5 @@ async def test_sdk_retry_lets_the_sdk_retry_a_refusal_after_its_retry_after(
     waited = refused.refusal.retry_after or 2
     assert loop.time() - started == pytest.approx(waited, abs=0.05)
     assert [request.get("x-stainless-retry-count") for request in provider.requests] == ["0", "1"]
-    _counted(gate, completed=2, rejected=1)
+    counted(gate, completed=2, rejected=1)
     await sdk.aclose()
