@@ -35,8 +35,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "redis": {"_core", "_errors", "_streams", "_driver"},
     # The edges: the HTTP server and client sides, over any gate.
     "asgi": {"_core", "_errors", "_streams", "_driver"},
-    "httpx": {"_core", "_errors", "_streams", "_driver"},
-    "aiohttp": {"_core", "_errors", "_streams", "_driver", "httpx"},
+    "httpx": {"_core", "_errors", "_streams", "_driver", "_downstream"},
+    "aiohttp": {"_core", "_errors", "_streams", "_driver", "_downstream", "httpx"},
     # The simulator replays the core alone: never the asyncio driver.
     "sim": {"_core"},
     # The command line is the simulator's; the root package only for __version__.

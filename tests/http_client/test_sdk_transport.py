@@ -19,7 +19,7 @@ import httpx2
 import openai
 import pytest
 
-from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit, admit_all
+from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit, admit_all, downstream_refusals
 from boundedgate.httpx import Exchange, GatedTransport, ProviderSignal, gate_call, refusal
 from tests.helpers import checked_gate
 from tests.http_client.clients import COMBOS, SDKS, Sdk, counted
@@ -131,7 +131,8 @@ async def test_refuse_raise_what_each_sdk_does_with_the_gates_error(
 async def test_a_429_then_success_is_admitted_twice_and_holds_nothing_while_backing_off(
     sdk_name: str, provider: LimitsProvider
 ) -> None:
-    gate = checked_gate(1, 5, name="llm", priorities=2)
+    gate = checked_gate(1, 5, name=f"llm-{sdk_name}-backoff", priorities=2)
+    refused_before = downstream_refusals().get((gate.name, 429), 0)
     exchanges: list[Exchange] = []
     sdk = Sdk(
         sdk_name, provider, GatedTransport(gate, priority=1, retry_priority=0, on_exchange=exchanges.append)
@@ -156,6 +157,7 @@ async def test_a_429_then_success_is_admitted_twice_and_holds_nothing_while_back
     assert call.attempts == 2
     assert [(e.attempt, e.priority, e.status) for e in exchanges] == [(0, 1, 429), (0, 1, 200), (1, 0, 200)]
     assert [request.get("x-stainless-retry-count") for request in provider.requests] == ["0", "0", "1"]
+    assert downstream_refusals()[gate.name, 429] == refused_before + 1  # for the board and its alert
     counted(gate, completed=3)
     await sdk.aclose()
 

@@ -10,6 +10,7 @@ from types import ModuleType, TracebackType
 from typing import Any, Literal
 
 from .._core import Status
+from .._downstream import downstream_refused
 from .._errors import GateError
 from .._streams import StreamPermit
 from ._admission import Admission, Cost
@@ -102,6 +103,9 @@ class GatedTransport:
         if not (isinstance(default_retry_after, (int, float)) and 0 < default_retry_after < math.inf):
             raise ValueError(f"default_retry_after must be a positive number, got {default_retry_after!r}")
         self._admission = Admission(gate, key, cost, priority, retry_priority, max_wait)
+        # The name the provider's 429s are counted under (boundedgate.downstream_refused): the
+        # gate's own, so that a keyed gate is one series, not one per key; none for a callable.
+        self._refused_as: str | None = getattr(gate, "name", None)
         self._inner = transport
         # Known from the inner transport when it is one of httpx's own, else from the first request.
         self._flavour: ModuleType | None = None if transport is None else _transport_flavour(transport)
@@ -151,6 +155,8 @@ class GatedTransport:
             raise
         exchange.headers = loop.time()
         exchange.status = status = response.status_code
+        if status == 429 and self._refused_as is not None:
+            downstream_refused(self._refused_as, status)
         response_headers = response.headers
         signal = parse_signal(status, response_headers, request.url.host, exchange.headers)
         exchange.signal = signal
