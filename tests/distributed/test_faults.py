@@ -25,7 +25,7 @@ async def _waiting(client: redis.asyncio.Redis, name: str, n: int) -> bool:
 
 
 async def test_a_holder_stalled_past_its_lease_loses_it_finds_out_and_is_counted_again(
-    client: redis.asyncio.Redis, redis_server: RedisServer, name: str
+    client: redis.asyncio.Redis, redis_server: RedisServer, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     lease = 0.6
     other = OtherProcess(redis_server.url, name, 1, 0, lease_ttl=lease, poll_interval=0.05)
@@ -38,6 +38,8 @@ async def test_a_holder_stalled_past_its_lease_loses_it_finds_out_and_is_counted
             assert theirs.status is Status.RUNNING  # the lapsed lease was reclaimed and given away
             await wait_until(lambda: _flag(permit), 5, "the lost lease noticed")
             assert gate.stats().lease_lost == 1
+            logged = [r for r in caplog.records if r.name == "boundedgate" and r.event == "lease_lost"]
+            assert [(r.gate, r.permit, r.levelname) for r in logged] == [(name, permit.id, "WARNING")]
             view = await cluster(client, name)
             assert view.running == 2  # counted again: both really run, so nobody new may start
             assert (view.counters["reclaimed"], view.counters["reattached"]) == (1, 1)
@@ -66,7 +68,9 @@ async def _release(permit) -> None:  # type: ignore[no-untyped-def]
     permit.release()
 
 
-async def test_redis_restarted_mid_run_fails_closed_then_recovers(own_server: RedisServer, name: str) -> None:
+async def test_redis_restarted_mid_run_fails_closed_then_recovers(
+    own_server: RedisServer, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
     client = redis.asyncio.Redis.from_url(own_server.url, socket_connect_timeout=0.5, socket_timeout=0.5)
     try:
         async with make_gate(
@@ -79,6 +83,8 @@ async def test_redis_restarted_mid_run_fails_closed_then_recovers(own_server: Re
                 await gate.admit(timeout=30).__aenter__()
             assert time.monotonic() - start < 3  # bounded by op_timeout and the client's retries
             assert info.value.reason == "unreachable"
+            logged = [r for r in caplog.records if r.name == "boundedgate" and r.event == "unavailable"]
+            assert [(r.gate, r.reason) for r in logged] == [(name, "unreachable")]
             own_server.start()
             second = await gate.try_admit()  # recovered
             # The holder from before the restart is counted again by the next heartbeat.

@@ -3,6 +3,7 @@
 from ._combined import CombinedPermit, admit_all
 from ._gate import BoundedGate
 from ._keyed import KeyedGate
+from ._observing import log_event
 from ._permit import Permit
 
-__all__ = ("BoundedGate", "CombinedPermit", "KeyedGate", "Permit", "admit_all")
+__all__ = ("BoundedGate", "CombinedPermit", "KeyedGate", "Permit", "admit_all", "log_event")

@@ -26,6 +26,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from .._core import Status
+from .._driver import log_event
 from ._io import UNREACHABLE, bounded, own_client, text
 from ._scripts import SYNC
 
@@ -134,6 +135,12 @@ class Background:
                     if not holder.lease_lost:
                         holder.lease_lost = True
                         gate._counters.lease_lost += 1
+                        log_event(
+                            gate.name,
+                            "lease_lost",
+                            f"{holder!r} lost its lease while it ran, and was counted again",
+                            permit=permit_id,
+                        )
                     holder._token = (gate._epoch or "", int(text(value)))
                 continue
             waiter = gate._waiters.get(permit_id)

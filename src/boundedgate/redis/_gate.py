@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final
 
 from .._core import check_deadline as _check_deadline
 from .._core import check_max_running, check_max_wait, check_max_waiting, check_name, check_timeout
+from .._driver import log_event
 from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
 from .._streams import StreamOpener, StreamSource
 from . import _scripts
@@ -480,7 +481,7 @@ class RedisGate:
         )
 
     def _unavailable(self, waited: float, elapsed: float, reason: str) -> GateUnavailable:
-        return GateUnavailable(
+        error = GateUnavailable(
             self._name,
             self._max_running,
             self._max_waiting,
@@ -490,6 +491,8 @@ class RedisGate:
             elapsed,
             reason,
         )
+        log_event(self._name, "unavailable", str(error), reason=reason, waited=waited, elapsed=elapsed)
+        return error
 
     def _late(self, permit: RedisPermit) -> Late:
         arrival: float = permit.arrival  # type: ignore[assignment]
