@@ -30,7 +30,7 @@ from boundedgate.sim import Bursts, Job, LogNormal, Poisson, generate, percentil
 Caller = Callable[[Job], Coroutine[None, None, None]]  # makes one call, and records what became of it
 
 PROVIDER_LIMIT = 20  # streams the provider serves at once; beyond that it answers 429
-MAX_WAITING = 60  # queue places: `boundedgate plan` shows the trade-off (see the README)
+MAX_WAITING = 60  # queue places: `boundedgate plan` shows the trade-off (see docs/simulator.md)
 BUDGET = 2.5  # seconds a caller waits for an answer, from the moment it asks
 STEADY_RATE = 40  # calls per second, for the whole run
 BURST = 400  # calls arriving at one instant...

@@ -300,10 +300,11 @@ def test_python_dash_m_and_the_console_script(seed: Path) -> None:
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-COMMANDS = re.findall(r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", README.read_text(), flags=re.DOTALL)
+SIMULATOR_PAGE = README.parent / "docs" / "simulator.md"
+COMMANDS = re.findall(r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", SIMULATOR_PAGE.read_text(), flags=re.DOTALL)
 
 
-def test_the_readme_shows_commands() -> None:
+def test_the_simulator_page_shows_commands() -> None:
     assert [command.split()[1] for command, _ in COMMANDS] == [
         "simulate",
         "plan",
@@ -314,7 +315,7 @@ def test_the_readme_shows_commands() -> None:
 
 
 @pytest.mark.parametrize(("command", "shown"), COMMANDS, ids=[c.split()[1] for c, _ in COMMANDS])
-def test_the_readme_shows_what_the_command_prints(
+def test_the_simulator_page_shows_what_the_command_prints(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, shown: str
 ) -> None:
     monkeypatch.chdir(README.parent)

@@ -150,7 +150,8 @@ class KeyedGate(Generic[K]):
             key's gate is created, so a change applies once the key has been idle.
         keep_idle: How many idle keys keep their gates (and per-key statistics) for reuse, an
             int >= 0; 0 drops every gate the moment its key is idle.
-        priorities, jump_share: Every key's gate's priority classes, as for :class:`BoundedGate`.
+        priorities: Every key's gate's priority classes, as for :class:`BoundedGate`.
+        jump_share: Every key's gate's share of queue jumps, as for :class:`BoundedGate`.
         rate_limits: Every key's gate's own rate limits (a tenant's or a tool's requests per
             minute, say): each key gets buckets of its own, starting full.
 

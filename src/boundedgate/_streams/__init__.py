@@ -1,4 +1,4 @@
-"""Streams that hold their gate's slot until they really end (seed 001): the hand-over and the wrapper.
+"""Streams that hold their gate's slot until they really end: the hand-over and the wrapper.
 
 Nothing here knows a particular gate: a permit only has to implement :class:`StreamPermit`.
 """

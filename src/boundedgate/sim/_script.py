@@ -1,6 +1,6 @@
 """Scripts: the requests a simulation replays, read from JSON or CSV and checked row by row.
 
-A script is seed 000's job format: one request per row, with an ``id``, an ``arrival_ms``, a
+A script is a list of jobs: one request per row, with an ``id``, an ``arrival_ms``, a
 ``service_ms`` (how long its body runs once it starts) and an optional ``budget_ms`` (its deadline,
 counted from arrival; none if absent), and optionally its ``priority`` class (0, the most urgent,
 if absent), its rate ``cost`` (what it declares to the gate's rate limits counted in tokens; 0 if
@@ -98,7 +98,7 @@ def _cost(name: str, value: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One scripted request (seed 000's job), in whole milliseconds.
+    """One scripted request, in whole milliseconds.
 
     Args:
         id: A non-empty string, unique within its script.
@@ -452,7 +452,7 @@ def write_script(jobs: Iterable[Job], path: str | Path) -> None:
     """
     path = Path(path)
     jobs = list(jobs)
-    # A column that only repeats its default is left out, so a plain script stays seed 000's format.
+    # A column that only repeats its default is left out, so a plain script keeps only the basic columns.
     columns = [c.name for c in COLUMNS.values() if c.required or c.name == "budget_ms" or _used(c.name, jobs)]
     rows = [{name: getattr(job, name) for name in columns} for job in jobs]
     if _format_of(path) == "json":
