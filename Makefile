@@ -36,7 +36,7 @@ test: lint typecheck docs pytest
 # The site (mkdocs.yml, docs/), with every warning an error: a broken link or anchor, a page left
 # out of the navigation, a docstring that does not parse.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 # The sdist and the wheel, then the wheel alone in a clean venv, running the README's quick start.
 dist: $(STAMP)
@@ -95,6 +95,7 @@ bench-redis: $(STAMP) redis-server
 # python-build-standalone's downloads from GitHub. A Python that cannot be found or installed is
 # skipped with a note, and fails the run under CI=true.
 COMPAT_PYTHONS ?= 3.12 3.13
+COMPAT_PYTEST_ARGS ?=
 compat: $(STAMP) redis-server
 	@set -e; for v in $(COMPAT_PYTHONS); do \
 	    find_python() { for c in python$$v $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v*/bin/python$$v \
@@ -118,7 +119,7 @@ compat: $(STAMP) redis-server
 	        touch $$venv/.installed; \
 	    fi; \
 	    echo "== Python $$v ($$py)"; \
-	    $$venv/bin/python -m pytest -q; \
+	    $$venv/bin/python -m pytest -q $(COMPAT_PYTEST_ARGS); \
 	done
 
 bench: $(STAMP)
