@@ -455,7 +455,7 @@ def _counts(values: Sequence[float]) -> list[int]:
 def histograms(real: Sequence[RequestRecord], planned: Sequence[RequestRecord]) -> str:
     """The gate's histograms from its observer, beside the simulator's from the same records."""
     lines = ["The gate's histograms (its observer's records; the simulator's beside them):"]
-    charts = (
+    charts: tuple[tuple[str, Callable[[RequestRecord], float | None]], ...] = (
         (
             "time in queue (boundedgate_request_time_in_queue_seconds)",
             lambda r: None if r.decision == "reject" else r.waited,
@@ -489,11 +489,11 @@ async def main(seed: int = 0, one_process: bool = False, live: bool | None = Non
         flush=True,
     )
     if one_process:
-        *runs, jobs = await compare(seed, live)
+        semaphore_run, timeout_run, gate_run, jobs = await compare(seed, live)
     else:
-        *runs, jobs = await compare_side_by_side(seed)
+        semaphore_run, timeout_run, gate_run, jobs = await compare_side_by_side(seed)
         print(file=sys.stderr)
-    print(report(*runs, jobs))
+    print(report(semaphore_run, timeout_run, gate_run, jobs))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ from .._core import (
     check_name,
     total,
 )
-from .._streams import StreamOpener, StreamSource
+from .._streams import StreamOpener, StreamSource, StreamT
 from ._gate import BoundedGate
 from ._observing import Observer, Observers, attach
 from ._permit import Permit
@@ -62,7 +62,6 @@ CANCELLED = Status.CANCELLED
 __all__ = ("KeyedGate",)
 
 K = TypeVar("K", bound=Hashable)
-_T = TypeVar("_T")
 
 _FRESH, _LISTED, _RETIRED = "fresh", "listed", "retired"
 
@@ -334,7 +333,7 @@ class KeyedGate(Generic[K]):
     def stream(
         self,
         key: K,
-        source: StreamSource[_T],
+        source: StreamSource[StreamT],
         *,
         timeout: float | None = None,
         deadline: float | None = None,
@@ -342,7 +341,7 @@ class KeyedGate(Generic[K]):
         priority: int = 0,
         cost: float | None = None,
         raise_late: bool = True,
-    ) -> StreamOpener[_T]:
+    ) -> StreamOpener[StreamT]:
         """Admit a request through ``key``'s gate and hand the opened stream its slot.
 
         As :meth:`BoundedGate.stream` on the key's gate.
