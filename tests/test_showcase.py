@@ -32,7 +32,8 @@ def showcase() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runs(showcase: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
-    return run_virtual(showcase["compare"], 0, False)
+    semaphore, careful, gate, jobs = run_virtual(showcase["compare"], 0, False)
+    return semaphore, careful, gate, jobs
 
 
 def test_every_call_ends_in_one_outcome(runs: tuple[Any, Any, Any, Any]) -> None:

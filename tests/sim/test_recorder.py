@@ -7,14 +7,27 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
+import looptime
 import pytest
 
 from boundedgate import BoundedGate, GateError
 from boundedgate._cli import main
 from boundedgate.sim import Bursts, Job, LogNormal, Poisson, Recorder, generate, read_script, simulate
-from tests.helpers import run_virtual
+
+_T = TypeVar("_T")
+
+
+def run_virtual(coro_fn: Callable[..., Coroutine[Any, Any, _T]], *args: object) -> _T:
+    """Run ``coro_fn(*args)`` on a fresh fast-forwarding loop starting at time 0."""
+    loop = looptime.new_event_loop(start=0)
+    try:
+        return loop.run_until_complete(coro_fn(*args))
+    finally:
+        loop.close()
 
 
 async def serve(gate: BoundedGate, jobs: list[Job]) -> None:
