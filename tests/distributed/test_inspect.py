@@ -37,6 +37,7 @@ async def test_the_command_shows_holders_waiters_and_leases(
         text = await asyncio.to_thread(inspect_command, redis_server, name)
         assert f"gate {name!r}" in text
         assert "running 1/1, waiting 1/3" in text
+        assert holder.id is not None
         assert holder.id in text
         assert "lease left" in text
         data = json.loads(await asyncio.to_thread(inspect_command, redis_server, name, "--json"))
