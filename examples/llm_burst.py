@@ -1,13 +1,15 @@
-"""boundedgate's showcase: a burst of streamed LLM calls, through a plain semaphore and through a gate.
+"""boundedgate's showcase: a burst of streamed LLM calls, through two semaphores and through a gate.
 
 An in-process fake provider streams answers with a long-tailed latency and serves at most 20
 streams at once (a 21st gets a 429). The same traffic, a steady 40 calls a second with a burst of
-400 at once, is sent twice: through ``asyncio.Semaphore(20)``, the usual fix, and through
-``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after 2.5 s. Each call
-holds its slot for its whole stream, and carries an 8 KB prompt, as a RAG call would.
+400 at once, is sent three times: through ``asyncio.Semaphore(20)``, the usual fix; through the
+same semaphore with ``asyncio.timeout(2.5)`` around each call, what a careful user writes; and
+through ``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after 2.5 s. Each
+call holds its slot for its whole stream, and carries an 8 KB prompt, as a RAG call would.
 
-Run it with ``make demo`` (about 20 seconds), or ``python examples/llm_burst.py``. Real asyncio,
-real time; the numbers vary a little from run to run, the comparison does not.
+Run it with ``make demo`` (the three runs go side by side, one process each: about 15 seconds), or
+``python examples/llm_burst.py`` (``--one-process`` runs them one after the other, shown live).
+Real asyncio, real time; the numbers vary a little from run to run, the comparison does not.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import multiprocessing
 import shutil
 import sys
 import textwrap
@@ -22,7 +26,9 @@ import time
 import tracemalloc
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Coroutine, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from boundedgate import BoundedGate, Late, QueueExpired, QueueFull, RequestRecord
 from boundedgate.sim import Bursts, Job, LogNormal, Poisson, generate, percentile, simulate
@@ -30,7 +36,8 @@ from boundedgate.sim import Bursts, Job, LogNormal, Poisson, generate, percentil
 Caller = Callable[[Job], Coroutine[None, None, None]]  # makes one call, and records what became of it
 
 PROVIDER_LIMIT = 20  # streams the provider serves at once; beyond that it answers 429
-MAX_WAITING = 60  # queue places: `boundedgate plan` shows the trade-off (see the README)
+LONGER_QUEUE = 150  # the trade-off's other side, simulated in the report
+MAX_WAITING = 60  # queue places: `boundedgate plan` shows the trade-off (see docs/simulator.md)
 BUDGET = 2.5  # seconds a caller waits for an answer, from the moment it asks
 STEADY_RATE = 40  # calls per second, for the whole run
 BURST = 400  # calls arriving at one instant...
@@ -98,13 +105,16 @@ class Run:
     provider_refused: int = 0
 
     late_after_burst: int = 0  # answered late, among the calls that arrived after the burst
+    wasted: float = 0.0  # seconds of provider streaming spent on answers their caller did not get in time
     records: list[RequestRecord] = field(default_factory=list)  # what the gate's observer was told
 
     def answered(self, job: Job, outcome: str, seconds: float) -> None:
         self.outcomes[outcome] += 1
         self.answer_seconds.append(seconds)
-        if outcome == "late" and job.arrival_ms > BURST_AT_MS:
-            self.late_after_burst += 1
+        if outcome == "late":
+            self.wasted += job.service_ms / 1000
+            if job.arrival_ms > BURST_AT_MS:
+                self.late_after_burst += 1
 
     def refused(self, outcome: str, seconds: float) -> None:
         self.outcomes[outcome] += 1
@@ -115,7 +125,7 @@ class Run:
 
     def status(self, elapsed: float, provider: Provider) -> str:
         o = self.outcomes
-        answered, refused = o["on time"] + o["late"], o["rejected"] + o["expired"]
+        answered, refused = o["on time"] + o["late"], o["rejected"] + o["expired"] + o["cut off"]
         line = (
             f"  {self.name:<20} {elapsed:4.1f}s  streaming {provider.active:2}  waiting {self.waiting:3}  "
             f"answered {answered:3}, {o['late']:3} late  refused {refused:3}"
@@ -150,6 +160,40 @@ def through_semaphore(run: Run, provider: Provider) -> Caller:
             semaphore.release()
         elapsed = loop.time() - arrival
         run.answered(job, "on time" if elapsed < BUDGET else "late", elapsed)
+
+    return call
+
+
+def through_semaphore_with_timeout(run: Run, provider: Provider) -> Caller:
+    """What a careful user writes: the same semaphore, and ``asyncio.timeout`` around each whole call."""
+    semaphore = asyncio.Semaphore(PROVIDER_LIMIT)
+
+    async def call(job: Job) -> None:
+        loop = asyncio.get_running_loop()
+        arrival = loop.time()
+        prompt = _prompt(job)
+        started: float | None = None
+        run.waiting += 1
+        run.peak_waiting = max(run.peak_waiting, run.waiting)
+        try:
+            async with asyncio.timeout(BUDGET):  # the caller's budget, queue time included
+                try:
+                    await semaphore.acquire()
+                finally:
+                    run.waiting -= 1
+                try:
+                    started = loop.time()
+                    await _stream_answer(provider, job, prompt)
+                finally:
+                    semaphore.release()
+        except TimeoutError:
+            if started is None:  # it waited its whole budget and never reached the provider
+                run.refused("expired", loop.time() - arrival)
+            else:  # the provider had started streaming: the work done so far is thrown away
+                run.wasted += loop.time() - started
+                run.refused("cut off", loop.time() - arrival)
+        else:
+            run.answered(job, "on time", loop.time() - arrival)
 
     return call
 
@@ -209,25 +253,58 @@ async def replay(jobs: Sequence[Job], call: Caller, run: Run, provider: Provider
         print("\r" + run.status(run.wall, provider), file=sys.stderr)
 
 
-async def compare(seed: int = 0, live: bool = False) -> tuple[Run, Run, list[Job]]:
-    """Run the same traffic through a semaphore, then through a gate."""
-    jobs = traffic(seed)
+#: The three ways through, in the table's order.
+KINDS = ("semaphore", "timeout", "gate")
+
+
+async def run_one(kind: str, jobs: Sequence[Job], live: bool = False) -> Run:
+    """Send the traffic through one of the three, to a provider of its own, and measure."""
+    provider = Provider(PROVIDER_LIMIT)
     tracing = tracemalloc.is_tracing()
     if not tracing:
         tracemalloc.start()
     try:
-        semaphore_run = Run(f"Semaphore({PROVIDER_LIMIT})")
-        provider = Provider(PROVIDER_LIMIT)
-        await replay(jobs, through_semaphore(semaphore_run, provider), semaphore_run, provider, live)
-        gate = BoundedGate(max_running=PROVIDER_LIMIT, max_waiting=MAX_WAITING, name="llm")
-        gate_run = Run(f"BoundedGate({PROVIDER_LIMIT}, {MAX_WAITING})")
-        gate.observe(gate_run.records.append)
-        provider = Provider(PROVIDER_LIMIT)
-        await replay(jobs, through_gate(gate_run, provider, gate), gate_run, provider, live)
+        if kind == "semaphore":
+            run = Run(f"Semaphore({PROVIDER_LIMIT})")
+            call = through_semaphore(run, provider)
+        elif kind == "timeout":
+            run = Run(f"Semaphore + {BUDGET:g} s")
+            call = through_semaphore_with_timeout(run, provider)
+        else:
+            gate = BoundedGate(max_running=PROVIDER_LIMIT, max_waiting=MAX_WAITING, name="llm")
+            run = Run(f"BoundedGate({PROVIDER_LIMIT}, {MAX_WAITING})")
+            gate.observe(run.records.append)
+            call = through_gate(run, provider, gate)
+        await replay(jobs, call, run, provider, live)
     finally:
         if not tracing:
             tracemalloc.stop()
-    return semaphore_run, gate_run, jobs
+    return run
+
+
+async def compare(seed: int = 0, live: bool = False) -> tuple[Run, Run, Run, list[Job]]:
+    """Run the same traffic through the semaphore, the semaphore with a timeout and the gate, in turn."""
+    jobs = traffic(seed)
+    runs = [await run_one(kind, jobs, live) for kind in KINDS]
+    return runs[0], runs[1], runs[2], jobs
+
+
+def _run_in_a_process(kind: str, seed: int) -> dict[str, Any]:
+    # A Run's fields (stdlib and boundedgate types) rather than the Run: this module is __main__.
+    run = asyncio.run(run_one(kind, traffic(seed)))
+    return {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}
+
+
+async def compare_side_by_side(seed: int = 0) -> tuple[Run, Run, Run, list[Job]]:
+    """The same three runs at once, a process each (its own loop, provider and memory tracing)."""
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(len(KINDS), mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = [loop.run_in_executor(pool, _run_in_a_process, kind, seed) for kind in KINDS]
+        for done in asyncio.as_completed(pending):
+            run = Run(**await done)
+            print(f"  {run.name:<20} done: last answer at {run.wall:.1f} s", file=sys.stderr, flush=True)
+        runs = [Run(**future.result()) for future in pending]
+    return runs[0], runs[1], runs[2], traffic(seed)
 
 
 def _seconds(value: float | None) -> str:
@@ -236,37 +313,63 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
-def report(semaphore_run: Run, gate_run: Run, jobs: Sequence[Job]) -> str:
+def report(semaphore_run: Run, timeout_run: Run, gate_run: Run, jobs: Sequence[Job]) -> str:
     """The side-by-side table, what it means, and what the simulator predicted."""
-    runs = (semaphore_run, gate_run)
+    runs = (semaphore_run, timeout_run, gate_run)
     calls = len(jobs)
 
     def row(label: str, *cells: object) -> str:
-        return f"{label:<38}" + "".join(f"{cell!s:>22}" for cell in cells)
+        return f"{label:<36}" + "".join(f"{cell!s:>21}" for cell in cells)
 
-    def count(run: Run, outcome: str, never: bool = False) -> str:
-        return "never" if never else str(run.outcomes[outcome])
+    def count(run: Run, outcome: str) -> str:
+        return str(run.outcomes[outcome])
+
+    def reached(run: Run) -> int:
+        return run.outcomes["on time"] + run.outcomes["late"] + run.outcomes["cut off"]
 
     lines = [
-        row("", "asyncio.Semaphore", "BoundedGate"),
-        row("", f"({PROVIDER_LIMIT})", f"({PROVIDER_LIMIT}, {MAX_WAITING})"),
-        row("calls", calls, calls),
-        row("admitted (reached the provider)", *(r.outcomes["on time"] + r.outcomes["late"] for r in runs)),
-        row("rejected at once (QueueFull)", "never", count(gate_run, "rejected")),
-        row("expired in queue (QueueExpired)", "never", count(gate_run, "expired")),
-        row(f"answered late (after {BUDGET:g} s)", *(count(r, "late") for r in runs)),
+        row("", "asyncio.Semaphore", "Semaphore + timeout", "BoundedGate"),
+        row(
+            "",
+            f"({PROVIDER_LIMIT})",
+            f"({PROVIDER_LIMIT}), {BUDGET:g} s a call",
+            f"({PROVIDER_LIMIT}, {MAX_WAITING})",
+        ),
+        row("calls", calls, calls, calls),
+        row("admitted (reached the provider)", *(reached(r) for r in runs)),
+        row("rejected at once (QueueFull)", "never", "never", count(gate_run, "rejected")),
+        row("gave up in the queue", "never", count(timeout_run, "expired"), count(gate_run, "expired")),
+        row("cut off mid-stream (timeout)", "never", count(timeout_run, "cut off"), "never"),
+        row(
+            f"answered late (after {BUDGET:g} s)",
+            count(semaphore_run, "late"),
+            "never",
+            count(gate_run, "late"),
+        ),
         row("answered on time", *(count(r, "on time") for r in runs)),
         row("time to answer, p50", *(_seconds(r.p(50)) for r in runs)),
         row("time to answer, p99", *(_seconds(r.p(99)) for r in runs)),
-        row("slowest refusal", "-", _seconds(max(gate_run.refusal_seconds, default=None))),
+        row(
+            "time to a refusal, p50",
+            "-",
+            *(_seconds(percentile(sorted(r.refusal_seconds), 50)) for r in runs[1:]),
+        ),
+        row("slowest refusal", "-", *(_seconds(max(r.refusal_seconds, default=None)) for r in runs[1:])),
+        row("provider time spent for nothing", *(f"{r.wasted:.0f} s" for r in runs)),
         row("peak waiting coroutines", *(r.peak_waiting for r in runs)),
         row("peak memory (tracemalloc)", *(f"{r.peak_memory / 2**20:.1f} MB" for r in runs)),
         row("provider: peak streams / 429s", *(f"{r.provider_peak} / {r.provider_refused}" for r in runs)),
         row("last answer at", *(f"{r.wall:.1f} s" for r in runs)),
     ]
 
-    s, g = semaphore_run.outcomes, gate_run.outcomes
-    lines += ["", "What happened:"]
+    s, c, g = semaphore_run.outcomes, timeout_run.outcomes, gate_run.outcomes
+    lines += [
+        "",
+        "(provider time spent for nothing: the streaming of answers that came after their caller had given "
+        "up, or that a timeout cut off)",
+        "",
+        "What happened:",
+    ]
     after = sum(1 for job in jobs if job.arrival_ms > BURST_AT_MS)
     lines.append(
         f"- The semaphore let every call wait: {semaphore_run.peak_waiting} coroutines piled up, each "
@@ -274,6 +377,13 @@ def report(semaphore_run: Run, gate_run: Run, jobs: Sequence[Job]) -> str:
         "after their caller had given up. The provider spent its capacity on answers nobody was waiting "
         f"for, and the backlog made the burst everyone's problem: {semaphore_run.late_after_burst} of the "
         f"{after} calls that arrived after it were late too."
+    )
+    failed = c["expired"] + c["cut off"]
+    lines.append(
+        f"- The timeout bounds each caller's wait, not the queue: {timeout_run.peak_waiting} coroutines "
+        f"still piled up. {failed} callers waited their whole {BUDGET:g} s to learn they would get "
+        f"nothing, {c['cut off']} of them cut off mid-stream after the provider had started (and "
+        f"{timeout_run.wasted:.0f} s of its streaming thrown away). It answered {c['on time']} on time."
     )
     refused = g["rejected"] + g["expired"]
     admitted = g["on time"] + g["late"]
@@ -284,11 +394,25 @@ def report(semaphore_run: Run, gate_run: Run, jobs: Sequence[Job]) -> str:
         "Retry-After, at once, that a client can retry or route elsewhere. It answered "
         f"{served} calls it let through on time: p99 {_seconds(gate_run.p(99))}."
     )
-    if g["on time"] > s["on time"]:
-        memory = semaphore_run.peak_memory / max(gate_run.peak_memory, 1)
+    memory = timeout_run.peak_memory / max(gate_run.peak_memory, 1)
+    if g["on time"] >= c["on time"]:
         lines.append(
             "- So more callers got a timely answer through the gate "
-            f"({g['on time']} against {s['on time']}), with {memory:.0f}x less memory at the peak."
+            f"({g['on time']} against {c['on time']} and {s['on time']}), and the others a refusal at once "
+            f"rather than after {BUDGET:g} s, with {memory:.0f}x less memory at the peak."
+        )
+    else:
+        longer = simulate(jobs, max_running=PROVIDER_LIMIT, max_waiting=LONGER_QUEUE, trace=False).summary
+        lines.append(
+            f"- The careful semaphore answered more calls on time ({c['on time']} against the gate's "
+            f"{g['on time']}): its unbounded queue serves part of the burst's tail that the gate refused. "
+            f"The price is how the others fail: {failed} callers each waited the whole {BUDGET:g} s for "
+            f"nothing, where the gate's {refused} refusals came at once, with the budget still in hand to "
+            f"retry elsewhere or fall back; its answers' p99 was {_seconds(timeout_run.p(99))} against "
+            f"{_seconds(gate_run.p(99))}, and it held {memory:.0f}x the memory at the peak. The gate's "
+            f"queue is a setting: with {LONGER_QUEUE} places the simulator answers {longer.completed} on "
+            f"time against this traffic ({longer.late} late), at a p99 of "
+            f"{_seconds((longer.end_to_end_ms.p99 or 0) / 1000)}."
         )
 
     started = time.perf_counter()
@@ -331,7 +455,7 @@ def _counts(values: Sequence[float]) -> list[int]:
 def histograms(real: Sequence[RequestRecord], planned: Sequence[RequestRecord]) -> str:
     """The gate's histograms from its observer, beside the simulator's from the same records."""
     lines = ["The gate's histograms (its observer's records; the simulator's beside them):"]
-    charts = (
+    charts: tuple[tuple[str, Callable[[RequestRecord], float | None]], ...] = (
         (
             "time in queue (boundedgate_request_time_in_queue_seconds)",
             lambda r: None if r.decision == "reject" else r.waited,
@@ -351,8 +475,8 @@ def histograms(real: Sequence[RequestRecord], planned: Sequence[RequestRecord]) 
     return "\n".join(line.rstrip() for line in lines)
 
 
-async def main(seed: int = 0, live: bool | None = None) -> None:
-    """Print the scenario, run both, print the report."""
+async def main(seed: int = 0, one_process: bool = False, live: bool | None = None) -> None:
+    """Print the scenario, run the three, print the report."""
     live = sys.stderr.isatty() if live is None else live
     jobs = traffic(seed)
     print(
@@ -360,16 +484,22 @@ async def main(seed: int = 0, live: bool | None = None) -> None:
         f"serves at most {PROVIDER_LIMIT} streams at once.\n"
         f"{len(jobs)} calls arrive over {DURATION_MS / 1000:g} s: {STEADY_RATE} a second, plus {BURST} "
         f"at once at t={BURST_AT_MS / 1000:g} s. Every caller gives up after {BUDGET:g} s.\n"
-        "The same calls go once through a plain semaphore, once through a BoundedGate.\n",
+        "The same calls go through a plain semaphore, through the semaphore with a timeout around each "
+        "call, and through a BoundedGate.\n",
         flush=True,
     )
-    semaphore_run, gate_run, jobs = await compare(seed, live)
-    print(report(semaphore_run, gate_run, jobs))
+    if one_process:
+        semaphore_run, timeout_run, gate_run, jobs = await compare(seed, live)
+    else:
+        semaphore_run, timeout_run, gate_run, jobs = await compare_side_by_side(seed)
+        print(file=sys.stderr)
+    print(report(semaphore_run, timeout_run, gate_run, jobs))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0, help="the traffic's seed (default 0)")
-    parser.add_argument("--no-live", action="store_true", help="no live progress line")
+    parser.add_argument("--one-process", action="store_true", help="one run after the other, shown live")
+    parser.add_argument("--no-live", action="store_true", help="no live progress line (with --one-process)")
     args = parser.parse_args()
-    asyncio.run(main(args.seed, False if args.no_live else None))
+    asyncio.run(main(args.seed, args.one_process, False if args.no_live else None))

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 __all__ = ("Behaviour", "FakeProvider", "Served", "fake_provider")
 
@@ -250,7 +251,7 @@ class FakeProvider:
     @staticmethod
     async def _until(step: object, gone: asyncio.Future[bytes]) -> None:
         """Await ``step``, unless the client leaves first."""
-        task = asyncio.ensure_future(step)  # type: ignore[arg-type]
+        task = asyncio.ensure_future(step)  # type: ignore[call-overload]
         await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
             task.cancel()
@@ -262,6 +263,7 @@ class FakeProvider:
             raise ClientGone
 
     def _send_429(self, writer: asyncio.StreamWriter, api: str, behaviour: Behaviour) -> None:
+        body: dict[str, object]
         if api == "openai":
             body = {
                 "error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}
@@ -333,7 +335,7 @@ def _openai_events(behaviour: Behaviour) -> Iterator[tuple[str, bytes]]:
 
 
 def _anthropic_events(behaviour: Behaviour) -> Iterator[tuple[str, bytes]]:
-    message = {
+    message: dict[str, Any] = {
         "id": "msg_fake",
         "type": "message",
         "role": "assistant",

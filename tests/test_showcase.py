@@ -31,28 +31,31 @@ def showcase() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def runs(showcase: dict[str, Any]) -> tuple[Any, Any, Any]:
-    return run_virtual(showcase["compare"], 0, False)
+def runs(showcase: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    semaphore, careful, gate, jobs = run_virtual(showcase["compare"], 0, False)
+    return semaphore, careful, gate, jobs
 
 
-def test_every_call_ends_in_one_outcome(runs: tuple[Any, Any, Any]) -> None:
-    semaphore, gate, jobs = runs
+def test_every_call_ends_in_one_outcome(runs: tuple[Any, Any, Any, Any]) -> None:
+    semaphore, careful, gate, jobs = runs
     assert len(jobs) > 500
-    assert sum(semaphore.outcomes.values()) == sum(gate.outcomes.values()) == len(jobs)
+    for run in (semaphore, careful, gate):
+        assert sum(run.outcomes.values()) == len(jobs)
     assert set(semaphore.outcomes) <= {"on time", "late"}
+    assert set(careful.outcomes) <= {"on time", "expired", "cut off"}
 
 
-def test_both_respect_the_providers_limit(runs: tuple[Any, Any, Any], showcase: dict[str, Any]) -> None:
-    semaphore, gate, _ = runs
-    for run in (semaphore, gate):
+def test_both_respect_the_providers_limit(runs: tuple[Any, Any, Any, Any], showcase: dict[str, Any]) -> None:
+    *every, _ = runs
+    for run in every:
         assert run.provider_peak == showcase["PROVIDER_LIMIT"]
         assert run.provider_refused == 0
 
 
 def test_the_gate_answers_within_the_budget_and_bounds_its_queue(
-    runs: tuple[Any, Any, Any], showcase: dict[str, Any]
+    runs: tuple[Any, Any, Any, Any], showcase: dict[str, Any]
 ) -> None:
-    _, gate, _ = runs
+    _, _, gate, _ = runs
     assert gate.p(99) <= showcase["BUDGET"]
     assert gate.outcomes["late"] <= 0.01 * (gate.outcomes["on time"] + gate.outcomes["late"])
     assert gate.peak_waiting == showcase["MAX_WAITING"]
@@ -61,24 +64,42 @@ def test_the_gate_answers_within_the_budget_and_bounds_its_queue(
 
 
 def test_the_semaphore_piles_up_waiters_and_answers_late(
-    runs: tuple[Any, Any, Any], showcase: dict[str, Any]
+    runs: tuple[Any, Any, Any, Any], showcase: dict[str, Any]
 ) -> None:
-    semaphore, gate, jobs = runs
+    semaphore, _, gate, jobs = runs
     assert semaphore.peak_waiting > 5 * showcase["MAX_WAITING"]
     assert semaphore.outcomes["late"] > len(jobs) / 2
     assert semaphore.p(99) > 2 * showcase["BUDGET"]
     assert semaphore.peak_memory > 2 * gate.peak_memory
 
 
-def test_more_callers_get_a_timely_answer_through_the_gate(runs: tuple[Any, Any, Any]) -> None:
-    semaphore, gate, _ = runs
+def test_more_callers_get_a_timely_answer_through_the_gate(runs: tuple[Any, Any, Any, Any]) -> None:
+    semaphore, _, gate, _ = runs
     assert gate.outcomes["on time"] > 1.2 * semaphore.outcomes["on time"]
 
 
-def test_the_simulator_predicts_the_gates_run(runs: tuple[Any, Any, Any], showcase: dict[str, Any]) -> None:
+def test_the_careful_semaphore_bounds_every_wait_but_not_the_queue_and_fails_slowly(
+    runs: tuple[Any, Any, Any, Any], showcase: dict[str, Any]
+) -> None:
+    _, careful, gate, _ = runs
+    budget = showcase["BUDGET"]
+    assert careful.p(99) <= budget  # nobody waits past the budget: the timeout cuts them
+    assert careful.outcomes["expired"] > 0
+    assert careful.outcomes["cut off"] > 0  # ...some of them after the provider had started
+    assert careful.wasted > 0
+    assert gate.wasted == 0
+    assert min(careful.refusal_seconds) >= budget - 1e-6  # each failure took the whole budget
+    assert max(gate.refusal_seconds, default=0.0) < 0.1 * budget
+    assert careful.peak_waiting > 5 * showcase["MAX_WAITING"]
+    assert careful.peak_memory > 2 * gate.peak_memory
+
+
+def test_the_simulator_predicts_the_gates_run(
+    runs: tuple[Any, Any, Any, Any], showcase: dict[str, Any]
+) -> None:
     # The real run streams in chunks whose float sleeps add up to the service time only to within
     # rounding, so an answer can end a hair either side of an instant the script says is exact.
-    _, gate, jobs = runs
+    _, _, gate, jobs = runs
     predicted = simulate(jobs, max_running=showcase["PROVIDER_LIMIT"], max_waiting=showcase["MAX_WAITING"])
     summary = predicted.summary
     for outcome, count in (
@@ -89,21 +110,28 @@ def test_the_simulator_predicts_the_gates_run(runs: tuple[Any, Any, Any], showca
         assert abs(gate.outcomes[outcome] - count) <= 0.01 * len(jobs), outcome
 
 
-def test_the_report_tells_the_story(runs: tuple[Any, Any, Any], showcase: dict[str, Any]) -> None:
+def test_the_report_tells_the_story(runs: tuple[Any, Any, Any, Any], showcase: dict[str, Any]) -> None:
     out = showcase["report"](*runs)
+    _, careful, gate, _ = runs
     assert "asyncio.Semaphore" in out
+    assert "Semaphore + timeout" in out
     assert "BoundedGate" in out
     assert "rejected at once (QueueFull)" in out
-    assert "So more callers got a timely answer through the gate" in out
+    assert "cut off mid-stream (timeout)" in out
+    # The comparison with the careful semaphore says what the numbers say, whichever way they go.
+    if gate.outcomes["on time"] >= careful.outcomes["on time"]:
+        assert "So more callers got a timely answer through the gate" in out
+    else:
+        assert f"The careful semaphore answered more calls on time ({careful.outcomes['on time']} " in out
     assert "boundedgate.sim replayed the same" in out
 
 
 def test_the_demo_shows_the_gates_histograms_beside_the_simulators(
-    runs: tuple[Any, Any, Any], showcase: dict[str, Any]
+    runs: tuple[Any, Any, Any, Any], showcase: dict[str, Any]
 ) -> None:
-    semaphore, gate, jobs = runs
+    *_, gate, jobs = runs
     assert len(gate.records) == len(jobs)  # the observer was told of every call, once
-    text = showcase["report"](semaphore, gate, jobs)
+    text = showcase["report"](*runs)
     charts = text.split("The gate's histograms")[1].split("time to outcome")
     assert "time in queue" in charts[0]
     rows = [line.split() for line in charts[1].splitlines() if line.strip().startswith(("<=", ">"))]

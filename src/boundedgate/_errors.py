@@ -93,7 +93,7 @@ class GateError(Exception):
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready body for an HTTP error response (seed 002's shape, our names)."""
+        """A JSON-ready body for an HTTP error response (the gate's name, limits and counts)."""
         return {
             "code": self.code,
             "error": str(self),

@@ -162,7 +162,7 @@ def _version() -> str:
 
 
 def span_attributes(record: RequestRecord) -> dict[str, Any]:
-    """Seed 004's fields of one request, as span attributes."""
+    """The admission fields of one request, as span attributes."""
     key = record.gate if record.key is None else f"{record.gate}/{record.key}"
     attributes: dict[str, Any] = {
         _GATE: record.gate,
@@ -197,7 +197,7 @@ def instrument(
         meter_provider: Where the instruments are made (default: the global one).
         histograms: Observe the gates and record the four histograms. False: only the counts
             and gauges read at collection time, with no cost per request at all.
-        spans: Add a ``boundedgate.admission`` event (seed 004's fields) to the current span of
+        spans: Add a ``boundedgate.admission`` event (the request's admission fields) to the current span of
             each request whose ending its own task decides (started, refused at arrival).
         key_attribute: Put ``boundedgate.key`` on the histograms (only for a bounded key set).
     """

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from tests.asgi import servers
 
 
 def test_missing_server_parts_skip_on_a_laptop_and_fail_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(servers.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI=true"):
         servers.chromium_binary()

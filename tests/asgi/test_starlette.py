@@ -46,7 +46,7 @@ class Provider:
         finally:
             self.closed += 1
 
-    async def stream(self) -> GatedStream[str]:
+    async def stream(self) -> GatedStream[AsyncIterator[str]]:
         return await self.gate.stream(self.tokens)
 
 

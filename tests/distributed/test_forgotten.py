@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
@@ -66,7 +67,7 @@ async def _lapsed(client: redis.asyncio.Redis, name: str) -> bool:
 async def test_a_permit_handed_to_a_stream_is_left_to_the_stream(
     client: redis.asyncio.Redis, name: str
 ) -> None:
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[str]:
         yield "a"
 
     async with make_gate(client, name, 1, 0) as gate:

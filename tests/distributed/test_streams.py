@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
@@ -38,7 +39,7 @@ async def test_a_stream_holds_the_cluster_slot_until_its_end(client: redis.async
 async def test_hand_to_inside_the_admission_block(client: redis.asyncio.Redis, name: str) -> None:
     async with make_gate(client, name, 1, 0) as gate:
 
-        async def open_stream() -> GatedStream[int]:
+        async def open_stream() -> GatedStream[AsyncIterator[int]]:
             async with gate.admit(timeout=30) as permit:
                 return permit.hand_to(ticks(5))
 

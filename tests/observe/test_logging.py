@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -39,7 +40,7 @@ async def test_a_refusal_is_one_record_with_its_fields(caplog: pytest.LogCapture
         "decision": "reject",
         "limited": True,
     }
-    assert (record.rate_limit_key, record.waited_ms, record.queue_depth) == ("openai", 0.0, 0)
+    assert (record.rate_limit_key, record.waited_ms, record.queue_depth) == ("openai", 0.0, 0)  # type: ignore[attr-defined]
     assert "openai: request rejected at once" in record.getMessage()
 
 
@@ -53,11 +54,11 @@ async def test_an_expiry_and_a_late_ending_are_logged_at_info(caplog: pytest.Log
         holder.release()
         async with gate.admit(timeout=1, raise_late=False):
             await asyncio.sleep(1)
-    assert [(r.outcome, r.levelno) for r in caplog.records] == [
+    assert [(r.outcome, r.levelno) for r in caplog.records] == [  # type: ignore[attr-defined]
         ("expired", logging.INFO),
         ("late", logging.INFO),
     ]
-    assert caplog.records[0].waited_ms == pytest.approx(2000)
+    assert caplog.records[0].waited_ms == pytest.approx(2000)  # type: ignore[attr-defined]
 
 
 async def test_a_leak_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -65,7 +66,7 @@ async def test_a_leak_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
 
     gate = BoundedGate(max_running=1, max_waiting=0, name="g")
 
-    async def chunks() -> object:
+    async def chunks() -> AsyncIterator[str]:
         yield "a"
 
     stream = await gate.stream(chunks)
@@ -74,14 +75,14 @@ async def test_a_leak_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
         gc.collect()
         await asyncio.sleep(0)
     (record,) = caplog.records
-    assert (record.outcome, record.levelno) == ("leaked", logging.WARNING)
+    assert (record.outcome, record.levelno) == ("leaked", logging.WARNING)  # type: ignore[attr-defined]
 
 
 def test_events_of_the_edges_are_records_too(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="boundedgate"):
         log_event("shared", "lease_lost", "a lease expired on the server", lease="abc")
     (record,) = caplog.records
-    assert (record.gate, record.event, record.lease) == ("shared", "lease_lost", "abc")
+    assert (record.gate, record.event, record.lease) == ("shared", "lease_lost", "abc")  # type: ignore[attr-defined]
 
 
 def test_the_logger_has_a_null_handler_so_nothing_prints_by_default() -> None:

@@ -9,6 +9,7 @@ import weakref
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from boundedgate import OUTCOMES, BoundedGate, KeyedGate, RateLimit, downstream_refused
@@ -32,7 +33,7 @@ GOLDEN = {
 }
 
 
-def _families(registry: CollectorRegistry) -> dict[str, object]:
+def _families(registry: CollectorRegistry) -> dict[str, Metric]:
     return {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
 
 
@@ -47,22 +48,22 @@ async def test_a_scripted_run_gives_the_golden_exposition() -> None:
     families = _families(registry)
     for name, (kind, labels) in GOLDEN.items():
         family = families[name]
-        assert family.type == kind, name  # type: ignore[attr-defined]
-        assert family.documentation, name  # type: ignore[attr-defined]
-        for sample in family.samples:  # type: ignore[attr-defined]
+        assert family.type == kind, name
+        assert family.documentation, name
+        for sample in family.samples:
             assert set(sample.labels) - {"le"} == labels, name
             assert sample.labels["gate"] == "scripted"
         if kind == "histogram":
-            buckets = [s for s in family.samples if s.name.endswith("_bucket")]  # type: ignore[attr-defined]
+            buckets = [s for s in family.samples if s.name.endswith("_bucket")]
             by_series: dict[str, list[str]] = {}
             for sample in buckets:
                 by_series.setdefault(sample.labels["outcome"], []).append(sample.labels["le"])
             assert all(les == LE for les in by_series.values()), name
     stats = gate.stats()
-    requests = {s.labels["outcome"]: s.value for s in families["boundedgate_requests"].samples  # type: ignore[attr-defined]
+    requests = {s.labels["outcome"]: s.value for s in families["boundedgate_requests"].samples
                 if s.name == "boundedgate_requests_total"}  # fmt: skip
     assert requests == {o.name: getattr(stats, o.name) for o in OUTCOMES}
-    counts = {s.labels["outcome"]: s.value for s in families["boundedgate_request_duration_seconds"].samples  # type: ignore[attr-defined]
+    counts = {s.labels["outcome"]: s.value for s in families["boundedgate_request_duration_seconds"].samples
               if s.name.endswith("_count")}  # fmt: skip
     assert counts == {name: value for name, value in requests.items() if value}
 
@@ -73,7 +74,7 @@ def test_downstream_refusals_are_a_counter_by_status() -> None:
     registry.register(GateCollector(gate))
     downstream_refused("prom-downstream")
     downstream_refused("prom-downstream")
-    samples = _families(registry)["boundedgate_downstream_refusals"].samples  # type: ignore[attr-defined]
+    samples = _families(registry)["boundedgate_downstream_refusals"].samples
     assert [(s.name, s.labels, s.value) for s in samples] == [
         ("boundedgate_downstream_refusals_total", {"gate": "prom-downstream", "status": "429"}, 2.0)
     ]
@@ -87,7 +88,7 @@ async def test_ten_thousand_keys_leave_the_number_of_series_constant() -> None:
     registry.register(GateCollector(sessions))
 
     def series() -> int:
-        return sum(len(f.samples) for f in _families(registry).values())  # type: ignore[attr-defined]
+        return sum(len(f.samples) for f in _families(registry).values())
 
     async with sessions.admit(0):
         pass
@@ -141,7 +142,7 @@ async def test_a_gates_rate_limits_show_their_balances() -> None:
     registry.register(GateCollector(gate))
     for _ in range(4):
         gate.try_admit().release()
-    (sample,) = _families(registry)["boundedgate_rate_limit_tokens"].samples  # type: ignore[attr-defined]
+    (sample,) = _families(registry)["boundedgate_rate_limit_tokens"].samples
     assert sample.labels == {"gate": "rated", "limit": "rps"}
     assert sample.value == pytest.approx(6.0)
-    assert _families(registry)["boundedgate_limit_running"].samples == []  # type: ignore[attr-defined]
+    assert _families(registry)["boundedgate_limit_running"].samples == []

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import logging
 import math
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -51,7 +52,8 @@ async def test_a_scripted_run_gives_one_record_per_request_with_its_times() -> N
     by_outcome = {r.outcome.name: r for r in records}
     assert [r.outcome.name for r in records] == ["rejected", "completed", "late"]
     done, late, rejected = by_outcome["completed"], by_outcome["late"], by_outcome["rejected"]
-    assert (done.decision, done.waited, done.ran, done.queue_depth) == ("allow", 0.0, pytest.approx(1.0), 0)
+    assert (done.decision, done.waited, done.queue_depth) == ("allow", 0.0, 0)
+    assert done.ran == pytest.approx(1.0)
     assert done.arrival == pytest.approx(t0)
     assert done.end_to_end == pytest.approx(1.0)
     assert (late.decision, late.queue_depth) == ("queue", 0)
@@ -150,11 +152,15 @@ async def test_a_keyed_gate_records_its_own_name_and_the_key_and_unobserve_stops
 
 async def test_without_observers_the_core_has_no_observer_to_call() -> None:
     gate = BoundedGate(max_running=1, max_waiting=0)
-    assert gate._state.observer is None
+
+    def observer() -> object:
+        return gate._state.observer
+
+    assert observer() is None
     gate.observe(print)
-    assert gate._state.observer is not None
+    assert observer() is not None
     gate.unobserve(print)
-    assert gate._state.observer is None
+    assert observer() is None
 
 
 async def test_an_observer_that_raises_is_logged_and_the_others_still_run(
@@ -179,7 +185,7 @@ async def test_a_stream_records_the_time_to_its_first_item() -> None:
     gate = BoundedGate(max_running=1, max_waiting=0)
     records = observed(gate)
 
-    async def chunks() -> object:
+    async def chunks() -> AsyncIterator[str]:
         await asyncio.sleep(0.5)
         yield "a"
         await asyncio.sleep(1)
@@ -196,7 +202,7 @@ async def test_a_leaked_permit_is_told_as_leaked() -> None:
     gate = BoundedGate(max_running=1, max_waiting=0)
     records = observed(gate)
 
-    async def chunks() -> object:
+    async def chunks() -> AsyncIterator[str]:
         yield "a"
 
     stream = await gate.stream(chunks)

@@ -14,7 +14,7 @@ import pytest
 
 from boundedgate._cli import main
 from boundedgate._cli._progress import ProgressBar
-from boundedgate.sim import Job, read_script, write_script
+from boundedgate.sim import Job, ScriptError, read_script, write_script
 
 SEED_CSV = "id,arrival_ms,service_ms,budget_ms\nA,0,100,300\nB,0,100,300\nC,0,50,200\nD,0,50,90\nE,0,20,200\n"
 PLAN = [
@@ -278,10 +278,68 @@ def test_plot_without_matplotlib_says_how_to_get_it(
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     chart = tmp_path / "trace.svg"
     status, out, err = run(capsys, "simulate", str(seed), "-c", "2", "-q", "2", "--plot", str(chart))
-    assert status == 1
-    assert out == ""  # it says so before doing the work
-    assert err == "boundedgate: error: plotting needs matplotlib: pip install 'boundedgate[plot]'\n"
+    assert status == 1  # the chart asked for is not there
+    assert out == run(capsys, "simulate", str(seed), "-c", "2", "-q", "2")[1]  # the tables all are
+    assert (
+        err == f"boundedgate: no chart {chart}: plotting needs matplotlib: pip install 'boundedgate[plot]'\n"
+    )
     assert not chart.exists()
+    sweep_chart = tmp_path / "sweep.svg"
+    status, out, err = run(capsys, *PLAN, "-q", "0,5", "--plot", str(sweep_chart))
+    assert status == 1
+    assert "max_running  max_waiting" in out
+    assert err.endswith(
+        f"boundedgate: no chart {sweep_chart}: plotting needs matplotlib: pip install 'boundedgate[plot]'\n"
+    )
+    assert not sweep_chart.exists()
+
+
+def test_a_long_script_prints_its_summary_unless_asked_for_every_request(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    long = tmp_path / "long.csv"
+    write_script([Job(f"r{i}", i, 5) for i in range(51)], long)
+    status, out, _ = run(capsys, "simulate", str(long), "-c", "1", "-q", "1")
+    assert status == 0
+    assert "r50" not in out  # no line per request
+    assert "completed on time" in out
+    assert out.rstrip().endswith(
+        "(the summary alone, for 51 requests: --requests prints each one, --trace every event)"
+    )
+    status, out, _ = run(capsys, "simulate", str(long), "-c", "1", "-q", "1", "--requests")
+    assert status == 0
+    assert "r50" in out
+    assert "the summary alone" not in out
+    short = tmp_path / "short.csv"
+    write_script([Job(f"r{i}", i, 5) for i in range(50)], short)
+    _, out, _ = run(capsys, "simulate", str(short), "-c", "1", "-q", "1")
+    assert "r49" in out
+    assert "the summary alone" not in out
+
+
+def test_unknown_columns_are_refused_unless_ignored_on_request(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    export = tmp_path / "export.csv"
+    export.write_text(
+        "id,arrival_ms,service_ms,budget_ms,user_agent,status\nA,0,100,300,curl,200\nB,0,50,,httpx,200\n"
+    )
+    status, _, err = run(capsys, "simulate", str(export), "-c", "1", "-q", "1")
+    assert status == 1
+    assert "unknown column 'user_agent'" in err
+    status, out, _ = run(capsys, "simulate", str(export), "-c", "1", "-q", "1", "--ignore-unknown-columns")
+    assert status == 0
+    assert out.startswith(f"2 requests from {export}")
+    status, out, _ = run(
+        capsys, "plan", "--script", str(export), "--ignore-unknown-columns", "-c", "1", "-q", "0,1"
+    )
+    assert status == 0
+    assert out.startswith(f"Workload: 2 requests from {export}")
+    data = tmp_path / "export.json"
+    data.write_text('[{"id": "A", "arrival_ms": 0, "service_ms": 100, "trace_id": "abc"}]')
+    assert [job.id for job in read_script(data, ignore_unknown=True)] == ["A"]
+    with pytest.raises(ScriptError, match="unknown column 'trace_id'"):
+        read_script(data)
 
 
 def test_python_dash_m_and_the_console_script(seed: Path) -> None:
@@ -300,10 +358,11 @@ def test_python_dash_m_and_the_console_script(seed: Path) -> None:
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-COMMANDS = re.findall(r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", README.read_text(), flags=re.DOTALL)
+SIMULATOR_PAGE = README.parent / "docs" / "simulator.md"
+COMMANDS = re.findall(r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", SIMULATOR_PAGE.read_text(), flags=re.DOTALL)
 
 
-def test_the_readme_shows_commands() -> None:
+def test_the_simulator_page_shows_commands() -> None:
     assert [command.split()[1] for command, _ in COMMANDS] == [
         "simulate",
         "plan",
@@ -314,7 +373,7 @@ def test_the_readme_shows_commands() -> None:
 
 
 @pytest.mark.parametrize(("command", "shown"), COMMANDS, ids=[c.split()[1] for c, _ in COMMANDS])
-def test_the_readme_shows_what_the_command_prints(
+def test_the_simulator_page_shows_what_the_command_prints(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, shown: str
 ) -> None:
     monkeypatch.chdir(README.parent)
@@ -327,7 +386,18 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
     # `boundedgate simulate big.csv | head`: the pipe closes long before the table is written.
     script = tmp_path / "big.csv"
     write_script([Job(f"r{i}", i, 5) for i in range(20_000)], script)
-    command = [sys.executable, "-m", "boundedgate", "simulate", str(script), "-c", "1", "-q", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "boundedgate",
+        "simulate",
+        str(script),
+        "-c",
+        "1",
+        "-q",
+        "1",
+        "--requests",
+    ]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
         assert process.stdout is not None
         assert process.stderr is not None

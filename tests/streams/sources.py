@@ -76,7 +76,7 @@ class SdkLike:
             yield f"t{item}"
 
     async def close(self) -> None:
-        await self._iterator.aclose()
+        await self._iterator.aclose()  # type: ignore[attr-defined]  # an async generator's
 
     async def until_done(self) -> SdkLike:
         async for _ in self:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -49,22 +49,22 @@ class _ClosesInSteps:
         self.closed = True
 
 
-async def _by_aclose(stream: GatedStream[int]) -> None:
+async def _by_aclose(stream: GatedStream[AsyncIterator[int]]) -> None:
     await stream.__anext__()
     await stream.aclose()
 
 
-async def _by_async_with(stream: GatedStream[int]) -> None:
+async def _by_async_with(stream: GatedStream[AsyncIterator[int]]) -> None:
     async with stream:
         await stream.__anext__()
 
 
-async def _by_eof(stream: GatedStream[int]) -> None:
+async def _by_eof(stream: GatedStream[AsyncIterator[int]]) -> None:
     async for _ in stream:
         pass
 
 
-ENDINGS: dict[str, Callable[[GatedStream[int]], Awaitable[None]]] = {
+ENDINGS: dict[str, Callable[[GatedStream[AsyncIterator[int]]], Awaitable[None]]] = {
     "aclose": _by_aclose,
     "async with": _by_async_with,
     "eof": _by_eof,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -13,7 +14,7 @@ from tests.helpers import checked_gate
 from tests.streams.sources import Broken, Log, outcomes, settle, ticks
 
 
-def _stream(gate: BoundedGate, log: Log, n: int = 3, **kwargs: object) -> GatedStream[int]:
+def _stream(gate: BoundedGate, log: Log, n: int = 3, **kwargs: object) -> GatedStream[AsyncIterator[int]]:
     every = float(kwargs.pop("every", 1.0))  # type: ignore[arg-type]
     fail_at = kwargs.pop("fail_at", None)
     permit = gate.try_admit(**kwargs)  # type: ignore[arg-type]
@@ -250,7 +251,7 @@ def test_a_stream_collected_after_its_loop_closed_still_gives_the_slot_back() ->
     gate = BoundedGate(max_running=1, max_waiting=0, name="openai")
     loop = asyncio.new_event_loop()
 
-    async def open_stream() -> GatedStream[int]:
+    async def open_stream() -> GatedStream[AsyncIterator[int]]:
         return gate.try_admit().hand_to(_Endless())
 
     stream = loop.run_until_complete(open_stream())

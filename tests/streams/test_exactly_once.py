@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import warnings
+from collections.abc import AsyncIterator
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,7 +30,7 @@ ENDINGS = {
 }
 
 
-async def _end(how: str, held: list[GatedStream[int]], permit: Permit) -> None:
+async def _end(how: str, held: list[GatedStream[AsyncIterator[int]]], permit: Permit) -> None:
     if how == "release":
         permit.release()
         return
@@ -69,7 +70,7 @@ async def _end(how: str, held: list[GatedStream[int]], permit: Permit) -> None:
     await settle()
 
 
-async def _read_one(stream: GatedStream[int]) -> None:
+async def _read_one(stream: GatedStream[AsyncIterator[int]]) -> None:
     await stream.__anext__()
 
 

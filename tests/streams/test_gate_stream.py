@@ -112,7 +112,7 @@ async def test_a_caller_cancelled_while_the_stream_opens_releases_the_slot_as_fa
     assert outcomes(gate) == {"running": 0, "failed": 1}
 
 
-async def _await(opener: StreamOpener[int]) -> GatedStream[int]:
+async def _await(opener: StreamOpener[int]) -> GatedStream[AsyncIterator[int]]:
     return await opener
 
 

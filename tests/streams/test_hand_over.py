@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from boundedgate import GatedStream, Status
@@ -23,7 +25,7 @@ async def test_the_block_no_longer_releases_once_the_stream_owns_the_slot() -> N
 async def test_the_usual_shape_a_function_returns_the_stream_from_inside_the_block() -> None:
     gate = checked_gate(1, 1)
 
-    async def open_stream() -> GatedStream[int]:
+    async def open_stream() -> GatedStream[AsyncIterator[int]]:
         async with gate.admit(timeout=30) as permit:
             return permit.hand_to(ticks(2))
 

@@ -24,7 +24,7 @@ def _cancelling(task: asyncio.Task[object]) -> int:
     return task.cancelling() if sys.version_info >= (3, 11) else 0
 
 
-async def _read_all(stream: GatedStream[int], into: list[int]) -> str:
+async def _read_all(stream: GatedStream[AsyncIterator[int]], into: list[int]) -> str:
     async for item in stream:
         into.append(item)
     return "ended"

@@ -219,6 +219,14 @@ def _settings(
     return "; ".join([text, *_overrides_text(overrides or {})])
 
 
+def _add_ignore_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--ignore-unknown-columns",
+        action="store_true",
+        help="skip columns that are not a script's (an export's own fields) instead of refusing them",
+    )
+
+
 def _plot_path(text: str) -> Path:
     path = Path(text)
     if path.suffix.lower() not in FORMATS:
@@ -263,6 +271,12 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--trace", action="store_true", help="also print every event")
     sim.add_argument("--summary-only", action="store_true", help="print the summary alone")
     sim.add_argument(
+        "--requests",
+        action="store_true",
+        help=f"print each request even for a script of more than {LONG_SCRIPT} (default: the summary alone)",
+    )
+    _add_ignore_option(sim)
+    sim.add_argument(
         "--plot", metavar="FILE", type=_plot_path, help="draw running/waiting over time (.svg, .png)"
     )
 
@@ -276,6 +290,7 @@ def _parser() -> argparse.ArgumentParser:
     traffic.add_argument(
         "--script", metavar="FILE", type=Path, help="replay this script instead of generating"
     )
+    _add_ignore_option(traffic)
     traffic.add_argument("--rate", type=_units.rate, help="Poisson arrivals: 20 (per second), 20/s, 1200/m")
     traffic.add_argument(
         "--burst", metavar="N", type=_whole_number("--burst"), help="N requests arriving at one instant"
@@ -363,26 +378,34 @@ def _describe_distribution(d: Distribution, unit: Callable[[float], str] = human
     return f"lognormal, mean {unit(d.mean_ms)}, p99 {unit(d.p99_ms)}"
 
 
-def _check_plotting() -> None:
+def _can_plot(args: argparse.Namespace) -> bool:
+    """Whether the chart asked for can be drawn; if not, the tables are printed and the end says why."""
+    if not args.plot:
+        return False
     try:
         require_matplotlib()
     except ImportError as error:
-        raise _Failed(str(error)) from None
+        args.no_chart = str(error)
+        return False
+    return True
 
 
-def _read(path: Path) -> list[Job]:
+def _read(path: Path, ignore_unknown: bool = False) -> list[Job]:
     try:
-        return read_script(path)
+        return read_script(path, ignore_unknown=ignore_unknown)
     except OSError as error:
         raise _Failed(f"cannot read {path}: {error.strerror or error}") from None
     except ScriptError as error:
         raise _Failed(str(error)) from None
 
 
+#: A script longer than this prints its summary alone, unless --requests asks for every request.
+LONG_SCRIPT = 50
+
+
 def _simulate(args: argparse.Namespace) -> None:
-    if args.plot:
-        _check_plotting()
-    jobs = _read(args.script)
+    plotting = _can_plot(args)
+    jobs = _read(args.script, args.ignore_unknown_columns)
     classes = _classes(args, jobs)
     limits = _rate_limits(args.rpm, args.tpm, args.rpm_burst, args.tpm_burst)
     _note_costless(limits, jobs)
@@ -409,13 +432,17 @@ def _simulate(args: argparse.Namespace) -> None:
             args.max_running, args.max_waiting, classes, args.jump_share, limits, keys, overrides
         )
         print(f"{len(jobs)} requests from {args.script} through {settings}")
-        if not args.summary_only:
+        long = len(jobs) > LONG_SCRIPT and not (args.requests or args.trace)
+        if not (args.summary_only or long):
             print("\n" + requests_table(result) + "\n\n(times in ms from the script's origin)")
             if args.trace:
                 print("\n" + trace_table(result))
         print()
         print("\n".join(summary_lines(result.summary, rate_limits=bool(limits))))
-    if args.plot:
+        if long and not args.summary_only:
+            shown = f"the summary alone, for {len(jobs)} requests"
+            print(f"\n({shown}: --requests prints each one, --trace every event)")
+    if plotting:
         plot_simulation(result, args.plot)
         print(f"\nchart: {args.plot}", file=sys.stderr)
 
@@ -426,7 +453,7 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     if args.script is not None:
         if generated:
             parser.error(f"--script replays a script; it takes no --{generated[0].replace('_', '-')}")
-        jobs = _read(args.script)
+        jobs = _read(args.script, args.ignore_unknown_columns)
         return jobs, f"{len(jobs)} requests from {args.script}"
     if args.rate is None and args.burst is None:
         parser.error("give --rate and/or --burst (or a --script)")
@@ -497,8 +524,7 @@ def _fixed_or_drawn(value: Distribution | None) -> float | Distribution | None:
 
 
 def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    if args.plot:
-        _check_plotting()
+    plotting = _can_plot(args)
     jobs, description = _plan_traffic(args, parser)
     if args.save_script is not None:
         try:
@@ -565,7 +591,7 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         print("\n(shares of all requests; wait = queue time of the requests that queued, p99)")
         if rows[0].summary.keys:
             print("(settings are each key's, but for overrides; --json gives each key's summary)")
-    if args.plot:
+    if plotting:
         plot_sweep(rows, args.plot, title=description if len(description) < 100 else None)
         print(f"\nchart: {args.plot}", file=sys.stderr)
 
@@ -599,5 +625,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader left (`boundedgate simulate big.csv | head`): stop quietly, and keep Python's
         # own flush at exit from raising again (the recipe in the signal module's documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    if getattr(args, "no_chart", None):
+        # The tables are printed; the chart asked for is not, and the run says so and fails.
+        print(f"boundedgate: no chart {args.plot}: {args.no_chart}", file=sys.stderr)
         return 1
     return 0

@@ -41,7 +41,7 @@ class RateLimit:
 
     Use the constructors: ``RateLimit.per_minute(60, burst=90)`` for 60 requests per minute with
     bursts of up to 90; ``RateLimit.per_minute(80_000, unit="tokens", name="tpm")`` for 80k tokens
-    per minute. Seed 004's advice is a burst of at most 1.5 to 2 times the per-window quota; the
+    per minute. A sound burst is at most 1.5 to 2 times the per-window quota; the
     default burst is exactly one window's quota.
 
     Attributes:

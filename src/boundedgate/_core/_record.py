@@ -22,7 +22,7 @@ __all__ = ("DECISIONS", "RequestRecord")
 
 _NO_NOTES: dict[str, Any] = {}
 
-#: What the gate decided at arrival: start at once, queue, or refuse (seed 004's ``decision``).
+#: What the gate decided at arrival: start at once, queue, or refuse (the ``decision`` field).
 DECISIONS = ("allow", "queue", "reject")
 
 
@@ -87,7 +87,7 @@ class RequestRecord:
 
     @property
     def limited(self) -> bool:
-        """It did not start at once: it waited, or was refused (seed 004's ``limited``)."""
+        """It did not start at once: it waited, or was refused (the ``limited`` field)."""
         return self.decision != "allow"
 
     @classmethod

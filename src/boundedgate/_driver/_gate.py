@@ -12,7 +12,7 @@ import contextlib
 import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, final
 
 from .._core import (
     GateState,
@@ -28,7 +28,7 @@ from .._core import (
     queue_deadline,
 )
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
-from .._streams import StreamOpener, StreamSource
+from .._streams import StreamOpener, StreamSource, StreamT
 from ._observing import Observer, Observers, attach
 from ._permit import _HELD, Permit, _HeldPermit
 
@@ -46,7 +46,6 @@ CANCELLED = Status.CANCELLED
 _INF = math.inf
 _MAX = sys.float_info.max
 _ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
-_T = TypeVar("_T")
 
 
 @final
@@ -293,7 +292,7 @@ class BoundedGate:
 
     def stream(
         self,
-        source: StreamSource[_T],
+        source: StreamSource[StreamT],
         *,
         timeout: float | None = None,
         deadline: float | None = None,
@@ -301,7 +300,7 @@ class BoundedGate:
         priority: int = 0,
         cost: float | None = None,
         raise_late: bool = True,
-    ) -> StreamOpener[_T]:
+    ) -> StreamOpener[StreamT]:
         """Admit a request, open a stream, and hand the stream the slot: ``admit()`` then ``hand_to()``.
 
         ::

@@ -52,7 +52,7 @@ from .._core import (
     check_name,
     total,
 )
-from .._streams import StreamOpener, StreamSource
+from .._streams import StreamOpener, StreamSource, StreamT
 from ._gate import BoundedGate
 from ._observing import Observer, Observers, attach
 from ._permit import Permit
@@ -62,7 +62,6 @@ CANCELLED = Status.CANCELLED
 __all__ = ("KeyedGate",)
 
 K = TypeVar("K", bound=Hashable)
-_T = TypeVar("_T")
 
 _FRESH, _LISTED, _RETIRED = "fresh", "listed", "retired"
 
@@ -150,7 +149,8 @@ class KeyedGate(Generic[K]):
             key's gate is created, so a change applies once the key has been idle.
         keep_idle: How many idle keys keep their gates (and per-key statistics) for reuse, an
             int >= 0; 0 drops every gate the moment its key is idle.
-        priorities, jump_share: Every key's gate's priority classes, as for :class:`BoundedGate`.
+        priorities: Every key's gate's priority classes, as for :class:`BoundedGate`.
+        jump_share: Every key's gate's share of queue jumps, as for :class:`BoundedGate`.
         rate_limits: Every key's gate's own rate limits (a tenant's or a tool's requests per
             minute, say): each key gets buckets of its own, starting full.
 
@@ -333,7 +333,7 @@ class KeyedGate(Generic[K]):
     def stream(
         self,
         key: K,
-        source: StreamSource[_T],
+        source: StreamSource[StreamT],
         *,
         timeout: float | None = None,
         deadline: float | None = None,
@@ -341,7 +341,7 @@ class KeyedGate(Generic[K]):
         priority: int = 0,
         cost: float | None = None,
         raise_late: bool = True,
-    ) -> StreamOpener[_T]:
+    ) -> StreamOpener[StreamT]:
         """Admit a request through ``key``'s gate and hand the opened stream its slot.
 
         As :meth:`BoundedGate.stream` on the key's gate.

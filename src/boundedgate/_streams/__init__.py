@@ -1,9 +1,9 @@
-"""Streams that hold their gate's slot until they really end (seed 001): the hand-over and the wrapper.
+"""Streams that hold their gate's slot until they really end: the hand-over and the wrapper.
 
 Nothing here knows a particular gate: a permit only has to implement :class:`StreamPermit`.
 """
 
-from ._opener import StreamOpener, StreamSource
+from ._opener import StreamOpener, StreamSource, StreamT
 from ._protocol import StreamPermit
 from ._stream import GatedStream, hand_over
 from ._stream import _abandon as abandon
@@ -14,6 +14,7 @@ __all__ = (
     "StreamOpener",
     "StreamPermit",
     "StreamSource",
+    "StreamT",
     "abandon",
     "close_stream",
     "hand_over",

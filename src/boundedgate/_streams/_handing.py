@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from .._core import Status
 from ._stream import GatedStream, hand_over
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 __all__ = ("HandsOver",)
 
-_T = TypeVar("_T")
+_Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
 
 RUNNING = Status.RUNNING
 
@@ -35,7 +35,7 @@ class HandsOver:
         def status(self) -> Status:
             """Where the request stands."""
 
-    def hand_to(self, stream: AsyncIterator[_T], *, raise_late: bool = True) -> GatedStream[_T]:
+    def hand_to(self, stream: _Stream, *, raise_late: bool = True) -> GatedStream[_Stream]:
         """Give the slot to ``stream``: the returned wrapper releases it when the stream ends.
 
         From then on the ``async with`` block neither releases the slot nor raises :class:`Late`,

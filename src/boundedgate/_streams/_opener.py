@@ -11,20 +11,22 @@ from typing import Any, Generic, TypeVar, final
 from ._protocol import StreamPermit
 from ._stream import GatedStream, _close_stream, hand_over
 
-__all__ = ("StreamOpener", "StreamSource")
+__all__ = ("StreamOpener", "StreamSource", "StreamT")
 
-_T = TypeVar("_T")
+#: The stream a source opens (an SDK's stream, an async generator), which the GatedStream wraps.
+StreamT = TypeVar("StreamT", bound=AsyncIterator[Any])
+_T = TypeVar("_T", bound=AsyncIterator[Any])
 
 #: What :meth:`BoundedGate.stream` opens: a function called once the request is admitted (best:
 #: nothing exists before then) that returns an awaitable stream (``create(stream=True)``), an async
 #: context manager that yields one (the SDKs' ``.stream()``) or an async iterator (an async
 #: generator); or such an awaitable or context manager itself.
 StreamSource = (
-    Callable[[], Awaitable[AsyncIterator[_T]]]
-    | Callable[[], AbstractAsyncContextManager[AsyncIterator[_T]]]
-    | Callable[[], AsyncIterator[_T]]
-    | Awaitable[AsyncIterator[_T]]
-    | AbstractAsyncContextManager[AsyncIterator[_T]]
+    Callable[[], Awaitable[_T]]
+    | Callable[[], AbstractAsyncContextManager[_T]]
+    | Callable[[], _T]
+    | Awaitable[_T]
+    | AbstractAsyncContextManager[_T]
 )
 
 

@@ -54,7 +54,7 @@ import sys
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
 import anyio
 from typing_extensions import Self
@@ -62,10 +62,19 @@ from typing_extensions import Self
 from .._core import Status, Ticket, note
 from ._protocol import StreamPermit
 
+if TYPE_CHECKING:
+    from . import _sdk
+
+    _Done = TypeVar("_Done", bound=_sdk.UntilDone)
+
 __all__ = ("GatedStream", "hand_over")
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+#: The stream a GatedStream wraps (an SDK's stream, an async generator): its type is the wrapper's.
+_S_co = TypeVar("_S_co", bound=AsyncIterator[Any], covariant=True)
+#: The same, in a function's signature.
+_Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
 
 RUNNING = Status.RUNNING
 LATE = Status.LATE
@@ -105,11 +114,11 @@ else:  # Python 3.10 counts no cancellations: the interruption's own message tel
 
 def hand_over(
     permit: StreamPermit,
-    stream: AsyncIterator[_T],
+    stream: _Stream,
     *,
     raise_late: bool = True,
     manager_exit: _Exit | None = None,
-) -> GatedStream[_T]:
+) -> GatedStream[_Stream]:
     """Pass ``permit``'s slot to ``stream`` and return the wrapper that now owns it.
 
     Args:
@@ -142,11 +151,13 @@ class _Interrupted(Exception):
 
 
 @final
-class GatedStream(Generic[_T]):
+class GatedStream(Generic[_S_co]):
     """An async stream that holds a gate's slot and gives it back exactly once, when the stream ends.
 
     Made by :meth:`Permit.hand_to` or :meth:`BoundedGate.stream`; not constructed directly. It is a
-    drop-in for the object it wraps:
+    drop-in for the object it wraps, and generic over it: ``GatedStream[AsyncStream[ChatCompletionChunk]]``
+    yields what the openai stream yields, and has its helpers with their types, so a type checker
+    catches a misspelt helper, or one the wrapped stream does not have:
 
     - ``async for``, ``__anext__``, ``async with``, and both ``aclose()`` and ``close()`` (the SDKs
       differ in which they have), all of which release the slot and close the wrapped stream;
@@ -155,6 +166,10 @@ class GatedStream(Generic[_T]):
       object, which are wrapped so that they release too: ``text_stream``, ``until_done()``
       (returning the wrapper where the SDK returns itself), ``get_final_message()``,
       ``get_final_text()``, ``get_final_completion()`` and ``get_final_response()``.
+
+    A type checker sees those helpers, ``response``, ``request_id``, ``current_message_snapshot`` and
+    ``current_completion_snapshot``, each where the wrapped stream has it; other attributes pass
+    through at run time only.
 
     What ends the request, and how it counts: the end of the stream is completed, or late at or
     after the deadline, and then raises :class:`Late` in place of ``StopAsyncIteration`` (or returns
@@ -197,7 +212,7 @@ class GatedStream(Generic[_T]):
 
     def __init__(
         self,
-        stream: AsyncIterator[_T],
+        stream: _S_co,
         permit: StreamPermit,
         raise_late: bool,
         manager_exit: _Exit | None,
@@ -216,11 +231,11 @@ class GatedStream(Generic[_T]):
 
     # -- iteration ------------------------------------------------------------------------------
 
-    async def __anext__(self) -> _T:
+    async def __anext__(self: GatedStream[AsyncIterator[_T]]) -> _T:
         item: _T = await self._step(self._stream)
         return item
 
-    def __aiter__(self) -> AsyncIterator[_T]:
+    def __aiter__(self: GatedStream[AsyncIterator[_T]]) -> AsyncIterator[_T]:
         return _Loop(self, self._stream)
 
     async def _step(self, source: AsyncIterator[Any]) -> Any:
@@ -377,15 +392,60 @@ class GatedStream(Generic[_T]):
         """The permit whose slot this stream holds (e.g. to ``settle()`` the usage at the end)."""
         return self._permit
 
-    def __getattr__(self, name: str) -> Any:
-        if name in GatedStream.__slots__:  # a slot read before __init__ set it (e.g. in __del__)
-            raise AttributeError(name)
-        value = getattr(self._stream, name)
-        if name in _DRAINING:
-            return functools.partial(self._drain, name)
-        if name == "text_stream":
-            return _Loop(self, value)
-        return value
+    if TYPE_CHECKING:
+        # What the wrapped stream offers, typed as the SDK types it (see ``_sdk``); at run time,
+        # ``__getattr__`` passes these and every other attribute through.
+
+        @property
+        def text_stream(self: GatedStream[_sdk.TextStream[_T]]) -> AsyncIterator[_T]:
+            """The wrapped stream's ``text_stream``, read through the wrapper (it releases at its end)."""
+
+        @overload
+        async def until_done(self: GatedStream[_sdk.UntilDoneNone]) -> None: ...
+        @overload
+        async def until_done(self: GatedStream[_Done]) -> GatedStream[_Done]: ...
+        async def until_done(self: Any) -> Any:
+            """Read the stream to its end (the wrapper where the SDK returns itself)."""
+
+        async def get_final_message(self: GatedStream[_sdk.FinalMessage[_T]]) -> _T:
+            """The SDK's ``get_final_message()``: reads the stream to its end, and releases."""
+
+        async def get_final_text(self: GatedStream[_sdk.FinalText[_T]]) -> _T:
+            """The SDK's ``get_final_text()``: reads the stream to its end, and releases."""
+
+        async def get_final_completion(self: GatedStream[_sdk.FinalCompletion[_T]]) -> _T:
+            """The SDK's ``get_final_completion()``: reads the stream to its end, and releases."""
+
+        async def get_final_response(self: GatedStream[_sdk.FinalResponse[_T]]) -> _T:
+            """The SDK's ``get_final_response()``: reads the stream to its end, and releases."""
+
+        @property
+        def response(self: GatedStream[_sdk.HasResponse[_T]]) -> _T:
+            """The wrapped stream's HTTP response."""
+
+        @property
+        def request_id(self: GatedStream[_sdk.HasRequestId[_T]]) -> _T:
+            """The wrapped stream's request id."""
+
+        @property
+        def current_message_snapshot(self: GatedStream[_sdk.MessageSnapshot[_T]]) -> _T:
+            """The message the wrapped stream has assembled so far."""
+
+        @property
+        def current_completion_snapshot(self: GatedStream[_sdk.CompletionSnapshot[_T]]) -> _T:
+            """The completion the wrapped stream has assembled so far."""
+
+    else:
+
+        def __getattr__(self, name: str) -> Any:
+            if name in GatedStream.__slots__:  # a slot read before __init__ set it (e.g. in __del__)
+                raise AttributeError(name)
+            value = getattr(self._stream, name)
+            if name in _DRAINING:
+                return functools.partial(self._drain, name)
+            if name == "text_stream":
+                return _Loop(self, value)
+            return value
 
     async def _drain(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Call the SDK helper ``name`` that reads the stream to its end, and settle the request.

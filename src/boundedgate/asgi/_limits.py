@@ -1,7 +1,7 @@
-"""Publishing a gate's limits: a JSON document (seed 002's ``/capabilities``) and the IETF fields.
+"""Publishing a gate's limits: a JSON document (a ``/capabilities`` endpoint) and the IETF fields.
 
 The document names each gate's limits, ``null`` for unlimited, so that a client can refuse early
-on its side what the server would refuse (seed 002's SDK does). The ``RateLimit-Policy`` and
+on its side what the server would refuse (a client SDK can). The ``RateLimit-Policy`` and
 ``RateLimit`` fields follow draft-ietf-httpapi-ratelimit-headers: a concurrency limit is a policy
 whose quota unit is ``"concurrency"`` (``r`` is the slots free after this request started), a rate
 limit is a policy with its quota ``q`` (the bucket's burst) over its window ``w`` (seconds to fill
@@ -44,7 +44,7 @@ def limits_document(gates: Mapping[str, Any], *, live: bool = False) -> dict[str
         {"limits": {"openai": {"max_running": 50, "max_waiting": 100, "max_pending": 150,
                                "rate_limits": [], "per_key": false}}}
 
-    ``max_pending`` is what seed 002 calls the pending limit (running plus queued: what a client
+    ``max_pending`` is the pending limit (running plus queued: what a client
     may have outstanding). Each is ``None`` (JSON ``null``) when unlimited. For a
     :class:`KeyedGate` the limits are those of each key's gate (``per_key: true``; overrides are
     not listed). With ``live=True`` the document also carries the ``running`` and ``waiting``

@@ -130,7 +130,7 @@ class GateMiddleware:
             ``/``.
         refusal: The refusal body: ``"public"`` (the default: code, message and retry-after, no
             internal counts), ``"detailed"`` (``GateError.to_dict()``), ``"openai"`` or
-            ``"anthropic"`` (their SDKs' error envelopes), ``"session"`` (seed 002's per-session
+            ``"anthropic"`` (their SDKs' error envelopes), ``"session"`` (a per-session
             shape) or ``"problem"`` (RFC 9457 problem details); or a function ``(error, key)``
             returning the body as a dict.
         sse_refusal: Refuse a client that accepts ``text/event-stream`` with a 200 event stream

@@ -141,7 +141,10 @@ class GatedStreamingResponse(StreamingResponse):
         content: The body, as for ``StreamingResponse``: often a generator over ``stream``, or
             ``stream`` itself when it yields ``str`` or ``bytes``.
         stream: The gated stream to close (default: ``content``, when it is a :class:`GatedStream`).
-        status_code, headers, media_type, background: As for ``StreamingResponse``.
+        status_code: As for ``StreamingResponse``.
+        headers: As for ``StreamingResponse``.
+        media_type: As for ``StreamingResponse``.
+        background: As for ``StreamingResponse``.
     """
 
     def __init__(

@@ -13,13 +13,13 @@ import itertools
 import math
 import weakref
 from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, final
+from typing import TYPE_CHECKING, Any, final
 
 from .._core import check_deadline as _check_deadline
 from .._core import check_max_running, check_max_wait, check_max_waiting, check_name, check_timeout
 from .._driver import log_event
 from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
-from .._streams import StreamOpener, StreamSource
+from .._streams import StreamOpener, StreamSource, StreamT
 from . import _scripts
 from ._background import Background
 from ._inspect import read_cluster
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = ("RedisGate",)
 
 _INF = math.inf
-_T = TypeVar("_T")
 
 
 def _seconds(name: str, value: object) -> float:
@@ -296,13 +295,13 @@ class RedisGate:
 
     def stream(
         self,
-        source: StreamSource[_T],
+        source: StreamSource[StreamT],
         *,
         timeout: float | None = None,
         deadline: float | None = None,
         max_wait: float | None = None,
         raise_late: bool = True,
-    ) -> StreamOpener[_T]:
+    ) -> StreamOpener[StreamT]:
         """Admit a request, open a stream, and hand the stream the cluster slot.
 
         As :meth:`BoundedGate.stream <boundedgate.BoundedGate.stream>`: await the opener, or enter

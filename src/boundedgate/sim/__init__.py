@@ -20,6 +20,7 @@ The command line (``python -m boundedgate simulate|plan``) is built on this pack
 
 from ._engine import simulate
 from ._plan import SweepRow, sweep
+from ._recorder import Recorder
 from ._results import (
     ClassSummary,
     KeySummary,
@@ -43,6 +44,7 @@ __all__ = (
     "LogNormal",
     "Percentiles",
     "Poisson",
+    "Recorder",
     "RequestResult",
     "ScriptError",
     "Simulation",

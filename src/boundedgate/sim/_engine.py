@@ -4,7 +4,7 @@ There is no model of the gate here. Each request is a :class:`Ticket` handed to 
 :class:`GateState` the asyncio driver uses; this module only plays the part of the event loop,
 jumping from one instant to the next, with no asyncio and no sleeping.
 
-At each instant, in seed 000's order:
+At each instant, in this order:
 
 1. ``advance(now)``: the clock reached ``now``, and whatever the core has due then happens
    (queued requests whose deadline is ``now`` expire, then queued requests whose tokens have come

@@ -22,6 +22,7 @@ OUTCOME_COLORS = {
 }
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ("FORMATS", "plot_simulation", "plot_sweep", "require_matplotlib")
@@ -48,6 +49,11 @@ def _new_figure() -> Figure:
         raise ImportError(_INSTALL) from error
     # A bare Figure draws with the Agg canvas: no pyplot, no global state, no display needed.
     return Figure(figsize=(9, 4.8), layout="constrained")
+
+
+def _legend_beside(axes: Axes) -> None:
+    """The legend to the right of the plot, outside it, where it can never hide a curve."""
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small")
 
 
 def _save(figure: Figure, path: str | Path) -> None:
@@ -90,7 +96,7 @@ def plot_simulation(result: Simulation, path: str | Path, title: str | None = No
             axes.axhline(limit, linestyle=":", color="grey", label=f"max_{name} = {limit}")
         axes.set_ylabel(name)
         axes.set_ylim(bottom=0)
-        axes.legend(loc="upper right")
+        _legend_beside(axes)
     waiting_axes.set_xlabel(f"time ({unit})")
     limits = "".join(f", {limit.name}" for limit in result.rate_limits)
     running_axes.set_title(title or f"max_running={c}, max_waiting={q}{limits}")
@@ -151,7 +157,7 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = N
     for axes in (shares, waits):
         axes.set_xticks(range(len(labels)), labels, fontsize="small", **tilt)
         axes.set_xlabel(name)
-        axes.legend()
+        _legend_beside(axes)
     shares.set_ylabel("% of requests")
     shares.set_ylim(0, 100)
     waits.set_ylabel("p99 queue time (s)")

@@ -1,6 +1,6 @@
 """Scripts: the requests a simulation replays, read from JSON or CSV and checked row by row.
 
-A script is seed 000's job format: one request per row, with an ``id``, an ``arrival_ms``, a
+A script is a list of jobs: one request per row, with an ``id``, an ``arrival_ms``, a
 ``service_ms`` (how long its body runs once it starts) and an optional ``budget_ms`` (its deadline,
 counted from arrival; none if absent), and optionally its ``priority`` class (0, the most urgent,
 if absent), its rate ``cost`` (what it declares to the gate's rate limits counted in tokens; 0 if
@@ -98,7 +98,7 @@ def _cost(name: str, value: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One scripted request (seed 000's job), in whole milliseconds.
+    """One scripted request, in whole milliseconds.
 
     Args:
         id: A non-empty string, unique within its script.
@@ -239,9 +239,11 @@ COLUMNS: Mapping[str, Column] = {
 }
 
 
-def _job(fields: Mapping[str, object], where: str) -> Job:
+def _job(fields: Mapping[str, object], where: str, ignore_unknown: bool = False) -> Job:
     raw_id = fields.get("id")
     job_id = raw_id if isinstance(raw_id, str) and raw_id else None
+    if ignore_unknown:
+        fields = {name: value for name, value in fields.items() if name in COLUMNS}
     for name in fields:
         if name not in COLUMNS:
             known = ", ".join(COLUMNS)
@@ -286,7 +288,7 @@ def _json_int(text: str) -> int:
     return _int("a whole number", text)
 
 
-def _parse_json(text: str, source: str) -> list[Job]:
+def _parse_json(text: str, source: str, ignore_unknown: bool = False) -> list[Job]:
     try:
         data = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as error:
@@ -305,7 +307,7 @@ def _parse_json(text: str, source: str) -> list[Job]:
         where = f"{source}, jobs[{index}]"
         if not isinstance(item, dict):
             raise ScriptError(f"a request is a JSON object, got {_show(item)}", where)
-        jobs.append(_job(item, where))
+        jobs.append(_job(item, where, ignore_unknown))
         rows.append(where)
     return check_jobs(jobs, rows)
 
@@ -327,7 +329,7 @@ def _csv_rows(text: str, source: str) -> Iterator[tuple[int, list[str]]]:
         yield reader.line_num, [cell.strip() for cell in raw]
 
 
-def _parse_csv(text: str, source: str) -> list[Job]:
+def _parse_csv(text: str, source: str, ignore_unknown: bool = False) -> list[Job]:
     if (nul := text.find("\x00")) >= 0:  # a binary file, or a UTF-16 one without its BOM
         where = f"{source}, line {text.count(chr(10), 0, nul) + 1}"
         raise ScriptError("a script holds no NUL characters (is it a text file?)", where)
@@ -340,7 +342,7 @@ def _parse_csv(text: str, source: str) -> list[Job]:
         if header is None:
             header = cells
             for name in header:
-                if name not in COLUMNS:
+                if name not in COLUMNS and not ignore_unknown:
                     known = ", ".join(COLUMNS)
                     raise ScriptError(
                         f"unknown column {_show(name)} (a script has: {known})", f"{source}, line {line}"
@@ -348,7 +350,7 @@ def _parse_csv(text: str, source: str) -> list[Job]:
             for column in COLUMNS.values():
                 if column.required and column.name not in header:
                     raise ScriptError(f"no {column.name!r} column", f"{source}, line {line}")
-            if len(set(header)) != len(header):
+            if len({name for name in header if name in COLUMNS}) != sum(name in COLUMNS for name in header):
                 raise ScriptError("a column appears twice", f"{source}, line {line}")
             continue
         where = f"{source}, line {line}"
@@ -357,6 +359,8 @@ def _parse_csv(text: str, source: str) -> list[Job]:
         fields: dict[str, Any] = {}
         job_id = cells[header.index("id")] or None
         for name, cell in zip(header, cells, strict=True):
+            if name not in COLUMNS:
+                continue  # an unknown column, ignored on request
             try:
                 fields[name] = COLUMNS[name].from_text(name, cell)
             except (TypeError, ValueError) as error:
@@ -368,7 +372,9 @@ def _parse_csv(text: str, source: str) -> list[Job]:
     return check_jobs(jobs, rows)
 
 
-def parse_script(text: str, format: Literal["json", "csv"], source: str = "<script>") -> list[Job]:
+def parse_script(
+    text: str, format: Literal["json", "csv"], source: str = "<script>", *, ignore_unknown: bool = False
+) -> list[Job]:
     """Read a script from its text.
 
     JSON: a list of objects (or an object whose ``"jobs"`` is that list), each with the keys of
@@ -382,6 +388,8 @@ def parse_script(text: str, format: Literal["json", "csv"], source: str = "<scri
         text: The script.
         format: ``"json"`` or ``"csv"``.
         source: A name for the script in error messages (a file name).
+        ignore_unknown: Skip the columns (JSON keys) a script does not have, such as an export's
+            own fields, instead of refusing them.
 
     Returns:
         The jobs, in the script's order.
@@ -392,9 +400,9 @@ def parse_script(text: str, format: Literal["json", "csv"], source: str = "<scri
         ValueError: An unknown format.
     """
     if format == "json":
-        return _parse_json(text, source)
+        return _parse_json(text, source, ignore_unknown)
     if format == "csv":
-        return _parse_csv(text, source)
+        return _parse_csv(text, source, ignore_unknown)
     raise ValueError(f"format must be 'json' or 'csv', got {format!r}")
 
 
@@ -409,13 +417,14 @@ def _format_of(path: Path, text: str | None = None) -> Literal["json", "csv"]:
     return "csv"
 
 
-def read_script(path: str | Path) -> list[Job]:
+def read_script(path: str | Path, *, ignore_unknown: bool = False) -> list[Job]:
     """Read a script file: JSON if it ends in ``.json``, CSV if ``.csv``, else by its first character.
 
     The file is UTF-8, with or without a byte order mark (Excel's "CSV UTF-8" has one).
 
     Args:
         path: The file.
+        ignore_unknown: Skip the columns a script does not have instead of refusing them.
 
     Returns:
         The jobs, in the file's order.
@@ -432,7 +441,7 @@ def read_script(path: str | Path) -> list[Job]:
         text = data.decode("utf-8-sig")  # with or without the BOM Excel writes ("CSV UTF-8")
     except UnicodeDecodeError as error:
         raise ScriptError(f"is not UTF-8 text ({error.reason} at byte {error.start})", str(path)) from None
-    return parse_script(text, _format_of(path, text), source=str(path))
+    return parse_script(text, _format_of(path, text), source=str(path), ignore_unknown=ignore_unknown)
 
 
 def _used(name: str, jobs: Iterable[Job]) -> bool:
@@ -452,7 +461,7 @@ def write_script(jobs: Iterable[Job], path: str | Path) -> None:
     """
     path = Path(path)
     jobs = list(jobs)
-    # A column that only repeats its default is left out, so a plain script stays seed 000's format.
+    # A column that only repeats its default is left out, so a plain script keeps only the basic columns.
     columns = [c.name for c in COLUMNS.values() if c.required or c.name == "budget_ms" or _used(c.name, jobs)]
     rows = [{name: getattr(job, name) for name in columns} for job in jobs]
     if _format_of(path) == "json":

@@ -1,16 +1,16 @@
-"""Seed 000's worked example, replayed for real through a BoundedGate.
+"""Five requests, the worked example of the docs, replayed for real through a BoundedGate.
 
 Five requests arrive at once at a gate with two running slots (C=2) and two queue places (Q=2).
-Service times and budgets are the seed's milliseconds, slept for real on the event loop:
+Service times and budgets are the example's milliseconds, slept for real on the event loop:
 
-    request  service  budget   the seed's table
+    request  service  budget   what the docs' table says
     A        100 ms   300 ms   runs 0-100
     B        100 ms   300 ms   runs 0-100
     C         50 ms   200 ms   queues, runs 100-150: its caller waits 150 ms for a 50 ms call
     D         50 ms    90 ms   queues, leaves the queue at 90 ms, never runs
     E         20 ms   200 ms   refused at once: both slots and both places are taken
 
-Run it with ``make demo`` (or ``python examples/seed_replay.py``).
+Run it with ``make demo`` (or ``python examples/five_requests.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import asyncio
 from boundedgate import BoundedGate, GateError
 
 JOBS = [("A", 100, 300), ("B", 100, 300), ("C", 50, 200), ("D", 50, 90), ("E", 20, 200)]
-SEED = {"A": "completed", "B": "completed", "C": "completed", "D": "expired", "E": "rejected"}
+EXPECTED = {"A": "completed", "B": "completed", "C": "completed", "D": "expired", "E": "rejected"}
 
 
 def ms(seconds: float | None) -> str:
@@ -28,7 +28,7 @@ def ms(seconds: float | None) -> str:
 
 
 async def main() -> None:
-    gate = BoundedGate(max_running=2, max_waiting=2, name="seed-000")
+    gate = BoundedGate(max_running=2, max_waiting=2, name="five-requests")
     loop = asyncio.get_running_loop()
     origin = loop.time()
     rows: dict[str, tuple[str, str, float | None, float]] = {}  # outcome, raised, start, end
@@ -46,14 +46,14 @@ async def main() -> None:
 
     await asyncio.gather(*(request(*job) for job in JOBS))
 
-    print("Seed 000's five requests through BoundedGate(max_running=2, max_waiting=2), in real time:\n")
-    header = f"{'request':8}{'outcome':11}{'raised':14}{'start ms':>9}{'end ms':>8}{'waited ms':>11}  seed"
+    print("Five requests through BoundedGate(max_running=2, max_waiting=2), in real time:\n")
+    header = f"{'request':8}{'outcome':11}{'raised':14}{'start ms':>9}{'end ms':>8}{'waited ms':>11}  docs"
     print(header)
     print("-" * len(header))
     for name, _, _ in JOBS:
         outcome, raised, started, ended = rows[name]
         waited = ended if started is None else started
-        agrees = "agrees" if SEED[name] == outcome else f"MISMATCH: {SEED[name]}"
+        agrees = "agrees" if EXPECTED[name] == outcome else f"MISMATCH: {EXPECTED[name]}"
         print(f"{name:8}{outcome:11}{raised:14}{ms(started):>9}{ms(ended):>8}{ms(waited):>11}  {agrees}")
 
     stats = gate.stats()

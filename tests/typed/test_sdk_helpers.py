@@ -1,0 +1,54 @@
+"""A GatedStream has the helpers of the stream it wraps, with their types: mypy --strict on user code.
+
+``user_code.py`` uses every typed helper of an anthropic, an openai and a plain stream, asserting
+each one's type; ``user_mistakes.py`` makes one mistake per marked line. mypy runs once over both.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from mypy import api
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[int, str]]:
+    """mypy's errors, by file name and line."""
+    cache = tmp_path_factory.mktemp("mypy-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MYPYPATH", str(ROOT / "src"))  # this checkout's boundedgate, not an installed one
+        out, err, _ = api.run(
+            [
+                "--strict",
+                "--no-incremental",
+                "--cache-dir",
+                str(cache),
+                "--config-file",
+                "",
+                str(HERE / "user_code.py"),
+                str(HERE / "user_mistakes.py"),
+            ]
+        )
+    assert not err, err
+    errors: dict[str, dict[int, str]] = {"user_code.py": {}, "user_mistakes.py": {}}
+    for line in out.splitlines():
+        found = re.match(r"^(?:.*/)?(user_\w+\.py):(\d+): error: (.*)$", line)
+        if found:
+            errors[found.group(1)][int(found.group(2))] = found.group(3)
+    return errors
+
+
+def test_correct_use_of_every_helper_type_checks(reported: dict[str, dict[int, str]]) -> None:
+    assert reported["user_code.py"] == {}
+
+
+def test_every_mistake_is_reported_and_nothing_else(reported: dict[str, dict[int, str]]) -> None:
+    lines = (HERE / "user_mistakes.py").read_text().splitlines()
+    marked = {number for number, line in enumerate(lines, start=1) if "# error:" in line}
+    assert len(marked) == 9
+    assert set(reported["user_mistakes.py"]) == marked, reported["user_mistakes.py"]

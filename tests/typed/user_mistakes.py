@@ -1,0 +1,40 @@
+"""User code with a mistake on every marked line: mypy --strict reports each one (tests/typed)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from anthropic import AsyncAnthropic
+from openai import AsyncOpenAI
+
+from boundedgate import BoundedGate
+
+gate = BoundedGate(max_running=4, max_waiting=8, name="llm")
+
+
+async def anthropic_typos(client: AsyncAnthropic) -> None:
+    async with gate.stream(lambda: client.messages.stream(model="m", max_tokens=64, messages=[])) as stream:
+        _ = stream.text_strem  # error: a misspelt helper
+        await stream.get_final_mesage()  # error: a misspelt helper
+        await stream.get_final_completion()  # error: openai's helper, not anthropic's
+        message = await stream.get_final_message()
+        _ = message.stop_reasn  # error: a misspelt field of the SDK's own type
+
+
+async def openai_typos(client: AsyncOpenAI) -> None:
+    stream = await gate.stream(lambda: client.chat.completions.create(model="m", messages=[], stream=True))
+    _ = stream.text_stream  # error: anthropic's helper, not on an openai chat stream
+    _ = stream.respones  # error: a misspelt attribute
+    async for chunk in stream:
+        _ = chunk.choises  # error: a misspelt field of the chunk
+
+
+async def tokens() -> AsyncIterator[str]:
+    yield "a"
+
+
+async def plain_typos() -> None:
+    stream = await gate.stream(tokens)
+    async for token in stream:
+        token.uper()  # error: the items are str
+    await stream.get_final_message()  # error: an async generator has no helpers
