@@ -142,19 +142,23 @@ class BoundedGate:
 
     @classmethod
     def _around(cls, state: GateState, name: str) -> BoundedGate:
-        """A gate driving ``state`` (a keyed gate's per-key state, say) rather than one of its own."""
+        """A gate driving ``state`` (a keyed gate's per-key state, say) rather than one of its own.
+
+        The caller gives ``state`` its hooks (a keyed gate attaches its own observers).
+        """
         gate = cls.__new__(cls)
-        gate._setup(state, name)
+        gate._setup(state, name, attached=False)
         return gate
 
-    def _setup(self, state: GateState, name: str) -> None:
+    def _setup(self, state: GateState, name: str, attached: bool = True) -> None:
         self._state = state
         self._max_running = None if state.max_running == sys.maxsize else state.max_running
         # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
         self._rated = bool(state.rate_limits)
         self._name = check_name(name)
         self._observers = Observers()
-        attach(state, self._name, None, self._observers)
+        if attached:
+            attach(state, self._name, None, self._observers)
         self._loop: asyncio.AbstractEventLoop | None = None
         # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
         self._timer: asyncio.TimerHandle | None = None
