@@ -483,7 +483,7 @@ def three_gates(n: int) -> Scenario:
     return sc
 
 
-#: Issue 16's rows that this script measures: (row, scenario number, contender, baseline, target).
+#: The performance targets this script measures: (row, scenario number, contender, baseline, target).
 TARGETS = (
     ("uncontended admit+release vs asyncio.Semaphore", "1", "boundedgate", "asyncio.Semaphore", 1.0),
     ("contended hand-off (C=8) vs asyncio.Semaphore", "2", "boundedgate", "asyncio.Semaphore", 1.0),
@@ -514,9 +514,9 @@ TARGETS = (
 
 
 def summary(done: dict[str, Scenario], memory: tuple[float, float] | None) -> str:
-    """Issue 16's rows as ratios of medians from this run, each beside its target."""
+    """The targets' rows as ratios of medians from this run, each beside its target."""
     lines = [
-        "### Issue 16's rows (ratios of medians in this run)",
+        "### The targets (ratios of medians in this run)",
         "",
         "| row | ratio | target | met |",
         "| --- | ---: | ---: | --- |",

@@ -214,7 +214,7 @@ async def admit_all_three(n: int) -> None:
             pass
 
 
-#: The rows of issue 16 that instruction counts can speak to: (row, scenario, baseline, target).
+#: The performance targets that instruction counts can speak to: (row, scenario, baseline, target).
 RATIOS = (
     ("uncontended admit+release vs asyncio.Semaphore", "gate", "semaphore", 1.0),
     ("contended hand-off (C=8) vs asyncio.Semaphore", "contended-gate", "contended-semaphore", 1.0),
@@ -273,7 +273,7 @@ def main() -> None:
     for name, (what, _) in SCENARIOS.items():
         per_op[name] = (count(name, more) - count(name, base)) / (more - base)
         print(f"| {name} | {what} | {per_op[name]:,.0f} |", flush=True)
-    print("\nIssue 16's rows, as ratios of instructions (wall-clock rows: bench.py, bench_redis.py)\n")
+    print("\nThe targets, as ratios of instructions (wall-clock rows: bench.py, bench_redis.py)\n")
     print(ratio_table(per_op))
 
 
