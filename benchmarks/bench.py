@@ -307,8 +307,8 @@ def rate_limited(n: int) -> Scenario:
     return sc
 
 
-async def memory_per_waiter(n: int) -> tuple[float, int]:
-    """Bytes the gate adds per parked waiter, beyond the caller's own task; and tasks per waiter."""
+async def memory_per_waiter(n: int) -> tuple[float, float, int]:
+    """Bytes per parked waiter beyond the caller's own task, the gate's and the floor's; tasks per waiter."""
     loop = asyncio.get_running_loop()
     parked = loop.create_future()
 
@@ -340,12 +340,25 @@ async def memory_per_waiter(n: int) -> tuple[float, int]:
         await asyncio.gather(*tasks, return_exceptions=True)
         return used, alive
 
+    class Floor:
+        # What the expiry floor parks per waiter: a future of its own and a timer.
+        __slots__ = ("handle",)
+
+        async def __aenter__(self) -> None:
+            fut = loop.create_future()
+            self.handle = loop.call_at(loop.time() + 3600, fut.set_result, None)
+            await fut
+
+        async def __aexit__(self, *exc: object) -> None:
+            self.handle.cancel()
+
     base, _ = await measure(Baseline)
+    floor, _ = await measure(Floor)
     gate = BoundedGate(max_running=1, max_waiting=None)
     held = gate.try_admit()
     used, alive = await measure(lambda: gate.admit(timeout=3600))
     held.release()
-    return (used - base) / n, alive - n
+    return (used - base) / n, (floor - base) / n, alive - n
 
 
 # -- 5. keyed admission ------------------------------------------------------------------------
@@ -470,6 +483,61 @@ def three_gates(n: int) -> Scenario:
     return sc
 
 
+#: The performance targets this script measures: (row, scenario number, contender, baseline, target).
+TARGETS = (
+    ("uncontended admit+release vs asyncio.Semaphore", "1", "boundedgate", "asyncio.Semaphore", 1.0),
+    ("contended hand-off (C=8) vs asyncio.Semaphore", "2", "boundedgate", "asyncio.Semaphore", 1.0),
+    (
+        "contended, a deadline on every call, vs hand-written semaphore + asyncio.timeout",
+        "2",
+        "boundedgate, timeout=60",
+        "hand-written, timeout=60",
+        0.5,
+    ),
+    ("refusal vs the floor (compare + raise + catch)", "3", "boundedgate", "floor (raise and catch)", 1.2),
+    ("expiry of queued waiters vs the floor", "4", "boundedgate", "floor (future + timer per waiter)", 1.1),
+    (
+        "KeyedGate over 10k keys, gate made per call (keep_idle=0), vs one gate",
+        "5",
+        "KeyedGate, keep_idle=0 (a gate made and dropped per admission)",
+        "BoundedGate (one gate)",
+        1.5,
+    ),
+    (
+        "admit_all of three gates vs three nested async with",
+        "6",
+        "admit_all of three gates",
+        "three nested async with (no rollback, no shared deadline)",
+        1.1,
+    ),
+)
+
+
+def summary(done: dict[str, Scenario], memory: tuple[float, float] | None) -> str:
+    """The targets' rows as ratios of medians from this run, each beside its target."""
+    lines = [
+        "### The targets (ratios of medians in this run)",
+        "",
+        "| row | ratio | target | met |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for row, key, contender, baseline, target in TARGETS:
+        if key not in done:
+            continue
+        times = done[key].times
+        ratio = statistics.median(times[contender]) / statistics.median(times[baseline])
+        lines.append(f"| {row} | {ratio:.2f}x | <= {target:.1f}x | {'yes' if ratio <= target else 'no'} |")
+    if memory is not None:
+        gate, floor = memory
+        met = "yes" if gate <= floor + 200 else "no"
+        lines.append(
+            f"| memory per queued waiter vs the floor | {gate:,.0f} B vs {floor:,.0f} B "
+            f"| <= floor + 200 B | {met} |"
+        )
+    lines += ["", "The RedisGate rows: `make bench-redis` (bench_redis.py), against a real redis-server."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
@@ -488,14 +556,19 @@ def main() -> None:
     }
     chosen = args.only.split(",") if args.only else list(scenarios)
     print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians\n")
+    done: dict[str, Scenario] = {}
     for key in chosen:
-        sc = scenarios[key]()
+        sc = done[key] = scenarios[key]()
         sc.run(args.rounds)
         print(sc.table(), "\n", flush=True)
+    memory = None
     if "4" in chosen:
-        per_waiter, extra_tasks = asyncio.run(memory_per_waiter(20_000 // scale))
-        print(f"Memory per queued waiter, beyond the caller's task: {per_waiter:.0f} bytes; ")
-        print(f"tasks created per waiter beyond the caller's own: {extra_tasks}")
+        per_waiter, floor, extra_tasks = asyncio.run(memory_per_waiter(20_000 // scale))
+        memory = per_waiter, floor
+        print(f"Memory per queued waiter, beyond the caller's task: {per_waiter:.0f} bytes ")
+        print(f"(the floor's future and timer: {floor:.0f} bytes); ")
+        print(f"tasks created per waiter beyond the caller's own: {extra_tasks}\n")
+    print(summary(done, memory))
 
 
 if __name__ == "__main__":

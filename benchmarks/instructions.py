@@ -22,7 +22,7 @@ from typing import Any
 
 from contenders import EmptyCM, HandWritten, RaisingCM, Refused
 
-from boundedgate import BoundedGate, QueueFull
+from boundedgate import BoundedGate, KeyedGate, QueueFull, admit_all
 from boundedgate._core import GateState, Ticket
 from boundedgate._driver._compat import current_task, is_cancelling
 
@@ -189,6 +189,56 @@ SCENARIOS["contended-hand-written-timeout"] = (
 )
 
 
+@scenario("keyed-per-call", "KeyedGate, keep_idle=0, 10,000 keys in turn: a gate made and dropped per pair")
+async def keyed_per_call(n: int) -> None:
+    names = [f"tenant-{i}" for i in range(10_000)]
+    admit = KeyedGate(max_running=1, max_waiting=0).admit
+    for i in range(n):
+        async with admit(names[i % 10_000]):
+            pass
+
+
+@scenario("nested-3", "three gates, nested `async with`, timeout=30 each")
+async def nested_three(n: int) -> None:
+    a, b, c = (BoundedGate(max_running=1, max_waiting=0, name=name) for name in "tmp")
+    for _ in range(n):
+        async with a.admit(timeout=30), b.admit(timeout=30), c.admit(timeout=30):
+            pass
+
+
+@scenario("admit-all-3", "admit_all of the same three gates, timeout=30")
+async def admit_all_three(n: int) -> None:
+    a, b, c = (BoundedGate(max_running=1, max_waiting=0, name=name) for name in "tmp")
+    for _ in range(n):
+        async with admit_all(a, b, c, timeout=30):
+            pass
+
+
+#: The performance targets that instruction counts can speak to: (row, scenario, baseline, target).
+RATIOS = (
+    ("uncontended admit+release vs asyncio.Semaphore", "gate", "semaphore", 1.0),
+    ("contended hand-off (C=8) vs asyncio.Semaphore", "contended-gate", "contended-semaphore", 1.0),
+    (
+        "contended, a deadline on every call, vs hand-written semaphore + asyncio.timeout",
+        "contended-gate-timeout",
+        "contended-hand-written-timeout",
+        0.5,
+    ),
+    ("refusal vs the floor (compare + raise + catch)", "refusal-gate", "refusal-floor", 1.2),
+    ("KeyedGate over 10k keys, gate made per call, vs one gate", "keyed-per-call", "gate", 1.5),
+    ("admit_all of three gates vs three nested async with", "admit-all-3", "nested-3", 1.1),
+)
+
+
+def ratio_table(per_op: dict[str, float]) -> str:
+    """The issue's rows as ratios of instructions, each with its target and whether it is met."""
+    lines = ["| row | ratio | target | met |", "| --- | ---: | ---: | --- |"]
+    for row, name, baseline, target in RATIOS:
+        ratio = per_op[name] / per_op[baseline]
+        lines.append(f"| {row} | {ratio:.2f}x | <= {target:.1f}x | {'yes' if ratio <= target else 'no'} |")
+    return "\n".join(lines)
+
+
 def count(name: str, n: int) -> int:
     """Instructions of one run of scenario ``name`` with ``n`` iterations, startup included."""
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
@@ -219,9 +269,12 @@ def main() -> None:
     print(f"Instructions per operation (callgrind, CPython {sys.version.split()[0]})\n")
     print("| scenario | what | instructions per op |")
     print("| --- | --- | ---: |")
+    per_op: dict[str, float] = {}
     for name, (what, _) in SCENARIOS.items():
-        per_op = (count(name, more) - count(name, base)) / (more - base)
-        print(f"| {name} | {what} | {per_op:,.0f} |", flush=True)
+        per_op[name] = (count(name, more) - count(name, base)) / (more - base)
+        print(f"| {name} | {what} | {per_op[name]:,.0f} |", flush=True)
+    print("\nThe targets, as ratios of instructions (wall-clock rows: bench.py, bench_redis.py)\n")
+    print(ratio_table(per_op))
 
 
 if __name__ == "__main__":

@@ -316,3 +316,17 @@ async def test_permits_that_end_normally_warn_nothing_when_dropped() -> None:
         held.release()
         gc.collect()
     assert gate.stats().leaked == 0
+
+
+def test_a_permit_is_made_by_its_gate_only() -> None:
+    # admit() builds its permit without the type call; a permit built by hand would lack its fields.
+    with pytest.raises(TypeError, match=r"^a Permit is made by gate\.admit\(\) or gate\.try_admit\(\)$"):
+        Permit()
+    permit = BoundedGate(max_running=1, max_waiting=0).admit(timeout=3)
+    assert type(permit) is Permit
+    assert (permit.status, permit.arrival, permit.deadline, permit.max_wait) == (
+        Status.NEW,
+        None,
+        math.inf,
+        math.inf,
+    )

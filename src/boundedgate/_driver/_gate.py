@@ -30,7 +30,7 @@ from .._core import (
 from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._observing import Observer, Observers, attach
-from ._permit import _HELD, Permit, _HeldPermit
+from ._permit import _HELD, Permit, _HeldPermit, new_permit
 
 if TYPE_CHECKING:
     from ._combined import CombinedPermit
@@ -141,19 +141,23 @@ class BoundedGate:
 
     @classmethod
     def _around(cls, state: GateState, name: str) -> BoundedGate:
-        """A gate driving ``state`` (a keyed gate's per-key state, say) rather than one of its own."""
+        """A gate driving ``state`` (a keyed gate's per-key state, say) rather than one of its own.
+
+        The caller gives ``state`` its hooks (a keyed gate attaches its own observers).
+        """
         gate = cls.__new__(cls)
-        gate._setup(state, name)
+        gate._setup(state, name, attached=False)
         return gate
 
-    def _setup(self, state: GateState, name: str) -> None:
+    def _setup(self, state: GateState, name: str, attached: bool = True) -> None:
         self._state = state
         self._max_running = None if state.max_running == sys.maxsize else state.max_running
         # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
         self._rated = bool(state.rate_limits)
         self._name = check_name(name)
         self._observers = Observers()
-        attach(state, self._name, None, self._observers)
+        if attached:
+            attach(state, self._name, None, self._observers)
         self._loop: asyncio.AbstractEventLoop | None = None
         # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
         self._timer: asyncio.TimerHandle | None = None
@@ -256,16 +260,16 @@ class BoundedGate:
         cost = 0.0 if cost is None else self._state.check_cost(cost)
         if deadline is None:
             if timeout is None:
-                return Permit(self, None, _INF, priority, cost)
+                return new_permit(self, None, _INF, priority, cost)
             # The common case inline; an int beyond a float's range (and inf, NaN) takes the full check.
             if (type(timeout) is float or type(timeout) is int) and 0 <= timeout <= _MAX:
-                return Permit(self, timeout, _INF, priority, cost)
-            return Permit(self, check_timeout(timeout), _INF, priority, cost)
+                return new_permit(self, timeout, _INF, priority, cost)
+            return new_permit(self, check_timeout(timeout), _INF, priority, cost)
         if timeout is not None:
             raise ValueError("give timeout or deadline, not both")
         if type(deadline) is float and deadline <= _INF:  # the common case inline (NaN fails <=)
-            return Permit(self, None, deadline, priority, cost)
-        return Permit(self, None, check_deadline(deadline), priority, cost)
+            return new_permit(self, None, deadline, priority, cost)
+        return new_permit(self, None, check_deadline(deadline), priority, cost)
 
     def try_admit(
         self, *, timeout: float | None = None, deadline: float | None = None, cost: float | None = None

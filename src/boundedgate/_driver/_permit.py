@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .._errors import Late
     from ._gate import BoundedGate
 
-__all__ = ("Permit",)
+__all__ = ("Permit", "new_permit")
 
 NEW = Status.NEW
 QUEUED = Status.QUEUED
@@ -67,33 +67,19 @@ class Permit(Ticket, HandsOver):
 
     __slots__ = ("_gate", "_handed_over", "_raise_late", "_timeout", "_waiter")
 
-    def __init__(
-        self,
-        gate: BoundedGate,
-        timeout: float | None,
-        deadline: float,
-        priority: int,
-        cost: float,
-    ) -> None:
-        # Ticket's fields, set here rather than through Ticket.__init__: a call less per request.
-        self.arrival: float | None = None
-        self.deadline = deadline
-        self.max_wait = _INF  # admit(max_wait=..., raise_late=...) sets these two afterwards
-        self.started: float | None = None
-        self.ended: float | None = None
-        self.status = NEW
-        self.priority = priority
-        self.seq = -1
-        self.cost = cost
-        self._gate = gate
-        # The relative budget, turned into `deadline` at arrival (None when it was absolute).
-        self._timeout = timeout
-        # The future a queued permit sleeps on; the gate resolves it when the permit leaves the queue.
-        self._waiter: asyncio.Future[None] | None = None
-        # True once a stream owns the slot: the block's exit then leaves it alone.
-        self._handed_over = False
-        # False: a block that finishes late is counted late, but its exit raises nothing.
-        self._raise_late = True
+    # Ticket's fields, and these, are set by new_permit() (admit()'s one allocation, no type call).
+    _gate: BoundedGate
+    # The relative budget, turned into `deadline` at arrival (None when it was absolute).
+    _timeout: float | None
+    # The future a queued permit sleeps on; the gate resolves it when the permit leaves the queue.
+    _waiter: asyncio.Future[None] | None
+    # True once a stream owns the slot: the block's exit then leaves it alone.
+    _handed_over: bool
+    # False: a block that finishes late is counted late, but its exit raises nothing.
+    _raise_late: bool
+
+    def __init__(self) -> None:
+        raise TypeError("a Permit is made by gate.admit() or gate.try_admit()")
 
     @property
     def gate(self) -> BoundedGate:
@@ -164,18 +150,39 @@ class Permit(Ticket, HandsOver):
         if gate._rated and gate._state.waiting:
             gate._rearm()
 
-    async def __aenter__(self) -> Self:
+    async def __aenter__(self) -> Self:  # noqa: PLR0915 - the arrival spelled out, for the hot path
+        if self.status is not NEW:
+            if self.status is RUNNING:
+                if self._waiter is _HELD:  # from try_admit(): it holds its slot already
+                    self._waiter = None
+                    return self
+                # Entered already: a second exit would free the slot under the first block's body.
+                raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
+            raise RuntimeError(f"{self!r} was already used; call admit() for each request")
+        # _arrive(True), spelled out: the uncontended pair makes one call into the core each way.
+        gate = self._gate
+        loop = gate._loop
+        if loop is None or (task := current_task(loop)) is None:
+            loop = gate._bind()
+            task = current_task(loop)
+        if task is not None and is_cancelling(task) and cancellation_pending(task):
+            self.status = CANCELLED  # refused before it is counted, as _arrive() says
+            raise asyncio.CancelledError()
+        now = loop.time()
+        timeout = self._timeout
+        if timeout is not None:
+            self.deadline = now + timeout
+        try:
+            woken = gate._state.arrive(self, now, True)
+        except BaseException:
+            self._gate._core_failed()
+            raise
+        if woken:
+            gate._wake(woken)
         status = self.status
         if status is RUNNING:
-            if self._waiter is _HELD:  # from try_admit(): it holds its slot already
-                self._waiter = None
-                return self
-            # Entered already: a second exit would free the slot under the first block's body.
-            raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
-        status = self._arrive(True)
-        if status is RUNNING:
             return self
-        gate = self._gate
+        gate = self._gate  # the gate it arrived at (a keyed gate may have moved it)
         if status is QUEUED:
             waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]
             parked = gate._parked
@@ -213,7 +220,22 @@ class Permit(Ticket, HandsOver):
         if self._handed_over:
             return  # a stream owns the slot now
         # No await before the release: a second cancellation must not be able to interrupt it.
-        self._finish(None if exc_type is None else FAILED)
+        # (_finish(), spelled out for the uncontended pair.)
+        if self.status is RUNNING:
+            gate = self._gate
+            try:
+                woken = gate._state.release(
+                    self,
+                    gate._loop.time(),  # type: ignore[union-attr]
+                    None if exc_type is None else FAILED,
+                )
+            except BaseException:
+                gate._core_failed()
+                raise
+            if woken:
+                gate._wake(woken)
+            if gate._rated and gate._state.waiting:
+                gate._rearm()
         if exc_type is None and self.status is LATE and self._raise_late:
             raise self._gate._late(self)
 
@@ -268,6 +290,35 @@ class Permit(Ticket, HandsOver):
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
+
+
+_new = object.__new__
+
+
+def new_permit(
+    gate: BoundedGate, timeout: float | None, deadline: float, priority: int, cost: float
+) -> Permit:
+    """A permit of ``gate`` that has not arrived yet: what ``admit()`` returns.
+
+    A plain call rather than ``Permit(...)``: the type call and its ``__init__`` frame cost more
+    than the request's whole arrival in the core.
+    """
+    self: Permit = _new(Permit)
+    self.arrival = None
+    self.deadline = deadline
+    self.max_wait = _INF  # admit(max_wait=..., raise_late=...) sets these two afterwards
+    self.started = None
+    self.ended = None
+    self.status = NEW
+    self.priority = priority
+    self.seq = -1
+    self.cost = cost
+    self._gate = gate
+    self._timeout = timeout
+    self._waiter = None
+    self._handed_over = False
+    self._raise_late = True
+    return self
 
 
 class _HeldPermit(Permit):  # type: ignore[misc]  # the one subclass: try_admit()'s permits
