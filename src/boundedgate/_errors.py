@@ -226,7 +226,7 @@ class RateLimited(GateError):
 
 
 class Infeasible(GateError):
-    """Raised at arrival, by a gate with deadline-feasible admission, for a request that could not start in time.
+    """Raised at arrival by deadline-feasible admission: the request could not start in time.
 
     By the gate's recent pace (its recent mean run time over C, and any pause in force) the
     request would start at or after its queue deadline (``min(deadline, arrival + max_wait)``):

@@ -11,12 +11,12 @@ def check_invariants(state: GateState, now: float | None = None) -> None:
     """Assert a gate state's invariants (costs O(queue)). ``now`` is the time of its last event."""
     # Running may exceed C only while a lowered C (or a pause) drains; waiting may exceed Q only while
     # a lowered Q drains; in both cases nothing joins the excess (see GateState's invariants).
-    assert 0 <= state.running, state.running
+    assert state.running >= 0, state.running
     assert state.running <= state.max_running or state.limit_changes or state.pauses, (
         state.running,
         state.max_running,
     )
-    assert 0 <= state.waiting, state.waiting
+    assert state.waiting >= 0, state.waiting
     assert state.waiting <= state._queue_limit or state.limit_changes, (state.waiting, state.max_waiting)
     if state.paused_until == math.inf:
         assert state.max_running == state.limit, (state.max_running, state.limit)

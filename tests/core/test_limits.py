@@ -60,7 +60,8 @@ def test_lowering_Q_evicts_nobody_unless_asked() -> None:
     for t in queued:
         state.arrive(t, 0)
     assert not state.set_limits(1, max_waiting=2)
-    assert state.waiting == 5 and all(t.status is Status.QUEUED for t in queued)
+    assert state.waiting == 5
+    assert all(t.status is Status.QUEUED for t in queued)
     newcomer = ticket()
     state.arrive(newcomer, 1)
     assert newcomer.status is Status.REJECTED  # no arrival joins the excess
@@ -77,13 +78,14 @@ def test_set_limits_without_a_change_counts_nothing_and_bad_limits_change_nothin
     state = GateState(2, 3)
     assert not state.set_limits(0, max_running=2, max_waiting=3)
     assert state.limit_changes == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_running"):
         state.set_limits(0, max_running=0)
     with pytest.raises(TypeError):
         state.set_limits(0, max_waiting=True)  # type: ignore[arg-type]
     assert (state.limit, state.max_waiting, state.limit_changes) == (2, 3, 0)
     state.set_limits(0, max_running=None, max_waiting=None)
-    assert state.snapshot("g").max_running is None and state.max_waiting is None
+    assert state.snapshot("g").max_running is None
+    assert state.max_waiting is None
 
 
 def test_a_pause_queues_arrivals_expires_waiters_and_starts_the_oldest_at_its_end() -> None:
@@ -100,7 +102,8 @@ def test_a_pause_queues_arrivals_expires_waiters_and_starts_the_oldest_at_its_en
     assert state.next_wakeup() == 5
     assert state.advance(5) == [b]  # queued ones still expire
     assert state.next_wakeup() == 10
-    assert not state.pause(8, 6) and state.paused_until == 10  # a shorter pause changes nothing
+    assert not state.pause(8, 6)
+    assert state.paused_until == 10
     check_invariants(state, 6)
     assert state.advance(10) == [a, c]  # the oldest start at the reset, C unchanged
     assert (state.running, state.max_running, state.paused_until) == (2, 2, math.inf)
@@ -114,7 +117,8 @@ def test_C_changed_during_a_pause_takes_effect_at_its_end() -> None:
     for t in waiters:
         state.arrive(t, 0)
     assert not state.set_limits(1, max_running=3)
-    assert state.max_running == 0 and state.snapshot("g").max_running == 3
+    assert state.max_running == 0
+    assert state.snapshot("g").max_running == 3
     assert state.advance(3) == waiters
 
 
@@ -135,8 +139,10 @@ def test_feasible_admission_refuses_what_cannot_start_before_its_deadline() -> N
     assert state.predicted_start(1) == 1.5
     hopeless = ticket(1.5)
     state.arrive(hopeless, 1)
-    assert hopeless.status is Status.INFEASIBLE and state.infeasible == 1
-    assert state.waiting == 0 and state.snapshot("g").infeasible == 1
+    assert hopeless.status is Status.INFEASIBLE
+    assert state.infeasible == 1
+    assert state.waiting == 0
+    assert state.snapshot("g").infeasible == 1
     hopeful = ticket(1.6)
     state.arrive(hopeful, 1)
     assert hopeful.status is Status.QUEUED
@@ -168,7 +174,8 @@ def test_without_feasible_the_semantics_are_today_s() -> None:
     doomed = ticket(10.5)
     state.arrive(doomed, 10)
     assert doomed.status is Status.QUEUED  # queued to expire, as before
-    assert state.advance(10.5) == [doomed] and doomed.status is Status.EXPIRED
+    assert state.advance(10.5) == [doomed]
+    assert doomed.status is Status.EXPIRED
 
 
 class LimitsMachine(GateStateMachine):

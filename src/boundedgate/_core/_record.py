@@ -31,7 +31,7 @@ def _retry_after(state: GateState, ticket: Ticket, status: Status) -> float | No
     if status is Status.RATE_LIMITED:
         return max(0.0, state.ready_at(ticket) - ticket.ended)  # type: ignore[operator]
     if status is Status.INFEASIBLE:
-        return max(0.0, state.predicted_start(ticket.ended) - ticket.ended)  # type: ignore[arg-type]
+        return max(0.0, state.predicted_start(ticket.ended) - ticket.ended)  # type: ignore[arg-type, operator]
     recent = state.recent_run_seconds
     if recent is None or state.limit == sys.maxsize:
         return None

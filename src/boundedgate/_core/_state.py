@@ -443,11 +443,11 @@ class GateState:
     def set_limits(
         self,
         now: float,
-        max_running: int | None | EllipsisType = ...,
-        max_waiting: int | None | EllipsisType = ...,
+        max_running: int | EllipsisType | None = ...,
+        max_waiting: int | EllipsisType | None = ...,
         evict: bool = False,
     ) -> Sequence[Ticket]:
-        """Change C and/or Q at ``now`` (``...`` leaves one as it is); returns the tickets that left the queue.
+        """Change C and/or Q at ``now`` (``...``: unchanged); returns the tickets that left the queue.
 
         Raising C starts the oldest waiters at once, FIFO (after due tickets expire). Lowering it
         interrupts no running ticket: the excess drains, and no ticket starts until ``running``
@@ -471,9 +471,8 @@ class GateState:
         self._queue_limit = sys.maxsize if waiting is None else waiting
         woken: list[Ticket] = []
         if evict:
-            while self.waiting > self._queue_limit:
-                victim = self._queue.evict_for(-1)  # the newest of the least urgent class
-                assert victim is not None
+            # The newest of the least urgent class first: the live queue read backwards.
+            for victim in list(self._queue)[::-1][: max(0, self.waiting - self._queue_limit)]:
                 victim.status = EVICTED
                 self._leave_queue(victim, now)
                 self.evicted += 1

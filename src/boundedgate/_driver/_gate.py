@@ -22,8 +22,8 @@ from .._core import (
     GateState,
     GateStatistics,
     RateLimit,
-    Status,
     RequestRecord,
+    Status,
     Ticket,
     check_deadline,
     check_max_wait,
@@ -377,8 +377,8 @@ class BoundedGate:
     def set_limits(
         self,
         *,
-        max_running: int | None | EllipsisType = ...,
-        max_waiting: int | None | EllipsisType = ...,
+        max_running: int | EllipsisType | None = ...,
+        max_waiting: int | EllipsisType | None = ...,
         evict: bool = False,
     ) -> None:
         """Change C and/or Q now; a limit not given stays as it is.

@@ -709,6 +709,15 @@ def simulate(
     check_costs(script, limits)
     per_key = check_overrides(overrides)
     return _simulate_checked(
-        script, max_running, max_waiting, priorities, jump_share, limits, trace, per_key, observer, name,
+        script,
+        max_running,
+        max_waiting,
+        priorities,
+        jump_share,
+        limits,
+        trace,
+        per_key,
+        observer,
+        name,
         bool(feasible),
     )
