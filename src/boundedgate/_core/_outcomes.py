@@ -99,7 +99,7 @@ OUTCOMES: tuple[Outcome, ...] = (
     Outcome(
         Status.INFEASIBLE, "infeasible", "refused as infeasible", "infeasible",
         ran=False, at_arrival=True, simulated=True, always_shown=False, error_code="infeasible",
-        description="Refused at arrival: by the recent pace it could not start before its deadline (Infeasible).",
+        description="Refused at arrival: by the recent pace it could not start in time (Infeasible).",
         logged=True,
     ),
     Outcome(
