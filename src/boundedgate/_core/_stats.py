@@ -19,8 +19,8 @@ class GateStatistics:
 
     Every request that arrives is counted in exactly one outcome once it ends: ``rejected``,
     ``rate_limited``, ``infeasible``, ``expired``, ``cancelled``, ``disconnected`` or
-    ``evicted`` if it never ran; ``completed``, ``late``, ``failed``, ``aborted`` or ``leaked`` if it did (the outcomes are
-    listed, with what each means, in ``boundedgate.OUTCOMES``).
+    ``evicted`` if it never ran; ``completed``, ``late``, ``failed``, ``aborted`` or ``leaked`` if
+    it did (the outcomes are listed, with what each means, in ``boundedgate.OUTCOMES``).
     While it is not yet ended it is counted in ``waiting`` or ``running``. Requests refused before
     they were counted (already cancelled, or already past their deadline, on arrival) appear
     nowhere. Times are in seconds on the gate's clock (the event loop's).
