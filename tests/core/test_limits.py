@@ -143,7 +143,11 @@ def test_feasible_admission_refuses_what_cannot_start_before_its_deadline() -> N
     assert state.infeasible == 1
     assert state.waiting == 0
     assert state.snapshot("g").infeasible == 1
-    hopeful = ticket(1.6)
+    unfinished = ticket(2.4)  # it could start at 1.5, but a recent run ends at 2.5
+    state.arrive(unfinished, 1)
+    assert unfinished.status is Status.INFEASIBLE
+    assert state.infeasible == 2
+    hopeful = ticket(2.6)
     state.arrive(hopeful, 1)
     assert hopeful.status is Status.QUEUED
     assert state.predicted_start(1) == 2.0  # one more ahead now

@@ -155,7 +155,13 @@ async def test_feasible_admission_refuses_at_arrival_with_a_typed_error() -> Non
     assert error.headers() == {"Retry-After": "2"}
     assert gate.stats().infeasible == 1
     assert gate.waiting == 0
-    async with gate.admit(timeout=3):  # a budget the pace can meet waits as before
+    with pytest.raises(Infeasible):  # it could start by 2 s, but not finish a run by 3 s
+        async with gate.admit(timeout=3):
+            pass
+    assert gate.stats().infeasible == 2
+    async with gate.admit(timeout=4.5):  # a budget the pace can meet (start at 2, end at 4) waits
+        pass
+    async with gate.admit(timeout=0.5):  # nobody running: it starts at once, as ever
         pass
     await busy
 

@@ -30,10 +30,14 @@ controller) through the gradient ``baseline * tolerance / recent``, clamped to [
 
 * a gradient below 1 (latency beyond ``tolerance`` times the baseline, the provider queues)
   while the gate was full cuts C to ``C * max(gradient, decrease)``;
-* else, with no overload signal in the window and the gate in use (its peak in flight at least
-  half of C), C grows by ``increase`` (additive: AIMD's fairness between gates sharing a
+* else, with no overload signal in the window and the gate's limit binding (its peak in flight
+  reached C), C grows by ``increase`` (additive: AIMD's fairness between gates sharing a
   provider), but never beyond ``max_limit_factor`` times the window's peak in flight: a gate whose
   callers, not its provider, are the bottleneck does not creep upward.
+
+The defaults follow the anchors: a cut of 0.9 (Netflix's AIMD backoff; a deeper cut leaves slots
+idle while C climbs back, one per window), a tolerance of 1.5 (Gradient2's), the p90 of windows of
+at least 1 s and 10 samples, a baseline over 20 windows, growth capped at twice the peak in flight.
 
 C stays within [``floor``, ``ceiling``]. The baseline forgets slowly, so a sustained slowdown of the
 provider is not taken as the new normal within a few windows, and a baseline that is far above the
@@ -76,7 +80,7 @@ class Adaptive:
 
     floor: int = 1
     ceiling: int = 256
-    decrease: float = 0.7
+    decrease: float = 0.9
     increase: float = 1.0
     tolerance: float = 1.5
     quantile: float = 0.9
@@ -219,7 +223,7 @@ class AdaptiveLimit:
                 value = max(float(settings.floor), value * max(gradient, settings.decrease))
                 self.last_cut = now
                 self.cuts += 1
-        elif not self._overloaded and peak >= value / 2:
+        elif not self._overloaded and peak >= int(value):
             grown = min(value + settings.increase, settings.max_limit_factor * peak)
             if grown > value:
                 value = grown

@@ -72,7 +72,8 @@ arrivals still queue up to Q, queued tickets still expire, and at ``until`` the 
 While paused, ``max_running`` (the slots usable now) is 0 and ``limit`` keeps the configured C.
 
 With ``feasible`` set, an arrival that would queue is refused as ``INFEASIBLE`` when the recent
-pace says it cannot start before its queue deadline: ``max(now, resume) + n * recent_run / C``,
+pace says it cannot start before its queue deadline, or cannot finish (one recent run after its
+start) before its deadline. Its start is predicted as ``max(now, resume) + n * recent_run / C``,
 where ``n`` counts the completions it needs (the running excess over C, the queue ahead, itself).
 
 Invariants (checked by :meth:`GateState.check` in the tests after every step)::
@@ -285,7 +286,7 @@ class GateState:
                 return self._rate_limit(ticket, now, woken)
         elif buckets and self.ready_at(ticket) >= queue_deadline(ticket):
             return self._rate_limit(ticket, now, woken)
-        elif self.feasible and self.predicted_start(now) >= queue_deadline(ticket):
+        elif self.feasible and self._infeasible(ticket, now):
             return self._refuse_infeasible(ticket, now, woken)
         elif self.waiting < self._queue_limit:
             self._enqueue(ticket)
@@ -507,6 +508,12 @@ class GateState:
         self.max_running = self.limit
         if self.waiting:
             self._fill(now, woken)
+
+    def _infeasible(self, ticket: Ticket, now: float) -> bool:
+        # It would start at or after its queue deadline, or finish (a recent run later) after its deadline.
+        start = self.predicted_start(now)
+        recent = self.recent_run_seconds
+        return start >= queue_deadline(ticket) or (recent is not None and start + recent >= ticket.deadline)
 
     def predicted_start(self, now: float) -> float:
         """When a ticket arriving now would start by the recent pace (``now`` before any run ended).

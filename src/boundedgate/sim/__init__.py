@@ -20,6 +20,7 @@ The command line (``python -m boundedgate simulate|plan``) is built on this pack
 
 from ._engine import simulate
 from ._plan import SweepRow, sweep
+from ._provider import Client, ClientResult, Provider, drift, simulate_provider, steps
 from ._results import (
     ClassSummary,
     KeySummary,
@@ -36,6 +37,8 @@ from ._workload import Bursts, Exponential, Fixed, LogNormal, Poisson, generate
 __all__ = (
     "Bursts",
     "ClassSummary",
+    "Client",
+    "ClientResult",
     "Exponential",
     "Fixed",
     "Job",
@@ -43,17 +46,21 @@ __all__ = (
     "LogNormal",
     "Percentiles",
     "Poisson",
+    "Provider",
     "RequestResult",
     "ScriptError",
     "Simulation",
     "Summary",
     "SweepRow",
     "TraceEvent",
+    "drift",
     "generate",
     "parse_script",
     "percentile",
     "read_script",
     "simulate",
+    "simulate_provider",
+    "steps",
     "sweep",
     "write_script",
 )
