@@ -93,7 +93,8 @@ def table(title: str, jobs: list[Job], provider: Provider) -> list[str]:
     """The rows of one scenario."""
     best, c, q = best_static(jobs, provider)
     rows = [f"{title}: {len(jobs)} requests; best static in hindsight C={c} Q={q}"]
-    header = f"{'contender':<20}{'on time':>8}{'ratio':>7}{'late':>6}{'529/429':>8}{'refused':>8}{'expired':>8}{'no in':>8}"
+    header = f"{'contender':<20}{'on time':>8}{'ratio':>7}{'late':>6}{'529/429':>8}"
+    header += f"{'refused':>8}{'expired':>8}{'no in':>8}"
     rows.append(header)
     results = {name: make(provider) for name, make in contenders(jobs).items()}
     results = {**results, "best static": best}
@@ -125,7 +126,8 @@ def main() -> None:
     lines += table("K=20, 10 from 20 s to 45 s", jobs, Provider(steps(20, (20.0, 10), (45.0, 20))))
     print("\n".join(lines))
     print(
-        f"\n(ratio: on time / best static's; 'no in': mean seconds to a refusal from the gate; {time.perf_counter() - began:.1f}s)"
+        "\n(ratio: on time / best static's; 'no in': mean seconds to a refusal from the gate; "
+        f"{time.perf_counter() - began:.1f}s)"
     )
 
 

@@ -503,6 +503,24 @@ class GateState:
         self.max_running = 0
         return self._expire(now)
 
+    def sync_rate_limits(self, remaining: dict[str, float], now: float) -> int:
+        """Bring buckets in line with what the provider says is left; never raise a balance.
+
+        ``remaining`` maps a resource to the provider's remaining count: a bucket whose rate
+        limit is named so (``RateLimit(..., name="tokens")``), else, for ``"requests"`` and
+        ``"tokens"``, the first bucket counted in that unit, is lowered to it if it holds more.
+        Lowering a balance starts nobody. Returns how many buckets were lowered.
+        """
+        lowered = 0
+        for resource, left in remaining.items():
+            bucket = next((b for b in self._buckets if b.limit.name == resource), None)
+            if bucket is None and resource in ("requests", "tokens"):
+                bucket = next((b for b in self._buckets if b.limit.unit == resource), None)
+            if bucket is not None and 0 <= left < bucket.tokens(now):
+                bucket.empty = now - left * bucket.period
+                lowered += 1
+        return lowered
+
     def _resume(self, now: float, woken: list[Ticket]) -> None:
         self.paused_until = math.inf
         self.max_running = self.limit

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import EllipsisType
 from typing import TYPE_CHECKING, TypeVar, final
 
@@ -453,6 +453,19 @@ class BoundedGate:
         wanted = controller.signal(kind, loop.time())
         if wanted != self._state.limit:
             self.set_limits(max_running=wanted)
+
+    def sync_rate_limits(self, remaining: Mapping[str, float]) -> int:
+        """Lower the rate limits' balances to what the provider says is left (never raise one).
+
+        ``remaining`` maps a resource (``"requests"``, ``"tokens"``, or a rate limit's name) to the
+        provider's remaining count, e.g. from ``x-ratelimit-remaining-*`` headers. Returns how many
+        buckets were lowered.
+        """
+        loop = self._bind() if self._loop is None else self._loop
+        lowered = self._state.sync_rate_limits(dict(remaining), loop.time())
+        if lowered and self._state.waiting:
+            self._rearm()
+        return lowered
 
     def adapt(self, settings: Adaptive | None = None) -> AdaptiveLimit:
         """Have an adaptive controller set C from now on, starting from the current C; returns it.
