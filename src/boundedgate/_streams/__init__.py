@@ -8,6 +8,7 @@ from ._protocol import StreamPermit
 from ._stream import GatedStream, hand_over
 from ._stream import _abandon as abandon
 from ._stream import _close_stream as close_stream
+from ._stream import _first_item as first_item
 
 __all__ = (
     "GatedStream",
@@ -16,5 +17,6 @@ __all__ = (
     "StreamSource",
     "abandon",
     "close_stream",
+    "first_item",
     "hand_over",
 )

@@ -34,7 +34,7 @@ import anyio
 from .._core import Status
 from .._streams import StreamPermit
 from .._streams import abandon as _abandon
-from .._streams._stream import _first_item
+from .._streams import first_item as _first_item
 from ._exchange import Exchange
 from ._usage import UsageReader
 
