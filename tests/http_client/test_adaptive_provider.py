@@ -109,5 +109,5 @@ async def test_the_adaptive_gate_follows_a_capacity_that_halves(sdk_name: str) -
     assert adaptive_gate.stats().limit_changes >= 1
     assert static_overload > 0
     # AIMD probes one slot above K now and then, so some overload remains: far less than static's.
-    assert adaptive_overload < static_overload / 2
+    assert adaptive_overload < static_overload / 10
     assert adaptive_answered >= static_answered  # and it answered at least as many

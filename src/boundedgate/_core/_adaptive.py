@@ -178,7 +178,9 @@ class AdaptiveLimit:
         if kind == "overloaded":
             self._overloaded = True
             if now - self.last_cut >= self.span():
-                self.value = max(float(self.settings.floor), self.value * self.settings.decrease)
+                # From the C in force (its integer part): a fraction left over from growth must not
+                # let a cut of a small C leave it where it was.
+                self.value = max(float(self.settings.floor), self.limit * self.settings.decrease)
                 self.last_cut = now
                 self.cuts += 1
             else:
