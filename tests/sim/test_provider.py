@@ -43,9 +43,10 @@ def band(k: float) -> tuple[float, float]:
     return 0.6 * k, k + 2 * math.sqrt(k)
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("initial", [1, 8, 64])
-def test_C_converges_to_a_band_around_K_from_any_start(initial: int) -> None:
-    jobs = traffic(rate=120, seconds=150)  # wants ~36 in flight: well beyond K
+def test_C_converges_to_a_band_around_K_from_any_start(initial: int, seed: int) -> None:
+    jobs = traffic(rate=120, seconds=150, seed=seed)  # wants ~36 in flight: well beyond K
     [result] = simulate_provider([Client("a", jobs, initial, 200, adaptive=Adaptive())], Provider(20))
     low, high = band(20)
     seen = limits_between(result, 90, 150)
@@ -65,8 +66,9 @@ def test_a_burst_of_overload_signals_costs_one_cut() -> None:
     assert controller.cuts == 1
 
 
-def test_C_recovers_after_K_halves_and_returns() -> None:
-    jobs = traffic(rate=120, seconds=240)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_C_recovers_after_K_halves_and_returns(seed: int) -> None:
+    jobs = traffic(rate=120, seconds=240, seed=seed)
     provider = Provider(steps(20, (80.0, 10), (160.0, 20)))
     [result] = simulate_provider([Client("a", jobs, 20, 200, adaptive=Adaptive())], provider)
     low, high = band(10)
@@ -98,9 +100,10 @@ def test_rate_limit_429s_pause_and_never_lower_C() -> None:
     assert result.provider_refused <= static.provider_refused  # the pause sent less into the limit
 
 
-def test_four_gates_sharing_a_provider_converge_to_fair_shares() -> None:
+@pytest.mark.parametrize("base", [0, 10])
+def test_four_gates_sharing_a_provider_converge_to_fair_shares(base: int) -> None:
     clients = [
-        Client(name, traffic(rate=60, seconds=200, seed=seed), initial, 200, adaptive=Adaptive())
+        Client(name, traffic(rate=60, seconds=200, seed=base + seed), initial, 200, adaptive=Adaptive())
         for name, seed, initial in (("a", 1, 1), ("b", 2, 5), ("c", 3, 20), ("d", 4, 40))
     ]
     results = simulate_provider(clients, Provider(40))

@@ -419,7 +419,8 @@ class BoundedGate:
 
         Arrivals still queue up to Q (or are refused as usual), queued requests still expire at
         their deadlines, running ones run on; when the pause ends the oldest waiters start. A
-        shorter pause than one in force changes nothing; a longer one extends it.
+        shorter pause than one in force changes nothing; a longer one extends it. Must be called
+        on the gate's event loop (it binds the gate to the running loop if it has none yet).
         """
         seconds = check_timeout(seconds)
         loop = self._bind() if self._loop is None else self._loop
@@ -435,7 +436,8 @@ class BoundedGate:
         ``rate_limited`` with ``retry_after`` (seconds to the provider's reset) pauses new starts
         until then and leaves C alone; ``overloaded`` (a 503, a 529) has the adaptive controller cut
         C, at most once per window (without a controller it changes nothing); ``ignored`` (a client
-        that went away, another 4xx) is not congestion. See ``boundedgate.SIGNALS``.
+        that went away, another 4xx) is not congestion. See ``boundedgate.SIGNALS``. Must be
+        called on the gate's event loop, as :meth:`pause`.
 
         Raises:
             ValueError: An unknown kind.
