@@ -26,12 +26,14 @@ async def test_raising_C_in_one_process_starts_the_waiters_of_another(
                 started.append(i)
                 await asyncio.sleep(0.5)
 
-        tasks = [asyncio.create_task(wait_in(i)) for i in range(3)]
+        tasks = []
+        for i in range(3):  # one at a time, so that their order at Redis is this order
+            tasks.append(asyncio.create_task(wait_in(i)))
 
-        async def queued() -> bool:
-            return (await cluster(client, name)).waiting == 3
+            async def queued(count: int = i + 1) -> bool:
+                return (await cluster(client, name)).waiting == count
 
-        await wait_until(queued, 5, "three waiters")
+            await wait_until(queued, 5, f"{i + 1} waiters")
         await mine.set_limits(max_running=3)
 
         async def two_started() -> bool:
