@@ -10,7 +10,7 @@ import pytest
 import boundedgate
 from boundedgate import OUTCOMES, GateStatistics, Status
 from boundedgate._core import BY_NAME, BY_STATUS, NEVER_RAN, RAN, SIMULATED, GateState, Ticket
-from boundedgate._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
+from boundedgate._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
 from boundedgate.sim import ClassSummary, Job, KeySummary, Summary, simulate
 from boundedgate.sim._engine import OUTCOMES as SIMULATED_STATUSES
 from boundedgate.sim._plot import OUTCOME_COLORS
@@ -130,7 +130,7 @@ def test_the_summary_table_lists_the_outcomes_by_their_labels() -> None:
 
 def test_error_codes_are_the_registry_s() -> None:
     codes = {o.error_code for o in OUTCOMES if o.error_code is not None}
-    assert codes == {e.code for e in (QueueFull, QueueExpired, Late, Evicted, RateLimited)}
+    assert codes == {e.code for e in (QueueFull, QueueExpired, Late, Evicted, RateLimited, Infeasible)}
     assert BY_STATUS[Status.REJECTED].error_code == QueueFull.code
     assert BY_STATUS[Status.EXPIRED].error_code == QueueExpired.code
     assert BY_STATUS[Status.LATE].error_code == Late.code

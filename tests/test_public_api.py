@@ -10,6 +10,8 @@ import boundedgate
 def test_all_is_a_tuple_of_the_public_names() -> None:
     assert isinstance(boundedgate.__all__, tuple)
     assert set(boundedgate.__all__) == {
+        "Adaptive",
+        "AdaptiveLimit",
         "BoundedGate",
         "CombinedPermit",
         "Evicted",
@@ -18,12 +20,14 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "GateStatistics",
         "GateUnavailable",
         "GatedStream",
+        "Infeasible",
         "KeyedGate",
         "KeyedStatistics",
         "Late",
         "OUTCOMES",
         "Outcome",
         "Permit",
+        "SIGNALS",
         "QueueExpired",
         "QueueFull",
         "RateLimit",
@@ -45,8 +49,11 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
 def test_every_public_name_lives_in_boundedgate_and_has_a_docstring() -> None:
     for name in boundedgate.__all__:
         obj = getattr(boundedgate, name)
-        if name == "OUTCOMES":  # the one constant: every item is an Outcome, documented itself
+        if name == "OUTCOMES":  # a constant: every item is an Outcome, documented itself
             assert all(isinstance(item, boundedgate.Outcome) and item.description for item in obj)
+            continue
+        if name == "SIGNALS":  # a constant: every kind of signal, with what it does
+            assert all(isinstance(kind, str) and meaning for kind, meaning in obj.items())
             continue
         assert obj.__module__ == "boundedgate", name
         assert inspect.getdoc(obj), name

@@ -6,6 +6,9 @@ measured from arrival, and permits that are released exactly once.
 
 from ._core import (
     OUTCOMES,
+    SIGNALS,
+    Adaptive,
+    AdaptiveLimit,
     GateLimits,
     GateStatistics,
     KeyedStatistics,
@@ -16,13 +19,25 @@ from ._core import (
 )
 from ._downstream import downstream_refusals, downstream_refused
 from ._driver import BoundedGate, CombinedPermit, KeyedGate, Permit, admit_all
-from ._errors import Evicted, GateError, GateUnavailable, Late, QueueExpired, QueueFull, RateLimited
+from ._errors import (
+    Evicted,
+    GateError,
+    GateUnavailable,
+    Infeasible,
+    Late,
+    QueueExpired,
+    QueueFull,
+    RateLimited,
+)
 from ._streams import GatedStream, StreamOpener
 
 __version__ = "0.1.0"
 
 __all__ = (
     "OUTCOMES",
+    "SIGNALS",
+    "Adaptive",
+    "AdaptiveLimit",
     "BoundedGate",
     "CombinedPermit",
     "Evicted",
@@ -31,6 +46,7 @@ __all__ = (
     "GateStatistics",
     "GateUnavailable",
     "GatedStream",
+    "Infeasible",
     "KeyedGate",
     "KeyedStatistics",
     "Late",
@@ -49,6 +65,6 @@ __all__ = (
 )
 
 for _name in __all__:
-    if _name != "OUTCOMES":  # a tuple of Outcome: the one public constant
+    if _name not in ("OUTCOMES", "SIGNALS"):  # the public constants: a tuple and a dict
         globals()[_name].__module__ = "boundedgate"
 del _name

@@ -12,7 +12,16 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
-__all__ = ("Evicted", "GateError", "GateUnavailable", "Late", "QueueExpired", "QueueFull", "RateLimited")
+__all__ = (
+    "Evicted",
+    "GateError",
+    "GateUnavailable",
+    "Infeasible",
+    "Late",
+    "QueueExpired",
+    "QueueFull",
+    "RateLimited",
+)
 
 
 def _limit(value: int | None) -> str:
@@ -214,6 +223,67 @@ class RateLimited(GateError):
 
     def __str__(self) -> str:
         return f"rate limit {self.limit!r} of {self._where()} needs {self.retry_after:.3f}s more"
+
+
+class Infeasible(GateError):
+    """Raised at arrival by deadline-feasible admission: the request could not start in time.
+
+    By the gate's recent pace (its recent mean run time over C, and any pause in force) the
+    request would start at or after its queue deadline (``min(deadline, arrival + max_wait)``), or
+    one recent run after that start would end at or after its deadline: rather than queue it to
+    expire or run late, the gate refuses it at once. Nothing was queued. A
+    503 with ``Retry-After`` (the predicted wait) is the honest answer: the gate is saturated now,
+    and a request with a longer budget, or a retry later, may be served.
+
+    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
+    predicted_wait, budget`` (``predicted_wait``: seconds from arrival to the predicted start;
+    ``budget``: seconds from arrival to its queue deadline).
+    """
+
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            gate: str,
+            max_running: int | None,
+            max_waiting: int | None,
+            running: int,
+            waiting: int,
+            waited: float,
+            elapsed: float,
+            predicted_wait: float,
+            budget: float,
+        ) -> None: ...
+
+    else:
+        __init__ = Exception.__init__
+
+    code = "infeasible"
+
+    @property
+    def predicted_wait(self) -> float:
+        """Seconds from arrival until the request would have started, by the gate's recent pace."""
+        return self.args[7]  # type: ignore[no-any-return]
+
+    @property
+    def budget(self) -> float:
+        """Seconds from arrival to the request's queue deadline."""
+        return self.args[8]  # type: ignore[no-any-return]
+
+    @property
+    def retry_after(self) -> float:
+        """The predicted wait: when the queue ahead would have cleared at the recent pace."""
+        return self.args[7]  # type: ignore[no-any-return]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As :meth:`GateError.to_dict`, with the predicted wait and the budget."""
+        return {**super().to_dict(), "predicted_wait": self.predicted_wait, "budget": self.budget}
+
+    def __str__(self) -> str:
+        return (
+            f"{self._where()} cannot start this request in time: predicted wait "
+            f"{self.predicted_wait:.3f}s, budget {self.budget:.3f}s"
+        )
 
 
 class QueueExpired(GateError, TimeoutError):

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import math
+
 from boundedgate._core import GateState, Status
 
 
 def check_invariants(state: GateState, now: float | None = None) -> None:
     """Assert a gate state's invariants (costs O(queue)). ``now`` is the time of its last event."""
-    assert 0 <= state.running <= state.max_running, (state.running, state.max_running)
-    assert 0 <= state.waiting <= state._queue_limit, (state.waiting, state.max_waiting)
+    # Running may exceed C only while a lowered C (or a pause) drains; waiting may exceed Q only while
+    # a lowered Q drains; in both cases nothing joins the excess (see GateState's invariants).
+    assert state.running >= 0, state.running
+    assert state.running <= state.max_running or state.limit_changes or state.pauses, (
+        state.running,
+        state.max_running,
+    )
+    assert state.waiting >= 0, state.waiting
+    assert state.waiting <= state._queue_limit or state.limit_changes, (state.waiting, state.max_waiting)
+    if state.paused_until == math.inf:
+        assert state.max_running == state.limit, (state.max_running, state.limit)
+    else:
+        assert state.max_running == 0, state.max_running
     if state.waiting and state.running < state.max_running:
         assert state._buckets, (state.running, state.waiting)  # only tokens may keep a slot free
         if now is not None:

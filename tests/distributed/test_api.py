@@ -62,16 +62,25 @@ def test_admit_all_refuses_a_redis_gate() -> None:
 
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     # Public names of BoundedGate that RedisGate lacks, and the other way round (seq: the core's order).
-    assert _public(BoundedGate) - _public(RedisGate) == {"priorities", "rate_limits", "observe", "unobserve"}
+    # (The adaptive edge, docs/adaptive.md: a cluster gate's C changes by set_limits, cluster-wide.)
+    adaptive = {"adapt", "controller", "pause", "signal", "sync_rate_limits"}
+    assert (
+        _public(BoundedGate) - _public(RedisGate)
+        == {"priorities", "rate_limits", "observe", "unobserve"} | adaptive
+    )
     assert _public(RedisGate) - _public(BoundedGate) == {"aclose", "client", "cluster_stats", "process"}
     assert _arguments(BoundedGate.__init__) - _arguments(RedisGate.__init__) == {
         "priorities",
         "jump_share",
         "rate_limits",
+        "feasible",
+        "adaptive",
     }
     assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority", "cost"}
     assert _arguments(BoundedGate.try_admit) - _arguments(RedisGate.try_admit) == {"cost"}
     assert _arguments(BoundedGate.stream) - _arguments(RedisGate.stream) == {"priority", "cost"}
     assert _public(Permit) - _public(RedisPermit) == {"cost", "priority", "seq"}
     assert inspect.iscoroutinefunction(RedisGate.try_admit)
+    assert inspect.iscoroutinefunction(RedisGate.set_limits)  # it writes the cluster's limits
+    assert not inspect.iscoroutinefunction(BoundedGate.set_limits)
     assert not inspect.iscoroutinefunction(BoundedGate.try_admit)

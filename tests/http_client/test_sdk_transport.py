@@ -19,8 +19,16 @@ import httpx2
 import openai
 import pytest
 
-from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit, admit_all, downstream_refusals
-from boundedgate.httpx import Exchange, GatedTransport, ProviderSignal, gate_call, refusal
+from boundedgate import (
+    Adaptive,
+    BoundedGate,
+    KeyedGate,
+    QueueFull,
+    RateLimit,
+    admit_all,
+    downstream_refusals,
+)
+from boundedgate.httpx import Exchange, GatedTransport, ProviderSignal, follow_provider, gate_call, refusal
 from tests.helpers import checked_gate
 from tests.http_client.clients import COMBOS, SDKS, Sdk, counted
 from tests.http_client.provider import LimitsBehaviour, LimitsProvider, usage_of
@@ -393,4 +401,34 @@ async def test_sdk_retry_lets_the_sdk_retry_a_refusal_after_its_retry_after(
     assert loop.time() - started == pytest.approx(waited, abs=0.05)
     assert [request.get("x-stainless-retry-count") for request in provider.requests] == ["0", "1"]
     counted(gate, completed=2, rejected=1)
+    await sdk.aclose()
+
+
+async def test_follow_provider_pauses_on_a_429_cuts_on_an_overload_and_lowers_buckets(
+    sdk_name: str, provider: LimitsProvider
+) -> None:
+    requests_limit = RateLimit.per_minute(600, name="requests")
+    gate = BoundedGate(
+        max_running=10,
+        max_waiting=10,
+        name="llm",
+        rate_limits=[requests_limit],
+        adaptive=Adaptive(decrease=0.5),
+    )
+    sdk = Sdk(sdk_name, provider, GatedTransport(gate, on_provider_signal=follow_provider(gate)))
+    await sdk.plain()
+    loop = asyncio.get_running_loop()
+    assert gate.stats().tokens[0] == pytest.approx(59, abs=0.5)  # the provider said 59 are left
+    with pytest.raises(sdk.rate_limited):
+        await sdk.plain("rate_limited=1,retry_after_ms=1500")
+    paused = gate.stats().paused_until
+    assert paused is not None
+    assert paused == pytest.approx(loop.time() + 1.5, abs=0.05)
+    assert gate.max_running == 10  # a rate limit leaves C alone
+    began = loop.time()
+    await sdk.plain()  # waits for the reset
+    assert loop.time() - began == pytest.approx(1.5, abs=0.05)
+    with pytest.raises(openai.APIStatusError if sdk.name == "openai" else anthropic.APIStatusError):
+        await sdk.plain("overloaded=1")
+    assert gate.max_running == 5  # an overload (529 or 503) cuts C once
     await sdk.aclose()

@@ -984,3 +984,24 @@ def test_a_quota_is_named_as_given(capsys: pytest.CaptureFixture[str], seed: Pat
     status, out, _ = run(capsys, "simulate", str(seed), "-c", "2", "-q", "2", "--rpm", "1234.5678")
     assert status == 0
     assert "1234.5678 rpm (burst 1234.5678)" in out
+
+
+def test_plan_with_feasible_admission_refuses_at_arrival(capsys: pytest.CaptureFixture[str]) -> None:
+    main([*PLAN, "-q", "none", "--json"])
+    queued = json.loads(capsys.readouterr().out)["rows"][0]["summary"]
+    main([*PLAN, "-q", "none", "--feasible", "--json"])
+    feasible = json.loads(capsys.readouterr().out)["rows"][0]["summary"]
+    assert queued["infeasible"] == 0
+    assert queued["expired"] > 0
+    assert feasible["infeasible"] > 0  # told at arrival, rather than queued to expire
+    assert feasible["expired"] < queued["expired"]
+    assert feasible["late"] < queued["late"]
+    # It trades a little goodput for that on a heavy tail (a mean run predicts the finish).
+    assert feasible["completed"] >= 0.95 * queued["completed"]
+    main([*PLAN, "-q", "none", "--feasible"])
+    assert "infeasible" in capsys.readouterr().out  # the table shows the outcome when someone had it
+
+
+def test_simulate_with_feasible_admission(seed: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["simulate", str(seed), "-c", "1", "-q", "none", "--feasible", "--json"])
+    assert "infeasible" in json.loads(capsys.readouterr().out)["summary"]

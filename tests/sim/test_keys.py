@@ -449,6 +449,7 @@ def test_the_json_of_a_keyed_simulation() -> None:
         "peak_waiting": 1,
         "queue_ms": {"count": 2, "p50": 0, "p95": 10, "p99": 10, "max": 10},
         "end_to_end_ms": {"count": 2, "p50": 10, "p95": 20, "p99": 20, "max": 20},
+        "infeasible": 0,
     }
     assert data["requests"][0]["key"] == "acme"
     assert "key" not in data["requests"][2]  # the default key, as in scripts

@@ -264,6 +264,11 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--max-waiting", "-q", metavar="Q", type=_max_waiting, required=True, help="queue places, or none"
     )
+    sim.add_argument(
+        "--feasible",
+        action="store_true",
+        help="deadline-feasible admission: refuse at arrival what the recent pace says cannot be in time",
+    )
     _add_override_option(sim)
     _add_priority_options(sim)
     _add_rate_limit_options(sim, several=False)
@@ -335,6 +340,11 @@ def _parser() -> argparse.ArgumentParser:
         type=_units.limits,
         required=True,
         help="queue places to try, e.g. 0,10,50,none",
+    )
+    settings.add_argument(
+        "--feasible",
+        action="store_true",
+        help="deadline-feasible admission: refuse at arrival what the recent pace says cannot be in time",
     )
     traffic.add_argument(
         "--priority-mix",
@@ -419,6 +429,7 @@ def _simulate(args: argparse.Namespace) -> None:
             jump_share=args.jump_share,
             rate_limits=limits,
             overrides=overrides,
+            feasible=args.feasible,
         )
     except ScriptError as error:
         raise _Failed(f"{args.script}: {error}") from None
@@ -549,6 +560,7 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             rate_limits=limit_sets,
             overrides=overrides,
             progress=ProgressBar("simulating", sys.stderr),
+            feasible=args.feasible,
         )
     except ScriptError as error:
         raise _Failed(str(error)) from None

@@ -3,6 +3,7 @@
 Nothing in this package imports an event loop, a clock or threads: it is told the time.
 """
 
+from ._adaptive import SIGNALS, Adaptive, AdaptiveLimit
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
@@ -31,7 +32,10 @@ __all__ = (
     "NEVER_RAN",
     "OUTCOMES",
     "RAN",
+    "SIGNALS",
     "SIMULATED",
+    "Adaptive",
+    "AdaptiveLimit",
     "GateLimits",
     "GateState",
     "GateStatistics",

@@ -97,6 +97,12 @@ OUTCOMES: tuple[Outcome, ...] = (
         logged=True,
     ),
     Outcome(
+        Status.INFEASIBLE, "infeasible", "refused as infeasible", "infeasible",
+        ran=False, at_arrival=True, simulated=True, always_shown=False, error_code="infeasible",
+        description="Refused at arrival: by the recent pace it could not start in time (Infeasible).",
+        logged=True,
+    ),
+    Outcome(
         Status.CANCELLED, "cancelled", "cancelled while waiting", "cancelled",
         ran=False, at_arrival=False, simulated=False, always_shown=False, error_code=None,
         description="Its caller gave up while it waited, or before it used the slot it was handed.",

@@ -30,10 +30,12 @@ def _retry_after(state: GateState, ticket: Ticket, status: Status) -> float | No
     # As the refusals compute it (boundedgate._errors): exact for a rate limit, else an estimate.
     if status is Status.RATE_LIMITED:
         return max(0.0, state.ready_at(ticket) - ticket.ended)  # type: ignore[operator]
+    if status is Status.INFEASIBLE:
+        return max(0.0, state.predicted_start(ticket.ended) - ticket.ended)  # type: ignore[arg-type, operator]
     recent = state.recent_run_seconds
-    if recent is None or state.max_running == sys.maxsize:
+    if recent is None or state.limit == sys.maxsize:
         return None
-    return (state.waiting + 1) * recent / state.max_running
+    return (state.waiting + 1) * recent / state.limit
 
 
 @dataclass(frozen=True, slots=True)

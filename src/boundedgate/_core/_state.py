@@ -59,11 +59,28 @@ Removal from the middle of the queue and the heap is lazy: a ticket that leaves 
 skipped when it reaches the front. Both are rebuilt when dead entries outnumber live ones, so every
 operation is O(log n) amortised and memory stays proportional to the live queue.
 
+Limits that move
+================
+
+``set_limits(now, max_running=..., max_waiting=...)`` changes C and Q while requests run and
+wait. Raising C starts the oldest waiters at once (the same hand-off as a release); lowering it
+interrupts nobody: the running excess drains, and nothing starts until ``running`` is below the
+new C. Lowering Q evicts nobody already queued unless asked (``evict=True``: the newest leave as
+``EVICTED``); the excess leaves the queue as it normally does, and no arrival queues until it has.
+``pause(until, now)`` stops new starts until ``until`` (a provider's rate-limit reset) and keeps C:
+arrivals still queue up to Q, queued tickets still expire, and at ``until`` the oldest start.
+While paused, ``max_running`` (the slots usable now) is 0 and ``limit`` keeps the configured C.
+
+With ``feasible`` set, an arrival that would queue is refused as ``INFEASIBLE`` when the recent
+pace says it cannot start before its queue deadline, or cannot finish (one recent run after its
+start) before its deadline. Its start is predicted as ``max(now, resume) + n * recent_run / C``,
+where ``n`` counts the completions it needs (the running excess over C, the queue ahead, itself).
+
 Invariants (checked by :meth:`GateState.check` in the tests after every step)::
 
-    0 <= running <= max_running
-    0 <= waiting <= max_waiting
-    waiting > 0 implies running == max_running, or the next ticket's tokens are not there yet
+    0 <= running <= max_running, unless C was lowered or paused (the excess drains)
+    0 <= waiting <= max_waiting, unless Q was lowered below the queue (it drains)
+    waiting > 0 implies running >= max_running, or the next ticket's tokens are not there yet
 """
 
 from __future__ import annotations
@@ -72,6 +89,7 @@ import heapq
 import math
 import sys
 from collections.abc import Callable, Sequence
+from types import EllipsisType
 
 from ._bucket import RateLimit, TokenBucket
 from ._outcomes import OUTCOMES
@@ -95,6 +113,7 @@ ABORTED = Status.ABORTED
 DISCONNECTED = Status.DISCONNECTED
 EVICTED = Status.EVICTED
 RATE_LIMITED = Status.RATE_LIMITED
+INFEASIBLE = Status.INFEASIBLE
 
 _NOBODY: tuple[Ticket, ...] = ()
 
@@ -137,11 +156,17 @@ class GateState:
         "evicted",
         "expired",
         "failed",
+        "feasible",
+        "infeasible",
         "late",
         "leaked",
+        "limit",
+        "limit_changes",
         "max_running",
         "max_waiting",
         "observer",
+        "paused_until",
+        "pauses",
         "peak_running",
         "peak_waiting",
         "queue_seconds_max",
@@ -166,6 +191,8 @@ class GateState:
     ) -> None:
         #: Running slots (C); ``sys.maxsize`` stands for no limit (a pure rate limiter).
         self.max_running = sys.maxsize if max_running is None else check_max_running(max_running)
+        #: The configured C (``max_running`` is 0 while paused; this keeps the C to resume with).
+        self.limit = self.max_running
         self.max_waiting = check_max_waiting(max_waiting)
         self._queue_limit = sys.maxsize if self.max_waiting is None else self.max_waiting
         self._queue = WaitQueue(priorities, jump_share)
@@ -191,6 +218,14 @@ class GateState:
         self.disconnected = 0
         self.evicted = 0
         self.rate_limited = 0
+        self.infeasible = 0
+        #: Refuse at arrival what the recent pace says cannot start before its queue deadline.
+        self.feasible = False
+        #: How many times :meth:`set_limits` changed C or Q, and :meth:`pause` began or extended a pause.
+        self.limit_changes = 0
+        self.pauses = 0
+        #: No ticket starts before this (``inf``: not paused).
+        self.paused_until = math.inf
         self.queue_seconds_total = 0.0
         self.queue_seconds_max = 0.0
         self.run_seconds_total = 0.0
@@ -251,6 +286,8 @@ class GateState:
                 return self._rate_limit(ticket, now, woken)
         elif buckets and self.ready_at(ticket) >= queue_deadline(ticket):
             return self._rate_limit(ticket, now, woken)
+        elif self.feasible and self._infeasible(ticket, now):
+            return self._refuse_infeasible(ticket, now, woken)
         elif self.waiting < self._queue_limit:
             self._enqueue(ticket)
             if buckets and self.observer is not None and self.running < self.max_running:
@@ -333,6 +370,8 @@ class GateState:
     def _advance(self, now: float) -> list[Ticket]:
         # advance() itself is the caller's event; inside other events the core calls this instead.
         woken = self._expire(now)
+        if self.paused_until <= now:
+            self._resume(now, woken)
         if self._buckets and self.waiting:
             self._fill(now, woken)
         return woken
@@ -402,6 +441,111 @@ class GateState:
             return woken
         return _NOBODY
 
+    def set_limits(
+        self,
+        now: float,
+        max_running: int | EllipsisType | None = ...,
+        max_waiting: int | EllipsisType | None = ...,
+        evict: bool = False,
+    ) -> Sequence[Ticket]:
+        """Change C and/or Q at ``now`` (``...``: unchanged); returns the tickets that left the queue.
+
+        Raising C starts the oldest waiters at once, FIFO (after due tickets expire). Lowering it
+        interrupts no running ticket: the excess drains, and no ticket starts until ``running``
+        is below the new C. Lowering Q evicts nobody already queued, unless ``evict`` (then the
+        newest waiters beyond Q leave as ``EVICTED``, oldest kept). While paused, the new C takes
+        effect at the resume. Each call that changes a limit counts once in ``limit_changes``.
+
+        Raises:
+            TypeError, ValueError: A limit as :class:`GateState` refuses it (checked before
+                anything changes).
+        """
+        running = self.limit
+        if max_running is not ...:
+            running = sys.maxsize if max_running is None else check_max_running(max_running)
+        waiting = self.max_waiting if max_waiting is ... else check_max_waiting(max_waiting)
+        if running == self.limit and waiting == self.max_waiting:
+            return _NOBODY
+        self.limit_changes += 1
+        self.limit = running
+        self.max_waiting = waiting
+        self._queue_limit = sys.maxsize if waiting is None else waiting
+        woken: list[Ticket] = []
+        if evict:
+            # The newest of the least urgent class first: the live queue read backwards.
+            for victim in list(self._queue)[::-1][: max(0, self.waiting - self._queue_limit)]:
+                victim.status = EVICTED
+                self._leave_queue(victim, now)
+                self.evicted += 1
+                woken.append(victim)
+            self._compact()
+        if self.paused_until == math.inf:
+            self.max_running = running
+            woken += self._hand_off(now) if self.waiting else ()
+        if self.reporter is not None or self.observer is not None:
+            for ticket in woken:
+                if ticket.status is EVICTED:
+                    self._ended(ticket)
+        return woken
+
+    def pause(self, until: float, now: float) -> Sequence[Ticket]:
+        """Start nothing before ``until`` (a provider's rate-limit reset); C is unchanged.
+
+        Arrivals still queue up to Q (or are refused as usual), queued tickets still expire, and
+        running ones run on; at ``until`` (the caller learns it from :meth:`next_wakeup`) the
+        oldest start. A pause that ends earlier than one already in force changes nothing; a
+        later one extends it. Returns the tickets that left the queue as the clock reached ``now``.
+        """
+        if until <= now or (self.paused_until != math.inf and until <= self.paused_until):
+            return self._advance(now)
+        self.pauses += 1
+        self.paused_until = until
+        self.max_running = 0
+        return self._expire(now)
+
+    def sync_rate_limits(self, remaining: dict[str, float], now: float) -> int:
+        """Bring buckets in line with what the provider says is left; never raise a balance.
+
+        ``remaining`` maps a resource to the provider's remaining count: a bucket whose rate
+        limit is named so (``RateLimit(..., name="tokens")``), else, for ``"requests"`` and
+        ``"tokens"``, the first bucket counted in that unit, is lowered to it if it holds more.
+        Lowering a balance starts nobody. Returns how many buckets were lowered.
+        """
+        lowered = 0
+        for resource, left in remaining.items():
+            bucket = next((b for b in self._buckets if b.limit.name == resource), None)
+            if bucket is None and resource in ("requests", "tokens"):
+                bucket = next((b for b in self._buckets if b.limit.unit == resource), None)
+            if bucket is not None and 0 <= left < bucket.tokens(now):
+                bucket.empty = now - left * bucket.period
+                lowered += 1
+        return lowered
+
+    def _resume(self, now: float, woken: list[Ticket]) -> None:
+        self.paused_until = math.inf
+        self.max_running = self.limit
+        if self.waiting:
+            self._fill(now, woken)
+
+    def _infeasible(self, ticket: Ticket, now: float) -> bool:
+        # It would start at or after its queue deadline, or finish (a recent run later) after its deadline.
+        start = self.predicted_start(now)
+        recent = self.recent_run_seconds
+        return start >= queue_deadline(ticket) or (recent is not None and start + recent >= ticket.deadline)
+
+    def predicted_start(self, now: float) -> float:
+        """When a ticket arriving now would start by the recent pace (``now`` before any run ended).
+
+        ``max(now, resume) + n * recent_run / C``, where ``n`` is the completions it needs: the
+        running excess over C, the queue ahead of it, and one for itself.
+        """
+        recent = self.recent_run_seconds
+        start = now if self.paused_until == math.inf else max(now, self.paused_until)
+        if recent is None or self.limit == sys.maxsize:
+            return start
+        needed = max(0, self.running - self.limit) + self.waiting + 1
+        return start + needed * recent / self.limit
+
     # -- queries ----------------------------------------------------------------------------
 
     @property
@@ -424,6 +568,8 @@ class GateState:
         while deadlines and deadlines[0][1].status is not QUEUED:
             heapq.heappop(deadlines)
         when = deadlines[0][0] if deadlines else math.inf
+        if self.paused_until < when:
+            when = self.paused_until
         if self._buckets and self.waiting and self.running < self.max_running:
             when = min(when, self.ready_at(self._queue.peek()))
         return when
@@ -472,7 +618,7 @@ class GateState:
         """
         return GateStatistics(
             name=name,
-            max_running=None if self.max_running == sys.maxsize else self.max_running,
+            max_running=None if self.limit == sys.maxsize else self.limit,
             max_waiting=self.max_waiting,
             running=self.running,
             waiting=self.waiting,
@@ -487,6 +633,9 @@ class GateState:
             end_to_end_seconds_total=self.end_to_end_seconds_total,
             end_to_end_seconds_max=self.end_to_end_seconds_max,
             tokens=tuple(b.limit.burst for b in self._buckets) if now is None else self.tokens(now),
+            limit_changes=self.limit_changes,
+            pauses=self.pauses,
+            paused_until=None if self.paused_until == math.inf else self.paused_until,
         )
 
     # -- internals --------------------------------------------------------------------------
@@ -542,6 +691,16 @@ class GateState:
         ticket.ended = now
         self.rate_limited += 1
         note(ticket, "limited_by", self.limiting(ticket).name)  # type: ignore[union-attr]
+        self._ended(ticket)
+        return woken
+
+    def _refuse_infeasible(
+        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...]
+    ) -> Sequence[Ticket]:
+        ticket.status = INFEASIBLE
+        ticket.ended = now
+        self.infeasible += 1
+        note(ticket, "predicted_start", self.predicted_start(now))
         self._ended(ticket)
         return woken
 

@@ -18,9 +18,9 @@ class GateStatistics:
     """A snapshot of a gate's counters, taken by :meth:`BoundedGate.stats`.
 
     Every request that arrives is counted in exactly one outcome once it ends: ``rejected``,
-    ``rate_limited``, ``expired``, ``cancelled``, ``disconnected`` or ``evicted`` if it never ran;
-    ``completed``, ``late``, ``failed``, ``aborted`` or ``leaked`` if it did (the outcomes are
-    listed, with what each means, in ``boundedgate.OUTCOMES``).
+    ``rate_limited``, ``infeasible``, ``expired``, ``cancelled``, ``disconnected`` or
+    ``evicted`` if it never ran; ``completed``, ``late``, ``failed``, ``aborted`` or ``leaked`` if
+    it did (the outcomes are listed, with what each means, in ``boundedgate.OUTCOMES``).
     While it is not yet ended it is counted in ``waiting`` or ``running``. Requests refused before
     they were counted (already cancelled, or already past their deadline, on arrival) appear
     nowhere. Times are in seconds on the gate's clock (the event loop's).
@@ -79,6 +79,15 @@ class GateStatistics:
     end_to_end_seconds_max: float
     #: The balance of each rate limit's bucket, in the order the gate was given them.
     tokens: tuple[float, ...] = ()
+    #: Refused at arrival by deadline-feasible admission (``Infeasible``): by the recent pace they
+    #: could not have started before their deadline or queue budget.
+    infeasible: int = 0
+    #: How many times ``set_limits()`` changed C or Q (by hand or by an adaptive controller).
+    limit_changes: int = 0
+    #: How many pauses of new starts began or were extended (a provider's rate-limit reset).
+    pauses: int = 0
+    #: Until when new starts are paused (None: not paused), on the gate's clock.
+    paused_until: float | None = None
 
     @property
     def arrived(self) -> int:

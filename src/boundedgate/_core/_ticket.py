@@ -10,7 +10,8 @@ status, its outcome::
      │                   ├──cancel───> CANCELLED | DISCONNECTED
      │                   └──a more urgent arrival finds the queue full──> EVICTED
      ├──arrive──> REJECTED                              (all slots busy, queue full)
-     └──arrive──> RATE_LIMITED                          (its tokens could not come in time)
+     ├──arrive──> RATE_LIMITED                          (its tokens could not come in time)
+     └──arrive──> INFEASIBLE                            (the pace says it cannot start in time)
 
 A ticket whose deadline has passed when it arrives is refused as ``EXPIRED`` before it is
 counted (it never touches the gate's counters).
@@ -56,6 +57,8 @@ class Status(enum.Enum):
     EVICTED = "evicted"
     #: Refused at arrival: its rate cost could not be paid in time (or at once, when not waiting).
     RATE_LIMITED = "rate_limited"
+    #: Refused at arrival by deadline-feasible admission: by the recent pace it could not start in time.
+    INFEASIBLE = "infeasible"
 
     @property
     def is_final(self) -> bool:

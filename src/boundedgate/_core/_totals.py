@@ -22,7 +22,17 @@ __all__ = ("KeyedStatistics", "Totals", "total")
 #: Fields that describe a gate or the moment, not its history: set by :func:`total` itself. (The
 #: balances of the keys' own buckets, ``tokens``, do not add up to anything: the total has none.)
 _NOT_HISTORY = frozenset(
-    ("name", "max_running", "max_waiting", "running", "waiting", "peak_running", "peak_waiting", "tokens")
+    (
+        "name",
+        "max_running",
+        "max_waiting",
+        "running",
+        "waiting",
+        "peak_running",
+        "peak_waiting",
+        "tokens",
+        "paused_until",
+    )
 )
 _HISTORY = tuple(f.name for f in dataclasses.fields(GateStatistics) if f.name not in _NOT_HISTORY)
 #: Zero of the right type for each: counts are ints, times are floats.
@@ -82,7 +92,7 @@ def total(
             seen = getattr(state, field)
             if seen > values[field]:
                 values[field] = seen
-        slots = state.max_running
+        slots = state.limit  # the configured C, paused or not
         max_running = None if max_running is None or slots == sys.maxsize else max_running + slots
         places = state.max_waiting
         max_waiting = None if max_waiting is None or places is None else max_waiting + places

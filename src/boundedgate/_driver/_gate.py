@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import EllipsisType
 from typing import TYPE_CHECKING, final
 
 from .._core import (
+    Adaptive,
+    AdaptiveLimit,
     GateState,
     GateStatistics,
     RateLimit,
+    RequestRecord,
     Status,
     Ticket,
     check_deadline,
@@ -27,9 +32,9 @@ from .._core import (
     check_timeout,
     queue_deadline,
 )
-from .._errors import Evicted, Late, QueueExpired, QueueFull, RateLimited
+from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource, StreamT
-from ._observing import Observer, Observers, attach
+from ._observing import Observer, Observers, attach, log_event
 from ._permit import _HELD, Permit, _HeldPermit, new_permit
 
 if TYPE_CHECKING:
@@ -42,6 +47,9 @@ RUNNING = Status.RUNNING
 REJECTED = Status.REJECTED
 EVICTED = Status.EVICTED
 RATE_LIMITED = Status.RATE_LIMITED
+INFEASIBLE = Status.INFEASIBLE
+COMPLETED = Status.COMPLETED
+LATE = Status.LATE
 CANCELLED = Status.CANCELLED
 _INF = math.inf
 _MAX = sys.float_info.max
@@ -106,6 +114,11 @@ class BoundedGate:
         jump_share: The share of starts from the queue that may overtake an older waiter, in
             [0, 1). Only matters with several classes; 0 makes them plain FIFO.
         rate_limits: Token buckets every request must pay, e.g. requests and tokens per minute.
+        feasible: Deadline-feasible admission: refuse at arrival, with :class:`Infeasible`, a
+            request that by the gate's recent pace would start at or after its deadline (or
+            queue budget), instead of queueing it to expire. Off by default.
+        adaptive: Learn C from provider signals and time to first token (see :meth:`adapt`);
+            ``max_running`` is then the C to begin with.
 
     Raises:
         TypeError: A limit that is not an int (floats, NaN, infinities, booleans), or a name
@@ -116,6 +129,7 @@ class BoundedGate:
 
     __slots__ = (
         "__weakref__",
+        "_controller",
         "_loop",
         "_max_running",
         "_name",
@@ -136,8 +150,13 @@ class BoundedGate:
         priorities: int = 1,
         jump_share: float = 0.2,
         rate_limits: Sequence[RateLimit] = (),
+        feasible: bool = False,
+        adaptive: Adaptive | None = None,
     ) -> None:
         self._setup(GateState(max_running, max_waiting, priorities, jump_share, rate_limits), name)
+        self._state.feasible = bool(feasible)
+        if adaptive is not None:
+            self.adapt(adaptive)
 
     @classmethod
     def _around(cls, state: GateState, name: str) -> BoundedGate:
@@ -165,6 +184,7 @@ class BoundedGate:
         # The permits asleep on a future in the queue: what a failed core event or a dead loop must
         # still reach, when no list of woken permits comes back.
         self._parked: set[Permit] = set()
+        self._controller: AdaptiveLimit | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -352,6 +372,141 @@ class BoundedGate:
         self._observers.remove(callback)
         attach(self._state, self._name, None, self._observers)
 
+    @property
+    def controller(self) -> AdaptiveLimit | None:
+        """The adaptive controller that sets C (None: C changes only by :meth:`set_limits`)."""
+        return self._controller
+
+    def set_limits(
+        self,
+        *,
+        max_running: int | EllipsisType | None = ...,
+        max_waiting: int | EllipsisType | None = ...,
+        evict: bool = False,
+    ) -> None:
+        """Change C and/or Q now; a limit not given stays as it is.
+
+        Raising ``max_running`` starts the oldest waiters at once, FIFO. Lowering it interrupts no
+        running request: the excess drains (``running`` may exceed C meanwhile) and nothing starts
+        until running is below the new C. Lowering ``max_waiting`` evicts nobody already queued
+        (the excess leaves as it would have, and no arrival queues until it has), unless
+        ``evict=True``: then the newest waiters beyond it get :class:`Evicted`. Each change counts in
+        ``stats().limit_changes`` and writes an INFO record ``limit_changed`` to the ``boundedgate``
+        logger. With an adaptive controller attached, the controller may change C again later.
+
+        Raises:
+            TypeError, ValueError: A limit the constructor would refuse (nothing changed).
+        """
+        state = self._state
+        before = (state.limit, state.max_waiting)
+        loop = self._loop
+        now = 0.0 if loop is None else loop.time()
+        woken = state.set_limits(now, max_running, max_waiting, evict)
+        self._max_running = None if state.limit == sys.maxsize else state.limit
+        if before != (state.limit, state.max_waiting):
+            log_event(
+                self._name,
+                "limit_changed",
+                f"limits changed to running {self._max_running}, waiting {state.max_waiting}",
+                logging.INFO,
+                max_running=self._max_running,
+                max_waiting=state.max_waiting,
+            )
+        if woken:
+            self._wake(woken)
+        if loop is not None and state.waiting:
+            self._rearm()
+
+    def pause(self, seconds: float) -> None:
+        """Start no request for ``seconds`` from now (a provider's rate-limit reset); C is unchanged.
+
+        Arrivals still queue up to Q (or are refused as usual), queued requests still expire at
+        their deadlines, running ones run on; when the pause ends the oldest waiters start. A
+        shorter pause than one in force changes nothing; a longer one extends it. Must be called
+        on the gate's event loop (it binds the gate to the running loop if it has none yet).
+        """
+        seconds = check_timeout(seconds)
+        loop = self._bind() if self._loop is None else self._loop
+        now = loop.time()
+        woken = self._state.pause(now + seconds, now)
+        if woken:
+            self._wake(woken)
+        self._rearm()
+
+    def signal(self, kind: str, *, retry_after: float | None = None) -> None:
+        """Tell the gate what the provider answered: ``rate_limited``, ``overloaded`` or ``ignored``.
+
+        ``rate_limited`` with ``retry_after`` (seconds to the provider's reset) pauses new starts
+        until then and leaves C alone; ``overloaded`` (a 503, a 529) has the adaptive controller cut
+        C, at most once per window (without a controller it changes nothing); ``ignored`` (a client
+        that went away, another 4xx) is not congestion. See ``boundedgate.SIGNALS``. Must be
+        called on the gate's event loop, as :meth:`pause`.
+
+        Raises:
+            ValueError: An unknown kind.
+        """
+        if kind == "rate_limited":
+            if retry_after is not None and retry_after > 0:
+                self.pause(retry_after)
+            return
+        controller = self._controller
+        if controller is None:
+            if kind not in ("overloaded", "ignored"):
+                raise ValueError(f"unknown signal {kind!r}; expected rate_limited, overloaded or ignored")
+            return
+        loop = self._bind() if self._loop is None else self._loop
+        wanted = controller.signal(kind, loop.time())
+        if wanted != self._state.limit:
+            self.set_limits(max_running=wanted)
+
+    def sync_rate_limits(self, remaining: Mapping[str, float]) -> int:
+        """Lower the rate limits' balances to what the provider says is left (never raise one).
+
+        ``remaining`` maps a resource (``"requests"``, ``"tokens"``, or a rate limit's name) to the
+        provider's remaining count, e.g. from ``x-ratelimit-remaining-*`` headers. Returns how many
+        buckets were lowered.
+        """
+        loop = self._bind() if self._loop is None else self._loop
+        lowered = self._state.sync_rate_limits(dict(remaining), loop.time())
+        if lowered and self._state.waiting:
+            self._rearm()
+        return lowered
+
+    def adapt(self, settings: Adaptive | None = None) -> AdaptiveLimit:
+        """Have an adaptive controller set C from now on, starting from the current C; returns it.
+
+        The controller hears every provider signal given to :meth:`signal` (or by the HTTP
+        client transport) and samples every request that ran to an answer (completed or late):
+        its time to first item for a stream, else its run time. Its settings and defaults are
+        those of :class:`Adaptive`.
+        """
+        state = self._state
+        if state.limit == sys.maxsize:
+            raise ValueError("an adaptive limit needs a gate with max_running set")
+        settings = Adaptive() if settings is None else settings
+        self._controller = AdaptiveLimit(settings, state.limit)
+        self.observe(self._sample)
+        return self._controller
+
+    def _sample(self, record: RequestRecord) -> None:
+        # An observer: called inside the core's event, so a change of C waits for the next turn.
+        controller = self._controller
+        if controller is None or record.ran is None:
+            return
+        status = record.outcome.status
+        if status is not COMPLETED and status is not LATE:
+            return
+        latency = record.ran if record.first_chunk is None else record.first_chunk
+        before = controller.limit
+        wanted = controller.sample(latency, record.ran, record.ended, self._state.running + 1)
+        if wanted != before and self._loop is not None:
+            self._loop.call_soon(self._follow)
+
+    def _follow(self) -> None:
+        controller = self._controller
+        if controller is not None and controller.limit != self._state.limit:
+            self.set_limits(max_running=controller.limit)
+
     def __repr__(self) -> str:
         state = self._state
         running = "unbounded" if self._max_running is None else self._max_running
@@ -475,10 +630,23 @@ class BoundedGate:
             self._wake(woken)
         self._rearm()
 
-    def _refusal(self, permit: Permit) -> QueueFull | RateLimited | QueueExpired | Evicted:
+    def _refusal(self, permit: Permit) -> QueueFull | RateLimited | QueueExpired | Evicted | Infeasible:
         """The error for a permit the state refused at arrival, or that left the queue unstarted."""
         state = self._state
         status = permit.status
+        if status is INFEASIBLE:
+            ended: float = permit.ended  # type: ignore[assignment]
+            return Infeasible(
+                self._name,
+                self._max_running,
+                state.max_waiting,
+                state.running,
+                state.waiting,
+                0.0,
+                0.0,
+                max(0.0, state.predicted_start(ended) - ended),
+                queue_deadline(permit) - ended,
+            )
         if status is RATE_LIMITED:
             return RateLimited(
                 self._name,

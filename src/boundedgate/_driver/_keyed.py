@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from types import EllipsisType
 from typing import Any, Generic, TypeVar, cast, final
 
 from .._core import (
@@ -105,6 +107,25 @@ class _KeyState(GateState):
         woken = super().advance(now)
         if woken:
             self._owner._tell(self)  # starts on accrued tokens can raise the running peak
+            self._owner._freed(self, now)
+        return woken
+
+    def set_limits(
+        self,
+        now: float,
+        max_running: int | EllipsisType | None = ...,
+        max_waiting: int | EllipsisType | None = ...,
+        evict: bool = False,
+    ) -> Sequence[Ticket]:
+        woken = super().set_limits(now, max_running, max_waiting, evict)
+        if woken:
+            self._owner._tell(self)  # starts can raise the running peak
+            self._owner._freed(self, now)
+        return woken
+
+    def pause(self, until: float, now: float) -> Sequence[Ticket]:
+        woken = super().pause(until, now)
+        if woken:
             self._owner._freed(self, now)
         return woken
 
@@ -182,6 +203,7 @@ class KeyedGate(Generic[K]):
         "_resting",
         "_retired",
         "_running",
+        "_set",
         "_ticks",
         "_waiting",
     )
@@ -209,6 +231,8 @@ class KeyedGate(Generic[K]):
         self._observers = Observers()
         self._overrides: Mapping[K, GateLimits] | None = None
         self._override: Callable[[K], GateLimits | None] | None = None
+        # Limits set at runtime for particular keys (set_limits(key, ...)): they outrank overrides.
+        self._set: dict[K, GateLimits] = {}
         if isinstance(overrides, Mapping):
             for key, limits in overrides.items():
                 check_limits(key, limits)
@@ -369,7 +393,9 @@ class KeyedGate(Generic[K]):
         Raises:
             TypeError, ValueError: The key's override is malformed or out of range.
         """
-        limits: GateLimits | None = None
+        limits: GateLimits | None = self._set.get(key)
+        if limits is not None:
+            return limits
         if self._overrides is not None:
             limits = self._overrides.get(key)
         elif self._override is not None:
@@ -377,6 +403,51 @@ class KeyedGate(Generic[K]):
         if limits is None:
             return GateLimits(self._max_running, self._max_waiting)
         return check_limits(key, limits)
+
+    def set_limits(
+        self,
+        key: K | EllipsisType = ...,
+        *,
+        max_running: int | EllipsisType | None = ...,
+        max_waiting: int | EllipsisType | None = ...,
+        evict: bool = False,
+    ) -> None:
+        """Change the limits of every key that follows the template, or of one ``key``, now.
+
+        Without a key the template changes: every listed gate without an override (or a limit set
+        for its key) takes it at once, and keys created later are created with it. With a key, that
+        key's limits are set: its listed gate takes them at once, and a gate created for it later
+        is created with them (they outrank its override, and are kept while the keyed gate
+        lives). Each gate changes as :meth:`BoundedGate.set_limits` says: raising C starts its oldest
+        waiters at once, lowering it interrupts nobody, lowering Q evicts nobody unless ``evict``.
+
+        Raises:
+            TypeError, ValueError: A limit the constructor would refuse (nothing changed).
+        """
+        probe = GateState(self._max_running, self._max_waiting)
+        if key is ...:
+            probe.set_limits(0.0, max_running, max_waiting)  # checks the limits before any change
+            self._max_running = None if probe.limit == sys.maxsize else probe.limit
+            self._max_waiting = probe.max_waiting
+            targets = [k for k in self._gates if k not in self._set and self._own_limits(k) is None]
+            for k in targets:
+                self._gates[k].set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
+            return
+        base = self.limits(key)
+        probe = GateState(base.max_running, base.max_waiting)
+        probe.set_limits(0.0, max_running, max_waiting)
+        self._set[key] = GateLimits(None if probe.limit == sys.maxsize else probe.limit, probe.max_waiting)
+        gate = self._gates.get(key)
+        if gate is not None:
+            gate.set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
+
+    def _own_limits(self, key: K) -> GateLimits | None:
+        # The key's override, if it has one.
+        if self._overrides is not None:
+            return self._overrides.get(key)
+        if self._override is not None:
+            return self._override(key)
+        return None
 
     def stats(self) -> KeyedStatistics:
         """An immutable snapshot: the gate counts, and every key's counters summed, dropped keys included."""
@@ -444,7 +515,7 @@ class KeyedGate(Generic[K]):
         return gate
 
     def _create(self, key: K) -> BoundedGate:
-        if self._overrides is None and self._override is None:
+        if self._overrides is None and self._override is None and not self._set:
             max_running, max_waiting = self._max_running, self._max_waiting
         else:
             max_running, max_waiting = self.limits(key)

@@ -8,6 +8,7 @@ from ._protocol import StreamPermit
 from ._stream import GatedStream, hand_over
 from ._stream import _abandon as abandon
 from ._stream import _close_stream as close_stream
+from ._stream import _first_item as first_item
 
 __all__ = (
     "GatedStream",
@@ -17,5 +18,6 @@ __all__ = (
     "StreamT",
     "abandon",
     "close_stream",
+    "first_item",
     "hand_over",
 )

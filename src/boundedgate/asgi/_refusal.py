@@ -31,6 +31,7 @@ _PUBLIC_MESSAGES = {
     "rate_limited": "Too many requests. Retry later.",
     "queue_expired": "The request waited too long for capacity. Retry later.",
     "evicted": "The request gave way to more urgent work. Retry later.",
+    "infeasible": "The service cannot answer within the request's deadline now. Retry later.",
     "gate_unavailable": "The service cannot take requests right now. Retry later.",
 }
 _TITLES = {429: "Too Many Requests", 503: "Service Unavailable"}

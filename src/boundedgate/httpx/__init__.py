@@ -8,6 +8,7 @@ httpx; this subpackage uses the httpx module the requests come from.
 
 from ._call import Call, current_call, gate_call
 from ._exchange import Exchange
+from ._follow import follow_provider
 from ._signals import ProviderSignal, Quota, parse_quotas, parse_retry_after, parse_signal
 from ._transport import GatedTransport, refusal
 from ._usage import total_tokens
@@ -19,6 +20,7 @@ __all__ = (
     "ProviderSignal",
     "Quota",
     "current_call",
+    "follow_provider",
     "gate_call",
     "parse_quotas",
     "parse_retry_after",

@@ -34,6 +34,7 @@ import anyio
 from .._core import Status
 from .._streams import StreamPermit
 from .._streams import abandon as _abandon
+from .._streams import first_item as _first_item
 from ._exchange import Exchange
 from ._usage import UsageReader
 
@@ -90,6 +91,7 @@ class GatedBody:
             async for chunk in self._inner:
                 if exchange.first_byte is None and chunk:
                     exchange.first_byte = loop.time()
+                    _first_item(self._permit)  # the record's first_chunk: an adaptive gate's TTFT
                 if reader is not None:
                     reader.feed(chunk)
                 yield chunk

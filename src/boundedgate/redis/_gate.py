@@ -13,6 +13,7 @@ import itertools
 import math
 import weakref
 from collections.abc import Coroutine, Sequence
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any, final
 
 from .._core import check_deadline as _check_deadline
@@ -324,6 +325,42 @@ class RedisGate:
         return self._counters.snapshot(
             self._name, self._max_running, self._max_waiting, len(self._holders), self._waiting
         )
+
+    async def set_limits(
+        self,
+        *,
+        max_running: int | EllipsisType = ...,
+        max_waiting: int | EllipsisType | None = ...,
+    ) -> None:
+        """Change C and/or Q for the whole cluster, now; a limit not given stays as it is.
+
+        The new limits are written to the gate's state in Redis and every process's scripts use
+        them from their next step on, whatever limits each process was constructed with: raising C
+        hands free slots to the oldest waiters at once (they are woken), lowering it interrupts no
+        holder (the excess drains), lowering Q drops no waiter (no arrival queues until the queue
+        is below it). They last as long as the gate's state in Redis (until ``idle_ttl`` after its
+        last use; then the constructors' limits apply again). Counted in the cluster counters as
+        ``limit_changes``. This process's ``max_running``/``max_waiting`` (and its errors) show the
+        new limits at once; another process's show its own until it sets them too (the scripts
+        decide by the cluster's).
+
+        Raises:
+            TypeError, ValueError: A limit the constructor would refuse (nothing changed).
+            redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
+        """
+        running = self._max_running if max_running is ... else check_max_running(max_running)
+        waiting = self._max_waiting if max_waiting is ... else check_max_waiting(max_waiting)
+        reply = await self._run(
+            _scripts.LIMITS,
+            (
+                "" if max_running is ... else running,
+                "" if max_waiting is ... else (-1 if waiting is None else waiting),
+            ),
+        )
+        self._seen(reply[0], reply[1], reply[2])
+        self._max_running = running
+        self._max_waiting = waiting
+        self._common = (running, -1 if waiting is None else waiting, *self._common[2:])
 
     async def cluster_stats(self) -> ClusterStatistics:
         """The cluster's view, read from Redis: holders with their leases, waiters, counters.

@@ -14,7 +14,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-__all__ = ("ADMIT", "CANCEL", "RELEASE", "SYNC", "Script")
+__all__ = ("ADMIT", "CANCEL", "LIMITS", "RELEASE", "SYNC", "Script")
 
 
 def _source(name: str) -> str:
@@ -53,3 +53,4 @@ ADMIT = Script("admit.lua")
 SYNC = Script("sync.lua")
 RELEASE = Script("release.lua")
 CANCEL = Script("cancel.lua")
+LIMITS = Script("limits.lua")

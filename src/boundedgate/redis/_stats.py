@@ -48,6 +48,7 @@ class LocalCounters:
         "expired",
         "failed",
         "fallbacks",
+        "infeasible",
         "late",
         "leaked",
         "lease_lost",
@@ -67,7 +68,8 @@ class LocalCounters:
     def __init__(self) -> None:
         self.admitted = self.rejected = self.expired = self.cancelled = 0
         self.completed = self.late = self.failed = self.leaked = self.aborted = self.disconnected = 0
-        self.evicted = self.rate_limited = 0  # a cluster gate has no priority classes nor rate limits
+        # A cluster gate has no priority classes, rate limits nor deadline-feasible admission.
+        self.evicted = self.rate_limited = self.infeasible = 0
         self.peak_running = self.peak_waiting = 0
         self.unavailable = self.fallbacks = self.lease_lost = self.epoch_changes = self.retries = 0
         self.queue_seconds_total = self.queue_seconds_max = 0.0

@@ -20,6 +20,7 @@ The command line (``python -m boundedgate simulate|plan``) is built on this pack
 
 from ._engine import simulate
 from ._plan import SweepRow, sweep
+from ._provider import Client, ClientResult, Provider, drift, simulate_provider, steps
 from ._recorder import Recorder
 from ._results import (
     ClassSummary,
@@ -37,6 +38,8 @@ from ._workload import Bursts, Exponential, Fixed, LogNormal, Poisson, generate
 __all__ = (
     "Bursts",
     "ClassSummary",
+    "Client",
+    "ClientResult",
     "Exponential",
     "Fixed",
     "Job",
@@ -44,6 +47,7 @@ __all__ = (
     "LogNormal",
     "Percentiles",
     "Poisson",
+    "Provider",
     "Recorder",
     "RequestResult",
     "ScriptError",
@@ -51,11 +55,14 @@ __all__ = (
     "Summary",
     "SweepRow",
     "TraceEvent",
+    "drift",
     "generate",
     "parse_script",
     "percentile",
     "read_script",
     "simulate",
+    "simulate_provider",
+    "steps",
     "sweep",
     "write_script",
 )

@@ -216,6 +216,7 @@ class _Run:
         trace: bool,
         observer: Callable[[RequestRecord], None] | None = None,
         name: str = "simulation",
+        feasible: bool = False,
     ) -> None:
         self.jobs = jobs
         self.requests = [_Request(job, index) for index, job in enumerate(jobs)]
@@ -231,6 +232,7 @@ class _Run:
             key = jobs[index].key
             if key not in by_key:
                 state = GateState(*limits(key), priorities, jump_share, rate_limits)
+                state.feasible = feasible
                 by_key[key] = _Gate(len(by_key), key, state)
         self.gates = list(by_key.values())
         self.gate_of = [by_key[job.key] for job in jobs]
@@ -446,6 +448,7 @@ class _Tally(TypedDict):
     rejected: int
     evicted: int
     rate_limited: int
+    infeasible: int
     queue_ms: Percentiles
     end_to_end_ms: Percentiles
 
@@ -599,6 +602,7 @@ def _simulate_checked(
     overrides: Mapping[str, GateLimits] = _NO_OVERRIDES,
     observer: Callable[[RequestRecord], None] | None = None,
     name: str = "simulation",
+    feasible: bool = False,
 ) -> Simulation:
     per_ms = tuple(_per_millisecond(limit) for limit in rate_limits)
     GateState(max_running, max_waiting, priorities, jump_share, per_ms)  # checks the settings
@@ -607,7 +611,7 @@ def _simulate_checked(
     def limits(key: str) -> GateLimits:
         return overrides.get(key, template)
 
-    run = _Run(jobs, (priorities, jump_share, per_ms), limits, trace, observer, name)
+    run = _Run(jobs, (priorities, jump_share, per_ms), limits, trace, observer, name, feasible)
     run.run()
     rows = run.rows()
     return Simulation(
@@ -635,6 +639,7 @@ def simulate(
     trace: bool = True,
     observer: Callable[[RequestRecord], None] | None = None,
     name: str = "simulation",
+    feasible: bool = False,
 ) -> Simulation:
     """Replay a script through a gate's decision core in virtual time.
 
@@ -682,6 +687,8 @@ def simulate(
             ends (times in seconds), as a gate's observers are: feed it to the same exports to
             put a planned run and a real one on one board.
         name: The gate name the records carry (make it the real gate's to compare the two).
+        feasible: Deadline-feasible admission, as ``BoundedGate(feasible=True)``: a request the
+            recent pace says cannot start before its deadline is refused at arrival (``infeasible``).
 
     Returns:
         The settings, a row per request in the script's order, the trace, and a summary.
@@ -702,5 +709,15 @@ def simulate(
     check_costs(script, limits)
     per_key = check_overrides(overrides)
     return _simulate_checked(
-        script, max_running, max_waiting, priorities, jump_share, limits, trace, per_key, observer, name
+        script,
+        max_running,
+        max_waiting,
+        priorities,
+        jump_share,
+        limits,
+        trace,
+        per_key,
+        observer,
+        name,
+        bool(feasible),
     )

@@ -57,6 +57,7 @@ def sweep(
     rate_limits: Sequence[RateLimit] | Iterable[Sequence[RateLimit]] = (),
     overrides: Mapping[str, GateLimits] | None = None,
     progress: Callable[[int, int], object] | None = None,
+    feasible: bool = False,
 ) -> list[SweepRow]:
     """Simulate ``jobs`` under every combination of settings, for a table of "what if".
 
@@ -83,6 +84,7 @@ def sweep(
         overrides: Limits for particular keys, the same for every setting (see :func:`simulate`):
             ``max_running`` and ``max_waiting`` are swept for the other keys.
         progress: Called as ``progress(done, total)`` before the first setting and after each.
+        feasible: Deadline-feasible admission in every setting (see :func:`simulate`).
 
     Returns:
         A row per combination, ``max_running`` varying slowest, then ``max_waiting``, then the
@@ -117,7 +119,9 @@ def sweep(
     if progress is not None:
         progress(0, len(settings))
     for c, q, limits in settings:
-        result = _simulate_checked(script, c, q, priorities, jump_share, limits, False, per_key)
+        result = _simulate_checked(
+            script, c, q, priorities, jump_share, limits, False, per_key, feasible=bool(feasible)
+        )
         rows.append(SweepRow(c, q, result.summary, limits))
         if progress is not None:
             progress(len(rows), len(settings))

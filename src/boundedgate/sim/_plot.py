@@ -19,6 +19,7 @@ OUTCOME_COLORS = {
     "rejected": "tab:red",
     "evicted": "tab:gray",
     "rate_limited": "tab:brown",
+    "infeasible": "tab:olive",
 }
 
 if TYPE_CHECKING:

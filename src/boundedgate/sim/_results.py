@@ -245,6 +245,8 @@ class ClassSummary:
     queue_ms: Percentiles
     #: Arrival to end of requests that ran.
     end_to_end_ms: Percentiles
+    #: Refused at arrival by deadline-feasible admission: they could not have started in time.
+    infeasible: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, for JSON."""
@@ -287,6 +289,8 @@ class KeySummary:
     queue_ms: Percentiles
     #: Arrival to end of requests that ran.
     end_to_end_ms: Percentiles
+    #: Refused at arrival by deadline-feasible admission: they could not have started in time.
+    infeasible: int = 0
 
     @property
     def refused(self) -> int:
@@ -341,6 +345,9 @@ class Summary:
     #: One :class:`KeySummary` per key, in the order of the keys' names (the default key, ``""``,
     #: first); empty when the script has one key.
     keys: tuple[KeySummary, ...] = ()
+    #: Refused at arrival by deadline-feasible admission (``feasible=True``): by the recent pace
+    #: they could not have started before their deadline.
+    infeasible: int = 0
 
     def key(self, key: str) -> KeySummary:
         """The summary of one key.

@@ -26,7 +26,8 @@ __all__ = (
 
 #: The order of the sweep table's outcome columns: refusals first, answers last.
 SWEEP_ORDER = tuple(
-    BY_NAME[name] for name in ("rejected", "evicted", "rate_limited", "expired", "late", "completed")
+    BY_NAME[name]
+    for name in ("rejected", "evicted", "rate_limited", "infeasible", "expired", "late", "completed")
 )
 
 

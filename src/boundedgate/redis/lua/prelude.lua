@@ -6,7 +6,8 @@
 -- deadlines arrive as a remaining budget and are stored on the server's clock, only to free places.
 --
 -- Keys (one hash tag, so one slot in a cluster; every key is declared in KEYS):
---   1 meta     hash   epoch (TIME when the state was created), C and Q last used
+--   1 meta     hash   epoch (TIME when the state was created), C and Q last used, and Cset / Qset:
+--                     limits set at runtime (RedisGate.set_limits), which outrank every process's own
 --   2 holders  zset   id -> lease expiry (ms)
 --   3 waiters  zset   id -> arrival sequence (FIFO by arrival at Redis)
 --   4 wdue     zset   id -> min(deadline, waiter-lease expiry) (ms): the sweep index of waiters
@@ -33,6 +34,11 @@ local WAITER_TTL = tonumber(ARGV[4])
 local OUTCOME_TTL = tonumber(ARGV[5])
 local IDLE_TTL = tonumber(ARGV[6])
 local WAKE = ARGV[7]
+do -- limits set at runtime hold for every process, whatever C and Q it was constructed with
+  local set = redis.call('HMGET', KEYS[1], 'Cset', 'Qset')
+  if set[1] then C = tonumber(set[1]) end
+  if set[2] then Q = tonumber(set[2]) end
+end
 local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per script: no long script
 
 local clock = redis.call('TIME')

@@ -1,0 +1,237 @@
+"""An adaptive concurrency limit: C learned from typed provider signals and time to first token.
+
+Pure like the rest of the core: an :class:`AdaptiveLimit` is told the time and the samples, and
+answers the C it wants; the asyncio driver and the simulator apply that answer with
+``GateState.set_limits`` (and a rate-limit signal with ``GateState.pause``), so a planned run and a
+real one make the same decisions.
+
+Theory of operation
+===================
+
+Signals are typed, because a provider's refusals mean different things (see :data:`SIGNALS`):
+
+``rate_limited``
+    A 429 with a reset: the request rate or tokens per minute ran out. It says nothing about
+    concurrency, so C is left alone; the gate pauses new starts until the reset instead.
+``overloaded``
+    A 503, a 529 or a provider's "overloaded": too much work in flight. C is cut
+    multiplicatively, ``C = max(floor, C * decrease)``, at most once per window: a burst of
+    overload answers from one episode costs one cut, not a collapse to the floor.
+``ignored``
+    A client that went away, a 4xx other than 429, a cancellation: not congestion, no sample.
+
+Samples are the latency of requests that ran to an answer: time to first token for a stream (it
+measures the provider's queueing and prefill; the total time mostly measures the output's
+length), else the run time. They are gathered in windows of at least ``window`` seconds, one
+recent run time and ``min_samples`` samples. At the end of a window its ``quantile`` (p90) is
+compared with a long moving baseline (an exponentially weighted mean of the windows' quantiles
+over ``baseline_windows`` windows, in the manner of Netflix's Gradient2 and Envoy's gradient
+controller) through the gradient ``baseline * tolerance / recent``, clamped to [0.5, 1]:
+
+* a gradient below 1 (latency beyond ``tolerance`` times the baseline, the provider queues)
+  while the gate was full cuts C to ``C * max(gradient, decrease)``;
+* else, with no overload signal in the window and the gate's limit binding (its peak in flight
+  reached C), C grows by ``increase`` (additive: AIMD's fairness between gates sharing a
+  provider), but never beyond ``max_limit_factor`` times the window's peak in flight: a gate whose
+  callers, not its provider, are the bottleneck does not creep upward.
+
+The defaults follow the anchors: a cut of 0.9 (Netflix's AIMD backoff; a deeper cut leaves slots
+idle while C climbs back, one per window), a tolerance of 1.5 (Gradient2's), the p90 of windows of
+at least 1 s and 10 samples, a baseline over 20 windows, growth capped at twice the peak in flight.
+
+C stays within [``floor``, ``ceiling``]. The baseline forgets slowly, so a sustained slowdown of the
+provider is not taken as the new normal within a few windows, and a baseline that is far above the
+recent latency (more than twice) decays by 5 % a window (Gradient2's correction).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ._settings import check_max_running
+
+__all__ = ("SIGNALS", "Adaptive", "AdaptiveLimit")
+
+#: The kinds of signal a controller understands, and what each does.
+SIGNALS: dict[str, str] = {
+    "rate_limited": "a rate-limit 429 with a reset: pause new starts until it, C unchanged",
+    "overloaded": "a 503, 529 or 'overloaded': cut C multiplicatively, at most once per window",
+    "ignored": "a client disconnect, a 4xx other than 429, a cancellation: not congestion",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Adaptive:
+    """The settings of an adaptive concurrency limit (every default documented here).
+
+    Args:
+        floor: The lowest C (>= 1).
+        ceiling: The highest C.
+        decrease: The factor an overload signal multiplies C by, in (0, 1).
+        increase: What a clean, busy window adds to C.
+        tolerance: How far the recent latency may exceed the baseline before C is cut (> 1).
+        quantile: The quantile of a window's latencies compared with the baseline.
+        window: The shortest window in seconds (a window also lasts one recent run time).
+        min_samples: The fewest samples that close a window.
+        baseline_windows: The span, in windows, of the baseline's moving average.
+        max_limit_factor: C never grows beyond this multiple of the window's peak in flight.
+    """
+
+    floor: int = 1
+    ceiling: int = 256
+    decrease: float = 0.9
+    increase: float = 1.0
+    tolerance: float = 1.5
+    quantile: float = 0.9
+    window: float = 1.0
+    min_samples: int = 10
+    baseline_windows: int = 20
+    max_limit_factor: float = 2.0
+
+    def __post_init__(self) -> None:
+        check_max_running(self.floor)
+        check_max_running(self.ceiling)
+        if self.floor > self.ceiling:
+            raise ValueError(f"need floor <= ceiling, got {self.floor} and {self.ceiling}")
+        for name, low, high in (("decrease", 0.0, 1.0), ("quantile", 0.0, 1.0)):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and low < value < high) or isinstance(value, bool):
+                raise ValueError(f"{name} must be in ({low:g}, {high:g}), got {value!r}")
+        for name in ("increase", "window", "max_limit_factor"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value < math.inf) or isinstance(value, bool):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if not (isinstance(self.tolerance, (int, float)) and 1 <= self.tolerance < math.inf):
+            raise ValueError(f"tolerance must be a finite number >= 1, got {self.tolerance!r}")
+        check_max_running(self.min_samples)
+        check_max_running(self.baseline_windows)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class AdaptiveLimit:
+    """The controller of one gate's C: told signals and samples with the time, it answers C.
+
+    ``limit`` is the C it wants now (an int); ``cuts``, ``suppressed`` (overload signals within a
+    window of the last cut), ``grown`` and ``windows`` count what it did.
+    """
+
+    __slots__ = (
+        "_count",
+        "_overloaded",
+        "_peak",
+        "_recent_run",
+        "_samples",
+        "_started",
+        "baseline",
+        "cuts",
+        "grown",
+        "last_cut",
+        "settings",
+        "suppressed",
+        "value",
+        "windows",
+    )
+
+    def __init__(self, settings: Adaptive | None = None, initial: int = 8) -> None:
+        self.settings = settings = Adaptive() if settings is None else settings
+        #: The limit as a real number; C is its integer part (``initial`` held within the bounds).
+        self.value = float(min(max(check_max_running(initial), settings.floor), settings.ceiling))
+        #: The long moving baseline of the latency signal (None before the first window closed).
+        self.baseline: float | None = None
+        self.last_cut = -math.inf
+        self.cuts = 0
+        self.suppressed = 0
+        self.grown = 0
+        self.windows = 0
+        self._samples: list[float] = []
+        self._started: float | None = None
+        self._peak = 0
+        self._overloaded = False
+        self._recent_run: float | None = None
+        self._count = 0
+
+    @property
+    def limit(self) -> int:
+        """The C the controller wants now."""
+        return int(self.value)
+
+    def span(self) -> float:
+        """The window's shortest length in seconds: ``max(window, one recent run time)``."""
+        recent = self._recent_run
+        return self.settings.window if recent is None else max(self.settings.window, recent)
+
+    def signal(self, kind: str, now: float) -> int:
+        """A provider's signal at ``now`` (one of :data:`SIGNALS`); returns the C wanted after it.
+
+        Only ``overloaded`` changes C here (``rate_limited`` is a pause, which the gate applies).
+
+        Raises:
+            ValueError: An unknown kind.
+        """
+        if kind not in SIGNALS:
+            raise ValueError(f"unknown signal {kind!r}; expected one of {sorted(SIGNALS)}")
+        if kind == "overloaded":
+            self._overloaded = True
+            if now - self.last_cut >= self.span():
+                # From the C in force (its integer part): a fraction left over from growth must not
+                # let a cut of a small C leave it where it was.
+                self.value = max(float(self.settings.floor), self.limit * self.settings.decrease)
+                self.last_cut = now
+                self.cuts += 1
+            else:
+                self.suppressed += 1
+        return self.limit
+
+    def sample(self, latency: float, ran: float, now: float, in_flight: int) -> int:
+        """One request that ran to an answer ended at ``now``; returns the C wanted after it.
+
+        ``latency`` is its signal (time to first token, or run time), ``ran`` its run time (it
+        sizes the window), ``in_flight`` the requests running at the gate as it ended, itself
+        included.
+        """
+        recent = self._recent_run
+        self._recent_run = ran if recent is None else recent + 0.2 * (ran - recent)
+        if self._started is None:
+            self._started = now
+        self._samples.append(latency)
+        if in_flight > self._peak:
+            self._peak = in_flight
+        if len(self._samples) >= self.settings.min_samples and now - self._started >= self.span():
+            self._close(now)
+        return self.limit
+
+    def _close(self, now: float) -> None:
+        settings = self.settings
+        recent = _quantile(self._samples, settings.quantile)
+        baseline = self.baseline
+        peak = self._peak
+        self.windows += 1
+        if baseline is None:
+            baseline = recent
+        else:
+            if baseline > 2 * recent:
+                baseline *= 0.95
+            baseline += (recent - baseline) / settings.baseline_windows
+        self.baseline = baseline
+        gradient = 1.0 if recent <= 0 else max(0.5, min(1.0, settings.tolerance * baseline / recent))
+        value = self.value
+        if gradient < 1.0 and peak >= int(value):
+            if now - self.last_cut >= self.span():
+                value = max(float(settings.floor), value * max(gradient, settings.decrease))
+                self.last_cut = now
+                self.cuts += 1
+        elif not self._overloaded and peak >= int(value):
+            grown = min(value + settings.increase, settings.max_limit_factor * peak)
+            if grown > value:
+                value = grown
+                self.grown += 1
+        self.value = min(float(settings.ceiling), max(float(settings.floor), value))
+        self._samples = []
+        self._started = None
+        self._peak = 0
+        self._overloaded = False

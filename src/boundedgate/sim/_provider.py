@@ -1,0 +1,289 @@
+"""A provider with a capacity that moves, and gates in front of it, in virtual time.
+
+:func:`simulate_provider` plays one or several gates (each a :class:`Client`: its traffic, C, Q,
+and optionally an adaptive controller or deadline-feasible admission) against one shared
+:class:`Provider`, whose capacity ``K(t)`` is a number or a function of time (:func:`steps` for a
+step down and back, :func:`drift` for a slow change). Every gate is the core's own
+:class:`~boundedgate._core.GateState`, and every controller the core's
+:class:`~boundedgate.AdaptiveLimit`, fed exactly as the asyncio driver feeds them, so what the
+simulation shows is what the library does.
+
+Beyond its capacity the provider answers at once (after ``refuse_seconds``) with an overload (a
+529, ``overload="refuse"``) or serves the request late: it queues it, and the time to first token
+grows with the wait (``overload="queue"``). With ``rpm`` it also has a request bucket and answers
+429 with a reset when it is empty. A refused call fails (our caller gets an error, like a 500):
+only answers before the caller's deadline count as goodput. Times are in seconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .._core import Adaptive, AdaptiveLimit, GateState, Status, Ticket
+
+__all__ = ("Client", "ClientResult", "Provider", "drift", "simulate_provider", "steps")
+
+RUNNING = Status.RUNNING
+EXPIRED = Status.EXPIRED
+EVICTED = Status.EVICTED
+FAILED = Status.FAILED
+
+
+def steps(initial: float, *changes: tuple[float, float]) -> Callable[[float], float]:
+    """A capacity of ``initial``, becoming ``k`` at each ``(time, k)`` of ``changes`` (in time order)."""
+    ordered = sorted(changes)
+
+    def capacity(now: float) -> float:
+        k = initial
+        for at, value in ordered:
+            if now >= at:
+                k = value
+        return k
+
+    return capacity
+
+
+def drift(start: float, end: float, over: float) -> Callable[[float], float]:
+    """A capacity moving linearly from ``start`` to ``end`` over ``over`` seconds, then staying."""
+
+    def capacity(now: float) -> float:
+        return start + (end - start) * min(1.0, max(0.0, now / over))
+
+    return capacity
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """The provider every client calls: its capacity and how it answers beyond it.
+
+    Args:
+        capacity: Concurrent requests it serves, a number or a function of time ``K(t)``.
+        overload: ``"refuse"``: beyond K it answers an overload (529) after ``refuse_seconds``;
+            ``"queue"``: beyond K it queues the request, its first token coming after the wait.
+        refuse_seconds: How long an overload (or rate-limit) answer takes.
+        first_token: The share of a request's service time before its first token (prefill).
+        rpm: Requests per minute its bucket allows (None: no rate limit); an empty bucket answers
+            429 with the time to its next token as the reset.
+    """
+
+    capacity: float | Callable[[float], float]
+    overload: str = "refuse"
+    refuse_seconds: float = 0.05
+    first_token: float = 0.1
+    rpm: float | None = None
+
+    def k(self, now: float) -> float:
+        """The capacity at ``now``."""
+        return self.capacity(now) if callable(self.capacity) else float(self.capacity)
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """One gate in front of the provider, and its traffic.
+
+    Args:
+        name: Its name in the results.
+        jobs: ``(arrival, service, budget)`` per request, in seconds (budget None: no deadline).
+        max_running: C (the initial C with ``adaptive``).
+        max_waiting: Q (None: unbounded).
+        adaptive: Settings of an adaptive controller that sets C (None: C is static).
+        feasible: Deadline-feasible admission.
+        deadlines: False for a plain semaphore: the gate knows no deadline (nothing expires in the
+            queue); lateness is still judged against each budget.
+    """
+
+    name: str
+    jobs: Sequence[tuple[float, float, float | None]]
+    max_running: int
+    max_waiting: int | None
+    adaptive: Adaptive | None = None
+    feasible: bool = False
+    deadlines: bool = True
+
+
+@dataclass(slots=True)
+class ClientResult:
+    """What became of one client's requests, and how its C moved."""
+
+    name: str
+    #: Requests in its traffic.
+    requests: int = 0
+    #: Answered before their deadline: the goodput.
+    on_time: int = 0
+    #: Answered at or after their deadline.
+    late: int = 0
+    #: Refused by the provider (429 or 529): our caller got an error.
+    provider_refused: int = 0
+    #: Refused by the gate at arrival (queue full, or infeasible with ``feasible``).
+    rejected: int = 0
+    infeasible: int = 0
+    #: Left the gate's queue at their deadline.
+    expired: int = 0
+    #: Seconds from arrival to the "no" of every request that got one from the gate, summed.
+    refusal_seconds: float = 0.0
+    #: Requests sent to the provider while it was over capacity or rate limited.
+    over_capacity: int = 0
+    #: ``(time, C)`` at the start and at each change.
+    limits: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def mean_refusal_seconds(self) -> float | None:
+        """How long, on average, a request the gate refused took to learn it (None: none refused)."""
+        refused = self.rejected + self.infeasible + self.expired
+        return self.refusal_seconds / refused if refused else None
+
+
+class _Call(Ticket):
+    __slots__ = ("budget", "client", "service")
+
+    def __init__(self, deadline: float, client: int, service: float, budget: float | None) -> None:
+        super().__init__(deadline)
+        self.client = client
+        self.service = service
+        self.budget = budget
+
+
+class _Sim:
+    def __init__(self, clients: Sequence[Client], provider: Provider) -> None:
+        self.clients = clients
+        self.provider = provider
+        self.states: list[GateState] = []
+        self.controllers: list[AdaptiveLimit | None] = []
+        self.results = [ClientResult(c.name, requests=len(c.jobs)) for c in clients]
+        self.armed = [math.inf] * len(clients)
+        self.events: list[tuple[float, int, str, object]] = []
+        self.seq = itertools.count()
+        self.active = 0  # requests the provider is serving
+        self.backlog: list[tuple[_Call, float]] = []  # its own queue (overload="queue"), FIFO
+        self.tokens = provider.rpm / 60.0 if provider.rpm else 0.0
+        self.bucket_at = 0.0
+        for index, client in enumerate(clients):
+            state = GateState(client.max_running, client.max_waiting)
+            state.feasible = client.feasible
+            self.states.append(state)
+            adaptive = client.adaptive
+            self.controllers.append(None if adaptive is None else AdaptiveLimit(adaptive, client.max_running))
+            self.results[index].limits.append((0.0, state.limit))
+            for arrival, service, budget in client.jobs:
+                deadline = math.inf if budget is None or not client.deadlines else arrival + budget
+                self.push(arrival, "arrive", _Call(deadline, index, service, budget))
+
+    def push(self, when: float, kind: str, payload: object) -> None:
+        heapq.heappush(self.events, (when, next(self.seq), kind, payload))
+
+    def run(self) -> list[ClientResult]:
+        while self.events:
+            now, _, kind, payload = heapq.heappop(self.events)
+            if kind == "arrive":
+                call: _Call = payload  # type: ignore[assignment]
+                state = self.states[call.client]
+                self.woken(call.client, state.arrive(call, now), now)
+                self.settled(call, now)
+            elif kind == "timer":
+                index: int = payload  # type: ignore[assignment]
+                if self.armed[index] == now:
+                    self.armed[index] = math.inf
+                    self.woken(index, self.states[index].advance(now), now)
+            elif kind == "answer":
+                answer: tuple[_Call, bool, str | None, float] = payload  # type: ignore[assignment]
+                self.answered(*answer, now)
+            elif kind == "served":
+                self.served(now)
+        return self.results
+
+    def woken(self, index: int, tickets: Sequence[Ticket], now: float) -> None:
+        for ticket in tickets:
+            self.settled(ticket, now)  # type: ignore[arg-type]
+        self.rearm(index)
+
+    def rearm(self, index: int) -> None:
+        when = self.states[index].next_wakeup()
+        if when < self.armed[index]:
+            self.armed[index] = when
+            self.push(when, "timer", index)
+
+    def settled(self, call: _Call, now: float) -> None:
+        result = self.results[call.client]
+        status = call.status
+        if status is RUNNING and call.started == now:
+            self.send(call, now)
+        elif (
+            status is Status.REJECTED or status is Status.INFEASIBLE or status is EXPIRED or status is EVICTED
+        ):
+            result.refusal_seconds += now - call.arrival  # type: ignore[operator]
+            if status is Status.INFEASIBLE:
+                result.infeasible += 1
+            elif status is EXPIRED:
+                result.expired += 1
+            else:
+                result.rejected += 1
+        if status is Status.QUEUED:
+            self.rearm(call.client)
+
+    def send(self, call: _Call, now: float) -> None:
+        provider = self.provider
+        if provider.rpm:
+            rate = provider.rpm / 60.0
+            self.tokens = min(rate, self.tokens + (now - self.bucket_at) * rate)  # burst: 1 s of rate
+            self.bucket_at = now
+            if self.tokens < 1:
+                retry = (1 - self.tokens) / rate
+                self.results[call.client].over_capacity += 1
+                self.push(now + provider.refuse_seconds, "answer", (call, False, "rate_limited", retry))
+                return
+            self.tokens -= 1
+        if self.active >= provider.k(now):
+            self.results[call.client].over_capacity += 1
+            if provider.overload == "refuse":
+                self.push(now + provider.refuse_seconds, "answer", (call, False, "overloaded", 0.0))
+                return
+            self.backlog.append((call, now))
+            return
+        self.serve(call, now, now)
+
+    def serve(self, call: _Call, sent: float, now: float) -> None:
+        self.active += 1
+        first = (now - sent) + call.service * self.provider.first_token
+        self.push(now + call.service, "answer", (call, True, None, first))
+
+    def served(self, now: float) -> None:
+        while self.backlog and self.active < self.provider.k(now):
+            call, sent = self.backlog.pop(0)
+            self.serve(call, sent, now)
+
+    def answered(self, call: _Call, ok: bool, signal: str | None, extra: float, now: float) -> None:
+        index = call.client
+        state = self.states[index]
+        result = self.results[index]
+        controller = self.controllers[index]
+        woken: list[Ticket] = []
+        if ok:
+            self.active -= 1
+            self.push(now, "served", None)
+            woken += state.release(call, now)
+            if call.budget is not None and now >= call.arrival + call.budget:  # type: ignore[operator]
+                result.late += 1
+            else:
+                result.on_time += 1
+            if controller is not None:
+                controller.sample(extra, now - call.started, now, state.running + 1)  # type: ignore[operator]
+        else:
+            result.provider_refused += 1
+            woken += state.release(call, now, FAILED)
+            if signal == "rate_limited":
+                woken += state.pause(now + extra, now)
+            elif controller is not None and signal is not None:
+                controller.signal(signal, now)
+        if controller is not None and controller.limit != state.limit:
+            woken += state.set_limits(now, max_running=controller.limit)
+            result.limits.append((now, controller.limit))
+        self.woken(index, woken, now)
+
+
+def simulate_provider(clients: Sequence[Client], provider: Provider) -> list[ClientResult]:
+    """Run every client's traffic through its gate to the shared provider; one result per client."""
+    return _Sim(clients, provider).run()

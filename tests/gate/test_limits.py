@@ -1,0 +1,207 @@
+"""Limits that move, through the asyncio driver: set_limits, pause, signal, feasible, adaptive."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from boundedgate import Adaptive, BoundedGate, Evicted, Infeasible, KeyedGate, QueueExpired, QueueFull
+
+
+async def hold(gate: BoundedGate, seconds: float, log: list[tuple[str, float]], name: str) -> None:
+    async with gate.admit(timeout=100):
+        log.append((name, asyncio.get_running_loop().time()))
+        await asyncio.sleep(seconds)
+
+
+async def test_raising_C_starts_the_oldest_waiters_at_once() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=10)
+    log: list[tuple[str, float]] = []
+    tasks = [asyncio.create_task(hold(gate, 10, log, str(i))) for i in range(4)]
+    await asyncio.sleep(1)
+    assert [n for n, _ in log] == ["0"]
+    gate.set_limits(max_running=3)
+    await asyncio.sleep(0)
+    assert log == [("0", 0.0), ("1", 1.0), ("2", 1.0)]
+    assert (gate.max_running, gate.running, gate.waiting) == (3, 3, 1)
+    assert gate.stats().limit_changes == 1
+    assert gate.stats().max_running == 3
+    await asyncio.gather(*tasks)
+
+
+async def test_lowering_C_never_interrupts_and_the_excess_drains() -> None:
+    gate = BoundedGate(max_running=3, max_waiting=10)
+    log: list[tuple[str, float]] = []
+    tasks = [asyncio.create_task(hold(gate, 10, log, str(i))) for i in range(3)]
+    await asyncio.sleep(1)
+    gate.set_limits(max_running=1)
+    assert (gate.running, gate.max_running) == (3, 1)
+    late = asyncio.create_task(hold(gate, 1, log, "late"))
+    await asyncio.gather(*tasks)  # every running call finished: nothing was interrupted
+    await late
+    assert log[-1] == ("late", 10.0)  # started when the three drained below C = 1
+    assert "running 0/1" in repr(gate)
+
+
+async def test_lowering_Q_keeps_the_queue_or_evicts_the_newest_when_asked() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=5)
+    log: list[tuple[str, float]] = []
+    tasks = [asyncio.create_task(hold(gate, 10, log, str(i))) for i in range(5)]
+    await asyncio.sleep(1)
+    gate.set_limits(max_waiting=2)
+    assert gate.waiting == 4
+    with pytest.raises(QueueFull):
+        async with gate.admit():
+            pass
+    gate.set_limits(max_waiting=1, evict=True)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert [type(r) for r in results] == [type(None)] * 2 + [Evicted] * 3
+    assert gate.stats().evicted == 3
+    assert gate.stats().limit_changes == 2
+
+
+async def test_set_limits_logs_each_change(caplog: pytest.LogCaptureFixture) -> None:
+    gate = BoundedGate(max_running=2, max_waiting=2, name="llm")
+    with caplog.at_level(logging.INFO, logger="boundedgate"):
+        gate.set_limits(max_running=4)
+        gate.set_limits(max_running=4)  # no change: no record
+    events = [r for r in caplog.records if getattr(r, "event", None) == "limit_changed"]
+    assert [(r.gate, r.max_running, r.max_waiting) for r in events] == [("llm", 4, 2)]  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="max_running"):
+        gate.set_limits(max_running=0)
+    assert gate.max_running == 4
+
+
+async def test_a_rate_limit_signal_pauses_starts_until_the_reset_and_keeps_C() -> None:
+    gate = BoundedGate(max_running=2, max_waiting=5)
+    log: list[tuple[str, float]] = []
+    gate.signal("rate_limited", retry_after=5)
+    tasks = [asyncio.create_task(hold(gate, 1, log, str(i))) for i in range(3)]
+    await asyncio.sleep(1)
+    assert log == []
+    assert gate.waiting == 3
+    assert gate.stats().paused_until == 5.0
+    await asyncio.gather(*tasks)
+    assert log == [("0", 5.0), ("1", 5.0), ("2", 6.0)]
+    assert gate.max_running == 2
+    assert gate.stats().pauses == 1
+
+
+async def test_queued_requests_still_expire_during_a_pause() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=5)
+    gate.pause(10)
+    with pytest.raises(QueueExpired):
+        async with gate.admit(timeout=2):
+            pass
+    assert asyncio.get_running_loop().time() == 2.0
+
+
+async def test_overload_and_ignored_signals_need_a_controller_and_bad_kinds_are_refused() -> None:
+    gate = BoundedGate(max_running=4, max_waiting=5)
+    gate.signal("overloaded")
+    gate.signal("ignored")
+    assert gate.max_running == 4
+    assert gate.controller is None
+    with pytest.raises(ValueError, match="teapot"):
+        gate.signal("teapot")
+
+
+async def test_an_overload_burst_cuts_C_once_per_window() -> None:
+    gate = BoundedGate(max_running=20, max_waiting=5, adaptive=Adaptive(decrease=0.5, window=2.0))
+    for _ in range(50):
+        gate.signal("overloaded")
+    assert gate.max_running == 10
+    await asyncio.sleep(2)
+    gate.signal("overloaded")
+    assert gate.max_running == 5
+    assert gate.controller is not None
+    assert (gate.controller.cuts, gate.controller.suppressed) == (2, 49)
+    gate.signal("rate_limited", retry_after=1)
+    assert gate.max_running == 5  # a rate limit is not overload
+
+
+async def test_the_controller_grows_C_from_clean_busy_windows_but_not_past_twice_in_flight() -> None:
+    gate = BoundedGate(max_running=2, max_waiting=100, adaptive=Adaptive(min_samples=2, window=1.0))
+
+    async def call() -> None:
+        async with gate.admit(timeout=60):
+            await asyncio.sleep(0.5)
+
+    # A steady stream of 2 at a time: busy (in flight == C), latency flat: C grows.
+    for _ in range(20):
+        await asyncio.gather(call(), call(), call(), call())
+    assert gate.max_running is not None
+    assert 2 < gate.max_running <= 8
+
+
+async def test_feasible_admission_refuses_at_arrival_with_a_typed_error() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=None, feasible=True)
+    log: list[tuple[str, float]] = []
+    await hold(gate, 2, log, "pace")  # the recent pace: runs of 2 s
+    busy = asyncio.create_task(hold(gate, 2, log, "busy"))
+    await asyncio.sleep(0)
+    with pytest.raises(Infeasible) as raised:
+        async with gate.admit(timeout=1.5):
+            pass
+    error = raised.value
+    assert (error.code, error.predicted_wait, error.budget, error.retry_after) == (
+        "infeasible",
+        2.0,
+        1.5,
+        2.0,
+    )
+    assert error.headers() == {"Retry-After": "2"}
+    assert gate.stats().infeasible == 1
+    assert gate.waiting == 0
+    with pytest.raises(Infeasible):  # it could start by 2 s, but not finish a run by 3 s
+        async with gate.admit(timeout=3):
+            pass
+    assert gate.stats().infeasible == 2
+    async with gate.admit(timeout=4.5):  # a budget the pace can meet (start at 2, end at 4) waits
+        pass
+    async with gate.admit(timeout=0.5):  # nobody running: it starts at once, as ever
+        pass
+    await busy
+
+
+async def test_keyed_gate_limits_change_for_the_template_and_for_one_key() -> None:
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=10)
+    started: list[str] = []
+
+    async def call(key: str) -> None:
+        async with keyed.admit(key, timeout=100):
+            started.append(key)
+            await asyncio.sleep(10)
+
+    tasks = [asyncio.create_task(call(k)) for k in ("a", "a", "a", "b", "b")]
+    await asyncio.sleep(1)
+    assert started == ["a", "b"]
+    keyed.set_limits("a", max_running=3)
+    await asyncio.sleep(0)
+    assert started == ["a", "b", "a", "a"]
+    keyed.set_limits(max_running=2)  # the template: b follows it, a keeps its own
+    await asyncio.sleep(0)
+    assert started == ["a", "b", "a", "a", "b"]
+    assert keyed.limits("a").max_running == 3
+    assert keyed.max_running == 2
+    assert keyed.stats().total.running == 5
+    await asyncio.gather(*tasks)
+    assert keyed.limits("c").max_running == 2
+
+
+async def test_keyed_totals_count_the_changes_and_ignore_a_key_s_pause() -> None:
+    keyed: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=10, keep_idle=4)
+
+    async def call(key: str) -> None:
+        async with keyed.admit(key, timeout=100):
+            await asyncio.sleep(1)
+
+    await asyncio.gather(call("a"), call("b"))
+    keyed.set_limits("a", max_running=3)
+    gate = keyed.get("b")
+    assert gate is not None
+    gate.pause(5)
+    total = keyed.stats().total
+    assert (total.max_running, total.limit_changes, total.pauses, total.paused_until) == (5, 1, 1, None)

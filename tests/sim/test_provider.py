@@ -1,0 +1,141 @@
+"""The adaptive controller against a provider whose capacity moves, in virtual time (issue 15's proofs)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from boundedgate import Adaptive, AdaptiveLimit
+from boundedgate.sim import (
+    Client,
+    ClientResult,
+    Fixed,
+    LogNormal,
+    Poisson,
+    Provider,
+    drift,
+    generate,
+    simulate_provider,
+    steps,
+)
+
+
+def traffic(
+    rate: float, seconds: int, seed: int = 1, budget: float = 5.0
+) -> list[tuple[float, float, float]]:
+    jobs = generate(
+        Poisson(rate=rate), LogNormal(mean_ms=300, p99_ms=1500), budget_ms=int(budget * 1000),
+        duration_ms=seconds * 1000, seed=seed,
+    )  # fmt: skip
+    return [(j.arrival_ms / 1000, j.service_ms / 1000, j.budget_ms / 1000) for j in jobs]  # type: ignore[operator]
+
+
+def limit_at(result: ClientResult, when: float) -> int:
+    return [c for t, c in result.limits if t <= when][-1]
+
+
+def limits_between(result: ClientResult, start: float, end: float) -> list[int]:
+    return [limit_at(result, start), *(c for t, c in result.limits if start < t <= end)]
+
+
+def band(k: float) -> tuple[float, float]:
+    return 0.6 * k, k + 2 * math.sqrt(k)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("initial", [1, 8, 64])
+def test_C_converges_to_a_band_around_K_from_any_start(initial: int, seed: int) -> None:
+    jobs = traffic(rate=120, seconds=150, seed=seed)  # wants ~36 in flight: well beyond K
+    [result] = simulate_provider([Client("a", jobs, initial, 200, adaptive=Adaptive())], Provider(20))
+    low, high = band(20)
+    seen = limits_between(result, 90, 150)
+    assert low <= min(seen), seen
+    assert max(seen) <= high, seen
+    assert result.provider_refused < 0.05 * result.requests
+
+
+def test_a_burst_of_overload_signals_costs_one_cut() -> None:
+    controller = AdaptiveLimit(Adaptive(), 40)
+    for i in range(100):
+        controller.signal("overloaded", 10 + i * 0.001)
+    assert (controller.limit, controller.cuts, controller.suppressed) == (36, 1, 99)
+    for kind in ("ignored", "rate_limited"):
+        controller.signal(kind, 20)
+    assert controller.limit == 36
+    assert controller.cuts == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_C_recovers_after_K_halves_and_returns(seed: int) -> None:
+    jobs = traffic(rate=120, seconds=240, seed=seed)
+    provider = Provider(steps(20, (80.0, 10), (160.0, 20)))
+    [result] = simulate_provider([Client("a", jobs, 20, 200, adaptive=Adaptive())], provider)
+    low, high = band(10)
+    assert low <= min(limits_between(result, 100, 160))
+    assert max(limits_between(result, 100, 160)) <= high
+    low, high = band(20)
+    assert low <= min(limits_between(result, 200, 240))
+    assert max(limits_between(result, 200, 240)) <= high
+
+
+def test_C_follows_a_slow_drift() -> None:
+    jobs = traffic(rate=120, seconds=200)
+    [result] = simulate_provider(
+        [Client("a", jobs, 10, 200, adaptive=Adaptive())], Provider(drift(10, 30, over=150))
+    )
+    low, high = band(30)
+    assert low <= min(limits_between(result, 170, 200))
+    assert max(limits_between(result, 170, 200)) <= high
+
+
+def test_rate_limit_429s_pause_and_never_lower_C() -> None:
+    jobs = traffic(rate=40, seconds=60)
+    provider = Provider(1000, rpm=1200)  # 20 a second: half the traffic
+    [result] = simulate_provider([Client("a", jobs, 20, 100, adaptive=Adaptive())], provider)
+    assert result.provider_refused > 0  # the provider did say 429
+    seen = [c for _, c in result.limits]
+    assert seen == sorted(seen)  # C never went down
+    static = simulate_provider([Client("s", jobs, 20, 100)], provider)[0]
+    assert result.provider_refused <= static.provider_refused  # the pause sent less into the limit
+
+
+@pytest.mark.parametrize("base", [0, 10])
+def test_four_gates_sharing_a_provider_converge_to_fair_shares(base: int) -> None:
+    clients = [
+        Client(name, traffic(rate=60, seconds=200, seed=base + seed), initial, 200, adaptive=Adaptive())
+        for name, seed, initial in (("a", 1, 1), ("b", 2, 5), ("c", 3, 20), ("d", 4, 40))
+    ]
+    results = simulate_provider(clients, Provider(40))
+    for result in results:
+        seen = limits_between(result, 150, 200)
+        mean = sum(seen) / len(seen)
+        assert 0.75 * 10 <= mean <= 1.25 * 10 + 2, (result.name, seen)
+        assert min(seen) > 1  # nobody stuck at the floor
+
+
+def test_no_upward_drift_when_the_app_is_the_bottleneck() -> None:
+    # Offered load is K / 4: 16 a second of 0.5 s is 8 in flight, the provider serves 32.
+    jobs = [
+        (j.arrival_ms / 1000, 0.5, 5.0) for j in generate(Poisson(rate=16), Fixed(500), duration_ms=120_000)
+    ]
+    [result] = simulate_provider([Client("a", jobs, 4, 100, adaptive=Adaptive())], Provider(32))
+    peak_need = 16  # 2 x the Poisson peak in flight it could plausibly see
+    assert max(c for _, c in result.limits) <= max(4, 2 * peak_need)
+    assert result.limits[-1][1] < 32  # C did not creep up to the provider's capacity
+    assert result.provider_refused == 0
+
+
+def test_deadline_feasible_admission_refuses_at_arrival_what_would_expire() -> None:
+    jobs = traffic(rate=120, seconds=60, budget=2.5)
+    provider = Provider(1000)
+    queued = simulate_provider([Client("q", jobs, 20, None)], provider)[0]
+    feasible = simulate_provider([Client("f", jobs, 20, None, feasible=True)], provider)[0]
+    assert queued.expired > 0
+    assert feasible.infeasible > 0
+    assert feasible.on_time >= 2 * queued.on_time
+    assert feasible.late <= queued.late / 2
+    assert feasible.expired < queued.expired / 4  # told "no" at once, rather than at the deadline
+    assert feasible.mean_refusal_seconds is not None
+    assert queued.mean_refusal_seconds is not None
+    assert feasible.mean_refusal_seconds < 0.25 * queued.mean_refusal_seconds
