@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from boundedgate import Late, QueueExpired, QueueFull
+from boundedgate import Late, QueueExpired, QueueFull, Status
 
 from .subjects import OUTCOMES, Counts, Gate, Subject
 
-__all__ = ("Call", "add_up", "hold", "queue", "seen")
+__all__ = (
+    "AdmitKeywords",
+    "Call",
+    "CallKeywords",
+    "add_up",
+    "entered",
+    "hold",
+    "queue",
+    "queued",
+    "seen",
+    "started",
+    "waiting",
+)
 
 
 class Call:
@@ -71,7 +83,43 @@ class Call:
             self.error = error
 
 
-async def hold(gate: Gate, **admit: float) -> Any:
+class AdmitKeywords(TypedDict, total=False):
+    """The keywords of :meth:`Gate.admit`, for a helper that passes them on."""
+
+    timeout: float | None
+    deadline: float | None
+
+
+class CallKeywords(AdmitKeywords, total=False):
+    """The keywords of :class:`Call` that :func:`queue` passes on to each request."""
+
+    body: Callable[[Call], Awaitable[None]] | None
+
+
+# Checks for ``Subject.until``, each bound to its arguments when made (a lambda in a loop is not).
+
+
+def entered(call: Call) -> Callable[[], bool]:
+    """Whether ``call``'s body has started."""
+    return lambda: call.entered
+
+
+def queued(call: Call) -> Callable[[], bool]:
+    """Whether ``call``'s request waits in the queue."""
+    return lambda: call.permit.status is Status.QUEUED
+
+
+def started(log: list[Call], n: int) -> Callable[[], bool]:
+    """Whether ``n`` requests have started, as ``log`` (a :class:`Call`'s ``log``) records them."""
+    return lambda: len(log) == n
+
+
+def waiting(gate: Gate, n: int) -> Callable[[], bool]:
+    """Whether ``n`` requests wait at ``gate``."""
+    return lambda: gate.counts().waiting == n
+
+
+async def hold(gate: Gate, **admit: Unpack[AdmitKeywords]) -> Any:
     """A permit that holds a slot of ``gate`` (there must be a free one)."""
     permit = gate.admit(**admit)
     await permit.__aenter__()
@@ -79,14 +127,14 @@ async def hold(gate: Gate, **admit: float) -> Any:
 
 
 async def queue(
-    subject: Subject, gate: Gate, n: int, log: list[Call] | None = None, **admit: Any
+    subject: Subject, gate: Gate, n: int, log: list[Call] | None = None, **call: Unpack[CallKeywords]
 ) -> list[Call]:
     """``n`` requests queued one after the other (each arrives once the one before is queued)."""
     calls = []
     start = gate.counts().waiting
     for i in range(n):
-        calls.append(Call(gate, log=log, **admit))
-        await subject.until(lambda i=i: gate.counts().waiting == start + i + 1, f"{start + i + 1} waiting")
+        calls.append(Call(gate, log=log, **call))
+        await subject.until(waiting(gate, start + i + 1), f"{start + i + 1} waiting")
     return calls
 
 

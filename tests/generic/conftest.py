@@ -8,7 +8,7 @@ without a redis-server it skips, and under ``CI=true`` it fails, as tests/distri
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 
 import pytest
 
@@ -58,8 +58,10 @@ _FAILED = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
-    report: pytest.TestReport = yield
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     if report.when == "call" and report.failed:
         item.stash[_FAILED] = True
     return report

@@ -19,7 +19,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from boundedgate import BoundedGate, GateStatistics, KeyedGate, admit_all
 from tests.helpers import checked_gate
@@ -265,8 +265,22 @@ class AdmitAllSubject(Subject):
 # -- the cluster subject ----------------------------------------------------------------------
 
 
+class _RedisSettings(TypedDict):
+    """The timing keywords of ``RedisGate``, as the Redis subject sets them."""
+
+    lease_ttl: float
+    poll_interval: float
+    waiter_ttl: float
+    op_timeout: float
+
+
 #: Settings under which nothing lapses on a loaded machine (as tests/distributed's CALM).
-REDIS_SETTINGS = {"lease_ttl": 10.0, "poll_interval": 0.1, "waiter_ttl": 5.0, "op_timeout": 5.0}
+REDIS_SETTINGS: _RedisSettings = {
+    "lease_ttl": 10.0,
+    "poll_interval": 0.1,
+    "waiter_ttl": 5.0,
+    "op_timeout": 5.0,
+}
 
 
 class _Cluster(Gate):

@@ -9,14 +9,15 @@ import pytest
 
 from boundedgate import QueueExpired, QueueFull, Status
 
-from .calls import Call, hold, queue
+from .calls import Call, entered, hold, queue, started, waiting
 from .subjects import Subject, sleep_until
 
 
 async def test_a_free_slot_starts_at_once_and_is_released_on_exit(subject: Subject) -> None:
     gate = subject.gate(2, 2)
     async with gate.admit(timeout=subject.t(10)) as permit:
-        assert permit.status is Status.RUNNING
+        inside = permit.status  # a name of its own: mypy would keep permit.status narrowed past the exit
+        assert inside is Status.RUNNING
         assert subject.at(permit.started, permit.arrival)
         assert gate.counts().running == 1
     assert permit.status is Status.COMPLETED
@@ -32,7 +33,7 @@ async def test_waiters_start_in_arrival_order_as_slots_free(subject: Subject) ->
     first = []
     for n in (1, 2):  # one after the other: the order is the order of arrival (at Redis, for a RedisGate)
         first.append(Call(gate, log=log))
-        await subject.until(lambda n=n: len(log) == n, f"{n} running")
+        await subject.until(started(log, n), f"{n} running")
     waiters = await queue(subject, gate, 4, log=log)
     counts = gate.counts()
     assert (counts.running, counts.waiting) == (2, 4)
@@ -41,7 +42,7 @@ async def test_waiters_start_in_arrival_order_as_slots_free(subject: Subject) ->
         call.finish()
         await call.outcome()
         expected = min(n + 3, 6)  # each freed slot goes to the oldest waiter
-        await subject.until(lambda expected=expected: len(log) == expected, f"{expected} started")
+        await subject.until(started(log, expected), f"{expected} started")
         assert log == [*first, *waiters][:expected]
         assert sum(1 for c in log if c.entered and not c.task.done()) <= 2
     for call in waiters:
@@ -75,7 +76,7 @@ async def test_queue_full_at_exactly_q_and_nothing_is_queued(subject: Subject, m
     assert (counts.running, counts.waiting, counts.rejected) == (1, max_waiting, 1)
     holder.release()
     for call in waiters:  # every one that was queued still gets its turn
-        await subject.until(lambda call=call: call.entered, "the next waiter started")
+        await subject.until(entered(call), "the next waiter started")
         call.finish()
         assert await call.outcome() is None
     await gate.quiet()
@@ -173,7 +174,7 @@ async def test_max_waiting_none_is_an_unbounded_queue(subject: Subject) -> None:
     assert (counts.running, counts.waiting, counts.rejected) == (1, 30, 0)
     holder.release()
     for call in waiters:
-        await subject.until(lambda call=call: call.entered, "the next waiter started")
+        await subject.until(entered(call), "the next waiter started")
         call.finish()
         assert await call.outcome() is None
     assert log == waiters
@@ -217,7 +218,7 @@ async def test_permits_made_in_advance_keep_c_and_q_when_they_arrive(subject: Su
     waiters = []
     for i in (1, 2):
         waiters.append(asyncio.create_task(permits[i].__aenter__()))
-        await subject.until(lambda i=i: gate.counts().waiting == i, f"{i} waiting")
+        await subject.until(waiting(gate, i), f"{i} waiting")
     with pytest.raises(QueueFull):
         await permits[3].__aenter__()
     counts = gate.counts()
@@ -258,7 +259,7 @@ async def test_fifo_holds_across_waiters_that_leave_from_the_middle(subject: Sub
     holder.release()
     order = [head, tail, *newcomers]
     for n, call in enumerate(order):
-        await subject.until(lambda call=call: call.entered, "the next in line started")
+        await subject.until(entered(call), "the next in line started")
         assert log == order[: n + 1]
         call.finish()
         assert await call.outcome() is None

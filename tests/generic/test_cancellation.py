@@ -9,7 +9,7 @@ import pytest
 
 from boundedgate import Status
 
-from .calls import Call, hold, queue
+from .calls import Call, hold, queue, queued
 from .subjects import Subject, sleep_until
 
 
@@ -107,7 +107,7 @@ async def test_cancelled_after_any_number_of_steps_a_request_leaks_nothing(
         holder = await hold(gate) if busy else None
         call = Call(gate, timeout=subject.t(40), body=body)
         if holder is not None:
-            await subject.until(lambda call=call: call.permit.status is Status.QUEUED, "queued")
+            await subject.until(queued(call), "queued")
             holder.release()
         for _ in range(steps):
             await subject.step()

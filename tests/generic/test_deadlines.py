@@ -10,7 +10,7 @@ import pytest
 from boundedgate import Late, QueueExpired, Status
 from tests.helpers import Boom
 
-from .calls import Call, hold, queue
+from .calls import AdmitKeywords, Call, hold, queue
 from .subjects import Subject, sleep_until
 
 
@@ -92,12 +92,12 @@ async def test_a_deadline_reached_as_a_slot_frees_expires_and_the_slot_passes_on
 async def test_a_deadline_already_reached_on_arrival_is_refused_uncounted(subject: Subject, how: str) -> None:
     gate = subject.gate(1, 1)
     now = asyncio.get_running_loop().time()
-    admit = {
+    admits: dict[str, AdmitKeywords] = {
         "timeout=0": {"timeout": 0},
         "deadline=now": {"deadline": now},
         "deadline-passed": {"deadline": now - subject.t(1)},
-    }[how]
-    permit = gate.admit(**admit)
+    }
+    permit = gate.admit(**admits[how])
     with pytest.raises(QueueExpired) as info:
         async with permit:
             pytest.fail("a request whose deadline had passed started")
@@ -179,7 +179,12 @@ async def test_release_at_the_deadline_ends_the_request_late_and_its_exit_says_s
     with pytest.raises(Late):
         async with gate.admit(timeout=subject.t(2)) as permit:
             released = loop.create_future()
-            loop.call_at(permit.deadline, lambda: (permit.release(), released.set_result(None)))
+
+            def release_then_wake() -> None:
+                permit.release()
+                released.set_result(None)
+
+            loop.call_at(permit.deadline, release_then_wake)
             await released
             assert permit.status is Status.LATE  # release() itself never raises
     assert subject.at(permit.ended, permit.deadline)
@@ -190,7 +195,7 @@ async def test_release_at_the_deadline_ends_the_request_late_and_its_exit_says_s
 
 @pytest.mark.parametrize("admit", [{}, {"deadline": math.inf}, {"timeout": math.inf}], ids=str)
 async def test_without_a_deadline_a_request_waits_and_runs_as_long_as_it_takes(
-    subject: Subject, admit: dict[str, float]
+    subject: Subject, admit: AdmitKeywords
 ) -> None:
     gate = subject.gate(1, 1)
     holder = await hold(gate)
@@ -228,6 +233,7 @@ async def test_a_malformed_timeout_or_deadline_is_refused_at_once(
 ) -> None:
     gate = subject.gate(1, 1)
     with pytest.raises(error):
-        gate.admit(**admit)  # at the call, before any arrival
+        # Ill-typed on purpose: the values are what a caller without a type checker may pass.
+        gate.admit(**admit)  # type: ignore[arg-type]  # at the call, before any arrival
     counts = gate.counts()
     assert (counts.arrived, counts.running) == (0, 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncGenerator
 
 import pytest
 
@@ -150,7 +151,7 @@ async def test_a_slot_held_by_an_async_generator_is_released_once_when_it_is_clo
 ) -> None:
     gate = subject.gate(1, 1)
 
-    async def tokens():  # type: ignore[no-untyped-def]
+    async def tokens() -> AsyncGenerator[int, None]:
         async with gate.admit():
             for i in range(10):
                 yield i
@@ -187,7 +188,7 @@ async def test_a_running_permit_entered_again_keeps_its_slot_for_its_body(subjec
             await gate.quiet()
             assert permit.status is Status.RUNNING
             assert not waiter.entered  # C=1, and the outer body still runs
-        await subject.until(lambda: waiter.entered, "the waiter started")  # type: ignore[union-attr]
+        await subject.until(lambda: waiter.entered, "the waiter started")
     finally:
         if waiter is not None:  # end it either way, so that nothing outlives the test
             waiter.finish()
