@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -148,19 +147,13 @@ async def test_a_timeout_expiring_at_any_await_of_the_close_raises_timeout_error
 
     source = _ClosesInSteps(2, at_await)
     stream = gate.try_admit().hand_to(source)
-    if sys.version_info >= (3, 11):
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(None) as timeout:
-                expire = lambda: timeout.reschedule(loop.time())  # noqa: E731  # expires at once
-                await ENDINGS[ending](stream)
-        task = asyncio.current_task()
-        assert task is not None
-        assert task.cancelling() == 0  # the timeout took its cancellation back
-    else:  # pragma: no cover  # Python 3.10 has no asyncio.timeout: cancel the ending's own task
-        ending_task = asyncio.ensure_future(ENDINGS[ending](stream))
-        expire = ending_task.cancel
-        with pytest.raises(asyncio.CancelledError):
-            await ending_task
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(None) as timeout:
+            expire = lambda: timeout.reschedule(loop.time())  # noqa: E731  # expires at once
+            await ENDINGS[ending](stream)
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0
     assert source.closed
     assert outcomes(gate) == {"running": 0, "completed": 1}
 

@@ -15,9 +15,7 @@ import asyncio
 import math
 from collections.abc import Hashable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, final
-
-from typing_extensions import Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar, final
 
 from .._core import Status, check_cost, check_deadline, check_max_wait, check_priority, check_timeout
 from .._errors import GateError, Late

@@ -37,12 +37,7 @@ if sys.version_info < (3, 12) and isinstance(_current_tasks, dict):
 else:
     current_task = asyncio.current_task  # implemented in C from 3.12
 
-if sys.version_info >= (3, 11):
-    is_cancelling = asyncio.Task.cancelling
-else:
-
-    def is_cancelling(task: asyncio.Task[Any]) -> object:
-        return getattr(task, "_must_cancel", False)
+is_cancelling = asyncio.Task.cancelling
 
 
 def cancellation_pending(task: asyncio.Task[Any]) -> bool:

@@ -6,9 +6,7 @@ import asyncio
 import math
 import warnings
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar, cast, final
-
-from typing_extensions import Self
+from typing import TYPE_CHECKING, Self, TypeVar, cast, final
 
 from .._core import Status, Ticket, check_cost, queue_deadline
 from .._streams import StreamPermit

@@ -50,14 +50,12 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import sys
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, final, overload
 
 import anyio
-from typing_extensions import Self
 
 from .._core import Status, Ticket, note
 from ._protocol import StreamPermit
@@ -94,22 +92,14 @@ _Exit = Callable[[type[BaseException] | None, BaseException | None, TracebackTyp
 #: Close tasks, kept alive until they finish (the loop holds tasks weakly).
 _closing: set[asyncio.Task[Any]] = set()
 
-if sys.version_info >= (3, 11):
 
-    def _being_cancelled(task: asyncio.Task[Any]) -> bool:
-        return task.cancelling() > 0
+def _being_cancelled(task: asyncio.Task[Any]) -> bool:
+    return task.cancelling() > 0
 
-    def _taken_back(task: asyncio.Task[Any], exc: BaseException | None) -> bool:
-        """Take back the interruption's cancellation of ``task``: True if no other one is left."""
-        return task.uncancel() == 0
 
-else:  # Python 3.10 counts no cancellations: the interruption's own message tells it apart
-
-    def _being_cancelled(task: asyncio.Task[Any]) -> bool:
-        return False
-
-    def _taken_back(task: asyncio.Task[Any], exc: BaseException | None) -> bool:
-        return exc is None or exc.args == (_CLOSING,)
+def _taken_back(task: asyncio.Task[Any], exc: BaseException | None) -> bool:
+    """Take back the interruption's cancellation of ``task``: True if no other one is left."""
+    return task.uncancel() == 0
 
 
 def hand_over(

@@ -31,8 +31,7 @@ from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
 
 if TYPE_CHECKING:
     from types import TracebackType
-
-    from typing_extensions import Self
+    from typing import Self
 
     from .._driver import BoundedGate
 

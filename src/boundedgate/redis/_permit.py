@@ -6,9 +6,7 @@ import asyncio
 import math
 import warnings
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, final
-
-from typing_extensions import Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar, final
 
 from .._core import BY_STATUS, Status, check_cost
 from .._driver._compat import cancellation_pending, current_task, is_cancelling
