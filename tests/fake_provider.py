@@ -21,7 +21,7 @@ import dataclasses
 import json
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Self
 
 __all__ = ("Behaviour", "FakeProvider", "Served", "fake_provider")
 
@@ -49,7 +49,7 @@ class Behaviour:
     rate_limited: int = 0
     retry_after_ms: int = 20
 
-    def updated(self, header: str | None) -> Behaviour:
+    def updated(self, header: str | None) -> Self:
         """This behaviour, with the ``key=value,...`` pairs of an ``x-fake`` header applied."""
         if not header:
             return dataclasses.replace(self)

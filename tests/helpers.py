@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol, TypeVar, TypeVarTuple
 
 import looptime
 
@@ -36,6 +37,9 @@ from boundedgate import (
 )
 from boundedgate._core import GateState, Status, Ticket
 from tests.core.invariants import check_invariants
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,10 +266,22 @@ async def run_script(
     return results
 
 
-def run_virtual(coro_fn, *args):  # type: ignore[no-untyped-def]
+def run_virtual(coro_fn: Callable[[*Ts], Coroutine[Any, Any, T]], *args: *Ts) -> T:
     """Run ``coro_fn(*args)`` to completion on a fresh fast-forwarding loop starting at time 0."""
     loop = looptime.new_event_loop(start=0)
     try:
         return loop.run_until_complete(coro_fn(*args))
     finally:
         loop.close()
+
+
+class HasStatus(Protocol):
+    """A permit of any gate: something with a status."""
+
+    @property
+    def status(self) -> Status: ...
+
+
+def status_of(permit: HasStatus) -> Status:
+    """``permit.status`` read afresh: mypy keeps an ``is`` narrowing of an attribute across awaits."""
+    return permit.status

@@ -4,6 +4,8 @@ any window the granted cost never exceeds rate x window + burst."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Literal
 
 import pytest
 from hypothesis import given
@@ -202,7 +204,7 @@ def test_GateState_revoked_grant_gives_its_tokens_back() -> None:
 @st.composite
 def rated_traffic(draw: st.DrawFn) -> tuple[RateLimit, list[tuple[int, float, float]]]:
     """A rate limit, and arrivals (time, cost, run time) in time order."""
-    unit = draw(st.sampled_from(["requests", "tokens"]))
+    unit: Literal["requests", "tokens"] = draw(st.sampled_from(["requests", "tokens"]))
     limit = RateLimit(
         rate=draw(st.sampled_from([0.5, 1, 2, 3])), burst=draw(st.sampled_from([1, 2, 5, 10])), unit=unit
     )
@@ -233,8 +235,8 @@ def test_GateState_granted_cost_never_exceeds_rate_times_window_plus_burst(
     tickets: list[tuple[Ticket, float]] = []
     now = 0.0
 
-    def record(woken: object) -> None:
-        for t in woken:  # type: ignore[attr-defined]
+    def record(woken: Iterable[Ticket]) -> None:
+        for t in woken:
             if t.status is Status.RUNNING:
                 started.append((now, 1.0 if limit.per_request else t.cost))
                 run = next(r for tk, r in tickets if tk is t)
@@ -249,9 +251,9 @@ def test_GateState_granted_cost_never_exceeds_rate_times_window_plus_burst(
         now = max(now, min(candidates))
         assert now < math.inf
         record(state.advance(now))
-        for end in sorted([e for e in ends if e[0] <= now], key=lambda e: e[0]):
-            ends.remove(end)
-            record(state.release(end[1], now))
+        for ending in sorted([e for e in ends if e[0] <= now], key=lambda e: e[0]):
+            ends.remove(ending)
+            record(state.release(ending[1], now))
         while pending and pending[0][0] <= now:
             _, cost, run = pending.pop(0)
             t = Ticket(deadline=now + 20, cost=cost)

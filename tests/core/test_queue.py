@@ -103,7 +103,7 @@ def test_WaitQueue_jumps_are_bounded_and_every_other_start_is_the_oldest(
     share: Fraction, script: list[tuple[bool, int]]
 ) -> None:
     """Over any window of n starts at most share*n + 1 overtake an older waiter."""
-    q = WaitQueue(4, jump_share=share)
+    q = WaitQueue(4, jump_share=share)  # type: ignore[arg-type]  # a Fraction: exact, and WaitQueue takes one
     live: list[Ticket] = []  # in arrival order
     jumps: list[bool] = []
     for is_take, priority in script:
@@ -232,12 +232,12 @@ def test_WaitQueue_with_classes_far_apart_decides_as_with_classes_side_by_side(
             a = live.pop(value % len(live))
             a.status = mate[id(a)].status = Status.CANCELLED
         elif op == 3:
-            a = near.evict_for(value % 10)
-            b = far.evict_for(value % 10 * 10**8)
-            assert (a, b) == (None, None) or b is mate[id(a)]
-            if a is not None:
-                live.remove(a)
-                a.status = b.status = Status.EVICTED  # type: ignore[union-attr]
+            evicted = near.evict_for(value % 10)
+            evicted_far = far.evict_for(value % 10 * 10**8)
+            assert (evicted, evicted_far) == (None, None) or evicted_far is mate[id(evicted)]
+            if evicted is not None:
+                live.remove(evicted)
+                evicted.status = evicted_far.status = Status.EVICTED  # type: ignore[union-attr]
         elif op == 4:
             near.compact(0)
             far.compact(0)
@@ -255,7 +255,7 @@ def test_WaitQueue_with_classes_far_apart_decides_as_with_classes_side_by_side(
 @pytest.mark.parametrize("older", [0, 1, 3])
 def test_WaitQueue_no_class_starves_at_any_share_below_one(share: float | Fraction, older: int) -> None:
     """A waiter with k older waiters starts within (k + 2) / (1 - share) starts, however close to 1."""
-    q = WaitQueue(2, jump_share=share)
+    q = WaitQueue(2, jump_share=share)  # type: ignore[arg-type]  # a Fraction too: WaitQueue takes one
     for _ in range(older):
         q.push(queued(1))
     victim = queued(1)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import time
 
 import pytest
@@ -15,6 +17,11 @@ from .helpers import OtherProcess, cluster, make_gate, settles_empty, wait_until
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+
+
+def _extra(record: logging.LogRecord, field: str) -> object:
+    """A field the gate's log record carries in ``extra``: an attribute LogRecord does not declare."""
+    return getattr(record, field)
 
 
 async def _waiting(client: redis.asyncio.Redis, name: str, n: int) -> bool:
@@ -38,8 +45,12 @@ async def test_a_holder_stalled_past_its_lease_loses_it_finds_out_and_is_counted
             assert theirs.status is Status.RUNNING  # the lapsed lease was reclaimed and given away
             await wait_until(lambda: _flag(permit), 5, "the lost lease noticed")
             assert gate.stats().lease_lost == 1
-            logged = [r for r in caplog.records if r.name == "boundedgate" and r.event == "lease_lost"]
-            assert [(r.gate, r.permit, r.levelname) for r in logged] == [(name, permit.id, "WARNING")]
+            logged = [
+                r for r in caplog.records if r.name == "boundedgate" and _extra(r, "event") == "lease_lost"
+            ]
+            assert [(_extra(r, "gate"), _extra(r, "permit"), r.levelname) for r in logged] == [
+                (name, permit.id, "WARNING")
+            ]
             view = await cluster(client, name)
             assert view.running == 2  # counted again: both really run, so nobody new may start
             assert (view.counters["reclaimed"], view.counters["reattached"]) == (1, 1)
@@ -83,8 +94,10 @@ async def test_redis_restarted_mid_run_fails_closed_then_recovers(
                 await gate.admit(timeout=30).__aenter__()
             assert time.monotonic() - start < 3  # bounded by op_timeout and the client's retries
             assert info.value.reason == "unreachable"
-            logged = [r for r in caplog.records if r.name == "boundedgate" and r.event == "unavailable"]
-            assert [(r.gate, r.reason) for r in logged] == [(name, "unreachable")]
+            logged = [
+                r for r in caplog.records if r.name == "boundedgate" and _extra(r, "event") == "unavailable"
+            ]
+            assert [(_extra(r, "gate"), _extra(r, "reason")) for r in logged] == [(name, "unreachable")]
             own_server.start()
             second = await gate.try_admit()  # recovered
             # The holder from before the restart is counted again by the next heartbeat.
@@ -154,12 +167,12 @@ async def test_a_paused_redis_costs_op_timeout_not_a_hang(
     other = redis.asyncio.Redis.from_url(redis_server.url)
     try:
         async with make_gate(client, name, 1, 1, op_timeout=0.3) as gate:
-            await other.execute_command("CLIENT", "PAUSE", "6000", "WRITE")
+            await other.client_pause(6000, all=False)  # CLIENT PAUSE 6000 WRITE
             start = time.monotonic()
             with pytest.raises(GateUnavailable):
                 await gate.admit(timeout=30).__aenter__()
             assert time.monotonic() - start < 3  # op_timeout (0.3 s), far from the 6 s pause
-            await other.execute_command("CLIENT", "UNPAUSE")
+            await other.client_unpause()
             async with gate.admit(timeout=30):
                 pass
             await settles_empty(client, name)
@@ -187,7 +200,7 @@ async def test_lost_wake_up_messages_cost_a_poll_never_a_grant(
             tasks = []
             for i in range(3):
                 tasks.append(asyncio.create_task(request(i)))
-                await wait_until(lambda i=i: _waiting(client, name, i + 1), 5, f"{i + 1} waiting")
+                await wait_until(functools.partial(_waiting, client, name, i + 1), 5, f"{i + 1} waiting")
             channel = gate._common[-1] + gate.process  # type: ignore[operator]
             await wait_until(lambda: _subscribed(client, channel), 5, "the listener subscribed")
             gate._common = (*gate._common[:-1], NOWHERE)  # its own releases' grants are lost too
@@ -218,7 +231,7 @@ async def test_a_killed_subscription_is_renewed_and_grants_still_arrive(
         await wait_until(lambda: _waiting(client, name, 1), 5, "1 waiting")
         channel = gate._common[-1] + gate.process  # type: ignore[operator]
         await wait_until(lambda: _subscribed(client, channel), 5, "the listener subscribed")
-        await client.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        await client.client_kill_filter(_type="pubsub")
         await wait_until(lambda: _subscribed(client, channel), 5, "the listener subscribed again")
         holder.release()
         permit = await asyncio.wait_for(waiter, 5)

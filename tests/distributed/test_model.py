@@ -184,6 +184,19 @@ class Model:
         return out
 
 
+def _text(reply: object) -> str:
+    """A reply of the test's client, which decodes responses: a str."""
+    assert isinstance(reply, str), reply
+    return reply
+
+
+def _texts(reply: object) -> list[str]:
+    """A list reply of the test's client, which decodes responses: a list of str."""
+    assert isinstance(reply, list), reply
+    assert all(isinstance(item, str) for item in reply), reply
+    return reply
+
+
 class Scripts(RuleBasedStateMachine):
     """Redis, the model and the core, driven by the same events."""
 
@@ -209,7 +222,7 @@ class Scripts(RuleBasedStateMachine):
         self.tickets: dict[str, Ticket] = {}
         self.common = (c, q, HOUR, HOUR, HOUR, HOUR, wake_prefix("model"))
 
-    def run(self, script: _scripts.Script, *args: object) -> list[Any]:
+    def run(self, script: _scripts.Script, *args: str | int | float) -> list[Any]:
         return self.redis.evalsha(script.sha, len(self.keys), *self.keys, *self.common, *args)  # type: ignore[no-any-return]
 
     # -- the core, fed the same events ------------------------------------------------------------
@@ -304,7 +317,7 @@ class Scripts(RuleBasedStateMachine):
     @rule()
     def sync(self) -> None:
         holding, queued = sorted(self.holding), sorted(self.queued)
-        args: list[object] = [AGENT, len(holding), *holding]
+        args: list[str | int] = [AGENT, len(holding), *holding]
         for permit_id in queued:
             args += (permit_id, -1)
         self.core_sweep(*self._pending_sweep())
@@ -342,8 +355,7 @@ class Scripts(RuleBasedStateMachine):
     def place_lapses_or_deadline_passes(self, data: st.DataObject, deadline: bool) -> None:
         permit_id = data.draw(st.sampled_from(self.model.waiters))
         if deadline:
-            info = self.redis.hget(self.keys[4], permit_id)
-            agent, _, since, token = info.split("|")  # type: ignore[union-attr]
+            agent, _, since, token = _text(self.redis.hget(self.keys[4], permit_id)).split("|")
             self.redis.hset(self.keys[4], permit_id, f"{agent}|1|{since}|{token}")
         self.redis.zadd(self.keys[3], {permit_id: 0})
         passed = deadline or self.model.due.get(permit_id) == "expired"  # a deadline once passed stays so
@@ -361,8 +373,8 @@ class Scripts(RuleBasedStateMachine):
         if not hasattr(self, "model"):
             return
         keys = self.keys
-        holders = self.redis.zrange(keys[1], 0, -1)
-        tokens = {i: int(self.redis.hget(keys[4], i).rsplit("|", 1)[1]) for i in holders}  # type: ignore[union-attr]
+        holders = _texts(self.redis.zrange(keys[1], 0, -1))
+        tokens = {i: int(_text(self.redis.hget(keys[4], i)).rsplit("|", 1)[1]) for i in holders}
         assert tokens == self.model.holders
         assert self.redis.zrange(keys[2], 0, -1) == self.model.waiters
         assert self.redis.hgetall(keys[5]) == self.model.outcome

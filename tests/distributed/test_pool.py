@@ -22,6 +22,11 @@ from .servers import RedisServer
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 
 
+async def _blpop(client: redis.asyncio.Redis, key: str, timeout: float) -> None:
+    """A blocking pop on ``key``: it holds one of the pool's connections for up to ``timeout`` seconds."""
+    await client.blpop([key], timeout=timeout)
+
+
 async def test_150_concurrent_admissions_through_a_100_connection_pool_are_all_admitted(
     client: redis.asyncio.Redis, name: str
 ) -> None:
@@ -51,7 +56,7 @@ async def test_a_pool_that_stays_full_is_waited_for_until_op_timeout_then_reads_
     try:
         async with make_gate(client, name, 1, 0, op_timeout=0.5) as gate:
             # The pool's one connection is busy for 0.3 s (a blocking pop): the admission waits for it.
-            busy = asyncio.create_task(client.blpop([f"{name}:nothing"], timeout=0.3))
+            busy = asyncio.create_task(_blpop(client, f"{name}:nothing", 0.3))
             await asyncio.sleep(0.05)
             start = time.monotonic()
             async with gate.admit(timeout=30) as permit:
@@ -59,7 +64,7 @@ async def test_a_pool_that_stays_full_is_waited_for_until_op_timeout_then_reads_
                 assert time.monotonic() - start >= 0.2
             await busy
             # Busy for longer than op_timeout: then, and only then, the gate fails closed.
-            busy = asyncio.create_task(client.blpop([f"{name}:nothing"], timeout=2))
+            busy = asyncio.create_task(_blpop(client, f"{name}:nothing", 2))
             await asyncio.sleep(0.05)
             start = time.monotonic()
             with pytest.raises(GateUnavailable) as info:
@@ -135,9 +140,7 @@ async def test_renewals_go_on_while_the_process_s_own_commands_hold_every_connec
         async with make_gate(client, name, 1, 0, lease_ttl=lease) as gate:
             permit = await gate.try_admit()
             # 100 consumers blocked on a queue take every connection of the pool for 3 leases.
-            consumers = [
-                asyncio.create_task(client.blpop([f"{name}:jobs"], timeout=3 * lease)) for _ in range(100)
-            ]
+            consumers = [asyncio.create_task(_blpop(client, f"{name}:jobs", 3 * lease)) for _ in range(100)]
             await asyncio.sleep(0.1)
             assert client.connection_pool.can_get_connection() is False
 

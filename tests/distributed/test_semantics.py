@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import time
 
@@ -11,7 +12,8 @@ import pytest
 import redis.asyncio
 
 from boundedgate import BoundedGate, GateUnavailable, Late, QueueExpired, QueueFull, Status
-from boundedgate.redis import RedisGate
+from boundedgate.redis import RedisGate, RedisPermit
+from tests.helpers import status_of
 
 from .helpers import OtherProcess, cluster, make_gate, settles_empty, wait_until
 from .servers import RedisServer
@@ -30,7 +32,7 @@ async def test_a_free_slot_is_granted_at_once_and_released_on_exit(
             view = await cluster(client, name)
             assert [h.id for h in view.holders] == [permit.id]
             assert view.holders[0].process == gate.process
-        assert permit.status is Status.COMPLETED
+        assert status_of(permit) is Status.COMPLETED
         assert (await cluster(client, name)).running == 0  # the exit waited for the release
         stats = gate.stats()
         assert (stats.admitted, stats.completed, stats.running) == (1, 1, 0)
@@ -49,7 +51,7 @@ async def test_waiters_are_served_in_arrival_order(client: redis.asyncio.Redis, 
         tasks = []
         for i in range(6):
             tasks.append(asyncio.create_task(request(i)))
-            await wait_until(lambda i=i: _waiting(client, name, i + 1), 5, f"{i + 1} waiting")
+            await wait_until(functools.partial(_waiting, client, name, i + 1), 5, f"{i + 1} waiting")
         holder.release()
         await asyncio.gather(*tasks)
         assert order == list(range(6))
@@ -68,7 +70,7 @@ async def test_queue_full_at_exactly_q_and_nothing_is_queued(client: redis.async
         waiters = []
         for i in range(2):  # one after the other: FIFO is by arrival at Redis, not by task creation
             waiters.append(asyncio.create_task(gate.admit().__aenter__()))
-            await wait_until(lambda i=i: _waiting(client, name, i + 1), 5, f"{i + 1} waiting")
+            await wait_until(functools.partial(_waiting, client, name, i + 1), 5, f"{i + 1} waiting")
         with pytest.raises(QueueFull) as info:
             async with gate.admit():
                 pytest.fail("admitted past a full queue")
@@ -177,11 +179,11 @@ async def test_a_grant_seen_after_the_deadline_expires_and_passes_the_slot_on(
         other.close()
 
 
-async def _enter(permit):  # type: ignore[no-untyped-def]
+async def _enter(permit: RedisPermit) -> RedisPermit:
     return await permit.__aenter__()
 
 
-async def _release(permit) -> None:  # type: ignore[no-untyped-def]
+async def _release(permit: RedisPermit) -> None:
     permit.release()
 
 
@@ -284,7 +286,7 @@ async def test_an_explicit_fallback_gate_is_used_and_counted(name: str) -> None:
                 assert permit.token is None
                 assert local.running == 1
                 assert permit.status is Status.RUNNING
-            assert permit.status is Status.COMPLETED
+            assert status_of(permit) is Status.COMPLETED
             assert local.running == 0
             held = await gate.try_admit()  # the fallback's try_admit: a slot now, or QueueFull now
             assert held.fallback
@@ -399,7 +401,3 @@ async def test_a_waiter_whose_client_went_away_leaves_the_cluster_queue_as_disco
         stats = gate.stats()
         assert (stats.disconnected, stats.aborted, stats.cancelled) == (1, 1, 0)
         assert view.counters.get("disconnected") == 1
-
-
-async def _waiting(client: redis.asyncio.Redis, name: str, count: int) -> bool:
-    return (await cluster(client, name)).waiting == count

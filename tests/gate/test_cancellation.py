@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
 
 from boundedgate import BoundedGate, Permit, Status
-from tests.helpers import checked_gate
+from tests.helpers import checked_gate, status_of
 
 
-async def _queued(gate: BoundedGate, **admit: float) -> tuple[Permit, asyncio.Task[Permit]]:
+async def _queued(gate: BoundedGate) -> tuple[Permit, asyncio.Task[Permit]]:
     """A task waiting in ``gate``'s queue, and its permit."""
-    permit = gate.admit(**admit)
+    permit = gate.admit()
     task = asyncio.create_task(permit.__aenter__())
     await asyncio.sleep(0)
     assert permit.status is Status.QUEUED
@@ -47,7 +48,7 @@ async def test_waiter_cancelled_in_the_turn_it_is_handed_a_slot_passes_it_on() -
     first_task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first_task
-    assert first.status is Status.CANCELLED
+    assert status_of(first) is Status.CANCELLED
     assert await second_task is second
     assert second.status is Status.RUNNING
     second.release()
@@ -346,7 +347,7 @@ async def test_exit_from_another_task() -> None:
 async def test_async_generator_finalised_after_break_releases_its_slot() -> None:
     gate = checked_gate(1, 1)
 
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[int]:
         async with gate.admit():
             for i in range(10):
                 yield i

@@ -9,12 +9,12 @@ import math
 
 import pytest
 
-from boundedgate import Late, QueueExpired, Status
+from boundedgate import Late, Permit, QueueExpired, Status
 from tests.helpers import checked_gate
 
 
-async def _queued(permit_cm: object) -> asyncio.Task[object]:
-    task = asyncio.create_task(permit_cm.__aenter__())  # type: ignore[attr-defined]
+async def _queued(permit: Permit) -> asyncio.Task[Permit]:
+    task = asyncio.create_task(permit.__aenter__())
     await asyncio.sleep(0)
     return task
 

@@ -165,6 +165,11 @@ async def test_release_never_raises_late() -> None:
     assert permit.status is Status.LATE
 
 
+def _times(permit: Permit) -> tuple[float | None, float | None, float | None, float]:
+    """The permit's times, read afresh (mypy would keep an earlier ``is None`` narrowing)."""
+    return (permit.arrival, permit.started, permit.ended, permit.deadline)
+
+
 async def test_permit_times_and_deadline() -> None:
     gate = checked_gate(1, 1)
     loop = asyncio.get_running_loop()
@@ -173,7 +178,7 @@ async def test_permit_times_and_deadline() -> None:
     assert permit.arrival is None
     async with permit:
         await asyncio.sleep(1)
-    assert (permit.arrival, permit.started, permit.ended, permit.deadline) == (10, 10, 11, 15)
+    assert _times(permit) == (10, 10, 11, 15)
     assert gate.admit().deadline == math.inf
     absolute = gate.admit(deadline=loop.time() + 3)
     assert absolute.deadline == 14

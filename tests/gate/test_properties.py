@@ -65,6 +65,7 @@ def _assert_accounts(gate: BoundedGate, outcomes: Counter[str], arrivals: int) -
     for outcome in ("rejected", "expired", "cancelled", "completed", "late", "failed", "evicted"):
         assert getattr(stats, outcome) == outcomes[outcome], outcome
     assert stats.admitted == stats.finished
+    assert gate.max_running is not None
     assert stats.peak_running <= gate.max_running
     assert gate.max_waiting is None or stats.peak_waiting <= gate.max_waiting
 

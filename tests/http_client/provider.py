@@ -195,7 +195,7 @@ def _openai_events(behaviour: LimitsBehaviour, usage: bool) -> Iterator[tuple[st
 
 
 def _anthropic_events(behaviour: LimitsBehaviour) -> Iterator[tuple[str, bytes]]:
-    message = {
+    message: dict[str, object] = {
         "id": "msg_fake",
         "type": "message",
         "role": "assistant",

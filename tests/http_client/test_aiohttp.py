@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import AbstractAsyncContextManager
 
 import aiohttp
 import pytest
@@ -20,7 +21,7 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 def _post(
     session: aiohttp.ClientSession, provider: LimitsProvider, fake: str = "", stream: bool = True
-) -> object:
+) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
     return session.post(
         f"{provider.openai_url}/chat/completions", json={**BODY, "stream": stream}, headers={"x-fake": fake}
     )

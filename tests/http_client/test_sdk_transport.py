@@ -353,7 +353,9 @@ async def test_an_admit_all_chain(provider: LimitsProvider) -> None:
     held = await client.chat.completions.create(
         model="m", messages=[], stream=True, extra_headers={"x-tenant": "a", "x-fake": "hold_after=1"}
     )
-    assert (tenants.get("a").running, shared.running) == (1, 1)
+    tenant_a = tenants.get("a")
+    assert tenant_a is not None
+    assert (tenant_a.running, shared.running) == (1, 1)
     with pytest.raises(openai.InternalServerError) as caught:
         await client.chat.completions.create(model="m", messages=[], extra_headers={"x-tenant": "a"})
     assert caught.value.code == "queue_full"

@@ -306,7 +306,7 @@ def test_trace_counts_are_the_requests_in_flight(jobs: list[Job], limits: tuple[
     # After the last event of each instant, the trace's counts are what the per-request rows say
     # was running and waiting then; every request has exactly one final event, at its end.
     result = simulate(jobs, max_running=limits[0], max_waiting=limits[1])
-    last_at: dict[int, tuple[int, int]] = {}
+    last_at: dict[float, tuple[int, int]] = {}
     for event in result.trace:
         last_at[event.time_ms] = (event.running, event.waiting)
         assert event.running <= limits[0]

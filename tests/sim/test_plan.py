@@ -107,4 +107,4 @@ def test_rate_limit_sets_are_checked_before_the_first_simulation() -> None:
     with pytest.raises(TypeError, match="a list of RateLimit objects"):
         sweep(jobs, max_running=1, max_waiting=0, rate_limits=tpm)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="must hold RateLimit objects"):
-        sweep(jobs, max_running=1, max_waiting=0, rate_limits=[[tpm], [60]])  # type: ignore[list-item]
+        sweep(jobs, max_running=1, max_waiting=0, rate_limits=[[tpm], [60]])  # type: ignore[arg-type]  # 60 is not a RateLimit, on purpose

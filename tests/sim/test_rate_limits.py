@@ -5,6 +5,7 @@ milliseconds; fractional times; refusals; the trace's balances."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal
 
 import pytest
 from hypothesis import assume, given
@@ -42,17 +43,20 @@ def rpm(amount: float, burst: float | None = None) -> RateLimit:
 # is r per second for the real gate. With r in RATES, integer costs and bursts, every token time is
 # a multiple of 1/4 ms: exact in binary for both, so outcomes and times are compared for equality.
 RATES = (0.5, 1, 2, 4)
+UNITS: tuple[Literal["requests", "tokens"], ...] = ("requests", "tokens")
 
 
 @st.composite
-def rated_settings(draw: st.DrawFn) -> tuple[list[tuple[float, int, str, float | None]], int]:
+def rated_settings(
+    draw: st.DrawFn,
+) -> tuple[list[tuple[float, int, Literal["requests", "tokens"], int | None]], int]:
     """One or two buckets as (tokens per ms, burst, unit, floor), and the largest cost they serve."""
     specs = draw(
         st.lists(
             st.tuples(
                 st.sampled_from(RATES),
                 st.integers(1, 8),
-                st.sampled_from(["requests", "tokens"]),
+                st.sampled_from(UNITS),
                 st.sampled_from([None, 0, -3]),
             ),
             min_size=1,
@@ -104,10 +108,10 @@ def replay_both(
     max_running = data.draw(st.none() | st.integers(1, 3))
     max_waiting = data.draw(st.none() | st.integers(0, 4))
     jump_share = data.draw(st.sampled_from([0, 0.5]))
-    per_second = [RateLimit(r * 1000, b, u, f, f"L{i}") for i, (r, b, u, f) in enumerate(specs)]  # type: ignore[arg-type]
-    per_virtual_second = [RateLimit(r, b, u, f, f"L{i}") for i, (r, b, u, f) in enumerate(specs)]  # type: ignore[arg-type]
+    per_second = [RateLimit(r * 1000, b, u, f, f"L{i}") for i, (r, b, u, f) in enumerate(specs)]
+    per_virtual_second = [RateLimit(r, b, u, f, f"L{i}") for i, (r, b, u, f) in enumerate(specs)]
     gate = BoundedGate(
-        max_running=max_running,  # type: ignore[arg-type]
+        max_running=max_running,
         max_waiting=max_waiting,
         priorities=priorities,
         jump_share=jump_share,
@@ -216,7 +220,8 @@ def test_tokens_due_on_a_whole_millisecond_tie_with_the_events_there(t: int) -> 
         "c": Result("expired", None, t + 2000),
         "d": Result("completed", t + 2000, t + 2001),
     }
-    assert type(result["b"].start_ms) is int
+    start_b: object = result["b"].start_ms  # typed float | None; an int here, exactly
+    assert type(start_b) is int
     assert result["c"].queue_ms == 2000
     assert result.summary.rate_limited == len(probes)
 
@@ -233,7 +238,8 @@ def test_tokens_between_two_milliseconds_give_fractional_times() -> None:
 
     third = 1000 / 3
     assert [r.start_ms for r in result.requests] == [0, near(third), near(2 * third), 1000]
-    assert type(result["r3"].start_ms) is int
+    start_r3: object = result["r3"].start_ms  # typed float | None; an int here, exactly
+    assert type(start_r3) is int
     assert [r.end_ms for r in result.requests] == [100, near(100 + third), near(100 + 2 * third), 1100]
     assert [r.queue_ms for r in result.requests] == [0, near(third), near(2 * third), 1000]
     assert result.summary.queue_ms.p50 == near(third)

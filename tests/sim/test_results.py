@@ -39,8 +39,8 @@ def test_nearest_rank_definition(values: list[int], p: float) -> None:
     assert value in ordered
     n = len(ordered)
     # At least p% of the sample is at or below it, and fewer than p% strictly below it.
-    assert sum(v <= value for v in ordered) >= p / 100 * n  # type: ignore[operator]
-    assert sum(v < value for v in ordered) < p / 100 * n  # type: ignore[operator]
+    assert sum(v <= value for v in ordered) >= p / 100 * n
+    assert sum(v < value for v in ordered) < p / 100 * n
 
 
 def test_percentiles_of_any_order() -> None:

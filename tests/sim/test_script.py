@@ -235,7 +235,7 @@ def test_bad_priorities_name_the_row(text: str, message: str) -> None:
     with pytest.raises(ScriptError, match=message):
         parse_script(text, "csv")
     with pytest.raises(TypeError, match="priority must be a whole number, got a boolean"):
-        Job("A", 0, 1, None, True)  # type: ignore[arg-type]
+        Job("A", 0, 1, None, True)
 
 
 def test_write_script_keeps_seed_000s_columns_unless_a_priority_is_used(tmp_path: Path) -> None:
