@@ -12,6 +12,7 @@ import redis.asyncio
 import redis.exceptions
 
 from boundedgate import GateUnavailable, QueueFull, Status
+from boundedgate.redis import RedisPermit
 
 from .helpers import OtherProcess, cluster, make_gate, settles_empty, wait_until
 from .servers import RedisServer
@@ -63,11 +64,11 @@ async def test_a_holder_stalled_past_its_lease_loses_it_finds_out_and_is_counted
         other.close()
 
 
-async def _flag(permit) -> bool:  # type: ignore[no-untyped-def]
+async def _flag(permit: RedisPermit) -> bool:
     return bool(permit.lease_lost)
 
 
-async def _take_when_free(other: OtherProcess):  # type: ignore[no-untyped-def]
+async def _take_when_free(other: OtherProcess) -> RedisPermit:
     while True:
         try:
             return await other.gate.try_admit()
@@ -75,7 +76,7 @@ async def _take_when_free(other: OtherProcess):  # type: ignore[no-untyped-def]
             await asyncio.sleep(0.05)
 
 
-async def _release(permit) -> None:  # type: ignore[no-untyped-def]
+async def _release(permit: RedisPermit) -> None:
     permit.release()
 
 

@@ -4,6 +4,7 @@ deadlines, RateLimited with an exact retry_after, settling, cancellation, and a 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 from hypothesis import given
@@ -280,7 +281,7 @@ def test_status_of_a_rate_limited_permit() -> None:
 async def test_a_stream_settles_its_usage_at_its_end() -> None:
     gate = checked_gate(2, 2, rate_limits=[RateLimit.per_second(10, burst=100, unit="tokens")])
 
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[str]:
         for word in ("a", "b", "c"):
             await asyncio.sleep(1)
             yield word

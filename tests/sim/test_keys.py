@@ -30,7 +30,7 @@ from boundedgate.sim import (
     write_script,
 )
 from tests.helpers import CheckedState, Result, run_script, run_virtual
-from tests.sim.test_rate_limits import RATES, as_helper_jobs
+from tests.sim.test_rate_limits import RATES, UNITS, as_helper_jobs
 
 KEYS = ("", "acme", "globex", "initech")
 
@@ -185,7 +185,7 @@ def replayed_both(draw: st.DrawFn) -> tuple[Simulation, dict[str, Result], Keyed
     """A keyed script, settings, overrides and rate limits, replayed through both."""
     specs = draw(
         st.lists(
-            st.tuples(st.sampled_from(RATES), st.integers(1, 8), st.sampled_from(["requests", "tokens"])),
+            st.tuples(st.sampled_from(RATES), st.integers(1, 8), st.sampled_from(UNITS)),
             max_size=2,
         )
     )
@@ -195,8 +195,8 @@ def replayed_both(draw: st.DrawFn) -> tuple[Simulation, dict[str, Result], Keyed
     overrides = draw(overrides_of_keys)
     jump_share = draw(st.sampled_from([0, 0.5]))
     # One virtual second per simulated millisecond (see test_rate_limits.py).
-    per_second = [RateLimit(r * 1000, b, u, name=f"L{i}") for i, (r, b, u) in enumerate(specs)]  # type: ignore[arg-type]
-    per_virtual_second = [RateLimit(r, b, u, name=f"L{i}") for i, (r, b, u) in enumerate(specs)]  # type: ignore[arg-type]
+    per_second = [RateLimit(r * 1000, b, u, name=f"L{i}") for i, (r, b, u) in enumerate(specs)]
+    per_virtual_second = [RateLimit(r, b, u, name=f"L{i}") for i, (r, b, u) in enumerate(specs)]
     # Every key keeps its gate, as in the simulator: a dropped gate would come back with a jump
     # banked that the old one may have spent, or (with rate limits) rest instead.
     keyed: KeyedGate[str] = KeyedGate(

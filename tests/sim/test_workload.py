@@ -6,6 +6,7 @@ import itertools
 import math
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -129,9 +130,9 @@ def test_generated_jobs_are_valid_jobs() -> None:
         (lambda: generate([Poisson(1), 3], Fixed(1), duration_ms=10), TypeError, "arrivals must be"),  # type: ignore[list-item]  # not an arrival process
     ],
 )
-def test_bad_arguments_are_refused(make: object, error: type[Exception], message: str) -> None:
+def test_bad_arguments_are_refused(make: Callable[[], object], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
-        make()  # type: ignore[operator]
+        make()
 
 
 def test_priority_mix() -> None:
