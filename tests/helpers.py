@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar, TypeVarTuple
 
 import looptime
 
@@ -262,7 +263,11 @@ async def run_script(
     return results
 
 
-def run_virtual(coro_fn, *args):  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+def run_virtual(coro_fn: Callable[[*Ts], Coroutine[Any, Any, T]], *args: *Ts) -> T:
     """Run ``coro_fn(*args)`` to completion on a fresh fast-forwarding loop starting at time 0."""
     loop = looptime.new_event_loop(start=0)
     try:
