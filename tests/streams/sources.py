@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from boundedgate import OUTCOMES, BoundedGate
 
@@ -27,7 +27,7 @@ class Log:
 
 async def ticks(
     n: int, log: Log | None = None, *, every: float = 0.0, fail_at: int | None = None
-) -> AsyncIterator[int]:
+) -> AsyncGenerator[int, None]:
     """Yield ``0..n-1``, ``every`` seconds apart; raise :class:`Broken` instead of item ``fail_at``."""
     log = log if log is not None else Log()
     try:
@@ -76,7 +76,7 @@ class SdkLike:
             yield f"t{item}"
 
     async def close(self) -> None:
-        await self._iterator.aclose()  # type: ignore[attr-defined]  # an async generator's
+        await self._iterator.aclose()
 
     async def until_done(self) -> SdkLike:
         async for _ in self:

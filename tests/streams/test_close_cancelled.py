@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from tests.streams.sources import outcomes
 AWAITS = 4
 
 
-class _ClosesInSteps:
+class _ClosesInSteps(AsyncIterator[int]):
     """A source with ``n`` items, a second apart, whose ``aclose()`` awaits :data:`AWAITS` times.
 
     ``at_await(i)`` is called just before the close's ``i``-th await, so that a test can cancel
@@ -63,7 +64,7 @@ async def _by_eof(stream: GatedStream[AsyncIterator[int]]) -> None:
         pass
 
 
-ENDINGS: dict[str, Callable[[GatedStream[AsyncIterator[int]]], Awaitable[None]]] = {
+ENDINGS: dict[str, Callable[[GatedStream[AsyncIterator[int]]], Coroutine[Any, Any, None]]] = {
     "aclose": _by_aclose,
     "async with": _by_async_with,
     "eof": _by_eof,
@@ -158,7 +159,7 @@ async def test_a_timeout_expiring_at_any_await_of_the_close_raises_timeout_error
     assert outcomes(gate) == {"running": 0, "completed": 1}
 
 
-class _TurnByTurn:
+class _TurnByTurn(AsyncIterator[int]):
     """Items a loop turn apart; closing takes three loop turns (the issue's reproduction)."""
 
     def __init__(self, n: int) -> None:

@@ -15,10 +15,10 @@ async def test_attributes_pass_through_and_missing_ones_stay_missing() -> None:
     stream = gate.try_admit().hand_to(source)
     assert stream.response is source.response
     assert stream.request_id == "req_1"
-    assert stream._iterator is source._iterator  # the SDKs' private attributes too
+    assert stream._iterator is source._iterator  # type: ignore[attr-defined]  # the SDKs' private attributes too, untyped
     assert not hasattr(stream, "get_final_completion")  # not on the source: not on the wrapper
     with pytest.raises(AttributeError):
-        _ = stream.no_such_attribute
+        _ = stream.no_such_attribute  # type: ignore[attr-defined]  # missing on purpose
     assert hasattr(stream, "aclose")  # the source has only close(); the wrapper has both
     await stream.aclose()
 

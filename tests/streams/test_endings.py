@@ -183,7 +183,7 @@ async def test_an_anyio_cancel_scope_cannot_interrupt_the_release_or_the_close()
     assert source.closed
 
 
-class _SlowToClose:
+class _SlowToClose(AsyncIterator[int]):
     """An item every 10 s; closing takes two awaits (an HTTP response's close awaits too)."""
 
     closed = False
@@ -220,7 +220,7 @@ async def test_a_stream_that_was_never_iterated_is_closed_when_collected() -> No
     gate = checked_gate(2, 0)
     closed = []
 
-    class Unstarted:
+    class Unstarted(AsyncIterator[int]):
         async def __anext__(self) -> int:
             raise StopAsyncIteration
 
@@ -262,7 +262,7 @@ def test_a_stream_collected_after_its_loop_closed_still_gives_the_slot_back() ->
     assert gate.stats().leaked == 1
 
 
-class _Endless:
+class _Endless(AsyncIterator[int]):
     async def __anext__(self) -> int:
         return 0
 

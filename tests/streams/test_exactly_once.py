@@ -80,7 +80,7 @@ async def _scenario(endings: list[str], n: int, read: int, timeout: float | None
     first = endings[0]
     permit = gate.try_admit(timeout=timeout)
     source = ticks(n, log, every=1, fail_at=read if first == "error" else None)
-    held = [permit.hand_to(source)]
+    held: list[GatedStream[AsyncIterator[int]]] = [permit.hand_to(source)]
     for _ in range(read):
         await held[0].__anext__()
     loop = asyncio.get_running_loop()

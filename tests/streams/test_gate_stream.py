@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any, TypeVar
 
 import pytest
 
 from boundedgate import GatedStream, Late, QueueFull, StreamOpener
 from tests.helpers import checked_gate
 from tests.streams.sources import Log, outcomes, ticks
+
+_S = TypeVar("_S", bound=AsyncIterator[Any])
 
 
 async def _opened(n: int, log: Log) -> AsyncIterator[int]:
@@ -112,7 +115,7 @@ async def test_a_caller_cancelled_while_the_stream_opens_releases_the_slot_as_fa
     assert outcomes(gate) == {"running": 0, "failed": 1}
 
 
-async def _await(opener: StreamOpener[int]) -> GatedStream[AsyncIterator[int]]:
+async def _await(opener: StreamOpener[_S]) -> GatedStream[_S]:
     return await opener
 
 

@@ -64,7 +64,7 @@ async def test_the_interrupted_reader_sees_the_end_once_the_source_is_closed() -
     await closing
 
 
-class _SlowToClose:
+class _SlowToClose(AsyncIterator[int]):
     """An item every 10 s; closing takes a second."""
 
     closed = False
@@ -90,7 +90,7 @@ async def test_an_item_that_arrives_as_the_stream_is_closed_is_never_yielded() -
     assert outcomes(gate) == {"running": 0, "completed": 1}
 
 
-class _Ready:
+class _Ready(AsyncIterator[int]):
     """A source whose read takes one loop turn, and that returns its item even when cancelled."""
 
     async def __anext__(self) -> int:
@@ -153,7 +153,8 @@ async def _slow_to_clean_up(log: Log) -> AsyncIterator[int]:
 async def test_a_second_reader_is_refused_and_the_first_reads_on() -> None:
     gate = checked_gate(1, 0)
     stream = gate.try_admit().hand_to(ticks(3, every=10))
-    first = asyncio.create_task(_read_all(stream, received := []))
+    received: list[int] = []
+    first = asyncio.create_task(_read_all(stream, received))
     await asyncio.sleep(5)
     with pytest.raises(RuntimeError, match="another task is reading"):
         await stream.__anext__()

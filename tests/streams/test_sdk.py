@@ -14,14 +14,16 @@ import contextlib
 import gc
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anthropic
 import httpx2
 import openai
 import pytest
+from anthropic.lib.streaming import AsyncMessageStreamManager
+from openai.lib.streaming.chat import AsyncChatCompletionStreamManager
 
-from boundedgate import OUTCOMES, BoundedGate, GatedStream, Late, QueueExpired, Status
+from boundedgate import OUTCOMES, BoundedGate, GatedStream, Late, Permit, QueueExpired, Status
 from tests.fake_provider import FakeProvider, fake_provider
 from tests.helpers import checked_gate
 from tests.streams.sources import settle
@@ -36,13 +38,25 @@ async def provider() -> AsyncIterator[FakeProvider]:
         yield provider
 
 
+class RawStream(Protocol):
+    """What every scenario uses of either SDK's raw stream: its events (each SDK's own), its response."""
+
+    def __aiter__(self) -> AsyncIterator[Any]: ...
+
+    async def __anext__(self) -> Any: ...
+
+    @property
+    def response(self) -> httpx2.Response: ...
+
+
 class Sdk:
     """One SDK, used the same way by every scenario."""
 
     def __init__(self, name: str, provider: FakeProvider, max_retries: int = 0) -> None:
         self.name = name
+        self.client: openai.AsyncOpenAI | anthropic.AsyncAnthropic
         if name == "openai":
-            self.client: Any = openai.AsyncOpenAI(
+            self.client = openai.AsyncOpenAI(
                 base_url=provider.openai_url, api_key="test", max_retries=max_retries
             )
         else:
@@ -50,22 +64,27 @@ class Sdk:
                 base_url=provider.anthropic_url, api_key="test", max_retries=max_retries
             )
 
-    def create(self, fake: str = "") -> Awaitable[Any]:
-        """``create(stream=True)``: a coroutine returning the SDK's raw stream."""
+    async def create(self, fake: str = "") -> RawStream:
+        """``await create(stream=True)``: the SDK's raw stream."""
         headers = {"x-fake": fake} if fake else {}
-        if self.name == "openai":
-            return self.client.chat.completions.create(
+        if isinstance(self.client, openai.AsyncOpenAI):
+            return await self.client.chat.completions.create(
                 model="m", messages=MESSAGES, stream=True, extra_headers=headers
             )
-        return self.client.messages.create(
+        return await self.client.messages.create(
             model="m", max_tokens=16, messages=MESSAGES, stream=True, extra_headers=headers
         )
 
-    def manager(self, fake: str = "") -> Any:
-        """``.stream()``: the SDK's stream manager."""
+    def openai_manager(self, fake: str = "") -> AsyncChatCompletionStreamManager[None]:
+        """openai's ``.stream()``: its stream manager."""
+        assert isinstance(self.client, openai.AsyncOpenAI)
         headers = {"x-fake": fake} if fake else {}
-        if self.name == "openai":
-            return self.client.chat.completions.stream(model="m", messages=MESSAGES, extra_headers=headers)
+        return self.client.chat.completions.stream(model="m", messages=MESSAGES, extra_headers=headers)
+
+    def anthropic_manager(self, fake: str = "") -> AsyncMessageStreamManager[None]:
+        """anthropic's ``.stream()``: its stream manager."""
+        assert isinstance(self.client, anthropic.AsyncAnthropic)
+        headers = {"x-fake": fake} if fake else {}
         return self.client.messages.stream(model="m", max_tokens=16, messages=MESSAGES, extra_headers=headers)
 
     def text(self, item: Any) -> str:
@@ -315,15 +334,15 @@ async def test_openai_stream_is_a_drop_in(provider: FakeProvider) -> None:
 async def test_openai_stream_manager_and_get_final_completion(provider: FakeProvider) -> None:
     gate = _gate()
     sdk = Sdk("openai", provider)
-    async with gate.stream(lambda: sdk.manager("chunks=2")) as stream:
+    async with gate.stream(lambda: sdk.openai_manager("chunks=2")) as stream:
         assert gate.running == 1
         completion = await stream.get_final_completion()
         assert gate.running == 0
     assert completion.choices[0].message.content == "tok0 tok1 "
-    async with gate.stream(sdk.manager) as stream:
+    async with gate.stream(sdk.openai_manager) as stream:
         assert await stream.until_done() is stream
         assert stream.current_completion_snapshot.choices[0].message.content == "tok0 tok1 tok2 "
-    async with gate.stream(lambda: sdk.manager("hold_after=1")) as stream:
+    async with gate.stream(lambda: sdk.openai_manager("hold_after=1")) as stream:
         async for event in stream:
             if event.type == "content.delta":
                 break
@@ -335,15 +354,17 @@ async def test_openai_stream_manager_and_get_final_completion(provider: FakeProv
 async def test_anthropic_message_stream_helpers(provider: FakeProvider) -> None:
     gate = _gate()
     sdk = Sdk("anthropic", provider)
-    async with gate.stream(sdk.manager) as stream:
+    async with gate.stream(sdk.anthropic_manager) as stream:
         assert stream.request_id == "req_fake"
         assert [text async for text in stream.text_stream] == ["tok0 ", "tok1 ", "tok2 "]
         assert gate.running == 0
         message = await stream.get_final_message()
-    assert message.content[0].text == "tok0 tok1 tok2 "
-    async with gate.stream(lambda: sdk.manager("chunks=2")) as stream:
+    block = message.content[0]
+    assert isinstance(block, anthropic.types.TextBlock)
+    assert block.text == "tok0 tok1 tok2 "
+    async with gate.stream(lambda: sdk.anthropic_manager("chunks=2")) as stream:
         assert await stream.get_final_text() == "tok0 tok1 "
-    async with gate.stream(sdk.manager) as stream:
+    async with gate.stream(sdk.anthropic_manager) as stream:
         await stream.until_done()
         assert stream.current_message_snapshot.stop_reason == "end_turn"
     _assert_counted(gate, "completed", 3)
@@ -354,7 +375,7 @@ async def test_anthropic_message_stream_helpers(provider: FakeProvider) -> None:
 async def test_anthropic_text_stream_break_closes_the_connection(provider: FakeProvider) -> None:
     gate = _gate()
     sdk = Sdk("anthropic", provider)
-    stream = await gate.stream(lambda: sdk.manager("hold_after=1"))
+    stream = await gate.stream(lambda: sdk.anthropic_manager("hold_after=1"))
     async for _ in stream.text_stream:
         break
     assert await _all_ended(provider, 1) == ["client_gone"]
@@ -378,7 +399,7 @@ async def test_anthropic_raw_stream_has_aclose_through_the_wrapper(provider: Fak
 async def test_hand_over_inside_the_block(sdk: Sdk, provider: FakeProvider) -> None:
     gate = _gate()
 
-    async def open_chat() -> GatedStream[Any]:
+    async def open_chat() -> GatedStream[RawStream]:
         async with gate.admit(timeout=30) as permit:
             raw = await sdk.create()
             return permit.hand_to(raw)
@@ -430,7 +451,7 @@ async def test_application_retries_keep_the_slot_across_attempts_and_back_off(
     sdk = Sdk(name, provider)
     attempts = 0
 
-    async def open_with_retries() -> GatedStream[Any]:
+    async def open_with_retries() -> GatedStream[RawStream]:
         nonlocal attempts
         async with gate.admit(timeout=60) as permit:
             for attempt in range(3):
@@ -463,5 +484,10 @@ async def test_the_permit_status_of_a_stream_follows_it(provider: FakeProvider) 
     assert permit.status is Status.RUNNING
     async for _ in stream:
         pass
-    assert permit.status is Status.COMPLETED
+    assert _status(permit) is Status.COMPLETED
     await sdk.aclose()
+
+
+def _status(permit: Permit) -> Status:
+    """The permit's status now (``permit.status`` again would be narrowed to the one asserted before)."""
+    return permit.status
