@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Sequence
+from typing import Any, TypeVar, TypeVarTuple
 
 import looptime
 
@@ -27,6 +28,7 @@ from boundedgate import (
     BoundedGate,
     Evicted,
     GateError,
+    KeyedGate,
     Late,
     Permit,
     QueueExpired,
@@ -36,6 +38,10 @@ from boundedgate import (
 )
 from boundedgate._core import GateState, Status, Ticket
 from tests.core.invariants import check_invariants
+
+_T = TypeVar("_T")
+_K = TypeVar("_K", bound=Hashable)
+_Args = TypeVarTuple("_Args")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +191,13 @@ def checked_gate(
     return gate
 
 
+def live_gate(keyed: KeyedGate[_K], key: _K) -> BoundedGate:
+    """``key``'s live gate in ``keyed``; fails the test if the key has none."""
+    gate = keyed.get(key)
+    assert gate is not None, f"{key!r} has no live gate"
+    return gate
+
+
 class Boom(Exception):
     """What a scripted body raises."""
 
@@ -262,7 +275,7 @@ async def run_script(
     return results
 
 
-def run_virtual(coro_fn, *args):  # type: ignore[no-untyped-def]
+def run_virtual(coro_fn: Callable[[*_Args], Coroutine[Any, Any, _T]], *args: *_Args) -> _T:
     """Run ``coro_fn(*args)`` to completion on a fresh fast-forwarding loop starting at time 0."""
     loop = looptime.new_event_loop(start=0)
     try:
