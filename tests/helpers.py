@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Sequence
 from typing import Any, Protocol, TypeVar, TypeVarTuple
 
 import looptime
@@ -28,6 +28,7 @@ from boundedgate import (
     BoundedGate,
     Evicted,
     GateError,
+    KeyedGate,
     Late,
     Permit,
     QueueExpired,
@@ -40,6 +41,7 @@ from tests.core.invariants import check_invariants
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
+_K = TypeVar("_K", bound=Hashable)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +188,13 @@ def checked_gate(
         rate_limits=rate_limits,
     )
     gate._state = CheckedState(max_running, max_waiting, priorities, jump_share, rate_limits)
+    return gate
+
+
+def live_gate(keyed: KeyedGate[_K], key: _K) -> BoundedGate:
+    """``key``'s live gate in ``keyed``; fails the test if the key has none."""
+    gate = keyed.get(key)
+    assert gate is not None, f"{key!r} has no live gate"
     return gate
 
 

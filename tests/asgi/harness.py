@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-Message = dict[str, Any]
-App = Callable[
-    [dict[str, Any], Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
-]
+# The ASGI spec's shapes, as servers and Starlette spell them.
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def http_scope(
@@ -87,9 +89,9 @@ class Client:
         return any(m["type"] == "http.response.body" and not m.get("more_body", False) for m in self.sent)
 
 
-def serve(app: Any, client: Client, scope: dict[str, Any] | None = None) -> asyncio.Task[None]:
-    """Start serving ``client``'s request, as a server's task."""
-    return asyncio.get_running_loop().create_task(app(scope or http_scope(), client.receive, client.send))
+def serve(app: App, client: Client, scope: Scope | None = None) -> asyncio.Task[None]:
+    """Start serving ``client``'s request, as a server's task (an ASGI app may return any awaitable)."""
+    return asyncio.ensure_future(app(scope or http_scope(), client.receive, client.send))
 
 
 async def turns(count: int = 1) -> None:
@@ -112,7 +114,7 @@ class StreamingApp:
         self.hold = False
         self.after_last_send: list[Callable[[], None]] = []
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.entered += 1
         try:
             if self.read_body:

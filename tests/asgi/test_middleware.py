@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import pytest
 
 from boundedgate import BoundedGate, KeyedGate, RateLimit
 from boundedgate.asgi import GateMiddleware
-from tests.asgi.harness import Client, StreamingApp, http_scope, serve, turns
+from tests.asgi.harness import Client, Message, Receive, Scope, Send, StreamingApp, http_scope, serve, turns
 from tests.helpers import checked_gate
 
 
@@ -95,7 +94,7 @@ async def test_the_permit_is_held_until_the_last_body_message_is_sent_and_not_a_
     app.after_last_send.append(lambda: seen.append(gate.running))
     client = Client()
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         seen.append(gate.running)  # what the gate holds while each message is being sent
         await client.send(message)
 
@@ -110,7 +109,7 @@ async def test_work_after_the_response_is_not_counted() -> None:
     gate = checked_gate(1, 0)
     during: list[int] = []
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
         await asyncio.sleep(5)  # a background task after the response (Starlette's BackgroundTasks)
@@ -149,7 +148,7 @@ async def test_a_client_leaving_mid_stream_frees_the_slot_in_the_same_turn(reads
 async def test_the_slot_stays_taken_while_the_cancelled_app_still_cleans_up() -> None:
     gate = checked_gate(1, 1)
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         try:
             await asyncio.sleep(60)
@@ -238,7 +237,7 @@ async def test_the_next_queued_request_starts_when_a_streaming_client_leaves() -
 async def test_an_app_that_raises_is_failed_once_and_the_error_reaches_the_server(when: str) -> None:
     gate = checked_gate(1, 0)
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if when == "mid-body":
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"x", "more_body": True})
@@ -253,7 +252,7 @@ async def test_an_app_that_raises_is_failed_once_and_the_error_reaches_the_serve
 async def test_an_app_returning_without_a_complete_response_is_failed() -> None:
     gate = checked_gate(1, 0)
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
 
     await serve(GateMiddleware(app, gate=gate), Client())
@@ -277,7 +276,7 @@ async def test_late_after_the_response_started_is_counted_and_logged_never_raise
 async def test_a_response_that_starts_past_its_deadline_says_so_in_server_timing() -> None:
     gate = checked_gate(1, 1)
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await asyncio.sleep(3)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"x"})
@@ -305,7 +304,7 @@ async def test_keys_keep_sessions_apart_and_the_session_style_names_the_session(
     sessions: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, name="session")
     app = StreamingApp(chunks=1, pause=30)
 
-    def session(scope: Any) -> str | None:
+    def session(scope: Scope) -> str | None:
         return dict(scope["headers"]).get(b"x-session", b"").decode() or None
 
     middleware = GateMiddleware(app, gate=sessions, key=session, refusal="session")
@@ -377,7 +376,7 @@ async def test_the_pump_reads_at_most_max_buffer_bytes_ahead_of_the_app() -> Non
     reads: list[int] = []
     client = Client(body=[b"x" * 10] * 5)
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await asyncio.sleep(5)
         reads.append(client.receives)  # what the pump had read before the app read anything
         body = b""
@@ -402,7 +401,7 @@ async def test_a_reader_that_gives_up_does_not_break_the_next_one() -> None:
     client.incoming.put_nowait({"type": "http.request", "body": b"a", "more_body": True})
     read: list[bytes] = []
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         read.append((await receive())["body"])
         impatient = asyncio.ensure_future(receive())
         await turns(1)
@@ -425,7 +424,7 @@ async def test_a_reader_waiting_when_the_response_completes_reads_the_server_its
     client = Client()
     seen: list[str] = []
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await receive()
         listener = asyncio.ensure_future(receive())  # as Starlette's listen_for_disconnect does
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -457,7 +456,7 @@ async def test_a_send_raising_oserror_is_the_client_gone() -> None:
     app = StreamingApp(chunks=3, pause=1)
     client = Client()
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         if message.get("more_body"):
             raise OSError("connection reset")  # an ASGI 2.4 server after the client left
         await client.send(message)
@@ -471,7 +470,7 @@ async def test_websocket_and_lifespan_scopes_pass_through() -> None:
     gate = checked_gate(1, 0)
     seen: list[str] = []
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         seen.append(scope["type"])
 
     middleware = GateMiddleware(app, gate=gate)
@@ -487,7 +486,7 @@ async def test_priority_and_cost_can_come_from_the_scope() -> None:
     )
     app = StreamingApp(chunks=1, pause=10)
 
-    def urgent(scope: Any) -> int:
+    def urgent(scope: Scope) -> int:
         return 0 if scope["path"] == "/urgent" else 1
 
     middleware = GateMiddleware(app, gate=gate, priority=urgent, cost=lambda scope: 10.0)

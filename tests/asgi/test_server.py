@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -45,9 +45,10 @@ class Parts:
 
 
 def _service(base_http: bool) -> Any:
-    fastapi = require("fastapi", "pip install 'boundedgate[test]'")
+    require("fastapi", "pip install 'boundedgate[test]'")
     openai = require("openai", "pip install 'boundedgate[test]'")
-    from starlette.responses import StreamingResponse
+    from fastapi import FastAPI
+    from starlette.responses import Response, StreamingResponse
 
     from boundedgate.asgi import GateMiddleware
 
@@ -57,7 +58,7 @@ def _service(base_http: bool) -> Any:
             gate = BoundedGate(max_running=RUNNING, max_waiting=WAITING, name="chat")
             upstream = openai.AsyncOpenAI(base_url=provider.openai_url, api_key="test", max_retries=0)
             parts = Parts(gate, provider)
-            app = fastapi.FastAPI()
+            app = FastAPI()
 
             @app.post("/v1/chat/completions")
             async def chat(request: Request) -> Any:
@@ -77,7 +78,9 @@ def _service(base_http: bool) -> Any:
             if base_http:
 
                 @app.middleware("http")
-                async def passthrough(request: Any, call_next: Any) -> Any:
+                async def passthrough(
+                    request: Request, call_next: Callable[[Request], Awaitable[Response]]
+                ) -> Response:
                     return await call_next(request)
 
             app.add_middleware(GateMiddleware, gate=gate, refusal="openai", timeout=60)

@@ -16,10 +16,11 @@ import weakref
 import pytest
 
 from boundedgate import KeyedGate, Permit, QueueExpired, QueueFull, Status
+from tests.helpers import live_gate
 
 
 async def test_a_keys_gate_is_dropped_when_its_last_request_ends() -> None:
-    tenants = KeyedGate(max_running=2, max_waiting=2, name="tenant")
+    tenants: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=2, name="tenant")
     first = tenants.try_admit("a")
     second = tenants.try_admit("a")
     first.release()
@@ -33,7 +34,7 @@ async def test_a_keys_gate_is_dropped_when_its_last_request_ends() -> None:
 
 
 async def test_a_key_used_again_after_being_dropped_gets_a_fresh_gate() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
     async with tenants.admit("a") as first:
         pass
     async with tenants.admit("a") as second:
@@ -44,7 +45,7 @@ async def test_a_key_used_again_after_being_dropped_gets_a_fresh_gate() -> None:
 
 async def test_a_gate_is_not_dropped_while_its_queue_hands_over() -> None:
     # The last running request releases while others wait: the slot passes on, the gate stays.
-    tenants = KeyedGate(max_running=1, max_waiting=3)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=3)
     holder = tenants.try_admit("a")
     gate = holder.gate
     waiters = [asyncio.create_task(tenants.admit("a", timeout=t).__aenter__()) for t in (1, 5, 5)]
@@ -63,7 +64,7 @@ async def test_a_gate_is_not_dropped_while_its_queue_hands_over() -> None:
 
 async def test_a_slot_freed_at_the_instant_every_waiter_expires_leaves_the_gate_idle() -> None:
     # release() hands off after expiring the due waiters: nobody is left, so the gate is dropped.
-    tenants = KeyedGate(max_running=1, max_waiting=2)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=2)
     holder = tenants.try_admit("a", timeout=10)
     waiter = asyncio.create_task(_enter(tenants, "a", timeout=2))
     await asyncio.sleep(0)
@@ -79,7 +80,7 @@ async def test_a_slot_freed_at_the_instant_every_waiter_expires_leaves_the_gate_
 async def test_a_gate_empty_for_an_instant_inside_a_release_is_not_dropped() -> None:
     # The slot comes back, the due waiter expires, then the slot passes to the next waiter: for a
     # moment nothing runs and one waits. The gate must stay the key's gate throughout.
-    tenants = KeyedGate(max_running=1, max_waiting=3)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=3)
     holder = tenants.try_admit("a", timeout=10)
     gate = holder.gate
     loop = asyncio.get_running_loop()
@@ -110,25 +111,25 @@ async def _enter(tenants: KeyedGate[str], key: str, timeout: float) -> None:
 
 
 async def test_idle_keys_kept_up_to_keep_idle_least_recently_idle_dropped_first() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0, keep_idle=2)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, keep_idle=2)
     for key in "abc":
         async with tenants.admit(key):
             pass
     assert sorted(tenants) == ["b", "c"]
-    gate_b = tenants.get("b")
+    gate_b = live_gate(tenants, "b")
     async with tenants.admit("b") as again:  # reused: same gate, counters continue
         assert again.gate is gate_b
     async with tenants.admit("d"):
         pass
     assert sorted(tenants) == ["b", "d"]  # c was the least recently idle
-    assert gate_b.stats().completed == 2  # type: ignore[union-attr]
+    assert gate_b.stats().completed == 2
     stats = tenants.stats()
     assert (stats.keys, stats.busy_keys, stats.created, stats.dropped) == (2, 0, 4, 2)
     assert stats.total.completed == 5
 
 
 async def test_a_refused_arrival_at_a_kept_idle_gate_leaves_it_kept() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0, keep_idle=1)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, keep_idle=1)
     async with tenants.admit("a"):
         pass
     now = asyncio.get_running_loop().time()
@@ -144,7 +145,7 @@ async def test_a_refused_arrival_at_a_kept_idle_gate_leaves_it_kept() -> None:
 
 async def test_random_tenant_ids_do_not_grow_the_table() -> None:
     # An attacker sends every request with a new tenant id: the table holds only the busy keys.
-    tenants = KeyedGate(max_running=2, max_waiting=2, name="tenant")
+    tenants: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=2, name="tenant")
     rng = random.Random(5)
     busiest = 0
 
@@ -165,7 +166,7 @@ async def test_random_tenant_ids_do_not_grow_the_table() -> None:
 
 
 async def test_memory_stays_flat_however_many_distinct_keys_pass() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=1)
+    tenants: KeyedGate[int] = KeyedGate(max_running=1, max_waiting=1)
 
     async def burst(first: int) -> None:
         for key in range(first, first + 5000):
@@ -187,7 +188,7 @@ async def test_memory_stays_flat_however_many_distinct_keys_pass() -> None:
 
 
 async def test_a_gate_made_for_a_permit_never_entered_goes_with_the_permit() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
     permit = tenants.admit("a")
     gate = weakref.ref(permit.gate)
     assert len(tenants) == 0  # not the key's gate until something arrives
@@ -200,7 +201,7 @@ async def test_a_gate_made_for_a_permit_never_entered_goes_with_the_permit() -> 
 async def test_permits_taken_together_for_a_new_key_arrive_at_one_gate() -> None:
     # Each carries a gate of its own until it arrives; the first to arrive makes its gate the
     # key's, and the others join it, so the key's limit holds across all of them.
-    tenants = KeyedGate(max_running=1, max_waiting=1, name="tenant")
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=1, name="tenant")
     permits = [tenants.admit("a") for _ in range(3)]
     outcomes = await asyncio.gather(*(_enter_permit(p) for p in permits), return_exceptions=True)
     assert outcomes[0] is None
@@ -218,10 +219,12 @@ async def _enter_permit(permit: Permit) -> None:
 
 
 async def test_callers_cancelled_before_they_arrive_leave_no_gate_behind() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0)
+    tenants: KeyedGate[int] = KeyedGate(max_running=1, max_waiting=0)
 
     async def cancelled_request(key: int) -> None:
-        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
         async with tenants.admit(key):
             pytest.fail("a cancelled caller must not start")
 
@@ -235,7 +238,7 @@ async def test_callers_cancelled_before_they_arrive_leave_no_gate_behind() -> No
 async def test_a_permit_taken_before_the_key_got_another_gate_joins_that_gate() -> None:
     # `late` carries a fresh gate G1; meanwhile the key's requests go through G2 (dropped when
     # idle) and G3, which is full. Entering `late` must queue on G3, not start on G1.
-    tenants = KeyedGate(max_running=1, max_waiting=1, name="tenant")
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=1, name="tenant")
     late = tenants.admit("a")
     dropped = late.gate
     async with tenants.admit("a"):
@@ -258,7 +261,7 @@ async def test_a_permit_taken_before_the_key_got_another_gate_joins_that_gate() 
 
 
 async def test_a_permit_from_a_dropped_gate_arrives_at_a_new_gate_if_the_key_has_none() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
     async with tenants.admit("a") as old:
         pass
     dropped = old.gate
@@ -272,7 +275,7 @@ async def test_a_permit_from_a_dropped_gate_arrives_at_a_new_gate_if_the_key_has
 
 
 async def test_a_fresh_gate_whose_key_had_another_gate_meanwhile_becomes_the_keys_gate() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
     early = tenants.admit("a")
     gate = early.gate
     async with tenants.admit("a"):
@@ -283,7 +286,7 @@ async def test_a_fresh_gate_whose_key_had_another_gate_meanwhile_becomes_the_key
 
 
 async def test_try_admit_on_a_dropped_gate_reports_the_keys_gate() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0, name="tenant")
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, name="tenant")
     async with tenants.admit("a") as old:
         pass
     holder = tenants.try_admit("a")
@@ -295,7 +298,7 @@ async def test_try_admit_on_a_dropped_gate_reports_the_keys_gate() -> None:
 
 
 async def test_every_release_counts_whatever_the_gate_became() -> None:
-    tenants = KeyedGate(max_running=3, max_waiting=3, keep_idle=1)
+    tenants: KeyedGate[str] = KeyedGate(max_running=3, max_waiting=3, keep_idle=1)
     permits = [tenants.try_admit(k) for k in ("a", "a", "b", "c")]
     for permit in permits:
         permit.release()
@@ -306,7 +309,7 @@ async def test_every_release_counts_whatever_the_gate_became() -> None:
 
 async def test_a_dropped_gates_timer_firing_later_changes_nothing() -> None:
     # The gate's loop timer stays armed at an old waiter's deadline after its queue emptied.
-    tenants = KeyedGate(max_running=1, max_waiting=1)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=1)
     holder = tenants.try_admit("a")
     waiter = asyncio.create_task(tenants.admit("a", timeout=10).__aenter__())
     await asyncio.sleep(1)

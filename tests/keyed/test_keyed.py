@@ -18,6 +18,7 @@ from boundedgate import (
     QueueFull,
     Status,
 )
+from tests.helpers import live_gate
 
 
 async def test_each_key_has_its_own_gate_with_the_template_limits() -> None:
@@ -81,11 +82,15 @@ async def test_queued_requests_of_a_key_start_in_order_as_its_slots_free() -> No
 
 
 async def test_overrides_from_a_mapping_apply_to_their_keys_only() -> None:
-    tenants = KeyedGate(
-        max_running=1, max_waiting=0, name="tenant", overrides={"big": GateLimits(3, None), "small": (1, 2)}
+    tenants: KeyedGate[str] = KeyedGate(
+        max_running=1,
+        max_waiting=0,
+        name="tenant",
+        # a plain pair on purpose: the runtime takes any (max_running, max_waiting) pair
+        overrides={"big": GateLimits(3, None), "small": (1, 2)},  # type: ignore[dict-item]
     )
     big = [tenants.try_admit("big") for _ in range(3)]
-    assert (tenants.get("big").max_running, tenants.get("big").max_waiting) == (3, None)  # type: ignore[union-attr]
+    assert (live_gate(tenants, "big").max_running, live_gate(tenants, "big").max_waiting) == (3, None)
     assert tenants.limits("small") == GateLimits(1, 2)
     assert tenants.limits("other") == GateLimits(1, 0)
     other = tenants.try_admit("other")
@@ -150,7 +155,7 @@ def test_bad_settings_are_refused_at_construction(
 
 
 async def test_bad_limits_from_a_function_are_refused_when_the_key_is_used() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0, overrides=lambda key: GateLimits(1, -1))
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, overrides=lambda key: GateLimits(1, -1))
     with pytest.raises(ValueError, match=r"^max_waiting must be >= 0, got -1$"):
         tenants.admit("a")
     assert len(tenants) == 0
@@ -158,7 +163,7 @@ async def test_bad_limits_from_a_function_are_refused_when_the_key_is_used() -> 
 
 
 async def test_bad_timeouts_are_refused_at_once_as_by_bounded_gate() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
     with pytest.raises(ValueError, match="not both"):
         tenants.admit("a", timeout=1, deadline=1)
     with pytest.raises(ValueError, match="timeout must be >= 0"):
@@ -166,13 +171,13 @@ async def test_bad_timeouts_are_refused_at_once_as_by_bounded_gate() -> None:
 
 
 async def test_unhashable_keys_are_refused() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
     with pytest.raises(TypeError, match="unhashable"):
         tenants.admit(["a"])  # type: ignore[arg-type]
 
 
 async def test_try_admit_with_a_passed_deadline_counts_nothing_and_keeps_no_gate() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
     now = asyncio.get_running_loop().time()
     with pytest.raises(QueueExpired):
         tenants.try_admit("a", deadline=now)
@@ -181,7 +186,7 @@ async def test_try_admit_with_a_passed_deadline_counts_nothing_and_keeps_no_gate
 
 
 async def test_per_key_stats_and_the_total_over_keys() -> None:
-    tenants = KeyedGate(max_running=2, max_waiting=1, name="tenant", keep_idle=10)
+    tenants: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=1, name="tenant", keep_idle=10)
     async with tenants.admit("a"):
         await asyncio.sleep(3)
     for _ in range(2):
@@ -190,8 +195,8 @@ async def test_per_key_stats_and_the_total_over_keys() -> None:
     held = [tenants.try_admit("c"), tenants.try_admit("c")]
     with pytest.raises(QueueFull):
         tenants.try_admit("c", timeout=0.5)  # queue place free, but try_admit never waits
-    a = tenants.get("a").stats()  # type: ignore[union-attr]
-    b = tenants.get("b").stats()  # type: ignore[union-attr]
+    a = live_gate(tenants, "a").stats()
+    b = live_gate(tenants, "b").stats()
     assert (a.name, a.completed, a.run_seconds_total) == ("tenant/a", 1, 3)
     assert (b.completed, b.run_seconds_max) == (2, 1)
     stats = tenants.stats()
@@ -216,7 +221,7 @@ async def test_total_max_waiting_is_none_when_a_live_key_is_unbounded() -> None:
 
 async def test_total_peaks_are_peaks_of_the_sum_not_sums_of_peaks() -> None:
     # Key a peaks at 2 running, then key b peaks at 2: never more than 2 ran at once in all.
-    tenants = KeyedGate(max_running=2, max_waiting=2, keep_idle=5)
+    tenants: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=2, keep_idle=5)
     for key in ("a", "b"):
         held = [tenants.try_admit(key) for _ in range(2)]
         queued = [asyncio.create_task(tenants.admit(key).__aenter__()) for _ in range(2)]
@@ -231,7 +236,7 @@ async def test_total_peaks_are_peaks_of_the_sum_not_sums_of_peaks() -> None:
 
 
 async def test_total_counts_expiries_from_the_timer() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=3)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=3)
     holder = tenants.try_admit("a")
     results = await asyncio.gather(
         *(_enter(tenants.admit("a", timeout=t)) for t in (1, 2)), return_exceptions=True
@@ -249,7 +254,7 @@ async def _enter(permit: Permit) -> None:
 
 
 async def test_repr_shows_keys_and_counts() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=1, name="tenant", keep_idle=1)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=1, name="tenant", keep_idle=1)
     async with tenants.admit("a"):
         pass
     held = tenants.try_admit("b")
@@ -261,7 +266,7 @@ async def test_repr_shows_keys_and_counts() -> None:
 
 
 async def test_template_limits_are_readable() -> None:
-    tenants = KeyedGate(max_running=3, max_waiting=None, name="t")
+    tenants: KeyedGate[str] = KeyedGate(max_running=3, max_waiting=None, name="t")
     assert (tenants.name, tenants.max_running, tenants.max_waiting) == ("t", 3, None)
 
 
@@ -276,7 +281,7 @@ def test_keyed_gate_is_final_slotted_and_weakly_referenceable() -> None:
 
 
 async def test_a_keyed_permit_moves_between_tasks_like_any_permit() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=1)
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=1)
     permit = tenants.try_admit("a", timeout=5)
     asyncio.get_running_loop().call_later(1, permit.release)
     async with tenants.admit("a") as second:
@@ -288,11 +293,16 @@ async def test_a_keyed_permit_moves_between_tasks_like_any_permit() -> None:
 
 
 def test_limits_without_overrides_are_the_template() -> None:
-    assert KeyedGate(max_running=3, max_waiting=None).limits("any") == GateLimits(3, None)
+    assert KeyedGate[str](max_running=3, max_waiting=None).limits("any") == GateLimits(3, None)
 
 
 def test_an_override_may_leave_running_unlimited_or_waiting_unbounded() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0, overrides={"a": GateLimits(None, 5), "b": (2, None)})
+    tenants: KeyedGate[str] = KeyedGate(
+        max_running=1,
+        max_waiting=0,
+        # a plain pair on purpose: the runtime takes any (max_running, max_waiting) pair
+        overrides={"a": GateLimits(None, 5), "b": (2, None)},  # type: ignore[dict-item]
+    )
     assert tenants.limits("a") == GateLimits(None, 5)
     assert tenants.limits("b") == GateLimits(2, None)
 
@@ -303,7 +313,7 @@ def test_an_override_with_a_bad_queue_is_refused_naming_nothing_but_the_setting(
 
 
 def test_a_malformed_override_from_a_function_names_its_key() -> None:
-    tenants = KeyedGate(max_running=1, max_waiting=0, overrides=lambda key: 3)  # type: ignore[arg-type,return-value]
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, overrides=lambda key: 3)  # type: ignore[arg-type,return-value]
     message = r"^limits for 'acme' must be GateLimits\(max_running, max_waiting\), got 3$"
     with pytest.raises(TypeError, match=message):
         tenants.limits("acme")

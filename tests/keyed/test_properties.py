@@ -35,7 +35,7 @@ from boundedgate import (
 )
 from boundedgate._driver._keyed import _KeyState
 from tests.core.invariants import check_invariants
-from tests.helpers import Job, Result, reference, run_script, run_virtual
+from tests.helpers import Job, Result, live_gate, reference, run_script, run_virtual
 
 KEYS = ("a", "b", "c")
 
@@ -65,7 +65,7 @@ def keyed_scripts(draw: st.DrawFn) -> tuple[list[Job], dict[str, str]]:
 limits = st.tuples(st.integers(1, 3), st.none() | st.integers(0, 3)).map(lambda t: GateLimits(*t))
 
 
-def _exact_peaks(results: dict[str, object], jobs: list[Job]) -> tuple[int, int]:
+def _exact_peaks(results: dict[str, Result], jobs: list[Job]) -> tuple[int, int]:
     """The most requests running, and waiting, at once, over all keys, from the reference's answer."""
     instants = range(max(j.arrival for j in jobs) + sum(j.service for j in jobs) + 2)
     peak_running = peak_waiting = 0
@@ -73,8 +73,9 @@ def _exact_peaks(results: dict[str, object], jobs: list[Job]) -> tuple[int, int]
         running = waiting = 0
         for job in jobs:
             r = results[job.id]
-            start, end = r.start, r.end  # type: ignore[attr-defined]
-            if start is not None and start <= t < end:
+            start, end = r.start, r.end
+            assert start is None or end is not None, r  # the reference ends whatever it starts
+            if start is not None and end is not None and start <= t < end:
                 running += 1
             elif job.arrival <= t and (start is None or start > t) and (end is None or end > t):
                 waiting += 1
@@ -132,11 +133,13 @@ async def _run_keyed(
         keep_idle=keep,
     )
     results = await run_script(None, jobs, admit=lambda job: keyed.admit(keys[job.id], timeout=job.budget))
-    expected = {}
+    expected: dict[str, Result] = {}
     for key in KEYS:
         mine = [j for j in jobs if keys[j.id] == key]
         if mine:
-            expected.update(reference(mine, *overrides.get(key, template)))
+            key_limits = overrides.get(key, template)
+            assert key_limits.max_running is not None  # `limits` draws running from 1..3
+            expected.update(reference(mine, key_limits.max_running, key_limits.max_waiting))
     assert results == expected
     stats = keyed.stats()
     outcomes = Counter(r.outcome for r in results.values())
@@ -146,12 +149,12 @@ async def _run_keyed(
     assert total.arrived == len(jobs)
     assert total.admitted == total.finished
     assert (total.running, total.waiting, stats.busy_keys) == (0, 0, 0)
-    assert (total.peak_running, total.peak_waiting) == _exact_peaks(expected, jobs)  # type: ignore[arg-type]
+    assert (total.peak_running, total.peak_waiting) == _exact_peaks(expected, jobs)
     assert _times(total) == _expected_times(expected, jobs)
     assert len(keyed) == stats.keys <= keep
     assert stats.created >= stats.dropped + stats.keys
     for key in keyed:
-        check_invariants(keyed.get(key)._state)  # type: ignore[union-attr]
+        check_invariants(live_gate(keyed, key)._state)
 
 
 @given(
@@ -217,8 +220,12 @@ class Family:
     """The four gates of one example: two keyed, two plain, with the drawn limits."""
 
     def __init__(self, caps: list[GateLimits]) -> None:
-        self.tenants = KeyedGate(max_running=caps[0][0], max_waiting=caps[0][1], name="tenant")
-        self.sessions = KeyedGate(max_running=caps[1][0], max_waiting=caps[1][1], name="session")
+        self.tenants: KeyedGate[str] = KeyedGate(
+            max_running=caps[0][0], max_waiting=caps[0][1], name="tenant"
+        )
+        self.sessions: KeyedGate[str] = KeyedGate(
+            max_running=caps[1][0], max_waiting=caps[1][1], name="session"
+        )
         self.p1 = BoundedGate(max_running=caps[2][0], max_waiting=caps[2][1], name="p1")
         self.p2 = BoundedGate(max_running=caps[3][0], max_waiting=caps[3][1], name="p2")
         self.members: list[BoundedGate | KeyedGate[str]] = [self.tenants, self.sessions, self.p1, self.p2]
@@ -255,6 +262,7 @@ async def _run_multi(order: list[int], calls: list[Call], caps: list[GateLimits]
             async with permit:
                 for gate in permit.gates:
                     inside[gate.name] += 1
+                    assert gate.max_running is not None, gate
                     assert inside[gate.name] <= gate.max_running, gate
                 try:
                     await asyncio.sleep(call.service)

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
-from boundedgate import BoundedGate, Evicted, KeyedGate, Late, QueueExpired, RateLimit, RateLimited, admit_all
+from boundedgate import (
+    BoundedGate,
+    Evicted,
+    GatedStream,
+    KeyedGate,
+    Late,
+    QueueExpired,
+    RateLimit,
+    RateLimited,
+    admit_all,
+)
 from tests.streams.sources import ticks
 
 
@@ -100,12 +111,12 @@ async def test_a_combined_permit_hands_every_slot_to_a_stream() -> None:
     tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, name="tenant")
     provider = BoundedGate(max_running=2, max_waiting=0, name="provider")
 
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[int]:
         for i in range(3):
             await asyncio.sleep(1)
             yield i
 
-    async def open_stream():  # type: ignore[no-untyped-def]
+    async def open_stream() -> GatedStream[AsyncIterator[int]]:
         async with admit_all((tenants, "acme"), provider, timeout=10) as permit:
             return permit.hand_to(chunks())
 
@@ -123,7 +134,9 @@ async def test_try_admit_pays_the_cost_it_is_given() -> None:
         max_running=None, max_waiting=0, rate_limits=[RateLimit.per_second(1, burst=10, unit="tokens")]
     )
     permit = keyed.try_admit("a", cost=7)
-    assert keyed.get("a").stats().tokens == (3,)  # type: ignore[union-attr]
+    gate = keyed.get("a")
+    assert gate is not None
+    assert gate.stats().tokens == (3,)
     with pytest.raises(RateLimited) as refused:
         keyed.try_admit("a", cost=4)
     assert refused.value.retry_after == pytest.approx(1)
@@ -189,7 +202,9 @@ async def test_a_keyed_stream_holds_its_key_s_slot_and_forwards_every_argument()
     holder.release()  # the urgent request starts before the older, calmer stream
     (await urgent).release()
     stream = await opening
-    assert keyed.get("a").stats().tokens == (pytest.approx(4),)  # type: ignore[union-attr]
+    gate = keyed.get("a")
+    assert gate is not None
+    assert gate.stats().tokens == pytest.approx((4,))
     assert keyed.running == 1
     assert [item async for item in stream] == [0, 1, 2]  # ends at 3, before its deadline at 4
     assert keyed.stats().total.completed == 3
