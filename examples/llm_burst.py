@@ -1,13 +1,15 @@
-"""boundedgate's showcase: a burst of streamed LLM calls, through two semaphores and through a gate.
+"""boundedgate's showcase: a burst of streamed LLM calls, through two semaphores and through gates.
 
 An in-process fake provider streams answers with a long-tailed latency and serves at most 20
-streams at once (a 21st gets a 429). The same traffic, a steady 40 calls a second with a burst of
-400 at once, is sent three times: through ``asyncio.Semaphore(20)``, the usual fix; through the
-same semaphore with ``asyncio.timeout(2.5)`` around each call, what a careful user writes; and
-through ``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after 2.5 s. Each
-call holds its slot for its whole stream, and carries an 8 KB prompt, as a RAG call would.
+streams at once (a 21st gets a 529, overloaded). The same traffic, a steady 40 calls a second with
+a burst of 400 at once, is sent three times: through ``asyncio.Semaphore(20)``, the usual fix;
+through the same semaphore with ``asyncio.timeout(2.5)`` around each call, what a careful user
+writes; and through ``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after
+2.5 s. Each call holds its slot for its whole stream, and carries an 8 KB prompt, as a RAG call
+would. Then the same traffic goes four times to a provider whose capacity halves to 10 at 3 s:
+through the three, and through the gate with ``adaptive=Adaptive()``, told of every 529.
 
-Run it with ``make demo`` (the three runs go side by side, one process each: about 15 seconds), or
+Run it with ``make demo`` (the seven runs go side by side, one process each: about 15 seconds), or
 ``python examples/llm_burst.py`` (``--one-process`` runs them one after the other, shown live).
 Real asyncio, real time; the numbers vary a little from run to run, the comparison does not.
 """
@@ -408,7 +410,7 @@ def report(semaphore_run: Run, timeout_run: Run, gate_run: Run, jobs: Sequence[J
         row("provider time spent for nothing", *(f"{r.wasted:.0f} s" for r in runs)),
         row("peak waiting coroutines", *(r.peak_waiting for r in runs)),
         row("peak memory (tracemalloc)", *(f"{r.peak_memory / 2**20:.1f} MB" for r in runs)),
-        row("provider: peak streams / 429s", *(f"{r.provider_peak} / {r.provider_refused}" for r in runs)),
+        row("provider: peak streams / 529s", *(f"{r.provider_peak} / {r.provider_refused}" for r in runs)),
         row("last answer at", *(f"{r.wall:.1f} s" for r in runs)),
     ]
 
