@@ -1,13 +1,15 @@
-"""boundedgate's showcase: a burst of streamed LLM calls, through two semaphores and through a gate.
+"""boundedgate's showcase: a burst of streamed LLM calls, through two semaphores and through gates.
 
 An in-process fake provider streams answers with a long-tailed latency and serves at most 20
-streams at once (a 21st gets a 429). The same traffic, a steady 40 calls a second with a burst of
-400 at once, is sent three times: through ``asyncio.Semaphore(20)``, the usual fix; through the
-same semaphore with ``asyncio.timeout(2.5)`` around each call, what a careful user writes; and
-through ``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after 2.5 s. Each
-call holds its slot for its whole stream, and carries an 8 KB prompt, as a RAG call would.
+streams at once (a 21st gets a 529, overloaded). The same traffic, a steady 40 calls a second with
+a burst of 400 at once, is sent three times: through ``asyncio.Semaphore(20)``, the usual fix;
+through the same semaphore with ``asyncio.timeout(2.5)`` around each call, what a careful user
+writes; and through ``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after
+2.5 s. Each call holds its slot for its whole stream, and carries an 8 KB prompt, as a RAG call
+would. Then the same traffic goes four times to a provider whose capacity halves to 10 at 3 s:
+through the three, and through the gate with ``adaptive=Adaptive()``, told of every 529.
 
-Run it with ``make demo`` (the three runs go side by side, one process each: about 15 seconds), or
+Run it with ``make demo`` (the seven runs go side by side, one process each: about 15 seconds), or
 ``python examples/llm_burst.py`` (``--one-process`` runs them one after the other, shown live).
 Real asyncio, real time; the numbers vary a little from run to run, the comparison does not.
 """
@@ -30,7 +32,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from boundedgate import BoundedGate, Late, QueueExpired, QueueFull, RequestRecord
+from boundedgate import Adaptive, BoundedGate, Late, QueueExpired, QueueFull, RequestRecord
 from boundedgate.sim import Bursts, Job, LogNormal, Poisson, generate, percentile, simulate
 
 Caller = Callable[[Job], Coroutine[None, None, None]]  # makes one call, and records what became of it
@@ -46,6 +48,8 @@ DURATION_MS = 6000  # arrivals fall in the first 6 s
 SERVICE = LogNormal(mean_ms=300, p99_ms=1500)  # a whole stream: first token, then the rest
 CHUNKS = 12  # chunks per streamed answer
 CONTEXT = "Retrieved passage. " * 430  # ~8 KB of prompt per call
+HALVES_AT = 3.0  # the second scenario: the provider's capacity halves at this time, for good...
+REFUSE_SECONDS = 0.05  # ...and beyond its capacity it answers 529 (overloaded), after this long
 
 
 def traffic(seed: int = 0) -> list[Job]:
@@ -60,23 +64,37 @@ def traffic(seed: int = 0) -> list[Job]:
 
 
 class Overloaded(Exception):
-    """The provider's 429: too many concurrent streams."""
+    """The provider's 529: more concurrent streams than it has capacity for."""
 
 
 class Provider:
-    """A fake LLM provider: streamed answers, a hard concurrency limit, a long-tailed latency."""
+    """A fake LLM provider: streamed answers, a hard capacity, a long-tailed latency.
 
-    def __init__(self, limit: int) -> None:
+    ``halves_at`` (seconds from the start of the run, None: never) is when its capacity drops to
+    half of ``limit``, and stays there; beyond its capacity it answers 529 after ``REFUSE_SECONDS``.
+    """
+
+    def __init__(self, limit: int, halves_at: float | None = None) -> None:
         self.limit = limit
+        self.halves_at = halves_at
+        self.start = 0.0  # the run's start, on the loop's clock (set by replay)
         self.active = 0
         self.peak = 0
         self.refused = 0
 
+    def capacity(self) -> int:
+        """The streams it serves at once, now."""
+        halved = (
+            self.halves_at is not None and asyncio.get_running_loop().time() - self.start >= self.halves_at
+        )
+        return self.limit // 2 if halved else self.limit
+
     async def stream(self, prompt: str, seconds: float) -> AsyncGenerator[str, None]:
         """Stream an answer: the first chunk after 30% of ``seconds``, the rest evenly after it."""
-        if self.active >= self.limit:
+        if self.active >= self.capacity():
             self.refused += 1
-            raise Overloaded(f"429: more than {self.limit} concurrent streams")
+            await asyncio.sleep(REFUSE_SECONDS)
+            raise Overloaded(f"529: overloaded, more than {self.capacity()} concurrent streams")
         self.active += 1
         self.peak = max(self.peak, self.active)
         try:
@@ -103,6 +121,8 @@ class Run:
     wall: float = 0.0
     provider_peak: int = 0
     provider_refused: int = 0
+    final_limit: int | None = None  # the gate's C at the end (an adaptive gate's moves)
+    cuts: int = 0  # how often the adaptive controller cut C
 
     late_after_burst: int = 0  # answered late, among the calls that arrived after the burst
     wasted: float = 0.0  # seconds of provider streaming spent on answers their caller did not get in time
@@ -125,9 +145,10 @@ class Run:
 
     def status(self, elapsed: float, provider: Provider) -> str:
         o = self.outcomes
-        answered, refused = o["on time"] + o["late"], o["rejected"] + o["expired"] + o["cut off"]
+        answered = o["on time"] + o["late"]
+        refused = o["rejected"] + o["expired"] + o["cut off"] + o["529"]
         line = (
-            f"  {self.name:<20} {elapsed:4.1f}s  streaming {provider.active:2}  waiting {self.waiting:3}  "
+            f"  {self.name:<30} {elapsed:4.1f}s  streaming {provider.active:2}  waiting {self.waiting:3}  "
             f"answered {answered:3}, {o['late']:3} late  refused {refused:3}"
         )
         return line[: shutil.get_terminal_size().columns - 1]
@@ -156,6 +177,9 @@ def through_semaphore(run: Run, provider: Provider) -> Caller:
         run.waiting -= 1
         try:
             await _stream_answer(provider, job, prompt)
+        except Overloaded:  # passed on to the caller, as a 500 or an exception
+            run.refused("529", loop.time() - arrival)
+            return
         finally:
             semaphore.release()
         elapsed = loop.time() - arrival
@@ -186,6 +210,8 @@ def through_semaphore_with_timeout(run: Run, provider: Provider) -> Caller:
                     await _stream_answer(provider, job, prompt)
                 finally:
                     semaphore.release()
+        except Overloaded:
+            run.refused("529", loop.time() - arrival)
         except TimeoutError:
             if started is None:  # it waited its whole budget and never reached the provider
                 run.refused("expired", loop.time() - arrival)
@@ -214,6 +240,9 @@ def through_gate(run: Run, provider: Provider, gate: BoundedGate) -> Caller:
             run.refused("expired", loop.time() - arrival)
         except Late:  # answered, but after the budget
             run.answered(job, "late", loop.time() - arrival)
+        except Overloaded:  # the provider's 529: an adaptive gate cuts C (a static one ignores it)
+            gate.signal("overloaded")
+            run.refused("529", loop.time() - arrival)
         else:
             run.answered(job, "on time", loop.time() - arrival)
         run.waiting = gate.waiting
@@ -227,7 +256,7 @@ async def replay(jobs: Sequence[Job], call: Caller, run: Run, provider: Provider
     loop = asyncio.get_running_loop()
     tracemalloc.reset_peak()
     baseline = tracemalloc.get_traced_memory()[0]
-    start = loop.time()
+    start = provider.start = loop.time()
     finished = asyncio.Event()
 
     async def display() -> None:
@@ -255,14 +284,20 @@ async def replay(jobs: Sequence[Job], call: Caller, run: Run, provider: Provider
 
 #: The three ways through, in the table's order.
 KINDS = ("semaphore", "timeout", "gate")
+#: The four against the provider whose capacity halves: the three, and an adaptive gate.
+HALVING_KINDS = ("semaphore", "timeout", "gate", "adaptive")
 
 
-async def run_one(kind: str, jobs: Sequence[Job], live: bool = False) -> Run:
-    """Send the traffic through one of the three, to a provider of its own, and measure."""
-    provider = Provider(PROVIDER_LIMIT)
+async def run_one(kind: str, jobs: Sequence[Job], live: bool = False, halving: bool = False) -> Run:
+    """Send the traffic through one of the four, to a provider of its own, and measure.
+
+    ``halving``: the provider's capacity halves at ``HALVES_AT`` (memory is not traced then).
+    """
+    provider = Provider(PROVIDER_LIMIT, HALVES_AT if halving else None)
     tracing = tracemalloc.is_tracing()
     if not tracing:
         tracemalloc.start()
+    gate: BoundedGate | None = None
     try:
         if kind == "semaphore":
             run = Run(f"Semaphore({PROVIDER_LIMIT})")
@@ -271,14 +306,22 @@ async def run_one(kind: str, jobs: Sequence[Job], live: bool = False) -> Run:
             run = Run(f"Semaphore + {BUDGET:g} s")
             call = through_semaphore_with_timeout(run, provider)
         else:
-            gate = BoundedGate(max_running=PROVIDER_LIMIT, max_waiting=MAX_WAITING, name="llm")
-            run = Run(f"BoundedGate({PROVIDER_LIMIT}, {MAX_WAITING})")
+            adaptive = Adaptive() if kind == "adaptive" else None
+            gate = BoundedGate(
+                max_running=PROVIDER_LIMIT, max_waiting=MAX_WAITING, name="llm", adaptive=adaptive
+            )
+            run = Run(f"{'adaptive' if adaptive else 'BoundedGate'}({PROVIDER_LIMIT}, {MAX_WAITING})")
             gate.observe(run.records.append)
             call = through_gate(run, provider, gate)
+        if halving:
+            run.name += ", K halves"
         await replay(jobs, call, run, provider, live)
     finally:
         if not tracing:
             tracemalloc.stop()
+    if gate is not None:
+        run.final_limit = gate.max_running
+        run.cuts = gate.controller.cuts if gate.controller is not None else 0
     return run
 
 
@@ -289,22 +332,31 @@ async def compare(seed: int = 0, live: bool = False) -> tuple[Run, Run, Run, lis
     return runs[0], runs[1], runs[2], jobs
 
 
-def _run_in_a_process(kind: str, seed: int) -> dict[str, Any]:
+async def compare_halving(seed: int = 0, live: bool = False) -> tuple[list[Run], list[Job]]:
+    """The same traffic through the four, in turn, each to a provider whose capacity halves."""
+    jobs = traffic(seed)
+    return [await run_one(kind, jobs, live, halving=True) for kind in HALVING_KINDS], jobs
+
+
+def _run_in_a_process(kind: str, seed: int, halving: bool) -> dict[str, Any]:
     # A Run's fields (stdlib and boundedgate types) rather than the Run: this module is __main__.
-    run = asyncio.run(run_one(kind, traffic(seed)))
+    run = asyncio.run(run_one(kind, traffic(seed), halving=halving))
     return {f.name: getattr(run, f.name) for f in dataclasses.fields(run)}
 
 
-async def compare_side_by_side(seed: int = 0) -> tuple[Run, Run, Run, list[Job]]:
-    """The same three runs at once, a process each (its own loop, provider and memory tracing)."""
+async def compare_side_by_side(seed: int = 0) -> tuple[tuple[Run, Run, Run], list[Run], list[Job]]:
+    """All seven runs at once, a process each (its own loop, provider and memory tracing)."""
     loop = asyncio.get_running_loop()
-    with ProcessPoolExecutor(len(KINDS), mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending = [loop.run_in_executor(pool, _run_in_a_process, kind, seed) for kind in KINDS]
+    plan = [(kind, False) for kind in KINDS] + [(kind, True) for kind in HALVING_KINDS]
+    with ProcessPoolExecutor(len(plan), mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = [
+            loop.run_in_executor(pool, _run_in_a_process, kind, seed, halving) for kind, halving in plan
+        ]
         for done in asyncio.as_completed(pending):
             run = Run(**await done)
-            print(f"  {run.name:<20} done: last answer at {run.wall:.1f} s", file=sys.stderr, flush=True)
+            print(f"  {run.name:<30} done: last answer at {run.wall:.1f} s", file=sys.stderr, flush=True)
         runs = [Run(**future.result()) for future in pending]
-    return runs[0], runs[1], runs[2], traffic(seed)
+    return (runs[0], runs[1], runs[2]), runs[3:], traffic(seed)
 
 
 def _seconds(value: float | None) -> str:
@@ -358,7 +410,7 @@ def report(semaphore_run: Run, timeout_run: Run, gate_run: Run, jobs: Sequence[J
         row("provider time spent for nothing", *(f"{r.wasted:.0f} s" for r in runs)),
         row("peak waiting coroutines", *(r.peak_waiting for r in runs)),
         row("peak memory (tracemalloc)", *(f"{r.peak_memory / 2**20:.1f} MB" for r in runs)),
-        row("provider: peak streams / 429s", *(f"{r.provider_peak} / {r.provider_refused}" for r in runs)),
+        row("provider: peak streams / 529s", *(f"{r.provider_peak} / {r.provider_refused}" for r in runs)),
         row("last answer at", *(f"{r.wall:.1f} s" for r in runs)),
     ]
 
@@ -441,6 +493,115 @@ def report(semaphore_run: Run, timeout_run: Run, gate_run: Run, jobs: Sequence[J
     return text + "\n\n" + histograms(gate_run.records, planned)
 
 
+def report_halving(runs: Sequence[Run], jobs: Sequence[Job]) -> str:
+    """The second table: the same traffic, the four ways through, a provider whose capacity halves."""
+    semaphore_run, timeout_run, gate_run, adaptive_run = runs
+    calls, half = len(jobs), PROVIDER_LIMIT // 2
+
+    def row(label: str, *cells: object) -> str:
+        return f"{label:<36}" + "".join(f"{cell!s:>16}" for cell in cells)
+
+    def count(run: Run, outcome: str) -> str:
+        return str(run.outcomes[outcome])
+
+    def reached(run: Run) -> int:
+        return sum(run.outcomes[o] for o in ("on time", "late", "cut off", "529"))
+
+    def failed(run: Run) -> int:
+        return calls - run.outcomes["on time"]
+
+    def limit(run: Run) -> str:
+        return "-" if run.final_limit is None else f"{run.final_limit} ({run.cuts} cuts)"
+
+    lines = [
+        f"The same {calls} calls again, to a provider whose capacity halves, from {PROVIDER_LIMIT} to {half} "
+        f"streams, at t={HALVES_AT:g} s (and stays there); beyond it the provider answers 529 (overloaded) "
+        f"after {REFUSE_SECONDS * 1000:.0f} ms. The gates are told of every 529 (gate.signal('overloaded')): "
+        "the static one ignores it, the adaptive one (Adaptive(), its defaults) cuts C.",
+        "",
+        row("", "Semaphore", "Semaphore", "BoundedGate", "BoundedGate"),
+        row("", f"({PROVIDER_LIMIT})", f"+ {BUDGET:g} s", f"({PROVIDER_LIMIT}, {MAX_WAITING})", "adaptive"),
+        row("admitted (reached the provider)", *(reached(r) for r in runs)),
+        row("provider 529s passed to callers", *(count(r, "529") for r in runs)),
+        row("rejected at once (QueueFull)", "never", "never", *(count(r, "rejected") for r in runs[2:])),
+        row("gave up in the queue", "never", *(count(r, "expired") for r in runs[1:])),
+        row("cut off mid-stream (timeout)", "never", count(timeout_run, "cut off"), "never", "never"),
+        row(
+            f"answered late (after {BUDGET:g} s)",
+            count(semaphore_run, "late"),
+            "never",
+            *(count(r, "late") for r in runs[2:]),
+        ),
+        row("answered on time", *(count(r, "on time") for r in runs)),
+        row("time to answer, p99", *(_seconds(r.p(99)) for r in runs)),
+        row("slowest refusal", "-", *(_seconds(max(r.refusal_seconds, default=None)) for r in runs[1:])),
+        row("provider time spent for nothing", *(f"{r.wasted:.0f} s" for r in runs)),
+        row("C at the end", "-", "-", *(limit(r) for r in runs[2:])),
+        row("last answer at", *(f"{r.wall:.1f} s" for r in runs)),
+        "",
+        "What happened:",
+    ]
+    ranked = sorted(runs, key=lambda r: r.outcomes["on time"], reverse=True)
+    names = {
+        id(semaphore_run): "the plain semaphore",
+        id(timeout_run): "the semaphore with a timeout",
+        id(gate_run): "the static gate",
+        id(adaptive_run): "the adaptive gate",
+    }
+    best = ranked[0]
+    lines.append(
+        f"- Most answers on time: {names[id(best)]} ({best.outcomes['on time']}), then "
+        + ", ".join(f"{names[id(r)]} ({r.outcomes['on time']})" for r in ranked[1:])
+        + f". Everyone else got a 529, a refusal or an answer too late: {failed(best)} callers of "
+        f"{names[id(best)]}, {failed(adaptive_run)} of the adaptive gate's."
+    )
+    s529, a529, g529 = (r.outcomes["529"] for r in (semaphore_run, adaptive_run, gate_run))
+    lines.append(
+        f"- Once the capacity halved, everything beyond {half} streams met a 529: the semaphores, "
+        f"sized for {PROVIDER_LIMIT}, passed {s529} and {timeout_run.outcomes['529']} of them on to their "
+        f"callers, the static gate {g529}, the adaptive gate {a529} (its C went from {PROVIDER_LIMIT} to "
+        f"{adaptive_run.final_limit} in {adaptive_run.cuts} cuts, at most one per window of "
+        f"{Adaptive().window:g} s: a slow descent, by design, so that one burst of 529s is not a collapse)."
+    )
+    g, a = gate_run.outcomes, adaptive_run.outcomes
+    fewer = "fewer" if a529 < g529 else "as many" if a529 == g529 else "more"
+    if g["on time"] > a["on time"]:
+        verdict = (
+            f"- The static gate answered more on time than the adaptive one ({g['on time']} against "
+            f"{a['on time']}), and the adaptive one passed on {fewer} 529s ({a529} against {g529})"
+            + (": on this run the static gate wins on both." if fewer != "fewer" else ".")
+        )
+    elif a["on time"] > g["on time"]:
+        verdict = (
+            f"- The adaptive gate answered more on time than the static one ({a['on time']} against "
+            f"{g['on time']}), and passed on {fewer} 529s ({a529} against {g529})."
+        )
+    else:
+        verdict = (
+            f"- The static and the adaptive gate answered as many on time ({g['on time']}); the adaptive "
+            f"one passed on {fewer} 529s ({a529} against {g529})."
+        )
+    lines.append(
+        verdict + f" Here a 529 costs the provider only {REFUSE_SECONDS * 1000:.0f} ms, and the queue, "
+        f"not C, decides who gets in (the static and the adaptive gate refused {g['rejected']} and "
+        f"{a['rejected']} at once); the adaptive C falls by at most {1 - Adaptive().decrease:.0%} a window, "
+        f"and the calls kept arriving for only {DURATION_MS / 1000 - HALVES_AT:g} s after the capacity "
+        "halved. Over minutes rather than seconds, "
+        "docs/adaptive.md's simulator shows where an adaptive C pays off and where it does not."
+    )
+    lines.append(
+        f"- The semaphore with a timeout still makes its callers wait: its slowest refusal took "
+        f"{_seconds(max(timeout_run.refusal_seconds, default=0.0))}, the gates' "
+        f"{_seconds(max(gate_run.refusal_seconds, default=0.0))} and "
+        f"{_seconds(max(adaptive_run.refusal_seconds, default=0.0))}."
+    )
+    indent = {True: "  ", False: ""}
+    return "\n".join(
+        textwrap.fill(line, 100, subsequent_indent=indent[line.startswith("- ")], break_on_hyphens=False)
+        for line in lines
+    )
+
+
 #: The GenAI semantic conventions' buckets (seconds), as boundedgate's exporters use them.
 BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24)
 
@@ -476,7 +637,7 @@ def histograms(real: Sequence[RequestRecord], planned: Sequence[RequestRecord]) 
 
 
 async def main(seed: int = 0, one_process: bool = False, live: bool | None = None) -> None:
-    """Print the scenario, run the three, print the report."""
+    """Print the scenario, run the three and the four, print the reports."""
     live = sys.stderr.isatty() if live is None else live
     jobs = traffic(seed)
     print(
@@ -485,15 +646,20 @@ async def main(seed: int = 0, one_process: bool = False, live: bool | None = Non
         f"{len(jobs)} calls arrive over {DURATION_MS / 1000:g} s: {STEADY_RATE} a second, plus {BURST} "
         f"at once at t={BURST_AT_MS / 1000:g} s. Every caller gives up after {BUDGET:g} s.\n"
         "The same calls go through a plain semaphore, through the semaphore with a timeout around each "
-        "call, and through a BoundedGate.\n",
+        "call, and through a BoundedGate;\n"
+        f"then, to a provider whose capacity halves at t={HALVES_AT:g} s, through those and an adaptive "
+        "BoundedGate.\n",
         flush=True,
     )
     if one_process:
         semaphore_run, timeout_run, gate_run, jobs = await compare(seed, live)
+        halving, _ = await compare_halving(seed, live)
     else:
-        semaphore_run, timeout_run, gate_run, jobs = await compare_side_by_side(seed)
+        (semaphore_run, timeout_run, gate_run), halving, jobs = await compare_side_by_side(seed)
         print(file=sys.stderr)
     print(report(semaphore_run, timeout_run, gate_run, jobs))
+    print()
+    print(report_halving(halving, jobs))
 
 
 if __name__ == "__main__":

@@ -136,3 +136,81 @@ def test_the_demo_shows_the_gates_histograms_beside_the_simulators(
     assert "time in queue" in charts[0]
     rows = [line.split() for line in charts[1].splitlines() if line.strip().startswith(("<=", ">"))]
     assert sum(int(row[3]) for row in rows) == len(jobs)  # the real column counts every call
+
+
+@pytest.fixture(scope="module")
+def halving(showcase: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    runs, jobs = run_virtual(showcase["compare_halving"], 0, False)
+    return runs, jobs
+
+
+def test_against_the_halving_provider_every_call_ends_in_one_outcome(
+    halving: tuple[list[Any], list[Any]], runs: tuple[Any, Any, Any, Any]
+) -> None:
+    (semaphore, careful, gate, adaptive), jobs = halving
+    assert jobs == runs[3]  # the same traffic as the first table's
+    for run in (semaphore, careful, gate, adaptive):
+        assert sum(run.outcomes.values()) == len(jobs)
+        # Each 529 reached its caller, unless the timeout cut the careful semaphore's call first.
+        assert 0 < run.outcomes["529"] <= run.provider_refused
+        if run is not careful:
+            assert run.outcomes["529"] == run.provider_refused
+        assert run.provider_peak == 20  # before the capacity halved, the limit was reached
+    assert set(semaphore.outcomes) <= {"on time", "late", "529"}
+    assert set(careful.outcomes) <= {"on time", "expired", "cut off", "529"}
+    for run in (gate, adaptive):
+        assert set(run.outcomes) <= {"on time", "late", "rejected", "expired", "529"}
+
+
+def test_the_semaphores_pass_on_far_more_529s_than_the_gates(halving: tuple[list[Any], list[Any]]) -> None:
+    (semaphore, careful, gate, adaptive), _ = halving
+    assert min(semaphore.outcomes["529"], careful.outcomes["529"]) > 2 * max(
+        gate.outcomes["529"], adaptive.outcomes["529"]
+    )
+
+
+def test_only_the_adaptive_gate_cuts_c_at_most_once_a_window(
+    halving: tuple[list[Any], list[Any]], runs: tuple[Any, Any, Any, Any], showcase: dict[str, Any]
+) -> None:
+    (_, _, gate, adaptive), _ = halving
+    limit = showcase["PROVIDER_LIMIT"]
+    assert runs[2].final_limit == gate.final_limit == limit
+    assert gate.cuts == 0
+    window = showcase["Adaptive"]().window
+    assert 1 <= adaptive.cuts <= (adaptive.wall - showcase["HALVES_AT"]) / window + 1
+    assert adaptive.final_limit < limit
+
+
+def test_against_the_halving_provider_the_gates_refuse_before_the_budget(
+    halving: tuple[list[Any], list[Any]], showcase: dict[str, Any]
+) -> None:
+    (_, careful, gate, adaptive), _ = halving
+    budget = showcase["BUDGET"]
+    assert max(careful.refusal_seconds) >= budget - 1e-6  # some waited the whole budget for nothing
+    for run in (gate, adaptive):
+        assert max(run.refusal_seconds) < budget
+        assert run.wasted == 0
+
+
+def test_the_halving_report_says_what_the_numbers_say(
+    halving: tuple[list[Any], list[Any]], showcase: dict[str, Any]
+) -> None:
+    runs, jobs = halving
+    out = showcase["report_halving"](runs, jobs)
+    flat = " ".join(out.split())  # the prose is wrapped
+    _, _, gate, adaptive = runs
+    g, a = gate.outcomes["on time"], adaptive.outcomes["on time"]
+    assert "provider 529s passed to callers" in out
+    assert "C at the end" in out
+    names = ("the plain semaphore", "the semaphore with a timeout", "the static gate", "the adaptive gate")
+    best = max(range(4), key=lambda i: runs[i].outcomes["on time"])  # the first of a tie, as sorted()
+    assert f"Most answers on time: {names[best]} ({runs[best].outcomes['on time']}), then" in flat
+    if g > a:
+        assert f"The static gate answered more on time than the adaptive one ({g} against {a})" in flat
+        if adaptive.outcomes["529"] >= gate.outcomes["529"]:
+            assert "on this run the static gate wins on both." in flat
+    elif a > g:
+        assert f"The adaptive gate answered more on time than the static one ({a} against {g})" in flat
+    else:
+        assert f"The static and the adaptive gate answered as many on time ({g})" in flat
+    assert f"({adaptive.outcomes['529']} against {gate.outcomes['529']})" in flat
