@@ -171,15 +171,7 @@ class FakeProvider:
         One request a connection keeps "the client left" simple: while a response streams, the
         client sends nothing, so a read that returns means it closed the connection.
         """
-        head = await reader.readuntil(b"\r\n\r\n")
-        request_line, *header_lines = head.decode("latin-1").split("\r\n")
-        _, path, _ = request_line.split(" ", 2)
-        headers = {}
-        for line in header_lines:
-            if line:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))) or b"{}")
+        path, headers, body = await _read_request(reader)
         behaviour = self.behaviour.updated(headers.get("x-fake"))
         api = "anthropic" if path.endswith("/messages") else "openai"
         served = Served(api)
@@ -399,3 +391,17 @@ def _plain_answer(api: str, behaviour: Behaviour) -> object:
         "stop_sequence": None,
         "usage": {"input_tokens": 1, "output_tokens": behaviour.chunks},
     }
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], Any]:
+    """One HTTP request off ``reader``: its path, its headers (names lower-cased) and its JSON body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    request_line, *header_lines = head.decode("latin-1").split("\r\n")
+    _, path, _ = request_line.split(" ", 2)
+    headers = {}
+    for line in header_lines:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))) or b"{}")
+    return path, headers, body

@@ -28,6 +28,7 @@ from tests.fake_provider import (
     Served,
     _openai_chunk,
     _plain_answer,
+    _read_request,
     _sse,
     _tokens,
 )
@@ -64,15 +65,7 @@ class LimitsProvider(FakeProvider):
 
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.peak_active = max(self.peak_active, self.active)
-        head = await reader.readuntil(b"\r\n\r\n")
-        request_line, *header_lines = head.decode("latin-1").split("\r\n")
-        _, path, _ = request_line.split(" ", 2)
-        headers = {}
-        for line in header_lines:
-            if line:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-        body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))) or b"{}")
+        path, headers, body = await _read_request(reader)
         behaviour = self.behaviour.updated(headers.get("x-fake"))
         api = "anthropic" if path.endswith("/messages") else "openai"
         served = Served(api)
