@@ -139,6 +139,16 @@ class FakeProvider:
             self._server = await asyncio.start_server(self._connection, sock=sock)
         self.port = self._server.sockets[0].getsockname()[1]
 
+    @contextlib.asynccontextmanager
+    async def running(self, sock: socket.socket | None = None) -> AsyncIterator[Self]:
+        """Serve (see :meth:`start`) until the block ends, then let held streams go and stop."""
+        await self.start(sock)
+        try:
+            yield self
+        finally:
+            self.release()
+            await self.stop()
+
     async def stop(self) -> None:
         assert self._server is not None
         self._server.close()
@@ -281,13 +291,8 @@ async def fake_provider(
     behaviour: Behaviour | None = None, sock: socket.socket | None = None
 ) -> AsyncIterator[FakeProvider]:
     """A running :class:`FakeProvider` on 127.0.0.1 (on ``sock`` if given), stopped on exit."""
-    provider = FakeProvider(behaviour)
-    await provider.start(sock)
-    try:
+    async with FakeProvider(behaviour).running(sock) as provider:
         yield provider
-    finally:
-        provider.release()
-        await provider.stop()
 
 
 # -- wire formats -------------------------------------------------------------------------------

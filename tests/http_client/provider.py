@@ -102,13 +102,8 @@ async def limits_provider(
     behaviour: LimitsBehaviour | None = None, sock: socket.socket | None = None
 ) -> AsyncIterator[LimitsProvider]:
     """A running :class:`LimitsProvider` on 127.0.0.1, stopped on exit."""
-    provider = LimitsProvider(behaviour)
-    await provider.start(sock)
-    try:
+    async with LimitsProvider(behaviour).running(sock) as provider:
         yield provider
-    finally:
-        provider.release()
-        await provider.stop()
 
 
 def usage_of(behaviour: LimitsBehaviour) -> int:
