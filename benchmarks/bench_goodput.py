@@ -19,28 +19,22 @@ Two providers: one that serves K = 20 all along (stationary), and one whose K ha
 
 from __future__ import annotations
 
-import itertools
 import sys
 import time
-from collections.abc import Callable
 
-from boundedgate import Adaptive
 from boundedgate.sim import (
     Bursts,
-    Client,
-    ClientResult,
+    Comparison,
     LogNormal,
     Poisson,
     Provider,
+    compare_admission,
     generate,
-    simulate_provider,
+    in_seconds,
     steps,
 )
 
 Job = tuple[float, float, float | None]
-
-C_SWEEP = (8, 10, 12, 14, 16, 18, 20, 22, 25, 30)
-Q_SWEEP = (0, 10, 20, 40, 60, 100, 150, 200, None)
 
 
 def demo_traffic(seed: int = 1) -> list[Job]:
@@ -52,67 +46,31 @@ def demo_traffic(seed: int = 1) -> list[Job]:
         duration_ms=60_000,
         seed=seed,
     )
-    return [
-        (j.arrival_ms / 1000, j.service_ms / 1000, None if j.budget_ms is None else j.budget_ms / 1000)
-        for j in jobs
-    ]
+    return in_seconds(jobs)
 
 
-def run(client: Client, provider: Provider) -> ClientResult:
-    """One contender through the provider."""
-    return simulate_provider([client], provider)[0]
-
-
-def best_static(jobs: list[Job], provider: Provider) -> tuple[ClientResult, int, int | None]:
-    """The best C and Q in hindsight: most on time, then fewest late."""
-    best: tuple[ClientResult, int, int | None] | None = None
-    for c, q in itertools.product(C_SWEEP, Q_SWEEP):
-        result = run(Client("static", jobs, c, q), provider)
-        if best is None or (result.on_time, -result.late) > (best[0].on_time, -best[0].late):
-            best = (result, c, q)
-    assert best is not None
-    return best
-
-
-def contenders(jobs: list[Job]) -> dict[str, Callable[[Provider], ClientResult]]:
-    """Each contender, as a function of the provider."""
-    return {
-        "semaphore": lambda p: run(Client("semaphore", jobs, 20, None, deadlines=False), p),
-        "semaphore+timeout": lambda p: run(Client("semaphore+timeout", jobs, 20, None), p),
-        "gate Q=60": lambda p: run(Client("gate", jobs, 20, 60), p),
-        "adaptive Q=60": lambda p: run(Client("adaptive", jobs, 20, 60, adaptive=Adaptive()), p),
-        "adaptive Q=150": lambda p: run(Client("adaptive", jobs, 20, 150, adaptive=Adaptive()), p),
-        "feasible": lambda p: run(Client("feasible", jobs, 20, None, feasible=True), p),
-        "adaptive+feasible": lambda p: run(
-            Client("adaptive+feasible", jobs, 20, None, adaptive=Adaptive(), feasible=True), p
-        ),
-    }
+def compare(jobs: list[Job], provider: Provider) -> Comparison:
+    """Every contender through the provider; the best static swept over C 8..30 and Q 0..none."""
+    return compare_admission(jobs, provider, max_running=20, max_waiting=60, adaptive_waiting=(60, 150))
 
 
 def table(title: str, jobs: list[Job], provider: Provider) -> list[str]:
     """The rows of one scenario."""
-    best, c, q = best_static(jobs, provider)
-    rows = [f"{title}: {len(jobs)} requests; best static in hindsight C={c} Q={q}"]
+    comparison = compare(jobs, provider)
+    best = comparison.best
+    rows = [
+        f"{title}: {len(jobs)} requests; best static in hindsight C={best.max_running} Q={best.max_waiting}"
+    ]
     header = f"{'contender':<20}{'on time':>8}{'ratio':>7}{'late':>6}{'529/429':>8}"
     header += f"{'refused':>8}{'expired':>8}{'no in':>8}"
     rows.append(header)
-    results = {name: make(provider) for name, make in contenders(jobs).items()}
-    results = {**results, "best static": best}
-    for name in (
-        "semaphore",
-        "semaphore+timeout",
-        "gate Q=60",
-        "best static",
-        "adaptive Q=60",
-        "adaptive Q=150",
-        "feasible",
-        "adaptive+feasible",
-    ):
-        r = results[name]
+    for contender in comparison.contenders:
+        r = contender.result
         told = r.mean_refusal_seconds
         rows.append(
-            f"{name:<20}{r.on_time:>8}{r.on_time / best.on_time:>7.3f}{r.late:>6}{r.provider_refused:>8}"
-            f"{r.rejected + r.infeasible:>8}{r.expired:>8}{'-' if told is None else f'{told:.2f}s':>8}"
+            f"{contender.name:<20}{r.on_time:>8}{comparison.ratio(contender) or 0:>7.3f}{r.late:>6}"
+            f"{r.provider_refused:>8}{r.rejected + r.infeasible:>8}{r.expired:>8}"
+            f"{'-' if told is None else f'{told:.2f}s':>8}"
         )
     return rows
 

@@ -18,6 +18,7 @@ through that key's own gate, as through a :class:`~boundedgate.KeyedGate`, and t
 The command line (``python -m boundedgate simulate|plan``) is built on this package.
 """
 
+from ._compare import Comparison, Contender, compare_admission, in_seconds
 from ._engine import simulate
 from ._plan import SweepRow, sweep
 from ._provider import Client, ClientResult, Provider, drift, simulate_provider, steps
@@ -40,6 +41,8 @@ __all__ = (
     "ClassSummary",
     "Client",
     "ClientResult",
+    "Comparison",
+    "Contender",
     "Exponential",
     "Fixed",
     "Job",
@@ -55,8 +58,10 @@ __all__ = (
     "Summary",
     "SweepRow",
     "TraceEvent",
+    "compare_admission",
     "drift",
     "generate",
+    "in_seconds",
     "parse_script",
     "percentile",
     "read_script",

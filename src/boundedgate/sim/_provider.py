@@ -129,6 +129,8 @@ class ClientResult:
     over_capacity: int = 0
     #: ``(time, C)`` at the start and at each change.
     limits: list[tuple[float, int]] = field(default_factory=list)
+    #: When each answer on time came, in time order (for goodput over time).
+    on_time_at: list[float] = field(default_factory=list)
 
     @property
     def mean_refusal_seconds(self) -> float | None:
@@ -269,6 +271,7 @@ class _Sim:
                 result.late += 1
             else:
                 result.on_time += 1
+                result.on_time_at.append(now)
             if controller is not None:
                 controller.sample(extra, now - call.started, now, state.running + 1)  # type: ignore[operator]
         else:

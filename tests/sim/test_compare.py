@@ -1,0 +1,149 @@
+"""compare_admission: every way of admitting on the same traffic, against the same provider."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from boundedgate import Adaptive
+from boundedgate.sim import (
+    Bursts,
+    Client,
+    LogNormal,
+    Poisson,
+    Provider,
+    compare_admission,
+    generate,
+    in_seconds,
+    simulate_provider,
+    steps,
+)
+from boundedgate.sim._compare import running_grid, waiting_grid
+
+NAMES = [
+    "semaphore",
+    "semaphore+timeout",
+    "gate Q=30",
+    "best static",
+    "adaptive Q=30",
+    "feasible",
+    "adaptive+feasible",
+]
+
+
+def traffic() -> list[tuple[float, float, float | None]]:
+    jobs = generate(
+        [Poisson(rate=40), Bursts(150, start_ms=6_000)],
+        LogNormal(mean_ms=300, p99_ms=1500),
+        budget_ms=2500,
+        duration_ms=16_000,
+        seed=3,
+    )
+    return in_seconds(jobs)
+
+
+PROVIDER = Provider(steps(20, (5.0, 10), (11.0, 20)), overload="queue")
+
+
+def test_the_grids_for_K_20_are_the_benchmarks() -> None:
+    assert running_grid(20) == [8, 10, 12, 14, 16, 18, 20, 22, 25, 30]
+    assert waiting_grid(20) == [0, 10, 20, 40, 60, 100, 150, 200, None]
+    assert running_grid(2, given=7) == [1, 2, 3, 7]
+    assert waiting_grid(2, given=3) == [0, 1, 2, 3, 4, 6, 10, 15, 20, None]
+
+
+def test_every_contender_on_the_same_traffic_in_order() -> None:
+    jobs = traffic()
+    seen: list[tuple[int, int]] = []
+    comparison = compare_admission(
+        jobs,
+        PROVIDER,
+        max_running=20,
+        max_waiting=30,
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    assert [c.name for c in comparison.contenders] == NAMES
+    total = len(comparison.tried) + 6
+    assert seen == [(n, total) for n in range(total + 1)]
+    assert comparison.tried == tuple((c, q) for c in running_grid(20) for q in waiting_grid(20, 30))
+    for contender in comparison.contenders:
+        assert contender.result.requests == len(jobs)
+        r = contender.result
+        assert r.on_time + r.late + r.provider_refused + r.rejected + r.infeasible + r.expired == len(jobs)
+        assert len(r.on_time_at) == r.on_time
+        assert r.on_time_at == sorted(r.on_time_at)
+    # Each is what the simulator gives the same client alone.
+    gate = comparison["gate Q=30"]
+    [alone] = simulate_provider([Client("g", jobs, 20, 30)], PROVIDER)
+    assert (gate.result.on_time, gate.result.late, gate.result.rejected) == (
+        alone.on_time,
+        alone.late,
+        alone.rejected,
+    )
+    semaphore = comparison["semaphore"].result
+    assert semaphore.expired == semaphore.rejected == 0  # no deadline, no bound
+    assert comparison["semaphore+timeout"].result.expired > 0
+    assert comparison["feasible"].result.infeasible > 0
+    assert len(comparison["adaptive Q=30"].result.limits) > 1  # C moved with K
+    best = comparison.best
+    assert comparison["best static"] is best
+    assert comparison.ratio(best) == 1.0
+    for c, q in comparison.tried:  # no static setting tried answers more on time
+        [static] = simulate_provider([Client("s", jobs, c, q)], PROVIDER)
+        assert static.on_time <= best.result.on_time
+    assert (best.max_running, best.max_waiting) in comparison.tried
+
+
+def test_settings_the_sweep_and_several_adaptive_queues_are_the_callers() -> None:
+    comparison = compare_admission(
+        traffic(),
+        PROVIDER,
+        max_running=20,
+        max_waiting=None,
+        adaptive=Adaptive(floor=5, ceiling=12),
+        adaptive_waiting=[10, None],
+        runnings=[10, 20],
+        waitings=[0, 40],
+    )
+    names = [c.name for c in comparison.contenders]
+    assert names[2] == "gate Q=none"
+    assert names[4:6] == ["adaptive Q=10", "adaptive Q=none"]
+    assert comparison.tried == ((10, 0), (10, 40), (20, 0), (20, 40))
+    for name in ("adaptive Q=10", "adaptive Q=none", "adaptive+feasible"):
+        limits = [c for _, c in comparison[name].result.limits[1:]]
+        assert limits
+        assert all(5 <= c <= 12 for c in limits), name
+    with pytest.raises(KeyError):
+        comparison["adaptive"]
+
+
+def test_to_dict_is_json_with_each_ratio() -> None:
+    comparison = compare_admission(
+        traffic(), PROVIDER, max_running=20, max_waiting=30, runnings=[20], waitings=[30]
+    )
+    data = json.loads(json.dumps(comparison.to_dict()))
+    assert data["best_static"] == {"max_running": 20, "max_waiting": 30}
+    assert data["tried"] == [[20, 30]]
+    rows = {row["name"]: row for row in data["contenders"]}
+    assert list(rows) == NAMES
+    assert rows["best static"]["ratio"] == 1.0
+    assert rows["gate Q=30"]["on_time"] == rows["best static"]["on_time"]
+    assert rows["semaphore"]["mean_refusal_seconds"] is None
+    assert rows["adaptive Q=30"]["adaptive"] is True
+    assert rows["feasible"]["feasible"] is True
+    assert rows["semaphore"]["deadlines"] is False
+    assert rows["adaptive Q=30"]["limits"][0] == [0.0, 20]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_running": 0, "max_waiting": 1}, "max_running"),
+        ({"max_running": 1, "max_waiting": -1}, "max_waiting"),
+        ({"max_running": 1, "max_waiting": 1, "runnings": []}, "no static settings"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        compare_admission(traffic(), PROVIDER, **kwargs)  # type: ignore[arg-type]
