@@ -27,7 +27,7 @@ from ..sim._plot import FORMATS, plot_simulation, plot_sweep, require_matplotlib
 from ..sim._results import overrides_dict, rate_limit_dict
 from ..sim._text import human_ms, key_name, printable, requests_table, summary_lines, sweep_table, trace_table
 from ..sim._workload import MAX_REQUESTS, Arrivals, Distribution, Exponential, Fixed
-from . import _units
+from . import _compare, _units
 from ._progress import ProgressBar
 
 __all__ = ("main",)
@@ -372,8 +372,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_override_option(settings)
     _add_priority_options(settings)
     _add_rate_limit_options(settings, several=True)
+    _compare.add_options(plan)
     plan.add_argument("--json", action="store_true", help="print the result as JSON")
-    plan.add_argument("--plot", metavar="FILE", type=_plot_path, help="draw the sweep's curves (.svg, .png)")
+    plan.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=_plot_path,
+        help="draw the sweep's curves, or with --provider C against K and the goodput over time (.svg, .png)",
+    )
     plan.add_argument(
         "--save-script", metavar="FILE", type=Path, help="write the generated traffic as a script"
     )
@@ -535,6 +541,7 @@ def _fixed_or_drawn(value: Distribution | None) -> float | Distribution | None:
 
 
 def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    _compare.check_options(args, parser)
     plotting = _can_plot(args)
     jobs, description = _plan_traffic(args, parser)
     if args.save_script is not None:
@@ -542,6 +549,9 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
             write_script(jobs, args.save_script)
         except OSError as error:
             raise _Failed(f"cannot write {args.save_script}: {error.strerror or error}") from None
+    if args.provider is not None:
+        _compare.compare(args, parser, jobs, description, plotting)
+        return
     classes = _classes(args, jobs)
     limit_sets = [
         _rate_limits(rpm, tpm, args.rpm_burst, args.tpm_burst)

@@ -11,14 +11,19 @@ import argparse
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from .._core import GateLimits
-from ..sim import Exponential, Fixed, LogNormal
+from ..sim import Exponential, Fixed, LogNormal, drift, steps
 from ..sim._script import MAX_MS
+from ..sim._text import human_ms
 from ..sim._workload import Distribution
 
 __all__ = (
+    "Capacity",
     "amount",
+    "capacity",
     "cost",
     "distribution",
     "duration_ms",
@@ -214,3 +219,77 @@ def key_mix(text: str) -> dict[str, float]:
             "(three requests in four are acme's)"
         )
     return mix
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """A provider's capacity K(t) as the command line gave it: a number, steps, or a drift (seconds)."""
+
+    #: As given.
+    text: str
+    #: K at the start.
+    initial: float
+    #: ``(time, K)`` from which K is that, in time order (steps).
+    changes: tuple[tuple[float, float], ...] = ()
+    #: ``(end, over)``: K moves linearly from ``initial`` to ``end`` over ``over`` seconds (a drift).
+    drift: tuple[float, float] | None = None
+
+    def function(self) -> float | Callable[[float], float]:
+        """The capacity as :class:`~boundedgate.sim.Provider` takes it."""
+        if self.drift is not None:
+            return drift(self.initial, self.drift[0], over=self.drift[1])
+        if self.changes:
+            return steps(self.initial, *self.changes)
+        return self.initial
+
+    def describe(self) -> str:
+        """For people: ``K=20, 10 from 40.0s, 20 from 1m20s``."""
+        if self.drift is not None:
+            end, over = self.drift
+            return f"K from {_k(self.initial)} to {_k(end)} over {human_ms(over * 1000)}, then {_k(end)}"
+        changes = "".join(f", {_k(k)} from {human_ms(at * 1000)}" for at, k in self.changes)
+        return f"K={_k(self.initial)}{changes}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """For JSON: as given, and as steps or a drift."""
+        if self.drift is not None:
+            start = {"start": self.initial, "end": self.drift[0], "over_seconds": self.drift[1]}
+            return {"given": self.text, "drift": start}
+        return {"given": self.text, "steps": [[0.0, self.initial], *([at, k] for at, k in self.changes)]}
+
+
+def _k(value: float) -> str:
+    return f"{value:g}"
+
+
+_CAPACITY_FORMS = (
+    "give K (a number > 0), steps K,T:K,... (20,40s:10,80s:20: 20, 10 from 40s, 20 again from 80s), "
+    "or a drift drift:START,END,OVER (drift:10,30,2m: from 10 to 30 over two minutes)"
+)
+
+
+def capacity(text: str) -> Capacity:
+    """A provider's capacity: ``20``, steps ``20,40s:10,80s:20``, or a drift ``drift:10,30,2m``."""
+    given = text.strip()
+    kind, sep, rest = given.partition(":")
+    try:
+        if sep and kind.strip().lower() == "drift":
+            start, end, over = (part.strip() for part in rest.split(","))
+            return Capacity(given, amount(start), drift=(amount(end), duration_ms(over) / 1000))
+        first, *others = given.split(",")
+        changes = []
+        for part in others:
+            at, sep, k = part.partition(":")
+            if not sep:
+                raise ValueError
+            changes.append((duration_ms(at) / 1000, amount(k)))
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"{text!r}: {_CAPACITY_FORMS}") from None
+    try:
+        initial = amount(first)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {_CAPACITY_FORMS}") from None
+    times = [at for at, _ in changes]
+    if times != sorted(set(times)):
+        raise argparse.ArgumentTypeError(f"{text!r}: the steps' times must increase")
+    return Capacity(given, initial, tuple(changes))

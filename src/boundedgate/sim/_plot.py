@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._core import RateLimit
+from ._compare import Comparison
 from ._plan import SweepRow
+from ._provider import Provider
 from ._results import Simulation
 from ._text import shown
 
@@ -26,7 +30,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ("FORMATS", "plot_simulation", "plot_sweep", "require_matplotlib")
+__all__ = ("FORMATS", "plot_comparison", "plot_simulation", "plot_sweep", "require_matplotlib")
 
 #: The file formats a chart can be saved as, by file name suffix.
 FORMATS = (".svg", ".png", ".pdf")
@@ -163,6 +167,71 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = N
     shares.set_ylim(0, 100)
     waits.set_ylabel("p99 queue time (s)")
     waits.set_ylim(bottom=0)
+    if title:
+        figure.suptitle(title)
+    _save(figure, path)
+
+
+#: How many times K(t) is sampled over the run for the chart.
+CAPACITY_SAMPLES = 1000
+
+
+def plot_comparison(
+    comparison: Comparison, provider: Provider, path: str | Path, title: str | None = None
+) -> None:
+    """Draw a comparison over time: C against K(t), answers on time per second, and ahead or behind.
+
+    Three panels, to ``path``: each adaptive contender's C against the provider's K(t); each
+    contender's answers on time per second; and its answers on time so far, less the best static
+    gate's (where one pulls ahead or falls behind).
+
+    Args:
+        comparison: What :func:`~boundedgate.sim.compare_admission` gave.
+        provider: The provider it ran against (for K(t)).
+        path: The file to write: ``.svg``, ``.png`` or ``.pdf``.
+        title: A title for the chart.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+        ValueError: A file name with another suffix.
+    """
+    figure = _new_figure()
+    figure.set_size_inches(9, 9)
+    limits_axes, rate_axes, ahead_axes = figure.subplots(3, 1, sharex=True)
+    ends = [t for c in comparison.contenders for t in (*c.result.on_time_at[-1:], c.result.limits[-1][0])]
+    end = max([1.0, *ends])
+    times = [end * i / CAPACITY_SAMPLES for i in range(CAPACITY_SAMPLES + 1)]
+    limits_axes.step(times, [provider.k(t) for t in times], where="post", color="black", label="K(t)")
+    # Seconds per bin of the rate: one, or as many as keep the bins to about a thousand.
+    width = float(max(1, math.ceil(end / 1000)))
+    bins = [width * i for i in range(math.ceil(end / width) + 1)]
+    best = comparison.best.result.on_time_at
+    styles = ("-", "--", "-.", ":")
+    for number, contender in enumerate(comparison.contenders):
+        color = f"C{number}"
+        style = styles[number // 10 % len(styles)]
+        result = contender.result
+        if contender.adaptive is not None:
+            xs = [t for t, _ in result.limits] + [end]
+            ys = [c for _, c in result.limits] + [result.limits[-1][1]]
+            limits_axes.step(xs, ys, style, where="post", color=color, label=f"C of {contender.name}")
+        counts = [0] * len(bins)
+        for t in result.on_time_at:
+            counts[int(t // width)] += 1
+        rate_axes.step(
+            bins, [n / width for n in counts], style, where="post", color=color, label=contender.name
+        )
+        ahead = [bisect.bisect_right(result.on_time_at, t) - bisect.bisect_right(best, t) for t in times]
+        ahead_axes.step(times, ahead, style, where="post", color=color, label=contender.name)
+    limits_axes.set_ylabel("C, K (concurrent)")
+    limits_axes.set_ylim(bottom=0)
+    rate_axes.set_ylabel("on time per second" if width == 1 else f"on time per second\n(over {width:g}s)")
+    rate_axes.set_ylim(bottom=0)
+    ahead_axes.set_ylabel("on time so far,\nless the best static's")
+    ahead_axes.axhline(0, color="grey", linewidth=0.5)
+    ahead_axes.set_xlabel("time (s)")
+    for axes in (limits_axes, rate_axes, ahead_axes):
+        _legend_beside(axes)
     if title:
         figure.suptitle(title)
     _save(figure, path)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._core import BY_NAME, SIMULATED, Outcome
+from ._compare import Comparison, Contender
 from ._plan import SweepRow
 from ._results import ClassSummary, KeySummary, Simulation, Summary
 
 __all__ = (
     "classes_table",
+    "comparison_table",
     "human_ms",
     "key_name",
     "keys_table",
@@ -320,3 +322,41 @@ def sweep_table(rows: Sequence[SweepRow]) -> str:
     )
     align = "rr" + ("l" if limited else "") + "r" * (len(headers) - 2 - limited)
     return table(headers, lines, align)
+
+
+def _running(contender: Contender) -> str:
+    # A static C as it is; an adaptive one as the range it took over the run.
+    if contender.adaptive is None:
+        return str(contender.max_running)
+    seen = [c for _, c in contender.result.limits]
+    low, high = min(seen), max(seen)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def comparison_table(comparison: Comparison) -> str:
+    """A line per contender: C, Q, on time and its ratio to the best static gate's, and the rest.
+
+    The rest: late answers, the provider's refusals, the gate's refusals, expiries, and the mean
+    time to a "no" from the gate.
+    """
+    lines = []
+    for contender in comparison.contenders:
+        r = contender.result
+        ratio = comparison.ratio(contender)
+        told = r.mean_refusal_seconds
+        lines.append(
+            (
+                contender.name,
+                _running(contender),
+                "none" if contender.max_waiting is None else contender.max_waiting,
+                r.on_time,
+                None if ratio is None else f"{ratio:.3f}",
+                r.late,
+                r.provider_refused,
+                r.rejected + r.infeasible,
+                r.expired,
+                None if told is None else human_ms(round(told * 1000)),
+            )
+        )
+    headers = ("contender", "C", "Q", "on time", "ratio", "late", "529/429", "refused", "expired", "no in")
+    return table(headers, lines, "lll" + "r" * 7)

@@ -1,0 +1,205 @@
+"""``plan --provider``: the plan's traffic against a provider, every way of admitting compared on it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .._core import Adaptive
+from ..sim import Comparison, Job, Provider, compare_admission, in_seconds
+from ..sim._plot import plot_comparison
+from ..sim._text import comparison_table, human_ms
+from . import _units
+from ._progress import ProgressBar
+
+__all__ = ("add_options", "check_options", "compare")
+
+#: The options that shape the provider or the adaptive contenders: each needs --provider.
+_PROVIDER_ONLY = ("overload", "refuse_after", "floor", "ceiling")
+#: Options of a plan that the comparison has no use for: refused with --provider, not ignored.
+_NOT_WITH_PROVIDER = (
+    "tpm",
+    "rpm_burst",
+    "feasible",
+    "override",
+    "priorities",
+    "priority_mix",
+    "key_mix",
+    "cost",
+    "actual_cost",
+)
+
+FOOTNOTE = (
+    "(on time: answered within the budget, the goodput; ratio: on time / the best static gate's; "
+    "C of an adaptive gate: the range it took; 529/429: the provider's refusals, passed on to callers as "
+    "errors; refused: by the gate at arrival, its queue full or the deadline out of reach; expired: left "
+    "the queue at the deadline; no in: mean time from arrival to the gate's refusal)"
+)
+
+
+def _bound(option: str) -> Any:
+    def read(text: str) -> int:
+        digits = text.strip()
+        if not (digits.isascii() and digits.isdecimal()) or len(digits) > 30 or int(digits) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: {option} is a whole number >= 1")
+        return int(digits)
+
+    return read
+
+
+def add_options(plan: argparse.ArgumentParser) -> None:
+    """The ``provider`` group of ``plan``'s options."""
+    group = plan.add_argument_group(
+        "provider",
+        "with --provider, compare on the same traffic a plain semaphore, a semaphore with a timeout, the "
+        "gate (one -c and one -q), the best static C and Q in hindsight, the adaptive gate (starting at -c, "
+        "Adaptive() defaults but --floor and --ceiling), feasible admission and both, against a provider "
+        "with that capacity; --rpm is then the provider's quota",
+    )
+    group.add_argument(
+        "--provider",
+        metavar="K",
+        type=_units.capacity,
+        help="the provider's capacity: 20, steps 20,40s:10,80s:20 (10 from 40s, 20 again from 80s), "
+        "or a drift drift:10,30,2m (from 10 to 30 over 2m)",
+    )
+    group.add_argument(
+        "--overload",
+        choices=("refuse", "queue"),
+        help="beyond K the provider answers 529 (refuse, the default) or queues the request (queue)",
+    )
+    group.add_argument(
+        "--refuse-after",
+        metavar="T",
+        type=_units.duration_ms,
+        help="how long the provider's 529 or 429 takes (default 50ms)",
+    )
+    group.add_argument("--floor", metavar="N", type=_bound("--floor"), help="the adaptive gates' lowest C")
+    group.add_argument(
+        "--ceiling", metavar="N", type=_bound("--ceiling"), help="the adaptive gates' highest C (default 256)"
+    )
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse, before any traffic is made, the options that do not go together with ``--provider``."""
+    if args.provider is None:
+        for name in _PROVIDER_ONLY:
+            if getattr(args, name) is not None:
+                parser.error(f"{_flag(name)} needs --provider")
+        return
+    for name in _NOT_WITH_PROVIDER:
+        if getattr(args, name) not in (None, False, []):
+            parser.error(f"--provider takes no {_flag(name)}: it compares one gate of one class and one key")
+    if len(args.max_running) != 1 or args.max_running[0] is None:
+        parser.error("--provider compares one gate: give one -c, a whole number (the best C is swept for)")
+    if len(args.max_waiting) != 1:
+        parser.error("--provider compares one gate: give one -q (the best Q is swept for)")
+    if args.rpm is not None and (len(args.rpm) != 1 or args.rpm[0] is None):
+        parser.error("--provider: give one --rpm (the provider's quota, answered 429 beyond it)")
+    if args.floor is not None and args.ceiling is not None and args.floor > args.ceiling:
+        parser.error(f"--floor {args.floor} is above --ceiling {args.ceiling}")
+
+
+def _check_traffic(jobs: Sequence[Job], parser: argparse.ArgumentParser) -> None:
+    if all(job.budget_ms is None for job in jobs):
+        parser.error(
+            "--provider counts answers within their budget: give --budget (or a script with budget_ms)"
+        )
+    keys = {job.key for job in jobs}
+    if len(keys) > 1:
+        parser.error(f"--provider plays one gate: the script's requests have {len(keys)} keys")
+    if any(job.priority for job in jobs):
+        parser.error("--provider plays one gate of one class: the script's requests have priorities")
+
+
+def _provider(args: argparse.Namespace) -> Provider:
+    refuse = 0.05 if args.refuse_after is None else args.refuse_after / 1000
+    rpm = None if args.rpm is None else args.rpm[0]
+    return Provider(args.provider.function(), args.overload or "refuse", refuse, rpm=rpm)
+
+
+def _adaptive(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Adaptive:
+    bounds = {name: getattr(args, name) for name in ("floor", "ceiling") if getattr(args, name) is not None}
+    try:
+        return Adaptive(**bounds)
+    except ValueError as error:  # a floor above the default ceiling
+        parser.error(f"--floor/--ceiling: {error}")
+
+
+def _describe_provider(args: argparse.Namespace, provider: Provider) -> str:
+    text = f"Provider: {args.provider.describe()}; beyond K it "
+    if provider.overload == "queue":
+        text += "queues the request: its first token comes after the wait"
+    else:
+        text += f"answers 529 after {human_ms(provider.refuse_seconds * 1000)}"
+    if provider.rpm is not None:
+        rpm = f"{provider.rpm:g}"
+        text += f"; beyond {rpm} rpm, 429 with a reset after {human_ms(provider.refuse_seconds * 1000)}"
+    return text
+
+
+def _describe_gates(args: argparse.Namespace, comparison: Comparison, adaptive: Adaptive) -> str:
+    c, q = args.max_running[0], args.max_waiting[0]
+    best = comparison.best
+    return (
+        f"Gates: C={c} (the adaptive ones' start), Q={'none' if q is None else q}; "
+        f"adaptive: floor {adaptive.floor}, ceiling {adaptive.ceiling}, the other Adaptive() defaults; "
+        f"best static in hindsight: C={best.max_running}, "
+        f"Q={'none' if best.max_waiting is None else best.max_waiting}, "
+        f"of {len(comparison.tried)} settings tried"
+    )
+
+
+def compare(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    jobs: Sequence[Job],
+    description: str,
+    plotting: bool,
+) -> None:
+    """Run the comparison ``plan --provider`` asks for and print it (and draw it)."""
+    _check_traffic(jobs, parser)
+    provider = _provider(args)
+    adaptive = _adaptive(args, parser)
+    comparison = compare_admission(
+        in_seconds(jobs),
+        provider,
+        max_running=args.max_running[0],
+        max_waiting=args.max_waiting[0],
+        adaptive=adaptive,
+        progress=ProgressBar("simulating", sys.stderr),
+    )
+    if args.json:
+        out = {
+            "workload": description,
+            "provider": {
+                "capacity": args.provider.to_dict(),
+                "overload": provider.overload,
+                "refuse_seconds": provider.refuse_seconds,
+                "rpm": provider.rpm,
+            },
+            "adaptive": dataclasses.asdict(adaptive),
+            **comparison.to_dict(),
+        }
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"Workload: {description}")
+        print(_describe_provider(args, provider))
+        print(_describe_gates(args, comparison, adaptive))
+        print()
+        print(comparison_table(comparison))
+        print()
+        print(FOOTNOTE)
+    if plotting:
+        plot_comparison(
+            comparison, provider, args.plot, title=description if len(description) < 100 else None
+        )
+        print(f"\nchart: {args.plot}", file=sys.stderr)

@@ -1,0 +1,294 @@
+"""``plan --provider``: static, adaptive and feasible admission compared on the same traffic, as a
+table, as JSON and as charts, and the new options' errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from boundedgate import Adaptive
+from boundedgate._cli import main
+from boundedgate.sim import (
+    Bursts,
+    LogNormal,
+    Poisson,
+    Provider,
+    compare_admission,
+    generate,
+    in_seconds,
+    steps,
+)
+
+TRAFFIC = [
+    "plan",
+    "--rate",
+    "40",
+    "--burst",
+    "150",
+    "--burst-at",
+    "6s",
+    "--duration",
+    "16s",
+    "--service",
+    "lognormal:300ms,1.5s",
+    "--budget",
+    "2.5s",
+    "--seed",
+    "3",
+]
+COMPARE = [*TRAFFIC, "-c", "20", "-q", "30", "--provider", "20,5s:10,11s:20"]
+CONTENDERS = [
+    "semaphore",
+    "semaphore+timeout",
+    "gate Q=30",
+    "best static",
+    "adaptive Q=30",
+    "feasible",
+    "adaptive+feasible",
+]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def library(**provider: object) -> list[list[object]]:
+    """What compare_admission gives on the same traffic: a row per contender."""
+    jobs = generate(
+        [Poisson(rate=40), Bursts(150, start_ms=6000)],
+        LogNormal(mean_ms=300, p99_ms=1500),
+        budget_ms=2500,
+        duration_ms=16_000,
+        seed=3,
+    )
+    comparison = compare_admission(
+        in_seconds(jobs),
+        Provider(steps(20, (5.0, 10), (11.0, 20)), **provider),  # type: ignore[arg-type]
+        max_running=20,
+        max_waiting=30,
+    )
+    return [
+        [c.name, c.result.on_time, c.result.late, c.result.provider_refused, c.result.expired]
+        for c in comparison.contenders
+    ]
+
+
+def rows(out: str) -> dict[str, list[str]]:
+    found = {}
+    for line in out.splitlines():
+        for name in CONTENDERS:
+            if line.startswith(name + " "):
+                found[name] = line[len(name) :].split()
+    return found
+
+
+def test_the_table_compares_every_contender_on_the_same_traffic(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, *COMPARE)
+    assert status == 0
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0].startswith("Workload: 800 requests in 16.0s (Poisson 40/s + bursts of 150 at 6.00s)")
+    assert lines[1] == "Provider: K=20, 10 from 5.00s, 20 from 11.0s; beyond K it answers 529 after 50ms"
+    assert lines[2].startswith("Gates: C=20 (the adaptive ones' start), Q=30; adaptive: floor 1, ceiling 256")
+    assert "best static in hindsight: C=14, Q=150, of 100 settings tried" in lines[2]
+    header = next(line for line in lines if line.startswith("contender"))
+    assert header.split() == [
+        "contender", "C", "Q", "on", "time", "ratio", "late", "529/429", "refused", "expired", "no", "in",
+    ]  # fmt: skip
+    table = rows(out)
+    assert list(table) == CONTENDERS
+    for name, on_time, late, provider_refused, expired in library():
+        _, _, shown_on_time, _, shown_late, refused_by_provider, _, shown_expired, _ = table[name]  # type: ignore[index]
+        assert (int(shown_on_time), int(shown_late)) == (on_time, late), name
+        assert (int(refused_by_provider), int(shown_expired)) == (provider_refused, expired), name
+    assert table["best static"][:2] == ["14", "150"]
+    assert table["best static"][3] == "1.000"
+    assert table["semaphore"][:2] == ["20", "none"]
+    assert table["gate Q=30"][:2] == ["20", "30"]
+    low, high = (int(c) for c in table["adaptive Q=30"][0].split("-"))  # the range C took
+    assert low < 20 <= high
+    assert table["semaphore"][-1] == "-"  # a semaphore never says no
+    assert table["gate Q=30"][-1] == "0ms"  # the gate says it at once
+    assert "529/429: the provider's refusals" in out
+
+
+def test_json_gives_the_same_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, *COMPARE, "--json")
+    assert status == 0
+    data = json.loads(out)
+    assert data["workload"].startswith("800 requests in 16.0s")
+    assert data["provider"] == {
+        "capacity": {"given": "20,5s:10,11s:20", "steps": [[0.0, 20.0], [5.0, 10.0], [11.0, 20.0]]},
+        "overload": "refuse",
+        "refuse_seconds": 0.05,
+        "rpm": None,
+    }
+    assert data["adaptive"] == dataclasses.asdict(Adaptive())  # the documented defaults
+    assert data["best_static"] == {"max_running": 14, "max_waiting": 150}
+    assert len(data["tried"]) == 100
+    assert [
+        [c["name"], c["on_time"], c["late"], c["provider_refused"], c["expired"]] for c in data["contenders"]
+    ] == library()
+    assert data["contenders"][3]["ratio"] == 1.0
+
+
+def test_a_queueing_provider_with_a_quota_and_adaptive_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*COMPARE, "--overload", "queue", "--floor", "5", "--ceiling", "12", "--json"]
+    _, out, _ = run(capsys, *argv)
+    data = json.loads(out)
+    assert data["provider"]["overload"] == "queue"
+    assert [data["adaptive"]["floor"], data["adaptive"]["ceiling"]] == [5, 12]
+    for row in data["contenders"]:
+        if row["adaptive"]:
+            assert all(5 <= c <= 12 for _, c in row["limits"][1:]), row["name"]
+    assert [row[:2] for row in library(overload="queue")] != [
+        [c["name"], c["on_time"]] for c in data["contenders"]
+    ]  # the bounds changed the adaptive ones
+    _, out, _ = run(capsys, *COMPARE, "--overload", "queue")
+    assert "beyond K it queues the request: its first token comes after the wait" in out
+    _, out, _ = run(capsys, *COMPARE, "--rpm", "1200", "--refuse-after", "200ms", "--json")
+    data = json.loads(out)
+    assert data["provider"]["rpm"] == 1200
+    assert data["provider"]["refuse_seconds"] == 0.2
+    _, out, _ = run(capsys, *COMPARE, "--rpm", "1200", "--refuse-after", "200ms")
+    assert "beyond K it answers 529 after 200ms; beyond 1200 rpm, 429 with a reset" in out
+
+
+def test_a_drift_and_a_constant_capacity(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, *TRAFFIC, "-c", "10", "-q", "20", "--provider", "drift:10,30,10s")
+    assert "Provider: K from 10 to 30 over 10.0s, then 30; beyond K" in out
+    assert "best static in hindsight: C=" in out
+    _, out, _ = run(capsys, *TRAFFIC, "-c", "10", "-q", "20", "--provider", "25", "--json")
+    data = json.loads(out)
+    assert data["provider"]["capacity"] == {"given": "25", "steps": [[0.0, 25.0]]}
+    assert sorted({c for c, _ in data["tried"]}) == [10, 12, 15, 18, 20, 22, 25, 28, 31, 38]
+
+
+def test_a_script_replays_against_the_provider(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    saved = tmp_path / "traffic.csv"
+    _, generated, _ = run(capsys, *COMPARE, "--json", "--save-script", str(saved))
+    _, replayed, _ = run(
+        capsys,
+        "plan",
+        "--script",
+        str(saved),
+        "-c",
+        "20",
+        "-q",
+        "30",
+        "--provider",
+        "20,5s:10,11s:20",
+        "--json",
+    )
+    assert json.loads(generated)["contenders"] == json.loads(replayed)["contenders"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--provider", "20,40:10"], "'20,40:10': give K (a number > 0), steps K,T:K,..."),
+        (["--provider", "0"], "'0': give K (a number > 0)"),
+        (["--provider", "drift:10,30"], "or a drift drift:START,END,OVER"),
+        (["--provider", "20,9s:10,5s:20"], "the steps' times must increase"),
+        (["--provider", "20", "--overload", "drop"], "argument --overload: invalid choice: 'drop'"),
+        (["--overload", "queue"], "--overload needs --provider"),
+        (["--floor", "2"], "--floor needs --provider"),
+        (["--refuse-after", "1s"], "--refuse-after needs --provider"),
+        (["--provider", "20", "--floor", "0"], "--floor is a whole number >= 1"),
+        (["--provider", "20", "--floor", "9", "--ceiling", "4"], "--floor 9 is above --ceiling 4"),
+        (["--provider", "20", "--refuse-after", "0ms"], "a duration must be > 0"),
+        (
+            ["--provider", "20", "--rpm", "60,120"],
+            "--provider: give one --rpm (the provider's quota, answered 429 beyond it)",
+        ),
+        (["--provider", "20", "--rpm", "60", "--rpm-burst", "5"], "--provider takes no --rpm-burst"),
+        (["--provider", "20", "--tpm", "6000"], "--provider takes no --tpm"),
+        (["--provider", "20", "--feasible"], "--provider takes no --feasible"),
+        (["--provider", "20", "--override", "a=1,1"], "--provider takes no --override"),
+        (["--provider", "20", "--priority-mix", "1,1"], "--provider takes no --priority-mix"),
+        (["--provider", "20", "--key-mix", "a=1,b=1"], "--provider takes no --key-mix"),
+        (["--provider", "20", "--priorities", "2"], "--provider takes no --priorities"),
+    ],
+)
+def test_option_errors_exit_2_with_a_message(
+    capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main([*TRAFFIC, "-c", "20", "-q", "30", *extra])
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["-c", "10,20", "-q", "30"], "--provider compares one gate: give one -c"),
+        (["-c", "none", "-q", "30"], "--provider compares one gate: give one -c"),
+        (["-c", "20", "-q", "0,30"], "--provider compares one gate: give one -q"),
+    ],
+)
+def test_the_gate_compared_is_one_setting(
+    capsys: pytest.CaptureFixture[str], settings: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main([*TRAFFIC, *settings, "--provider", "20"])
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_traffic_without_a_budget_has_no_goodput_to_compare(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [a for a in COMPARE if a not in ("--budget", "2.5s")]
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    assert "--provider counts answers within their budget: give --budget" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("suffix", [".svg", ".png"])
+def test_plot_draws_C_against_K_and_the_goodput(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, suffix: str
+) -> None:
+    pytest.importorskip("matplotlib")  # the test extra installs it, so CI draws these
+    chart = tmp_path / f"provider{suffix}"
+    status, out, err = run(capsys, *COMPARE, "--plot", str(chart))
+    assert status == 0
+    assert f"chart: {chart}" in err
+    assert "best static" in out
+    data = chart.read_bytes()
+    if suffix == ".png":
+        assert data.startswith(b"\x89PNG")
+        return
+    svg = data.decode()
+    assert svg.lstrip().startswith("<?xml")
+    assert "<svg" in svg
+    for series in (
+        "K(t)",
+        "C of adaptive Q=30",
+        "C of adaptive+feasible",
+        "on time per second",
+        "less the best static",
+    ):
+        assert series in svg, series
+    for name in CONTENDERS:
+        assert f"<!-- {name} -->" in svg, name
+
+
+def test_plot_without_matplotlib_prints_the_table_and_says_how_to_get_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    chart = tmp_path / "provider.svg"
+    status, out, err = run(capsys, *COMPARE, "--plot", str(chart))
+    assert status == 1
+    assert "best static" in out
+    assert err.endswith(
+        f"boundedgate: no chart {chart}: plotting needs matplotlib: pip install 'boundedgate[plot]'\n"
+    )
+    assert not chart.exists()
