@@ -96,7 +96,7 @@ def test_the_table_compares_every_contender_on_the_same_traffic(capsys: pytest.C
     assert lines[0].startswith("Workload: 800 requests in 16.0s (Poisson 40/s + bursts of 150 at 6.00s)")
     assert lines[1] == "Provider: K=20, 10 from 5.00s, 20 from 11.0s; beyond K it answers 529 after 50ms"
     assert lines[2].startswith("Gates: C=20 (the adaptive ones' start), Q=30; adaptive: floor 1, ceiling 256")
-    assert "best static in hindsight: C=14, Q=150, of 100 settings tried" in lines[2]
+    assert lines[3] == "Best static in hindsight: C=14, Q=150, of 100 settings tried (C 8 to 30, Q 0 to none)"
     header = next(line for line in lines if line.startswith("contender"))
     assert header.split() == [
         "contender", "C", "Q", "on", "time", "ratio", "late", "529/429", "refused", "expired", "no", "in",
@@ -163,7 +163,7 @@ def test_a_queueing_provider_with_a_quota_and_adaptive_bounds(capsys: pytest.Cap
 def test_a_drift_and_a_constant_capacity(capsys: pytest.CaptureFixture[str]) -> None:
     _, out, _ = run(capsys, *TRAFFIC, "-c", "10", "-q", "20", "--provider", "drift:10,30,10s")
     assert "Provider: K from 10 to 30 over 10.0s, then 30; beyond K" in out
-    assert "best static in hindsight: C=" in out
+    assert "Best static in hindsight: C=" in out
     _, out, _ = run(capsys, *TRAFFIC, "-c", "10", "-q", "20", "--provider", "25", "--json")
     data = json.loads(out)
     assert data["provider"]["capacity"] == {"given": "25", "steps": [[0.0, 25.0]]}

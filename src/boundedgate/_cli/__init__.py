@@ -4,9 +4,10 @@
 settings and prints what became of each request. ``plan`` generates traffic (or reads a script) and
 sweeps settings, printing a line per setting. Both take rate limits as ``--rpm`` (requests per
 minute) and ``--tpm`` (tokens per minute, paid by each request's cost), and replay requests with a
-key through a gate per key, with ``--override KEY=C,Q`` for a key's own limits. Exit status: 0 on success,
-1 when the work could not be done (an unreadable or invalid script, a missing extra), 2 for a
-malformed command line.
+key through a gate per key, with ``--override KEY=C,Q`` for a key's own limits. ``plan --provider K``
+instead compares ways of admitting on the traffic against a provider of capacity K (see ``_compare``).
+Exit status: 0 on success, 1 when the work could not be done (an unreadable or invalid script, a
+missing extra), 2 for a malformed command line.
 """
 
 from __future__ import annotations
@@ -35,18 +36,6 @@ __all__ = ("main",)
 
 class _Failed(Exception):
     """The command could not do its work; the message says why."""
-
-
-def _whole_number(option: str) -> Callable[[str], int]:
-    """A reader of a whole number >= 1 for ``option``, naming it when the text is not one."""
-
-    def read(text: str) -> int:
-        digits = text.strip()
-        if not (digits.isascii() and digits.isdecimal()) or len(digits) > 30 or int(digits) < 1:
-            raise argparse.ArgumentTypeError(f"{text!r}: {option} is a whole number >= 1")
-        return int(digits)
-
-    return read
 
 
 def _one_running(text: str) -> int | None:
@@ -89,7 +78,7 @@ def _add_priority_options(group: Any) -> None:
     group.add_argument(
         "--priorities",
         metavar="N",
-        type=_whole_number("--priorities"),
+        type=_units.whole_number("--priorities"),
         help="priority classes (default: enough for the script's priority column)",
     )
     group.add_argument(
@@ -289,7 +278,8 @@ def _parser() -> argparse.ArgumentParser:
         "plan",
         help="sweep settings against generated traffic or a script",
         description="Generate traffic (Poisson arrivals at --rate, --burst, or both) or read a --script, "
-        "simulate it under each setting, and print a line per setting. Durations take a unit: 250ms, 2s, 5m.",
+        "simulate it under each setting, and print a line per setting; with --provider, compare ways of "
+        "admitting on it against a provider instead. Durations take a unit: 250ms, 2s, 5m.",
     )
     traffic = plan.add_argument_group("traffic")
     traffic.add_argument(
@@ -298,7 +288,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_ignore_option(traffic)
     traffic.add_argument("--rate", type=_units.rate, help="Poisson arrivals: 20 (per second), 20/s, 1200/m")
     traffic.add_argument(
-        "--burst", metavar="N", type=_whole_number("--burst"), help="N requests arriving at one instant"
+        "--burst", metavar="N", type=_units.whole_number("--burst"), help="N requests arriving at one instant"
     )
     traffic.add_argument(
         "--burst-at", metavar="T", type=_units.whole_duration_ms, help="the first burst (default 0)"

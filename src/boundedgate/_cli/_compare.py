@@ -6,8 +6,8 @@ import argparse
 import dataclasses
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
-from typing import Any
 
 from .._core import Adaptive
 from ..sim import Comparison, Job, Provider, compare_admission, in_seconds
@@ -33,22 +33,13 @@ _NOT_WITH_PROVIDER = (
     "actual_cost",
 )
 
-FOOTNOTE = (
+FOOTNOTE = textwrap.fill(
     "(on time: answered within the budget, the goodput; ratio: on time / the best static gate's; "
     "C of an adaptive gate: the range it took; 529/429: the provider's refusals, passed on to callers as "
     "errors; refused: by the gate at arrival, its queue full or the deadline out of reach; expired: left "
-    "the queue at the deadline; no in: mean time from arrival to the gate's refusal)"
+    "the queue at the deadline; no in: mean time from arrival to the gate's refusal)",
+    width=100,
 )
-
-
-def _bound(option: str) -> Any:
-    def read(text: str) -> int:
-        digits = text.strip()
-        if not (digits.isascii() and digits.isdecimal()) or len(digits) > 30 or int(digits) < 1:
-            raise argparse.ArgumentTypeError(f"{text!r}: {option} is a whole number >= 1")
-        return int(digits)
-
-    return read
 
 
 def add_options(plan: argparse.ArgumentParser) -> None:
@@ -78,9 +69,14 @@ def add_options(plan: argparse.ArgumentParser) -> None:
         type=_units.duration_ms,
         help="how long the provider's 529 or 429 takes (default 50ms)",
     )
-    group.add_argument("--floor", metavar="N", type=_bound("--floor"), help="the adaptive gates' lowest C")
     group.add_argument(
-        "--ceiling", metavar="N", type=_bound("--ceiling"), help="the adaptive gates' highest C (default 256)"
+        "--floor", metavar="N", type=_units.whole_number("--floor"), help="the adaptive gates' lowest C"
+    )
+    group.add_argument(
+        "--ceiling",
+        metavar="N",
+        type=_units.whole_number("--ceiling"),
+        help="the adaptive gates' highest C (default 256)",
     )
 
 
@@ -146,16 +142,21 @@ def _describe_provider(args: argparse.Namespace, provider: Provider) -> str:
     return text
 
 
-def _describe_gates(args: argparse.Namespace, comparison: Comparison, adaptive: Adaptive) -> str:
+def _describe_gates(args: argparse.Namespace, comparison: Comparison, adaptive: Adaptive) -> list[str]:
     c, q = args.max_running[0], args.max_waiting[0]
     best = comparison.best
-    return (
-        f"Gates: C={c} (the adaptive ones' start), Q={'none' if q is None else q}; "
-        f"adaptive: floor {adaptive.floor}, ceiling {adaptive.ceiling}, the other Adaptive() defaults; "
-        f"best static in hindsight: C={best.max_running}, "
-        f"Q={'none' if best.max_waiting is None else best.max_waiting}, "
-        f"of {len(comparison.tried)} settings tried"
-    )
+    cs = sorted({c for c, _ in comparison.tried})
+    qs = list(dict.fromkeys(q for _, q in comparison.tried))
+    return [
+        f"Gates: C={c} (the adaptive ones' start), Q={_q(q)}; adaptive: floor {adaptive.floor}, "
+        f"ceiling {adaptive.ceiling}, the other Adaptive() defaults",
+        f"Best static in hindsight: C={best.max_running}, Q={_q(best.max_waiting)}, "
+        f"of {len(comparison.tried)} settings tried (C {cs[0]} to {cs[-1]}, Q {_q(qs[0])} to {_q(qs[-1])})",
+    ]
+
+
+def _q(q: int | None) -> str:
+    return "none" if q is None else str(q)
 
 
 def compare(
@@ -193,7 +194,7 @@ def compare(
     else:
         print(f"Workload: {description}")
         print(_describe_provider(args, provider))
-        print(_describe_gates(args, comparison, adaptive))
+        print("\n".join(_describe_gates(args, comparison, adaptive)))
         print()
         print(comparison_table(comparison))
         print()

@@ -35,11 +35,24 @@ __all__ = (
     "rate",
     "running_limits",
     "whole_duration_ms",
+    "whole_number",
 )
 
 _UNITS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
 _DURATION = re.compile(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(ms|s|m|h)")
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def whole_number(option: str) -> Callable[[str], int]:
+    """A reader of a whole number >= 1 for ``option``, naming it when the text is not one."""
+
+    def read(text: str) -> int:
+        digits = text.strip()
+        if not (digits.isascii() and digits.isdecimal()) or len(digits) > 30 or int(digits) < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: {option} is a whole number >= 1")
+        return int(digits)
+
+    return read
 
 
 def duration_ms(text: str) -> float:
