@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -292,3 +294,24 @@ def test_plot_without_matplotlib_prints_the_table_and_says_how_to_get_it(
         f"boundedgate: no chart {chart}: plotting needs matplotlib: pip install 'boundedgate[plot]'\n"
     )
     assert not chart.exists()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOWN = re.findall(
+    r"```\n\$ (boundedgate [^\n]*)\n(.*?)```", (ROOT / "docs" / "adaptive.md").read_text(), flags=re.DOTALL
+)
+
+
+def test_the_adaptive_page_shows_a_comparison_against_a_provider() -> None:
+    assert [shlex.split(command)[1] for command, _ in SHOWN] == ["plan"]
+    assert "--provider" in SHOWN[0][0]
+
+
+@pytest.mark.parametrize(("command", "shown"), SHOWN, ids=["plan --provider"])
+def test_the_adaptive_page_shows_what_the_command_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str, shown: str
+) -> None:
+    monkeypatch.chdir(ROOT)
+    status, out, _ = run(capsys, *shlex.split(command)[1:])
+    assert status == 0
+    assert out == shown
