@@ -7,7 +7,8 @@ that answers 529 beyond its capacity K, on virtual time, with the library's own 
 * ``semaphore``: C = 20, an unbounded queue, no deadline (``asyncio.Semaphore``);
 * ``semaphore+timeout``: the same with the budget as the acquire timeout (what a careful user writes);
 * ``gate Q=60``: the demo's gate;
-* ``best static``: the best C and Q in hindsight, found by a sweep over the same run;
+* ``best static``: the best C and Q in hindsight, found by a sweep over the same run (C 8 to 30,
+  Q 0 to 200 and unbounded);
 * ``adaptive``: C learned from the provider's 529s and latency (``Adaptive()`` defaults), Q = 60
   or 150 (a fixed Q waits longer as C shrinks: with K moving it needs feasible admission);
 * ``feasible``: C = 20, deadline-feasible admission (refused at arrival what cannot be in time);
@@ -15,6 +16,9 @@ that answers 529 beyond its capacity K, on virtual time, with the library's own 
 
 Two providers: one that serves K = 20 all along (stationary), and one whose K halves to 10 at
 20 s and comes back at 45 s. Run: ``PYTHONPATH=src python benchmarks/bench_goodput.py``.
+
+The contenders and the sweep are ``boundedgate.sim.compare_admission``'s, which
+``boundedgate plan --provider`` prints for any traffic and provider.
 """
 
 from __future__ import annotations

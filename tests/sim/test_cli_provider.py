@@ -82,11 +82,13 @@ def library(**provider: object) -> list[list[object]]:
 
 
 def rows(out: str) -> dict[str, list[str]]:
+    """The comparison table's cells by contender: the lines between its rule and the blank line."""
+    lines = out.splitlines()
+    first = next(number for number, line in enumerate(lines) if line.startswith("---")) + 1
     found = {}
-    for line in out.splitlines():
-        for name in CONTENDERS:
-            if line.startswith(name + " "):
-                found[name] = line[len(name) :].split()
+    for line in lines[first : lines.index("", first)]:
+        name, *cells = re.split(r"\s{2,}", line.strip())
+        found[name] = cells
     return found
 
 
@@ -315,3 +317,31 @@ def test_the_adaptive_page_shows_what_the_command_prints(
     status, out, _ = run(capsys, *shlex.split(command)[1:])
     assert status == 0
     assert out == shown
+
+
+def test_a_script_with_priorities_is_refused_and_queue_budgets_are_noted(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    classes = tmp_path / "classes.csv"
+    classes.write_text("id,arrival_ms,service_ms,budget_ms,priority\na,0,100,500,0\nb,0,100,500,1\n")
+    with pytest.raises(SystemExit) as caught:
+        main(["plan", "--script", str(classes), "-c", "2", "-q", "2", "--provider", "2"])
+    assert caught.value.code == 2
+    assert (
+        "--provider plays gates of one class: the script's requests have priorities"
+        in capsys.readouterr().err
+    )
+    waits = tmp_path / "waits.csv"
+    waits.write_text("id,arrival_ms,service_ms,budget_ms,max_wait_ms\na,0,100,500,50\nb,0,100,500,\n")
+    status, out, err = run(capsys, "plan", "--script", str(waits), "-c", "1", "-q", "2", "--provider", "2")
+    assert status == 0
+    assert "boundedgate: note: --provider ignores the script's max_wait_ms" in err
+    assert rows(out)["gate Q=2"][2] == "2"  # both on time: b waited 100 ms of its 500
+
+
+def test_no_requests_compare_as_nothing_answered(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_text("id,arrival_ms,service_ms,budget_ms\n")
+    status, out, _ = run(capsys, "plan", "--script", str(empty), "-c", "1", "-q", "0", "--provider", "2")
+    assert status == 0
+    assert rows(out)["best static"][2:5] == ["0", "-", "0"]  # no ratio to nothing

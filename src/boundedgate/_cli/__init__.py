@@ -93,8 +93,9 @@ def _add_priority_options(group: Any) -> None:
 def _add_rate_limit_options(group: Any, several: bool) -> None:
     kind = _units.quotas if several else _units.amount
     more = ", or several to try: 30,60,none" if several else ""
+    provider = "; with --provider, the provider's own quota (one number)" if several else ""
     group.add_argument(
-        "--rpm", metavar="N,..." if several else "N", type=kind, help=f"requests per minute{more}"
+        "--rpm", metavar="N,..." if several else "N", type=kind, help=f"requests per minute{more}{provider}"
     )
     group.add_argument(
         "--rpm-burst",

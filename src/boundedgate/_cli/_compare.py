@@ -105,7 +105,7 @@ def check_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def _check_traffic(jobs: Sequence[Job], parser: argparse.ArgumentParser) -> None:
-    if all(job.budget_ms is None for job in jobs):
+    if jobs and all(job.budget_ms is None for job in jobs):
         parser.error(
             "--provider counts answers within their budget: give --budget (or a script with budget_ms)"
         )
@@ -113,7 +113,13 @@ def _check_traffic(jobs: Sequence[Job], parser: argparse.ArgumentParser) -> None
     if len(keys) > 1:
         parser.error(f"--provider plays one gate: the script's requests have {len(keys)} keys")
     if any(job.priority for job in jobs):
-        parser.error("--provider plays one gate of one class: the script's requests have priorities")
+        parser.error("--provider plays gates of one class: the script's requests have priorities")
+    if any(job.max_wait_ms is not None for job in jobs):
+        print(
+            "boundedgate: note: --provider ignores the script's max_wait_ms: a request waits in the queue "
+            "until its budget is spent",
+            file=sys.stderr,
+        )
 
 
 def _provider(args: argparse.Namespace) -> Provider:
