@@ -10,6 +10,7 @@ from boundedgate import Adaptive
 from boundedgate.sim import (
     Bursts,
     Client,
+    ClientResult,
     LogNormal,
     Poisson,
     Provider,
@@ -147,3 +148,37 @@ def test_to_dict_is_json_with_each_ratio() -> None:
 def test_bad_settings_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         compare_admission(traffic(), PROVIDER, **kwargs)  # type: ignore[arg-type]
+
+
+def limit_at(result: ClientResult, when: float) -> int:
+    return [c for t, c in result.limits if t <= when][-1]
+
+
+def test_several_gates_share_the_provider_each_with_its_own_traffic() -> None:
+    jobs = traffic()
+    a, b = jobs[0::2], jobs[1::2]
+    comparison = compare_admission({"a": a, "b": b}, PROVIDER, max_running=10, max_waiting=15)
+    assert [c.name for c in comparison.contenders] == [name.replace("30", "15") for name in NAMES]
+    counts = ("requests", "on_time", "late", "provider_refused", "rejected", "infeasible", "expired")
+    for contender in comparison.contenders:
+        assert [key.name for key in contender.keys] == ["a", "b"]
+        total = contender.result
+        assert total.requests == len(jobs)
+        for count in counts:
+            assert getattr(total, count) == sum(getattr(key, count) for key in contender.keys), count
+        assert total.refusal_seconds == sum(key.refusal_seconds for key in contender.keys)
+        assert total.on_time_at == sorted(t for key in contender.keys for t in key.on_time_at)
+    # Each contender is both gates in front of the one provider at once, not each alone.
+    together = simulate_provider([Client("a", a, 10, 15), Client("b", b, 10, 15)], PROVIDER)
+    assert [r.on_time for r in together] == [key.on_time for key in comparison["gate Q=15"].keys]
+    alone = simulate_provider([Client("a", a, 10, 15)], PROVIDER)[0]
+    assert alone.on_time != comparison["gate Q=15"].keys[0].on_time
+    # The best C is looked for per gate, around their share of the peak K.
+    assert sorted({c for c, _ in comparison.tried}) == running_grid(10)
+    # An adaptive contender's C over time is its gates' Cs summed: what the provider sees.
+    adaptive = comparison["adaptive Q=15"]
+    assert adaptive.result.limits[0] == (0.0, 20)
+    assert len(adaptive.result.limits) > 2
+    for when, c in adaptive.result.limits:
+        assert c == sum(limit_at(key, when) for key in adaptive.keys)
+    assert compare_admission(a, PROVIDER, max_running=10, max_waiting=15).best.keys == ()

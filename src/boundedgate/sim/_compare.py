@@ -9,8 +9,9 @@ both. ``benchmarks/bench_goodput.py`` and ``boundedgate plan --provider`` print 
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,30 +69,39 @@ class Contender:
     feasible: bool
     #: False for a plain semaphore, which knows no deadline.
     deadlines: bool
-    #: What became of its requests, and how its C moved.
+    #: What became of its requests, and how its C moved (with several gates: all of theirs, and
+    #: the sum of their Cs).
     result: ClientResult
+    #: With several gates sharing the provider, each gate's own result, in the order given.
+    keys: tuple[ClientResult, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """Its settings and its counts, for JSON."""
-        r = self.result
-        return {
+        """Its settings and its counts, for JSON (with several gates, each one's under ``keys``)."""
+        settings = {
             "name": self.name,
             "max_running": self.max_running,
             "max_waiting": self.max_waiting,
             "adaptive": self.adaptive is not None,
             "feasible": self.feasible,
             "deadlines": self.deadlines,
-            "requests": r.requests,
-            "on_time": r.on_time,
-            "late": r.late,
-            "provider_refused": r.provider_refused,
-            "rejected": r.rejected,
-            "infeasible": r.infeasible,
-            "expired": r.expired,
-            "mean_refusal_seconds": r.mean_refusal_seconds,
-            "over_capacity": r.over_capacity,
-            "limits": [[t, c] for t, c in r.limits],
         }
+        keys = {"keys": [_counts(key) for key in self.keys]} if self.keys else {}
+        return {**settings, **_counts(self.result), **keys}
+
+
+def _counts(r: ClientResult) -> dict[str, Any]:
+    return {
+        "requests": r.requests,
+        "on_time": r.on_time,
+        "late": r.late,
+        "provider_refused": r.provider_refused,
+        "rejected": r.rejected,
+        "infeasible": r.infeasible,
+        "expired": r.expired,
+        "mean_refusal_seconds": r.mean_refusal_seconds,
+        "over_capacity": r.over_capacity,
+        "limits": [[t, c] for t, c in r.limits],
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +138,7 @@ class Comparison:
 
 def _run(
     name: str,
-    jobs: Traffic,
+    traffics: Mapping[str, Traffic],
     provider: Provider,
     c: int,
     q: int | None,
@@ -136,18 +146,51 @@ def _run(
     feasible: bool = False,
     deadlines: bool = True,
 ) -> Contender:
-    client = Client(name, jobs, c, q, adaptive=adaptive, feasible=feasible, deadlines=deadlines)
-    [result] = simulate_provider([client], provider)
-    return Contender(name, c, q, adaptive, feasible, deadlines, result)
+    clients = [
+        Client(key, jobs, c, q, adaptive=adaptive, feasible=feasible, deadlines=deadlines)
+        for key, jobs in traffics.items()
+    ]
+    results = simulate_provider(clients, provider)
+    if len(results) == 1:
+        results[0].name = name
+        return Contender(name, c, q, adaptive, feasible, deadlines, results[0])
+    return Contender(name, c, q, adaptive, feasible, deadlines, _total(name, results), tuple(results))
 
 
-def _peak(provider: Provider, jobs: Traffic) -> float:
+def _total(name: str, results: Sequence[ClientResult]) -> ClientResult:
+    # Every gate's counts summed, their answers on time merged, and their Cs summed at each change.
+    total = ClientResult(name)
+    for count in (
+        "requests", "on_time", "late", "provider_refused", "rejected", "infeasible", "expired",
+        "refusal_seconds", "over_capacity",
+    ):  # fmt: skip
+        setattr(total, count, sum(getattr(result, count) for result in results))
+    total.on_time_at = list(heapq.merge(*(result.on_time_at for result in results)))
+    current = [result.limits[0][1] for result in results]
+    total.limits = [(0.0, sum(current))]
+    # In time order, and at one time in each gate's own order (a gate may change twice at once).
+    changes = heapq.merge(*(_changes(index, result) for index, result in enumerate(results)))
+    for when, index, _, c in changes:
+        current[index] = c
+        if total.limits[-1][0] == when:
+            total.limits[-1] = (when, sum(current))
+        else:
+            total.limits.append((when, sum(current)))
+    return total
+
+
+def _changes(index: int, result: ClientResult) -> list[tuple[float, int, int, int]]:
+    return [(t, index, n, c) for n, (t, c) in enumerate(result.limits[1:])]
+
+
+def _peak(provider: Provider, traffics: Iterable[Traffic]) -> float:
     # The highest capacity the traffic meets: at the start and at each arrival.
-    return max([provider.k(0.0), *(provider.k(arrival) for arrival, _, _ in jobs)])
+    arrivals = (arrival for jobs in traffics for arrival, _, _ in jobs)
+    return max([provider.k(0.0), *(provider.k(arrival) for arrival in arrivals)])
 
 
 def compare_admission(
-    jobs: Traffic,
+    jobs: Traffic | Mapping[str, Traffic],
     provider: Provider,
     *,
     max_running: int,
@@ -179,15 +222,20 @@ def compare_admission(
         for contender in comparison.contenders:
             print(contender.name, contender.result.on_time, comparison.ratio(contender))
 
+    With a mapping of traffics, each is a gate's (a key's of a :class:`~boundedgate.KeyedGate`, or
+    a process's): every contender is that many gates with its settings, sharing the provider at
+    once, and its result is theirs summed (each one's in :attr:`Contender.keys`).
+
     Args:
-        jobs: The traffic, ``(arrival, service, budget)`` per request in seconds (see :func:`in_seconds`).
+        jobs: The traffic, ``(arrival, service, budget)`` per request in seconds (see
+            :func:`in_seconds`), or a traffic per gate, by name.
         provider: The provider each contender calls.
         max_running: C.
         max_waiting: Q of the gate (None: unbounded).
         adaptive: The adaptive contenders' settings (default ``Adaptive()``).
         adaptive_waiting: The Q of each adaptive contender (default: ``max_waiting`` alone).
-        runnings: The Cs the best static gate is looked for among (default:
-            :func:`running_grid` of the provider's peak capacity over the run, and ``max_running``).
+        runnings: The Cs the best static gate is looked for among (default: :func:`running_grid`
+            of the provider's peak capacity over the run, over the gates, and ``max_running``).
         waitings: Its Qs (default: :func:`waiting_grid` of the peak, and ``max_waiting``).
         progress: Called as ``progress(done, total)`` before the first simulation and after each.
 
@@ -197,11 +245,16 @@ def compare_admission(
     Raises:
         ValueError: ``max_running < 1``, a Q below 0, or an empty sweep.
     """
+    traffics: dict[str, Traffic] = dict(jobs) if isinstance(jobs, Mapping) else {"": jobs}
+    if not traffics:
+        raise ValueError("no traffic: give a traffic, or at least one gate's")
     max_running = check_max_running(max_running)
     max_waiting = check_max_waiting(max_waiting)
     settings = Adaptive() if adaptive is None else adaptive
     queues = [max_waiting] if adaptive_waiting is None else [check_max_waiting(q) for q in adaptive_waiting]
-    peak = _peak(provider, jobs) if runnings is None or waitings is None else math.nan
+    peak = math.nan
+    if runnings is None or waitings is None:
+        peak = _peak(provider, traffics.values()) / len(traffics)
     cs = running_grid(peak, max_running) if runnings is None else [check_max_running(c) for c in runnings]
     qs = waiting_grid(peak, max_waiting) if waitings is None else [check_max_waiting(q) for q in waitings]
     tried = tuple((c, q) for c in cs for q in qs)
@@ -221,13 +274,13 @@ def compare_admission(
         progress(0, total)
     c, q = max_running, max_waiting
     before = [
-        step(_run("semaphore", jobs, provider, c, None, deadlines=False)),
-        step(_run("semaphore+timeout", jobs, provider, c, None)),
-        step(_run(f"gate Q={_q(q)}", jobs, provider, c, q)),
+        step(_run("semaphore", traffics, provider, c, None, deadlines=False)),
+        step(_run("semaphore+timeout", traffics, provider, c, None)),
+        step(_run(f"gate Q={_q(q)}", traffics, provider, c, q)),
     ]
     best: Contender | None = None
     for static_c, static_q in tried:
-        candidate = step(_run("best static", jobs, provider, static_c, static_q))
+        candidate = step(_run("best static", traffics, provider, static_c, static_q))
         if best is None or (candidate.result.on_time, -candidate.result.late) > (
             best.result.on_time,
             -best.result.late,
@@ -235,10 +288,13 @@ def compare_admission(
             best = candidate
     assert best is not None
     after = [
-        step(_run(f"adaptive Q={_q(queue)}", jobs, provider, c, queue, adaptive=settings)) for queue in queues
+        step(_run(f"adaptive Q={_q(queue)}", traffics, provider, c, queue, adaptive=settings))
+        for queue in queues
     ]
-    after.append(step(_run("feasible", jobs, provider, c, None, feasible=True)))
-    after.append(step(_run("adaptive+feasible", jobs, provider, c, None, adaptive=settings, feasible=True)))
+    after.append(step(_run("feasible", traffics, provider, c, None, feasible=True)))
+    after.append(
+        step(_run("adaptive+feasible", traffics, provider, c, None, adaptive=settings, feasible=True))
+    )
     return Comparison((*before, best, *after), best, tried)
 
 
