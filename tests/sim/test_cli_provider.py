@@ -216,7 +216,6 @@ def test_a_script_replays_against_the_provider(capsys: pytest.CaptureFixture[str
         (["--provider", "20", "--feasible"], "--provider takes no --feasible"),
         (["--provider", "20", "--override", "a=1,1"], "--provider takes no --override"),
         (["--provider", "20", "--priority-mix", "1,1"], "--provider takes no --priority-mix"),
-        (["--provider", "20", "--key-mix", "a=1,b=1"], "--provider takes no --key-mix"),
         (["--provider", "20", "--priorities", "2"], "--provider takes no --priorities"),
     ],
 )
@@ -345,3 +344,46 @@ def test_no_requests_compare_as_nothing_answered(capsys: pytest.CaptureFixture[s
     status, out, _ = run(capsys, "plan", "--script", str(empty), "-c", "1", "-q", "0", "--provider", "2")
     assert status == 0
     assert rows(out)["best static"][2:5] == ["0", "-", "0"]  # no ratio to nothing
+
+
+KEYED = [*TRAFFIC, "--key-mix", "globex=1,acme=3", "-c", "10", "-q", "15", "--provider", "20,5s:10,11s:20"]
+
+
+def test_a_key_mix_is_a_gate_per_key_sharing_the_provider(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = KEYED
+    status, out, err = run(capsys, *argv)
+    assert status == 0
+    assert err == ""
+    lines = out.splitlines()
+    assert "; key mix globex=1,acme=3; seed 3" in lines[0]
+    assert lines[2].startswith(
+        "Gates: a gate per key (2: acme, globex), each C=10 (the adaptive ones' start), Q=15;"
+    )
+    assert lines[3].startswith("Best static in hindsight: C=")
+    assert lines[3].endswith("for each gate (C 4 to 15, Q 0 to none)")
+    totals = rows(out)
+    by_key = rows(out[out.index("on time by key") :])
+    assert list(by_key) == list(totals) == [name.replace("30", "15") for name in CONTENDERS]
+    for name, (acme, globex) in by_key.items():
+        assert int(acme) + int(globex) == int(totals[name][2]), name
+        assert int(acme) > int(globex)  # three requests in four are acme's
+    _, out, _ = run(capsys, *argv, "--json")
+    data = json.loads(out)
+    for contender in data["contenders"]:
+        assert [key["name"] for key in contender["keys"]] == ["acme", "globex"]
+        assert sum(key["on_time"] for key in contender["keys"]) == contender["on_time"]
+        assert sum(key["requests"] for key in contender["keys"]) == 800
+    adaptive = next(c for c in data["contenders"] if c["name"] == "adaptive Q=15")
+    assert adaptive["limits"][0] == [0.0, 20]  # the provider sees both gates' C
+    low, high = (int(c) for c in totals["adaptive Q=15"][0].split("-"))  # each gate's C, not the sum
+    seen = [c for key in adaptive["keys"] for _, c in key["limits"]]
+    assert (low, high) == (min(seen), max(seen))
+
+
+def test_plot_with_several_gates_draws_their_C_summed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    chart = tmp_path / "keys.svg"
+    assert main([*KEYED, "--plot", str(chart)]) == 0
+    assert "C of adaptive Q=15, all gates" in chart.read_text()

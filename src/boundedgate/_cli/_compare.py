@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from .._core import Adaptive
 from ..sim import Comparison, Job, Provider, compare_admission, in_seconds
 from ..sim._plot import plot_comparison
-from ..sim._text import comparison_table, human_ms
+from ..sim._text import comparison_table, human_ms, key_name, keys_comparison_table
 from . import _units
 from ._progress import ProgressBar
 
@@ -28,10 +28,13 @@ _NOT_WITH_PROVIDER = (
     "override",
     "priorities",
     "priority_mix",
-    "key_mix",
     "cost",
     "actual_cost",
 )
+
+#: The keys the "Gates" line names; and the most keys the table of answers on time by key has.
+SHOWN_KEYS = 5
+TABLED_KEYS = 8
 
 FOOTNOTE = textwrap.fill(
     "(on time: answered within the budget, the goodput; ratio: on time / the best static gate's; "
@@ -93,7 +96,7 @@ def check_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         return
     for name in _NOT_WITH_PROVIDER:
         if getattr(args, name) not in (None, False, []):
-            parser.error(f"--provider takes no {_flag(name)}: it compares one gate of one class and one key")
+            parser.error(f"--provider takes no {_flag(name)}: it compares gates of one class, all alike")
     if len(args.max_running) != 1 or args.max_running[0] is None:
         parser.error("--provider compares one gate: give one -c, a whole number (the best C is swept for)")
     if len(args.max_waiting) != 1:
@@ -109,9 +112,6 @@ def _check_traffic(jobs: Sequence[Job], parser: argparse.ArgumentParser) -> None
         parser.error(
             "--provider counts answers within their budget: give --budget (or a script with budget_ms)"
         )
-    keys = {job.key for job in jobs}
-    if len(keys) > 1:
-        parser.error(f"--provider plays one gate: the script's requests have {len(keys)} keys")
     if any(job.priority for job in jobs):
         parser.error("--provider plays gates of one class: the script's requests have priorities")
     if any(job.max_wait_ms is not None for job in jobs):
@@ -148,16 +148,24 @@ def _describe_provider(args: argparse.Namespace, provider: Provider) -> str:
     return text
 
 
-def _describe_gates(args: argparse.Namespace, comparison: Comparison, adaptive: Adaptive) -> list[str]:
+def _describe_gates(
+    args: argparse.Namespace, comparison: Comparison, adaptive: Adaptive, keys: Sequence[str]
+) -> list[str]:
     c, q = args.max_running[0], args.max_waiting[0]
     best = comparison.best
     cs = sorted({c for c, _ in comparison.tried})
     qs = list(dict.fromkeys(q for _, q in comparison.tried))
+    gates, each, per = "Gates: ", "", ""
+    if len(keys) > 1:
+        names = ", ".join(key_name(key) for key in keys[:SHOWN_KEYS])
+        gates = f"Gates: a gate per key ({len(keys)}: {names}{', ...' if len(keys) > SHOWN_KEYS else ''}), "
+        each, per = "each ", " for each gate"
     return [
-        f"Gates: C={c} (the adaptive ones' start), Q={_q(q)}; adaptive: floor {adaptive.floor}, "
+        f"{gates}{each}C={c} (the adaptive ones' start), Q={_q(q)}; adaptive: floor {adaptive.floor}, "
         f"ceiling {adaptive.ceiling}, the other Adaptive() defaults",
         f"Best static in hindsight: C={best.max_running}, Q={_q(best.max_waiting)}, "
-        f"of {len(comparison.tried)} settings tried (C {cs[0]} to {cs[-1]}, Q {_q(qs[0])} to {_q(qs[-1])})",
+        f"of {len(comparison.tried)} settings tried{per} "
+        f"(C {cs[0]} to {cs[-1]}, Q {_q(qs[0])} to {_q(qs[-1])})",
     ]
 
 
@@ -176,8 +184,10 @@ def compare(
     _check_traffic(jobs, parser)
     provider = _provider(args)
     adaptive = _adaptive(args, parser)
+    keys = sorted({job.key for job in jobs})
+    traffics = {key: in_seconds(job for job in jobs if job.key == key) for key in keys}
     comparison = compare_admission(
-        in_seconds(jobs),
+        traffics if len(keys) > 1 else in_seconds(jobs),
         provider,
         max_running=args.max_running[0],
         max_waiting=args.max_waiting[0],
@@ -200,11 +210,16 @@ def compare(
     else:
         print(f"Workload: {description}")
         print(_describe_provider(args, provider))
-        print("\n".join(_describe_gates(args, comparison, adaptive)))
+        print("\n".join(_describe_gates(args, comparison, adaptive, keys)))
         print()
         print(comparison_table(comparison))
+        if 1 < len(keys) <= TABLED_KEYS:
+            print()
+            print(keys_comparison_table(comparison, keys))
         print()
         print(FOOTNOTE)
+        if len(keys) > TABLED_KEYS:
+            print(f"(--json gives each of the {len(keys)} gates' counts)")
     if plotting:
         plot_comparison(
             comparison, provider, args.plot, title=description if len(description) < 100 else None

@@ -85,7 +85,7 @@ class Contender:
             "feasible": self.feasible,
             "deadlines": self.deadlines,
         }
-        keys = {"keys": [_counts(key) for key in self.keys]} if self.keys else {}
+        keys = {"keys": [{"name": key.name, **_counts(key)} for key in self.keys]} if self.keys else {}
         return {**settings, **_counts(self.result), **keys}
 
 

@@ -181,7 +181,8 @@ def plot_comparison(
 ) -> None:
     """Draw a comparison over time: C against K(t), answers on time per second, and ahead or behind.
 
-    Three panels, to ``path``: each adaptive contender's C against the provider's K(t); each
+    Three panels, to ``path``: each adaptive contender's C (with several gates, their Cs summed)
+    against the provider's K(t); each
     contender's answers on time per second; and its answers on time so far, less the best static
     gate's (where one pulls ahead or falls behind).
 
@@ -214,7 +215,8 @@ def plot_comparison(
         if contender.adaptive is not None:
             xs = [t for t, _ in result.limits] + [end]
             ys = [c for _, c in result.limits] + [result.limits[-1][1]]
-            limits_axes.step(xs, ys, style, where="post", color=color, label=f"C of {contender.name}")
+            label = f"C of {contender.name}" + (", all gates" if contender.keys else "")
+            limits_axes.step(xs, ys, style, where="post", color=color, label=label)
         counts = [0] * len(bins)
         for t in result.on_time_at:
             counts[int(t // width)] += 1

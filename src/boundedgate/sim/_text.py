@@ -14,6 +14,7 @@ __all__ = (
     "comparison_table",
     "human_ms",
     "key_name",
+    "keys_comparison_table",
     "keys_table",
     "number",
     "percent",
@@ -325,10 +326,10 @@ def sweep_table(rows: Sequence[SweepRow]) -> str:
 
 
 def _running(contender: Contender) -> str:
-    # A static C as it is; an adaptive one as the range it took over the run.
+    # A static C as it is; an adaptive one as the range it took over the run (each gate's).
     if contender.adaptive is None:
         return str(contender.max_running)
-    seen = [c for _, c in contender.result.limits]
+    seen = [c for result in contender.keys or (contender.result,) for _, c in result.limits]
     low, high = min(seen), max(seen)
     return str(low) if low == high else f"{low}-{high}"
 
@@ -360,3 +361,10 @@ def comparison_table(comparison: Comparison) -> str:
         )
     headers = ("contender", "C", "Q", "on time", "ratio", "late", "529/429", "refused", "expired", "no in")
     return table(headers, lines, "lll" + "r" * 7)
+
+
+def keys_comparison_table(comparison: Comparison, keys: Sequence[str]) -> str:
+    """A line per contender, a column per gate (``keys`` names them): each gate's answers on time."""
+    lines = [(c.name, *(key.on_time for key in c.keys)) for c in comparison.contenders]
+    headers = ("on time by key", *(key_name(key) for key in keys))
+    return table(headers, lines, "l" + "r" * len(keys))
