@@ -143,25 +143,28 @@ def test_json_gives_the_same_numbers(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_a_queueing_provider_with_a_quota_and_adaptive_bounds(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = [*COMPARE, "--overload", "queue", "--floor", "5", "--ceiling", "12", "--json"]
-    _, out, _ = run(capsys, *argv)
+    argv = [*COMPARE, "--overload", "queue", "--floor", "5", "--ceiling", "12", "--rpm", "1200"]
+    _, out, _ = run(capsys, *argv, "--refuse-after", "200ms", "--json")
     data = json.loads(out)
-    assert data["provider"]["overload"] == "queue"
+    assert data["provider"] == {
+        "capacity": {"given": "20,5s:10,11s:20", "steps": [[0.0, 20.0], [5.0, 10.0], [11.0, 20.0]]},
+        "overload": "queue",
+        "refuse_seconds": 0.2,
+        "rpm": 1200,
+    }
     assert [data["adaptive"]["floor"], data["adaptive"]["ceiling"]] == [5, 12]
     for row in data["contenders"]:
         if row["adaptive"]:
+            assert row["limits"][0] == [0.0, 20]  # it starts at -c, then stays within the bounds
             assert all(5 <= c <= 12 for _, c in row["limits"][1:]), row["name"]
-    assert [row[:2] for row in library(overload="queue")] != [
-        [c["name"], c["on_time"]] for c in data["contenders"]
-    ]  # the bounds changed the adaptive ones
-    _, out, _ = run(capsys, *COMPARE, "--overload", "queue")
-    assert "beyond K it queues the request: its first token comes after the wait" in out
-    _, out, _ = run(capsys, *COMPARE, "--rpm", "1200", "--refuse-after", "200ms", "--json")
-    data = json.loads(out)
-    assert data["provider"]["rpm"] == 1200
-    assert data["provider"]["refuse_seconds"] == 0.2
-    _, out, _ = run(capsys, *COMPARE, "--rpm", "1200", "--refuse-after", "200ms")
-    assert "beyond K it answers 529 after 200ms; beyond 1200 rpm, 429 with a reset" in out
+            assert len(row["limits"]) > 1
+    assert sum(row["provider_refused"] for row in data["contenders"]) > 0  # 429s: the quota is 20/s
+    _, out, _ = run(capsys, *argv)
+    assert out.splitlines()[1] == (
+        "Provider: K=20, 10 from 5.00s, 20 from 11.0s; beyond K it queues the request: its first token "
+        "comes after the wait; beyond 1200 rpm, 429 with a reset after 50ms"
+    )
+    assert "adaptive: floor 5, ceiling 12, the other Adaptive() defaults" in out
 
 
 def test_a_drift_and_a_constant_capacity(capsys: pytest.CaptureFixture[str]) -> None:
