@@ -210,6 +210,7 @@ def test_a_script_replays_against_the_provider(capsys: pytest.CaptureFixture[str
         (["--provider", "20", "--floor", "0"], "--floor is a whole number >= 1"),
         (["--provider", "20", "--floor", "9", "--ceiling", "4"], "--floor 9 is above --ceiling 4"),
         (["--provider", "20", "--refuse-after", "0ms"], "a duration must be > 0"),
+        (["--provider", "20", "--floor", "300"], "--floor/--ceiling: need floor <= ceiling, got 300 and 256"),
         (
             ["--provider", "20", "--rpm", "60,120"],
             "--provider: give one --rpm (the provider's quota, answered 429 beyond it)",
@@ -234,9 +235,9 @@ def test_option_errors_exit_2_with_a_message(
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (["-c", "10,20", "-q", "30"], "--provider compares one gate: give one -c"),
-        (["-c", "none", "-q", "30"], "--provider compares one gate: give one -c"),
-        (["-c", "20", "-q", "0,30"], "--provider compares one gate: give one -q"),
+        (["-c", "10,20", "-q", "30"], "--provider compares one gate's settings: give one -c"),
+        (["-c", "none", "-q", "30"], "--provider compares one gate's settings: give one -c"),
+        (["-c", "20", "-q", "0,30"], "--provider compares one gate's settings: give one -q"),
     ],
 )
 def test_the_gate_compared_is_one_setting(
@@ -283,6 +284,7 @@ def test_plot_draws_C_against_K_and_the_goodput(
         assert series in svg, series
     for name in CONTENDERS:
         assert f"<!-- {name} -->" in svg, name
+    assert "K=20, 10 from 5.00s, 20 from 11.0s; C=20, Q=30" in svg  # the title
 
 
 def test_plot_without_matplotlib_prints_the_table_and_says_how_to_get_it(

@@ -98,9 +98,11 @@ def check_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         if getattr(args, name) not in (None, False, []):
             parser.error(f"--provider takes no {_flag(name)}: it compares gates of one class, all alike")
     if len(args.max_running) != 1 or args.max_running[0] is None:
-        parser.error("--provider compares one gate: give one -c, a whole number (the best C is swept for)")
+        parser.error(
+            "--provider compares one gate's settings: give one -c, a whole number (the best is swept for)"
+        )
     if len(args.max_waiting) != 1:
-        parser.error("--provider compares one gate: give one -q (the best Q is swept for)")
+        parser.error("--provider compares one gate's settings: give one -q (the best is swept for)")
     if args.rpm is not None and (len(args.rpm) != 1 or args.rpm[0] is None):
         parser.error("--provider: give one --rpm (the provider's quota, answered 429 beyond it)")
     if args.floor is not None and args.ceiling is not None and args.floor > args.ceiling:
@@ -184,8 +186,11 @@ def compare(
     _check_traffic(jobs, parser)
     provider = _provider(args)
     adaptive = _adaptive(args, parser)
-    keys = sorted({job.key for job in jobs})
-    traffics = {key: in_seconds(job for job in jobs if job.key == key) for key in keys}
+    by_key: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_key.setdefault(job.key, []).append(job)
+    keys = sorted(by_key)
+    traffics = {key: in_seconds(by_key[key]) for key in keys}
     comparison = compare_admission(
         traffics if len(keys) > 1 else in_seconds(jobs),
         provider,
@@ -221,7 +226,6 @@ def compare(
         if len(keys) > TABLED_KEYS:
             print(f"(--json gives each of the {len(keys)} gates' counts)")
     if plotting:
-        plot_comparison(
-            comparison, provider, args.plot, title=description if len(description) < 100 else None
-        )
+        title = f"{args.provider.describe()}; C={args.max_running[0]}, Q={_q(args.max_waiting[0])}"
+        plot_comparison(comparison, provider, args.plot, title=title)
         print(f"\nchart: {args.plot}", file=sys.stderr)
