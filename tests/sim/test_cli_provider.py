@@ -392,3 +392,18 @@ def test_plot_with_several_gates_draws_their_C_summed(
     chart = tmp_path / "keys.svg"
     assert main([*KEYED, "--plot", str(chart)]) == 0
     assert "C of adaptive Q=15, all gates" in chart.read_text()
+
+
+@pytest.mark.parametrize(
+    ("capacity", "note"),
+    [
+        ("20,5s:10,20m:20", "K changes at 20m, after the last arrival (at 16.0s)"),
+        ("drift:20,10,1h", "K changes at 60m, after the last arrival (at 16.0s)"),
+    ],
+)
+def test_a_change_of_K_after_the_traffic_is_noted(
+    capsys: pytest.CaptureFixture[str], capacity: str, note: str
+) -> None:
+    status, _, err = run(capsys, *TRAFFIC, "-c", "20", "-q", "30", "--provider", capacity)
+    assert status == 0
+    assert err == f"boundedgate: note: --provider {capacity}: {note}\n"

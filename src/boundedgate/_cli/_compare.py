@@ -124,6 +124,19 @@ def _check_traffic(jobs: Sequence[Job], parser: argparse.ArgumentParser) -> None
         )
 
 
+def _note_late_changes(capacity: _units.Capacity, jobs: Sequence[Job]) -> None:
+    # A K that changes after the last arrival is most likely a unit mistyped: 80m for 80s.
+    last = max((job.arrival_ms for job in jobs), default=0) / 1000
+    changes = [at for at, _ in capacity.changes] + ([capacity.drift[1]] if capacity.drift else [])
+    late = [at for at in changes if at > last]
+    if late:
+        print(
+            f"boundedgate: note: --provider {capacity.text}: K changes at {human_ms(late[0] * 1000)}, "
+            f"after the last arrival (at {human_ms(last * 1000)})",
+            file=sys.stderr,
+        )
+
+
 def _provider(args: argparse.Namespace) -> Provider:
     refuse = 0.05 if args.refuse_after is None else args.refuse_after / 1000
     rpm = None if args.rpm is None else args.rpm[0]
@@ -184,6 +197,7 @@ def compare(
 ) -> None:
     """Run the comparison ``plan --provider`` asks for and print it (and draw it)."""
     _check_traffic(jobs, parser)
+    _note_late_changes(args.provider, jobs)
     provider = _provider(args)
     adaptive = _adaptive(args, parser)
     by_key: dict[str, list[Job]] = {}
