@@ -27,7 +27,8 @@ its rate cost is paid, all buckets at once or none. These events change it:
 ``release(t, now, ending)``
     A running ticket ends: as ``ending`` says when it did not end normally (``FAILED``: it
     raised; ``ABORTED``: its client went away; ``LEAKED``: its caller never released it), else
-    ``LATE`` if ``now >= deadline``, else ``COMPLETED``. The
+    ``LATE`` if ``now >= deadline``, else ``COMPLETED``. Only these two normal endings count in
+    the recent pace (``recent_run_seconds``): a call that failed fast says nothing of it. The
     freed slot goes straight to the next queued ticket (direct hand-off: the oldest, or a more
     urgent one within the jump share), after due tickets have expired: a ticket whose deadline
     is ``now`` never starts. A next ticket whose tokens are not there yet keeps
@@ -232,7 +233,7 @@ class GateState:
         self.run_seconds_max = 0.0
         self.end_to_end_seconds_total = 0.0
         self.end_to_end_seconds_max = 0.0
-        # Exponentially weighted mean of recent run times (None before the first run ends).
+        # Exponentially weighted mean of recent completed and late runs (None before the first).
         self.recent_run_seconds: float | None = None
         #: Called with every ticket that reaches its outcome, within the event that ended it (a
         #: released ticket once its slot was handed on); None: nothing is called, nothing is kept.
@@ -322,6 +323,7 @@ class GateState:
         """
         if ticket.status is not RUNNING:
             return _NOBODY
+        ran = now - ticket.started  # type: ignore[operator]
         if ending is None:
             if now >= ticket.deadline:
                 ticket.status = LATE
@@ -330,6 +332,9 @@ class GateState:
             else:
                 ticket.status = COMPLETED
                 self.completed += 1
+            # The pace counts normal endings only: a provider failing fast must not look fast.
+            recent = self.recent_run_seconds
+            self.recent_run_seconds = ran if recent is None else recent + RECENT_RUN_WEIGHT * (ran - recent)
         elif ending is FAILED:
             ticket.status = FAILED
             self.failed += 1
@@ -344,12 +349,9 @@ class GateState:
             raise ValueError(f"a running request cannot end as {ending.value}")
         ticket.ended = now
         self.running -= 1
-        ran = now - ticket.started  # type: ignore[operator]
         self.run_seconds_total += ran
         if ran > self.run_seconds_max:
             self.run_seconds_max = ran
-        recent = self.recent_run_seconds
-        self.recent_run_seconds = ran if recent is None else recent + RECENT_RUN_WEIGHT * (ran - recent)
         total = now - ticket.arrival  # type: ignore[operator]
         self.end_to_end_seconds_total += total
         if total > self.end_to_end_seconds_max:
