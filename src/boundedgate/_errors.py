@@ -232,8 +232,8 @@ class Infeasible(GateError):
     pause in force) the request would start at or after its queue deadline (``min(deadline,
     arrival + max_wait)``), or one recent run after that start would end at or after its
     deadline: rather than queue it to expire or run late, the gate refuses it at once. Nothing
-    was queued. A 503 with ``Retry-After`` (the predicted wait) is the honest answer: the gate is saturated now,
-    and a request with a longer budget, or a retry later, may be served.
+    was queued. A 503 with ``Retry-After`` (the predicted wait) is the honest answer: the gate is
+    saturated now, and a request with a longer budget, or a retry later, may be served.
 
     Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
     predicted_wait, budget`` (``predicted_wait``: seconds from arrival to the predicted start;
