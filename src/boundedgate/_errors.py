@@ -228,12 +228,12 @@ class RateLimited(GateError):
 class Infeasible(GateError):
     """Raised at arrival by deadline-feasible admission: the request could not start in time.
 
-    By the gate's recent pace (its recent mean run time over C, and any pause in force) the
-    request would start at or after its queue deadline (``min(deadline, arrival + max_wait)``), or
-    one recent run after that start would end at or after its deadline: rather than queue it to
-    expire or run late, the gate refuses it at once. Nothing was queued. A
-    503 with ``Retry-After`` (the predicted wait) is the honest answer: the gate is saturated now,
-    and a request with a longer budget, or a retry later, may be served.
+    By the gate's recent pace (the recent mean of its runs that ended normally, over C, and any
+    pause in force) the request would start at or after its queue deadline (``min(deadline,
+    arrival + max_wait)``), or one recent run after that start would end at or after its
+    deadline: rather than queue it to expire or run late, the gate refuses it at once. Nothing
+    was queued. A 503 with ``Retry-After`` (the predicted wait) is the honest answer: the gate is
+    saturated now, and a request with a longer budget, or a retry later, may be served.
 
     Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
     predicted_wait, budget`` (``predicted_wait``: seconds from arrival to the predicted start;

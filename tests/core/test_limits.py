@@ -169,6 +169,48 @@ def test_feasible_admission_counts_a_pause_and_the_queue_budget() -> None:
     assert patient.status is Status.QUEUED
 
 
+@pytest.mark.parametrize("ending", [Status.FAILED, Status.ABORTED, Status.LEAKED])
+def test_feasible_admission_keeps_the_pace_of_runs_that_ended_normally(ending: Status) -> None:
+    # A provider failing fast (529s in 50 ms) must not make the pace look fast: only completed
+    # and late runs count, so what cannot start in time is still refused after the failures.
+    state = feasible_state(1, None)
+    t = ticket()
+    state.arrive(t, 0)
+    state.release(t, 2)  # the recent pace: runs of 2 s
+    now = 2.0
+    for _ in range(10):
+        failing = ticket()
+        state.arrive(failing, now)
+        now += 0.05
+        state.release(failing, now, ending)
+    state.arrive(ticket(), now)  # busy: a newcomer needs one 2 s run to end first
+    hopeless = ticket(now + 1.5)
+    state.arrive(hopeless, now)
+    assert hopeless.status is Status.INFEASIBLE
+    assert state.predicted_start(now) == now + 2
+    assert state.recent_run_seconds == 2
+    check_invariants(state, now)
+
+
+def test_the_pace_averages_over_rounds_of_C_runs_so_one_long_run_barely_moves_it() -> None:
+    # At C = 20 a mean over the last five runs is a quarter of one round of the slots: one 3 s run
+    # among 0.3 s ones would move a queue of 100's predicted start by 1.35 s. Weighted 0.2 / C,
+    # the mean spans about five rounds of C runs (five mean run times at full load) whatever C.
+    state = feasible_state(20, None)
+    now = 0.0
+    for seconds in [0.3] * 200 + [3.0]:
+        t = ticket()
+        state.arrive(t, now)
+        now += seconds
+        state.release(t, now)
+    assert state.recent_run_seconds == pytest.approx(0.3 + 0.2 / 20 * 2.7)
+    state.set_limits(now, max_running=1)  # C = 1: the newest run weighs 0.2 again
+    t = ticket()
+    state.arrive(t, now)
+    state.release(t, now + 1.3)
+    assert state.recent_run_seconds == pytest.approx(0.327 + 0.2 * (1.3 - 0.327))
+
+
 def test_without_feasible_the_semantics_are_today_s() -> None:
     state = GateState(1, None)
     t = ticket()

@@ -166,6 +166,27 @@ async def test_feasible_admission_refuses_at_arrival_with_a_typed_error() -> Non
     await busy
 
 
+async def test_feasible_admission_is_not_fooled_by_calls_that_fail_fast() -> None:
+    # Bodies that raise after 50 ms (a provider's 529s) leave the pace at the 2 s of the run
+    # that completed: a request that cannot start in time is still refused at arrival.
+    gate = BoundedGate(max_running=1, max_waiting=None, feasible=True)
+    log: list[tuple[str, float]] = []
+    await hold(gate, 2, log, "pace")
+    for _ in range(10):
+        with pytest.raises(ConnectionError):
+            async with gate.admit():
+                await asyncio.sleep(0.05)
+                raise ConnectionError("529 overloaded")
+    assert gate.stats().failed == 10
+    busy = asyncio.create_task(hold(gate, 2, log, "busy"))
+    await asyncio.sleep(0)
+    with pytest.raises(Infeasible) as raised:
+        async with gate.admit(timeout=1.5):
+            pass
+    assert raised.value.predicted_wait == 2.0
+    await busy
+
+
 async def test_keyed_gate_limits_change_for_the_template_and_for_one_key() -> None:
     keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=10)
     started: list[str] = []

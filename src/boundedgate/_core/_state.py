@@ -27,7 +27,8 @@ its rate cost is paid, all buckets at once or none. These events change it:
 ``release(t, now, ending)``
     A running ticket ends: as ``ending`` says when it did not end normally (``FAILED``: it
     raised; ``ABORTED``: its client went away; ``LEAKED``: its caller never released it), else
-    ``LATE`` if ``now >= deadline``, else ``COMPLETED``. The
+    ``LATE`` if ``now >= deadline``, else ``COMPLETED``. Only these two normal endings count in
+    the recent pace (``recent_run_seconds``): a call that failed fast says nothing of it. The
     freed slot goes straight to the next queued ticket (direct hand-off: the oldest, or a more
     urgent one within the jump share), after due tickets have expired: a ticket whose deadline
     is ``now`` never starts. A next ticket whose tokens are not there yet keeps
@@ -126,11 +127,22 @@ LOGGED = frozenset(outcome.status for outcome in OUTCOMES if outcome.logged)
 #: What the core calls with a ticket that reached its outcome (see ``GateState.observer``).
 Hook = Callable[[Ticket], None]
 
-#: Weight of the latest run in the moving average behind ``retry_after``.
+#: Weight of the latest run in the moving average behind ``retry_after`` (and the pace of
+#: feasible admission), per slot: a gate with C slots weighs it ``RECENT_RUN_WEIGHT / C``.
 RECENT_RUN_WEIGHT = 0.2
 
 #: Dead entries tolerated in the queue and the heap beyond twice the live ones.
 _SLACK = 32
+
+
+def pace_weight(limit: int) -> float:
+    """The weight of the newest run in the recent pace of a gate with ``limit`` slots.
+
+    ``RECENT_RUN_WEIGHT / C``: a mean over about five rounds of C runs, the same span of time
+    (five mean run times at full load) whatever C, so one long run does not move the pace of a
+    wide gate as it would a mean over its last five runs.
+    """
+    return RECENT_RUN_WEIGHT if limit == sys.maxsize else RECENT_RUN_WEIGHT / limit
 
 
 def queue_deadline(ticket: Ticket) -> float:
@@ -144,6 +156,7 @@ class GateState:
     __slots__ = (
         "_buckets",
         "_deadlines",
+        "_pace_weight",
         "_queue",
         "_queue_limit",
         "aborted",
@@ -193,6 +206,7 @@ class GateState:
         self.max_running = sys.maxsize if max_running is None else check_max_running(max_running)
         #: The configured C (``max_running`` is 0 while paused; this keeps the C to resume with).
         self.limit = self.max_running
+        self._pace_weight = pace_weight(self.limit)
         self.max_waiting = check_max_waiting(max_waiting)
         self._queue_limit = sys.maxsize if self.max_waiting is None else self.max_waiting
         self._queue = WaitQueue(priorities, jump_share)
@@ -232,7 +246,8 @@ class GateState:
         self.run_seconds_max = 0.0
         self.end_to_end_seconds_total = 0.0
         self.end_to_end_seconds_max = 0.0
-        # Exponentially weighted mean of recent run times (None before the first run ends).
+        # Exponentially weighted mean of recent completed and late runs, the newest weighing
+        # pace_weight(C) (None before the first).
         self.recent_run_seconds: float | None = None
         #: Called with every ticket that reaches its outcome, within the event that ended it (a
         #: released ticket once its slot was handed on); None: nothing is called, nothing is kept.
@@ -322,6 +337,7 @@ class GateState:
         """
         if ticket.status is not RUNNING:
             return _NOBODY
+        ran = now - ticket.started  # type: ignore[operator]
         if ending is None:
             if now >= ticket.deadline:
                 ticket.status = LATE
@@ -330,6 +346,9 @@ class GateState:
             else:
                 ticket.status = COMPLETED
                 self.completed += 1
+            # The pace counts normal endings only: a provider failing fast must not look fast.
+            recent = self.recent_run_seconds
+            self.recent_run_seconds = ran if recent is None else recent + self._pace_weight * (ran - recent)
         elif ending is FAILED:
             ticket.status = FAILED
             self.failed += 1
@@ -344,12 +363,9 @@ class GateState:
             raise ValueError(f"a running request cannot end as {ending.value}")
         ticket.ended = now
         self.running -= 1
-        ran = now - ticket.started  # type: ignore[operator]
         self.run_seconds_total += ran
         if ran > self.run_seconds_max:
             self.run_seconds_max = ran
-        recent = self.recent_run_seconds
-        self.recent_run_seconds = ran if recent is None else recent + RECENT_RUN_WEIGHT * (ran - recent)
         total = now - ticket.arrival  # type: ignore[operator]
         self.end_to_end_seconds_total += total
         if total > self.end_to_end_seconds_max:
@@ -468,6 +484,7 @@ class GateState:
             return _NOBODY
         self.limit_changes += 1
         self.limit = running
+        self._pace_weight = pace_weight(running)
         self.max_waiting = waiting
         self._queue_limit = sys.maxsize if waiting is None else waiting
         woken: list[Ticket] = []
