@@ -28,12 +28,20 @@ were taken from, and every release counts.
 A gate becomes idle through a release or a cancellation, or, with rate limits (whose waiters may wait
 for tokens while no slot is busy), through the expiry of its last waiter; those events check for it.
 The overrides also keep running totals of running and waiting across keys, for exact aggregate peaks.
+
+With ``adaptive``, each key's gate has a controller of its own (an :class:`AdaptiveLimit`, which
+samples that key's requests and hears that key's signals). When the gate is dropped, a controller
+that learned something (it cut C or closed a window) is kept in ``_learned``, an LRU of at most
+``learned_keys`` records, and the key's next gate takes it back with its C: so the learned C outlives
+the bursts, and the memory it takes is bounded however many keys come and go.
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
+import math
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -41,6 +49,9 @@ from types import EllipsisType
 from typing import Any, Generic, TypeVar, cast, final
 
 from .._core import (
+    SIGNALS,
+    Adaptive,
+    AdaptiveLimit,
     GateLimits,
     GateState,
     KeyedStatistics,
@@ -64,6 +75,10 @@ CANCELLED = Status.CANCELLED
 __all__ = ("KeyedGate",)
 
 K = TypeVar("K", bound=Hashable)
+
+#: A key's limits as ``overrides`` may give them: a :class:`GateLimits`, or any pair the runtime
+#: accepts, ``(max_running, max_waiting)``.
+Limits = GateLimits | tuple[int | None, int | None]
 
 _FRESH, _LISTED, _RETIRED = "fresh", "listed", "retired"
 
@@ -165,8 +180,9 @@ class KeyedGate(Generic[K]):
             (with ``rate_limits``: a rate limiter per key).
         max_waiting: Queue places (Q) for each key, an int >= 0, or None for an unbounded queue.
         name: The keyed gate's name; each key's gate is named ``f"{name}/{key}"``.
-        overrides: Limits for particular keys: a mapping from key to :class:`GateLimits`, or a
-            function from key to :class:`GateLimits` (or None for the template). Read when a
+        overrides: Limits for particular keys: a mapping from key to :class:`GateLimits` (or any
+            pair ``(max_running, max_waiting)``), or a function from key to one (or None for the
+            template). Read when a
             key's gate is created, so a change applies once the key has been idle.
         keep_idle: How many idle keys keep their gates (and per-key statistics) for reuse, an
             int >= 0; 0 drops every gate the moment its key is idle.
@@ -174,21 +190,30 @@ class KeyedGate(Generic[K]):
         jump_share: Every key's gate's share of queue jumps, as for :class:`BoundedGate`.
         rate_limits: Every key's gate's own rate limits (a tenant's or a tool's requests per
             minute, say): each key gets buckets of its own, starting full.
+        adaptive: A controller per key (:class:`Adaptive`'s settings, see :meth:`signal`): each
+            key's C is learned from its own signals and requests, starting from its limits' C.
+        learned_keys: How many keys without a gate keep what their controller learned (their C,
+            baseline and counts: well under 1 kB each), least recently dropped forgotten first.
 
     Raises:
-        TypeError: A limit or ``keep_idle`` that is not an int, a name that is not a str, or
-            overrides that are neither a mapping nor callable.
-        ValueError: A limit out of range (as for :class:`BoundedGate`), or ``keep_idle < 0``.
+        TypeError: A limit, ``keep_idle`` or ``learned_keys`` that is not an int, a name that is not
+            a str, overrides that are neither a mapping nor callable, or ``adaptive`` that is not
+            an :class:`Adaptive`.
+        ValueError: A limit out of range (as for :class:`BoundedGate`), ``keep_idle < 0``,
+            ``learned_keys < 0``, or ``adaptive`` without a template ``max_running``.
     """
 
     __slots__ = (
         "__weakref__",
+        "_adaptive",
         "_created",
         "_dropped",
         "_gates",
         "_idle_keys",
         "_jump_share",
         "_keep_idle",
+        "_learned",
+        "_learned_keys",
         "_max_running",
         "_max_waiting",
         "_name",
@@ -214,11 +239,13 @@ class KeyedGate(Generic[K]):
         max_running: int | None,
         max_waiting: int | None,
         name: str = "keyed",
-        overrides: Mapping[K, GateLimits] | Callable[[K], GateLimits | None] | None = None,
+        overrides: Mapping[K, Limits] | Callable[[K], Limits | None] | None = None,
         keep_idle: int = 0,
         priorities: int = 1,
         jump_share: float = 0.2,
         rate_limits: Sequence[RateLimit] = (),
+        adaptive: Adaptive | None = None,
+        learned_keys: int = 10_000,
     ) -> None:
         # The template, checked now rather than at the first key (GateState checks every setting).
         GateState(max_running, max_waiting, priorities, jump_share, rate_limits)
@@ -229,8 +256,8 @@ class KeyedGate(Generic[K]):
         self._max_waiting = check_max_waiting(max_waiting)
         self._name = check_name(name)
         self._observers = Observers()
-        self._overrides: Mapping[K, GateLimits] | None = None
-        self._override: Callable[[K], GateLimits | None] | None = None
+        self._overrides: Mapping[K, Limits] | None = None
+        self._override: Callable[[K], Limits | None] | None = None
         # Limits set at runtime for particular keys (set_limits(key, ...)): they outrank overrides.
         self._set: dict[K, GateLimits] = {}
         if isinstance(overrides, Mapping):
@@ -246,6 +273,18 @@ class KeyedGate(Generic[K]):
         if keep_idle < 0:
             raise ValueError(f"keep_idle must be >= 0, got {keep_idle}")
         self._keep_idle = keep_idle
+        if adaptive is not None and not isinstance(adaptive, Adaptive):
+            raise TypeError(f"adaptive must be Adaptive settings, got {adaptive!r}")
+        if adaptive is not None and self._max_running is None:
+            raise ValueError("an adaptive limit needs a template max_running")
+        if isinstance(learned_keys, bool) or not isinstance(learned_keys, int):
+            raise TypeError(f"learned_keys must be an int, got {learned_keys!r}")
+        if learned_keys < 0:
+            raise ValueError(f"learned_keys must be >= 0, got {learned_keys}")
+        self._adaptive = adaptive
+        self._learned_keys = learned_keys
+        # What the controllers of keys without a gate learned, least recently dropped first.
+        self._learned: OrderedDict[K, AdaptiveLimit] = OrderedDict()
         # Listed gates: every key with requests running or waiting, and the idle ones kept.
         self._gates: dict[K, BoundedGate] = {}
         # The idle keys among them, least recently idle first.
@@ -393,9 +432,9 @@ class KeyedGate(Generic[K]):
         Raises:
             TypeError, ValueError: The key's override is malformed or out of range.
         """
-        limits: GateLimits | None = self._set.get(key)
+        limits: Limits | None = self._set.get(key)
         if limits is not None:
-            return limits
+            return limits  # type: ignore[return-value]  # set_limits stores GateLimits
         if self._overrides is not None:
             limits = self._overrides.get(key)
         elif self._override is not None:
@@ -441,7 +480,82 @@ class KeyedGate(Generic[K]):
         if gate is not None:
             gate.set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
 
-    def _own_limits(self, key: K) -> GateLimits | None:
+    def signal(self, key: K, kind: str, *, retry_after: float | None = None) -> None:
+        """Tell ``key``'s gate what the provider answered for it, as :meth:`BoundedGate.signal`.
+
+        ``rate_limited`` with ``retry_after`` pauses new starts of this key only (a key without a
+        gate gets one, which stays until the pause is over, whatever ``keep_idle`` says);
+        ``overloaded`` has the key's controller cut its C, at most once per window (a key without a
+        gate has its learned record cut, which its next gate starts from; without ``adaptive`` it
+        changes nothing); ``ignored`` is not congestion. Must be called on the event loop.
+
+        Raises:
+            ValueError: An unknown kind.
+        """
+        if kind not in SIGNALS:
+            raise ValueError(f"unknown signal {kind!r}; expected rate_limited, overloaded or ignored")
+        gate = self._gates.get(key)
+        if kind == "rate_limited":
+            if retry_after is None or retry_after <= 0:
+                return
+            if gate is None:
+                gate = self._create(key)
+                self._list(key, gate)
+            gate.pause(retry_after)
+            state = cast(_KeyState, gate._state)
+            if not state.running and not state.waiting:
+                self._idle_keys.pop(key, None)
+                self._idle(key, state, gate._loop.time())  # type: ignore[union-attr]  # it rests
+            return
+        if gate is not None:
+            gate.signal(kind)
+            return
+        if kind != "overloaded" or self._adaptive is None:
+            return
+        controller = self._learned.pop(key, None)
+        if controller is None:
+            start = self.limits(key).max_running
+            if start is None:
+                return
+            controller = AdaptiveLimit(self._adaptive, start)
+        controller.signal(kind, asyncio.get_running_loop().time())
+        self._remember(key, controller)
+
+    def controller(self, key: K) -> AdaptiveLimit | None:
+        """``key``'s adaptive controller: its gate's, else what it learned before its gate was dropped.
+
+        None without ``adaptive``, for a key whose limits have no C, and for a key with no gate that
+        learned nothing (or was forgotten: see ``learned_keys``).
+        """
+        gate = self._gates.get(key)
+        if gate is not None:
+            return gate._controller
+        return self._learned.get(key)
+
+    def sync_rate_limits(self, key: K, remaining: Mapping[str, float]) -> int:
+        """Lower ``key``'s rate limits' balances to what the provider says is left for it.
+
+        As :meth:`BoundedGate.sync_rate_limits` on the key's gate; a key without a gate is left
+        alone (0). Returns how many buckets were lowered.
+        """
+        gate = self._gates.get(key)
+        return 0 if gate is None else gate.sync_rate_limits(remaining)
+
+    def _remember(self, key: K, controller: AdaptiveLimit, sampled: bool = False) -> None:
+        """Keep what a key without a gate learned, within ``learned_keys``.
+
+        A controller that heard nothing (no overload, no window closed, no sample: ``sampled`` says
+        whether its gate's requests ran to an answer) is not kept: the key's next one is the same.
+        """
+        if not (sampled or controller.cuts or controller.suppressed or controller.windows):
+            return
+        learned = self._learned
+        learned[key] = controller
+        learned.move_to_end(key)
+        while len(learned) > self._learned_keys:
+            learned.popitem(last=False)
+
+    def _own_limits(self, key: K) -> Limits | None:
         # The key's override, if it has one.
         if self._overrides is not None:
             return self._overrides.get(key)
@@ -491,13 +605,13 @@ class KeyedGate(Generic[K]):
         """
         self._observers.add(callback)
         for key, gate in self._gates.items():
-            attach(gate._state, self._name, key, self._observers)
+            self._attach(key, gate)
 
     def unobserve(self, callback: Observer) -> None:
         """Stop calling ``callback``; with no callback left the keys' gates record nothing."""
         self._observers.remove(callback)
         for key, gate in self._gates.items():
-            attach(gate._state, self._name, key, self._observers)
+            self._attach(key, gate)
 
     def __repr__(self) -> str:
         return (
@@ -519,10 +633,27 @@ class KeyedGate(Generic[K]):
             max_running, max_waiting = self._max_running, self._max_waiting
         else:
             max_running, max_waiting = self.limits(key)
+        controller = None
+        if self._adaptive is not None and max_running is not None:
+            controller = self._learned.pop(key, None)
+            if controller is None:
+                controller = AdaptiveLimit(self._adaptive, max_running)
+            max_running = controller.limit
         gate = BoundedGate._around(_KeyState(self, key, max_running, max_waiting), f"{self._name}/{key}")
-        attach(gate._state, self._name, key, self._observers)
+        if controller is not None:
+            gate._controller = controller
+        self._attach(key, gate)
         self._created += 1
         return gate
+
+    def _attach(self, key: K, gate: BoundedGate) -> None:
+        """Give a key's gate its hooks: the keyed gate's observers, and its controller's sampler."""
+        if gate._controller is None:
+            attach(gate._state, self._name, key, self._observers)
+            return
+        observers = Observers()
+        observers.callbacks = (*self._observers.callbacks, gate._sample)
+        attach(gate._state, self._name, key, observers)
 
     def _arrive_idle(self, state: _KeyState, ticket: Ticket, now: float, wait: bool) -> Sequence[Ticket]:
         """An arrival at an idle gate: a kept one leaves the idle keys, a fresh one is listed."""
@@ -623,6 +754,9 @@ class KeyedGate(Generic[K]):
         key must not get a fresh burst by going idle for a moment.
         """
         full_at = state.full_at()
+        paused = state.paused_until
+        if paused != math.inf and paused > full_at:
+            full_at = paused  # a pause is kept to its end, like a debt of rate
         if full_at > now:
             heapq.heappush(self._resting, (full_at, next(self._ticks), key))
             return
@@ -648,7 +782,10 @@ class KeyedGate(Generic[K]):
                 self._idle(key, state, now)
 
     def _drop(self, key: K) -> None:
-        state = cast(_KeyState, self._gates.pop(key)._state)
+        gate = self._gates.pop(key)
+        state = cast(_KeyState, gate._state)
         state._phase = _RETIRED
         self._retired.add(state)
         self._dropped += 1
+        if gate._controller is not None:
+            self._remember(key, gate._controller, bool(state.completed or state.late))
