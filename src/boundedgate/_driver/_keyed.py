@@ -39,6 +39,7 @@ the bursts, and the memory it takes is bounded however many keys come and go.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import itertools
 import math
@@ -67,6 +68,7 @@ from .._core import (
 )
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._gate import BoundedGate
+from ._light import COUNTS, FRESH, LISTED, RETIRED, LightKey, light_of
 from ._observing import Observer, Observers, attach
 from ._permit import Permit
 
@@ -80,7 +82,7 @@ K = TypeVar("K", bound=Hashable)
 #: accepts, ``(max_running, max_waiting)``.
 Limits = GateLimits | tuple[int | None, int | None]
 
-_FRESH, _LISTED, _RETIRED = "fresh", "listed", "retired"
+_FRESH, _LISTED, _RETIRED = FRESH, LISTED, RETIRED
 
 
 class _KeyState(GateState):
@@ -207,6 +209,9 @@ class KeyedGate(Generic[K]):
         "__weakref__",
         "_adaptive",
         "_created",
+        "_done",
+        "_done_run_max",
+        "_done_run_total",
         "_dropped",
         "_gates",
         "_idle_keys",
@@ -214,6 +219,7 @@ class KeyedGate(Generic[K]):
         "_keep_idle",
         "_learned",
         "_learned_keys",
+        "_light",
         "_max_running",
         "_max_waiting",
         "_name",
@@ -293,6 +299,12 @@ class KeyedGate(Generic[K]):
         self._resting: list[tuple[float, int, K]] = []
         self._ticks = itertools.count()
         self._retired = Totals()
+        # What the light keys dropped so far add to it: completions, and their run time's sum and max.
+        self._done = 0
+        self._done_run_total = 0.0
+        self._done_run_max = 0.0
+        # Keys start light (see _light.py) unless something needs a full state from the start.
+        self._light = not self._rate_limits and adaptive is None
         self._created = 0
         self._dropped = 0
         self._peak_keys = 0
@@ -566,6 +578,42 @@ class KeyedGate(Generic[K]):
     def stats(self) -> KeyedStatistics:
         """An immutable snapshot: the gate counts, and every key's counters summed, dropped keys included."""
         gates = self._gates
+        folded = Totals()
+        values = folded.values = dict(self._retired.values)
+        completed, ran, longest = self._done, self._done_run_total, self._done_run_max
+        full: list[GateState] = []
+        slots: int | None = 0
+        places: int | None = 0
+        for gate in gates.values():
+            light = light_of(gate)
+            if light is None:
+                full.append(gate._state)
+                continue
+            completed += light.completed
+            values["admitted"] += light.running  # a light key's started requests run or completed
+            ran += light.run_seconds_total
+            longest = max(longest, light.run_seconds_max)
+            slots = None if slots is None or light.limit == sys.maxsize else slots + light.limit
+            places = None if places is None or light.max_waiting is None else places + light.max_waiting
+        values["admitted"] += completed
+        values["completed"] += completed
+        values["run_seconds_total"] += ran
+        values["end_to_end_seconds_total"] += ran
+        for name in ("run_seconds_max", "end_to_end_seconds_max"):
+            values[name] = max(values[name], longest)
+        summed = total(
+            self._name, folded, full, self._running, self._waiting, self._peak_running, self._peak_waiting
+        )
+        if slots != 0 or places != 0:  # the light keys' limits, added to the full states' sums
+            summed = dataclasses.replace(
+                summed,
+                max_running=None
+                if slots is None or summed.max_running is None
+                else summed.max_running + slots,
+                max_waiting=None
+                if places is None or summed.max_waiting is None
+                else summed.max_waiting + places,
+            )
         return KeyedStatistics(
             name=self._name,
             keys=len(gates),
@@ -573,15 +621,7 @@ class KeyedGate(Generic[K]):
             peak_keys=self._peak_keys,
             created=self._created,
             dropped=self._dropped,
-            total=total(
-                self._name,
-                self._retired,
-                [gate._state for gate in gates.values()],
-                self._running,
-                self._waiting,
-                self._peak_running,
-                self._peak_waiting,
-            ),
+            total=summed,
         )
 
     def __len__(self) -> int:
@@ -604,14 +644,21 @@ class KeyedGate(Generic[K]):
         then is not recorded.
         """
         self._observers.add(callback)
-        for key, gate in self._gates.items():
-            self._attach(key, gate)
+        self._light = False  # records need full states: the keys made from now on have them
+        for key, gate in tuple(self._gates.items()):
+            light = light_of(gate)
+            if light is not None:
+                self._promote(light)  # attaches it
+            else:
+                self._attach(key, gate)
 
     def unobserve(self, callback: Observer) -> None:
         """Stop calling ``callback``; with no callback left the keys' gates record nothing."""
         self._observers.remove(callback)
+        self._light = not self._observers.callbacks and not self._rate_limits and self._adaptive is None
         for key, gate in self._gates.items():
-            self._attach(key, gate)
+            if light_of(gate) is None:
+                self._attach(key, gate)
 
     def __repr__(self) -> str:
         return (
@@ -633,6 +680,12 @@ class KeyedGate(Generic[K]):
             max_running, max_waiting = self._max_running, self._max_waiting
         else:
             max_running, max_waiting = self.limits(key)
+        if self._light:
+            light = LightKey(self, key, sys.maxsize if max_running is None else max_running, max_waiting)
+            gate = BoundedGate._around(light, f"{self._name}/{key}")  # type: ignore[arg-type]
+            light._gate = gate
+            self._created += 1
+            return gate
         controller = None
         if self._adaptive is not None and max_running is not None:
             controller = self._learned.pop(key, None)
@@ -645,6 +698,55 @@ class KeyedGate(Generic[K]):
         self._attach(key, gate)
         self._created += 1
         return gate
+
+    def _promote(self, light: LightKey) -> _KeyState:
+        """Give a light key its full state, from its counts, in its gate's place; returns it."""
+        key = light._key
+        limit = light.limit
+        state = _KeyState(self, key, None if limit == sys.maxsize else limit, light.max_waiting)
+        state._phase = light._phase
+        state.running = state._told_running = running = light.running  # the totals count them already
+        state.completed = completed = light.completed
+        state.admitted = completed + running
+        state.peak_running = light.peak_running
+        # A light key's requests started on arrival: their end-to-end time is their run time.
+        state.run_seconds_total = state.end_to_end_seconds_total = light.run_seconds_total
+        state.run_seconds_max = state.end_to_end_seconds_max = light.run_seconds_max
+        state.recent_run_seconds = light.recent_run_seconds
+        light._real = state
+        for name in COUNTS:
+            delattr(light, name)  # read from the full state from now on
+        gate = light._gate
+        if gate is None:  # dropped: its counts are folded already, and its gate is garbage or stale
+            state._phase = _RETIRED
+            return state
+        gate._state = state
+        light._gate = None
+        self._attach(cast(K, key), gate)
+        return state
+
+    def _light_idle(self, light: LightKey) -> None:
+        """A listed light key is idle: keep it among the idle keys, or drop it (no rest: no buckets)."""
+        keep = self._keep_idle
+        if not keep:
+            self._drop_light(cast(K, light._key), light)
+            return
+        idle = self._idle_keys
+        idle[cast(K, light._key)] = None
+        if len(idle) > keep:
+            self._drop(idle.popitem(last=False)[0])
+
+    def _drop_light(self, key: K, light: LightKey) -> None:
+        del self._gates[key]
+        light._phase = _RETIRED
+        light._gate = None  # the gate and its state no longer hold each other
+        self._done += light.completed
+        ran = light.run_seconds_total
+        if ran:
+            self._done_run_total += ran
+            if light.run_seconds_max > self._done_run_max:
+                self._done_run_max = light.run_seconds_max
+        self._dropped += 1
 
     def _attach(self, key: K, gate: BoundedGate) -> None:
         """Give a key's gate its hooks: the keyed gate's observers, and its controller's sampler."""
@@ -782,7 +884,12 @@ class KeyedGate(Generic[K]):
                 self._idle(key, state, now)
 
     def _drop(self, key: K) -> None:
-        gate = self._gates.pop(key)
+        gate = self._gates[key]
+        light = light_of(gate)
+        if light is not None:
+            self._drop_light(key, light)
+            return
+        del self._gates[key]
         state = cast(_KeyState, gate._state)
         state._phase = _RETIRED
         self._retired.add(state)
