@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit
-from boundedgate._driver._light import LightKey
+from boundedgate._driver._light import light_of
 from tests.helpers import live_gate
 
 
@@ -44,13 +44,13 @@ async def test_a_key_that_completed_light_requests_and_then_queues_keeps_its_his
     await through(keyed.admit("a"), 1)  # completes while "a" stays busy: light all the way
     await through(plain.admit(), 1)
     gate = live_gate(keyed, "a")
-    assert type(gate._state) is LightKey
+    assert light_of(gate) is not None
     second = keyed.try_admit("a")
     second_plain = plain.try_admit()
     queued = asyncio.create_task(through(keyed.admit("a"), 1))  # must wait: the key's full state
     queued_plain = asyncio.create_task(through(plain.admit(), 1))
     await asyncio.sleep(0)
-    assert type(gate._state) is not LightKey
+    assert light_of(gate) is None
     with pytest.raises(QueueFull):
         keyed.try_admit("a")
     with pytest.raises(QueueFull):
@@ -125,19 +125,19 @@ async def test_a_dropped_key_is_freed_by_reference_counting_alone() -> None:
 async def test_keys_that_need_a_full_state_from_the_start_never_are_light() -> None:
     rated: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, rate_limits=[RateLimit.per_second(5)])
     async with rated.admit("a"):
-        assert type(live_gate(rated, "a")._state) is not LightKey
+        assert light_of(live_gate(rated, "a")) is None
     observed: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=0)
     held = observed.try_admit("a")
     records: list[object] = []
     observed.observe(records.append)  # a light key listed now gets its full state, and records
-    assert type(live_gate(observed, "a")._state) is not LightKey
+    assert light_of(live_gate(observed, "a")) is None
     held.release()
     async with observed.admit("b"):
-        assert type(live_gate(observed, "b")._state) is not LightKey
+        assert light_of(live_gate(observed, "b")) is None
     assert len(records) == 2
     observed.unobserve(records.append)
     async with observed.admit("c"):
-        assert type(live_gate(observed, "c")._state) is LightKey
+        assert light_of(live_gate(observed, "c")) is not None
 
 
 async def test_a_failure_late_or_cancelled_slot_ends_through_the_full_state() -> None:
