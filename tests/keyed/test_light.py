@@ -117,7 +117,9 @@ async def test_a_dropped_key_is_freed_by_reference_counting_alone() -> None:
             pass
         gate = weakref.ref(permit.gate)  # its state is held by nothing else
         del permit
-        assert gate() is None
+        assert gate() in keyed._spare  # kept to be made again for another key
+        keyed._spare.clear()
+        assert gate() is None  # no cycle between the gate and its state
     finally:
         gc.enable()
 
@@ -153,3 +155,31 @@ async def test_a_failure_late_or_cancelled_slot_ends_through_the_full_state() ->
     total = keyed.stats().total
     assert (total.failed, total.late, total.cancelled, total.admitted, total.running) == (1, 1, 1, 2, 0)
     assert len(keyed) == 0
+
+
+async def test_a_light_keys_gate_observed_on_its_own_records() -> None:
+    keyed: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=0)
+    held = keyed.try_admit("a")
+    records: list[object] = []
+    live_gate(keyed, "a").observe(records.append)  # the key's full state takes the hooks
+    async with keyed.admit("a"):
+        pass
+    held.release()
+    assert len(records) == 2
+
+
+async def test_a_dropped_gate_is_made_again_only_when_nothing_holds_it() -> None:
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
+    async with keyed.admit("a"):
+        pass
+    async with keyed.admit("b") as permit:  # "a"'s gate, held by nothing, made again for "b"
+        assert permit.gate.name == "keyed/b"
+    kept = permit.gate
+    held = weakref.ref(kept)
+    async with keyed.admit("c") as other:  # b's gate is still held (kept, permit): a new one
+        assert other.gate is not kept
+        assert (kept.name, other.gate.name) == ("keyed/b", "keyed/c")
+    assert (kept.stats().completed, kept.stats().admitted) == (1, 1)
+    assert held() is kept
+    total = keyed.stats()
+    assert (total.created, total.dropped, total.total.completed) == (3, 3, 3)

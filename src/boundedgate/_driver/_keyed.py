@@ -44,6 +44,7 @@ import heapq
 import itertools
 import math
 import sys
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from types import EllipsisType
@@ -70,9 +71,12 @@ from .._streams import StreamOpener, StreamSource, StreamT
 from ._gate import BoundedGate
 from ._light import COUNTS, FRESH, LISTED, RETIRED, LightKey, light_of
 from ._observing import Observer, Observers, attach
-from ._permit import Permit
+from ._permit import Permit, new_permit
 
 CANCELLED = Status.CANCELLED
+_INF = math.inf
+_MAX = sys.float_info.max
+_ZERO = 0  # `priority is _ZERO`: the identity of the small int the default is
 
 __all__ = ("KeyedGate",)
 
@@ -83,6 +87,15 @@ K = TypeVar("K", bound=Hashable)
 Limits = GateLimits | tuple[int | None, int | None]
 
 _FRESH, _LISTED, _RETIRED = FRESH, LISTED, RETIRED
+_PROMOTED = "promoted"
+
+# A dropped light key's gate is made again for the next new key when nothing but the spares holds it:
+# its reference count says so (CPython's; elsewhere gates are never reused): in _create's check,
+# the local and the argument. (Its light state is only ever reached through it.)
+_refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda _: -1)
+_weakrefs = weakref.getweakrefcount
+_FREE_GATE = 2
+_SPARES = 4
 
 
 class _KeyState(GateState):
@@ -229,12 +242,14 @@ class KeyedGate(Generic[K]):
         "_peak_keys",
         "_peak_running",
         "_peak_waiting",
+        "_prefix",
         "_priorities",
         "_rate_limits",
         "_resting",
         "_retired",
         "_running",
         "_set",
+        "_spare",
         "_ticks",
         "_waiting",
     )
@@ -261,6 +276,7 @@ class KeyedGate(Generic[K]):
         self._max_running = None if max_running is None else check_max_running(max_running)
         self._max_waiting = check_max_waiting(max_waiting)
         self._name = check_name(name)
+        self._prefix = name + "/"
         self._observers = Observers()
         self._overrides: Mapping[K, Limits] | None = None
         self._override: Callable[[K], Limits | None] | None = None
@@ -279,14 +295,7 @@ class KeyedGate(Generic[K]):
         if keep_idle < 0:
             raise ValueError(f"keep_idle must be >= 0, got {keep_idle}")
         self._keep_idle = keep_idle
-        if adaptive is not None and not isinstance(adaptive, Adaptive):
-            raise TypeError(f"adaptive must be Adaptive settings, got {adaptive!r}")
-        if adaptive is not None and self._max_running is None:
-            raise ValueError("an adaptive limit needs a template max_running")
-        if isinstance(learned_keys, bool) or not isinstance(learned_keys, int):
-            raise TypeError(f"learned_keys must be an int, got {learned_keys!r}")
-        if learned_keys < 0:
-            raise ValueError(f"learned_keys must be >= 0, got {learned_keys}")
+        _check_adaptive(adaptive, self._max_running, learned_keys)
         self._adaptive = adaptive
         self._learned_keys = learned_keys
         # What the controllers of keys without a gate learned, least recently dropped first.
@@ -305,6 +314,8 @@ class KeyedGate(Generic[K]):
         self._done_run_max = 0.0
         # Keys start light (see _light.py) unless something needs a full state from the start.
         self._light = not self._rate_limits and adaptive is None
+        # Gates of light keys dropped lately, to be made again if nothing holds them (see _create).
+        self._spare: list[BoundedGate] = []
         self._created = 0
         self._dropped = 0
         self._peak_keys = 0
@@ -376,7 +387,22 @@ class KeyedGate(Generic[K]):
             TypeError, ValueError: As for :meth:`BoundedGate.admit`, or (for a key without a gate
                 yet) limits from ``overrides`` that are out of range.
         """
-        return self._gate_for(key).admit(
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = self._create(key)
+        if (
+            deadline is None
+            and max_wait is None
+            and cost is None
+            and priority is _ZERO
+            and raise_late is True
+        ):
+            # BoundedGate.admit's common case, spelled out: the keyword call costs more than the permit.
+            if timeout is None:
+                return new_permit(gate, None, _INF, 0, 0.0)
+            if (type(timeout) is float or type(timeout) is int) and 0 <= timeout <= _MAX:
+                return new_permit(gate, timeout, _INF, 0, 0.0)
+        return gate.admit(
             timeout=timeout,
             deadline=deadline,
             max_wait=max_wait,
@@ -681,10 +707,31 @@ class KeyedGate(Generic[K]):
         else:
             max_running, max_waiting = self.limits(key)
         if self._light:
-            light = LightKey(self, key, sys.maxsize if max_running is None else max_running, max_waiting)
-            gate = BoundedGate._around(light, f"{self._name}/{key}")  # type: ignore[arg-type]
-            light._gate = gate
             self._created += 1
+            limit = sys.maxsize if max_running is None else max_running
+            name = self._prefix + cast(str, key) if type(key) is str else f"{self._prefix}{key}"
+            spare = self._spare
+            while spare:
+                gate = spare.pop()
+                # Held by nothing else (no permit, no caller, no weak reference), its key's light
+                # state neither promoted nor in use since: nobody can tell it from a new one.
+                if _refs(gate) == _FREE_GATE and not _weakrefs(gate):
+                    light = cast(LightKey, gate._state)
+                    if light._phase is _RETIRED:
+                        light._key = key
+                        light._phase = _FRESH
+                        light._gate = gate
+                        light.limit = light.max_running = limit
+                        light.max_waiting = max_waiting
+                        light.completed = light.peak_running = 0
+                        light.run_seconds_total = light.run_seconds_max = 0.0
+                        light.recent_run_seconds = None
+                        gate._name = name
+                        gate._max_running = max_running
+                        return gate
+            fresh = LightKey(self, key, limit, max_waiting)
+            gate = BoundedGate._around(fresh, name)  # type: ignore[arg-type]
+            fresh._gate = gate
             return gate
         controller = None
         if self._adaptive is not None and max_running is not None:
@@ -714,10 +761,11 @@ class KeyedGate(Generic[K]):
         state.run_seconds_max = state.end_to_end_seconds_max = light.run_seconds_max
         state.recent_run_seconds = light.recent_run_seconds
         light._real = state
+        light._phase = _PROMOTED
         for name in COUNTS:
             delattr(light, name)  # read from the full state from now on
         gate = light._gate
-        if gate is None:  # dropped: its counts are folded already, and its gate is garbage or stale
+        if gate is None:  # dropped: its counts are folded already, and its gate is stale
             state._phase = _RETIRED
             return state
         gate._state = state
@@ -737,9 +785,11 @@ class KeyedGate(Generic[K]):
             self._drop(idle.popitem(last=False)[0])
 
     def _drop_light(self, key: K, light: LightKey) -> None:
-        del self._gates[key]
+        gate = self._gates.pop(key)
         light._phase = _RETIRED
         light._gate = None  # the gate and its state no longer hold each other
+        if len(self._spare) < _SPARES:
+            self._spare.append(gate)  # made again for another key, if nothing else holds it by then
         self._done += light.completed
         ran = light.run_seconds_total
         if ran:
@@ -896,3 +946,15 @@ class KeyedGate(Generic[K]):
         self._dropped += 1
         if gate._controller is not None:
             self._remember(key, gate._controller, bool(state.completed or state.late))
+
+
+def _check_adaptive(adaptive: object, max_running: int | None, learned_keys: object) -> None:
+    """Refuse ``KeyedGate(adaptive=..., learned_keys=...)`` that cannot work."""
+    if adaptive is not None and not isinstance(adaptive, Adaptive):
+        raise TypeError(f"adaptive must be Adaptive settings, got {adaptive!r}")
+    if adaptive is not None and max_running is None:
+        raise ValueError("an adaptive limit needs a template max_running")
+    if isinstance(learned_keys, bool) or not isinstance(learned_keys, int):
+        raise TypeError(f"learned_keys must be an int, got {learned_keys!r}")
+    if learned_keys < 0:
+        raise ValueError(f"learned_keys must be >= 0, got {learned_keys}")

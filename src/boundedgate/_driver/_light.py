@@ -17,10 +17,10 @@ every read goes (a caller may still hold it in a local): so it is never out of s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._core import GateState, Status, Ticket, check_cost, note
-from .._core._state import RECENT_RUN_WEIGHT
+from .._core._state import RECENT_RUN_WEIGHT, Hook
 
 if TYPE_CHECKING:
     from ._gate import BoundedGate
@@ -132,7 +132,10 @@ class LightKey:
         owner = self._owner
         owner._running -= 1
         if not running and self._phase is LISTED:
-            owner._light_idle(self)
+            if owner._keep_idle:
+                owner._light_idle(self)
+            else:
+                owner._drop_light(self._key, self)
         if owner._resting and owner._resting[0][0] <= now:
             owner._rested(now)
         return _NOBODY
@@ -153,15 +156,37 @@ class LightKey:
         ticket.cost = cost
         return _NOBODY
 
+    def full(self) -> GateState:
+        """The key's full state: made now (a promotion) unless it was made already."""
+        try:
+            return cast(GateState, object.__getattribute__(self, "_real"))
+        except AttributeError:
+            return self._owner._promote(self)
+
+    # The hooks a gate's own observe() gives its state: a light key takes them by promoting first.
+    @property
+    def observer(self) -> Hook | None:
+        """The full state's observer (None while there is none)."""
+        return self.full().observer if hasattr(self, "_real") else None
+
+    @observer.setter
+    def observer(self, hook: Hook | None) -> None:
+        self.full().observer = hook
+
+    @property
+    def reporter(self) -> Hook | None:
+        """The full state's reporter (None while there is none)."""
+        return self.full().reporter if hasattr(self, "_real") else None
+
+    @reporter.setter
+    def reporter(self, hook: Hook | None) -> None:
+        self.full().reporter = hook
+
     def __getattr__(self, name: str) -> Any:
         # Anything a light key does not have: promote it (once), and read it off the full state.
-        if name.startswith("__"):
+        if name.startswith("__") or name == "_real":
             raise AttributeError(name)
-        try:
-            real = object.__getattribute__(self, "_real")
-        except AttributeError:
-            real = self._owner._promote(self)
-        return getattr(real, name)
+        return getattr(self.full(), name)
 
     def __repr__(self) -> str:
         return f"<LightKey {self._key!r} {self._phase}>"
