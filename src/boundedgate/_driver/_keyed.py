@@ -69,7 +69,7 @@ from .._core import (
 )
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._gate import BoundedGate
-from ._light import COUNTS, FRESH, LISTED, RETIRED, LightKey, light_of
+from ._light import FRESH, LISTED, RETIRED, LightKey, PromotedKey, light_of
 from ._observing import Observer, Observers, attach
 from ._permit import Permit, new_permit
 
@@ -762,8 +762,7 @@ class KeyedGate(Generic[K]):
         state.recent_run_seconds = light.recent_run_seconds
         light._real = state
         light._phase = _PROMOTED
-        for name in COUNTS:
-            delattr(light, name)  # read from the full state from now on
+        light.__class__ = PromotedKey  # read from the full state from now on
         gate = light._gate
         if gate is None:  # dropped: its counts are folded already, and its gate is stale
             state._phase = _RETIRED

@@ -10,8 +10,11 @@ its counts, puts it in the gate's place, and the event or attribute goes to that
 if the key had had it all along. A light key that is dropped folds its few counters into its keyed
 gate's totals in a few additions, with nothing else to undo.
 
-After a promotion the light key keeps only its key, its keyed gate and the full state, to which
-every read goes (a caller may still hold it in a local): so it is never out of step.
+Every name of ``GateState`` that a light key lacks is a descriptor on its class that promotes it and
+reads (or writes) the full state's, so the light key needs no ``__getattr__`` (which would cost every
+attribute read on the hot path its specialisation). After a promotion the light key becomes a
+:class:`PromotedKey`, a proxy whose every attribute is the full state's (a caller may still hold it in
+a local): so it is never out of step.
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from .._core import GateState, Status, Ticket, check_cost, note
-from .._core._state import RECENT_RUN_WEIGHT, Hook
+from .._core._state import RECENT_RUN_WEIGHT
 
 if TYPE_CHECKING:
     from ._gate import BoundedGate
     from ._keyed import KeyedGate
 
-__all__ = ("FRESH", "LISTED", "RETIRED", "LightKey", "light_of")
+__all__ = ("FRESH", "LISTED", "RETIRED", "LightKey", "PromotedKey", "light_of")
 
 RUNNING = Status.RUNNING
 COMPLETED = Status.COMPLETED
@@ -157,39 +160,63 @@ class LightKey:
         return _NOBODY
 
     def full(self) -> GateState:
-        """The key's full state: made now (a promotion) unless it was made already."""
-        try:
-            return cast(GateState, object.__getattribute__(self, "_real"))
-        except AttributeError:
-            return self._owner._promote(self)
-
-    # The hooks a gate's own observe() gives its state: a light key takes them by promoting first.
-    @property
-    def observer(self) -> Hook | None:
-        """The full state's observer (None while there is none)."""
-        return self.full().observer if hasattr(self, "_real") else None
-
-    @observer.setter
-    def observer(self, hook: Hook | None) -> None:
-        self.full().observer = hook
-
-    @property
-    def reporter(self) -> Hook | None:
-        """The full state's reporter (None while there is none)."""
-        return self.full().reporter if hasattr(self, "_real") else None
-
-    @reporter.setter
-    def reporter(self, hook: Hook | None) -> None:
-        self.full().reporter = hook
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything a light key does not have: promote it (once), and read it off the full state.
-        if name.startswith("__") or name == "_real":
-            raise AttributeError(name)
-        return getattr(self.full(), name)
+        """The key's full state, made now: a promotion (a promoted key answers with its own)."""
+        return self._owner._promote(self)
 
     def __repr__(self) -> str:
         return f"<LightKey {self._key!r} {self._phase}>"
+
+
+class _Promoting:
+    """A name of ``GateState`` that a light key lacks: reading or writing it promotes the key first."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, light: LightKey | None, owner: type | None = None) -> Any:
+        if light is None:
+            return self
+        return getattr(light.full(), self.name)
+
+    def __set__(self, light: LightKey, value: object) -> None:
+        setattr(light.full(), self.name, value)
+
+
+def _names(cls: type) -> set[str]:
+    names = set(vars(cls))
+    for klass in cls.__mro__:
+        names.update(getattr(klass, "__slots__", ()))
+    return names
+
+
+for _name in sorted(_names(GateState) - _names(LightKey) - set(vars(object))):
+    if not _name.startswith("__"):
+        setattr(LightKey, _name, _Promoting(_name))
+
+
+class PromotedKey(LightKey):
+    """A light key after its promotion: every attribute but its own few is its full state's."""
+
+    __slots__ = ()
+
+    _OWN = frozenset(("_real", "_owner", "_key", "_phase", "_gate", "__class__", "full"))
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in PromotedKey._OWN:
+            return object.__getattribute__(self, name)
+        return getattr(object.__getattribute__(self, "_real"), name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in PromotedKey._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(object.__getattribute__(self, "_real"), name, value)
+
+    def full(self) -> GateState:
+        """The full state it was promoted to."""
+        return cast(GateState, object.__getattribute__(self, "_real"))
 
 
 def light_of(gate: BoundedGate) -> LightKey | None:
