@@ -117,8 +117,8 @@ async def test_a_dropped_key_is_freed_by_reference_counting_alone() -> None:
             pass
         gate = weakref.ref(permit.gate)  # its state is held by nothing else
         del permit
-        assert gate() in keyed._spare  # kept to be made again for another key
-        keyed._spare.clear()
+        assert gate() is keyed._spare  # kept to be made again for another key
+        keyed._spare = None
         assert gate() is None  # no cycle between the gate and its state
     finally:
         gc.enable()

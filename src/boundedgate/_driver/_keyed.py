@@ -95,7 +95,7 @@ _PROMOTED = "promoted"
 _refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda _: -1)
 _weakrefs = weakref.getweakrefcount
 _FREE_GATE = 2
-_SPARES = 4
+_UNLIMITED = sys.maxsize
 
 
 class _KeyState(GateState):
@@ -314,8 +314,8 @@ class KeyedGate(Generic[K]):
         self._done_run_max = 0.0
         # Keys start light (see _light.py) unless something needs a full state from the start.
         self._light = not self._rate_limits and adaptive is None
-        # Gates of light keys dropped lately, to be made again if nothing holds them (see _create).
-        self._spare: list[BoundedGate] = []
+        # The gate of the light key dropped last, to be made again if nothing holds it (see _create).
+        self._spare: BoundedGate | None = None
         self._created = 0
         self._dropped = 0
         self._peak_keys = 0
@@ -708,26 +708,27 @@ class KeyedGate(Generic[K]):
             max_running, max_waiting = self.limits(key)
         if self._light:
             self._created += 1
-            limit = sys.maxsize if max_running is None else max_running
-            name = self._prefix + cast(str, key) if type(key) is str else f"{self._prefix}{key}"
-            spare = self._spare
-            while spare:
-                gate = spare.pop()
+            limit = _UNLIMITED if max_running is None else max_running
+            name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"  # type: ignore[operator]
+            gate = self._spare
+            if gate is not None:
+                self._spare = None
                 # Held by nothing else (no permit, no caller, no weak reference), its key's light
                 # state neither promoted nor in use since: nobody can tell it from a new one.
                 if _refs(gate) == _FREE_GATE and not _weakrefs(gate):
-                    light = cast(LightKey, gate._state)
+                    light: LightKey = gate._state  # type: ignore[assignment]
                     if light._phase is _RETIRED:
                         light._key = key
                         light._phase = _FRESH
                         light._gate = gate
-                        light.limit = light.max_running = limit
-                        light.max_waiting = max_waiting
+                        if light.limit != limit or light.max_waiting != max_waiting:  # an override's
+                            light.limit = light.max_running = limit
+                            light.max_waiting = max_waiting
+                            gate._max_running = max_running
                         light.completed = light.peak_running = 0
                         light.run_seconds_total = light.run_seconds_max = 0.0
                         light.recent_run_seconds = None
                         gate._name = name
-                        gate._max_running = max_running
                         return gate
             fresh = LightKey(self, key, limit, max_waiting)
             gate = BoundedGate._around(fresh, name)  # type: ignore[arg-type]
@@ -787,8 +788,7 @@ class KeyedGate(Generic[K]):
         gate = self._gates.pop(key)
         light._phase = _RETIRED
         light._gate = None  # the gate and its state no longer hold each other
-        if len(self._spare) < _SPARES:
-            self._spare.append(gate)  # made again for another key, if nothing else holds it by then
+        self._spare = gate  # made again for another key, if nothing else holds it by then
         self._done += light.completed
         ran = light.run_seconds_total
         if ran:

@@ -97,12 +97,11 @@ class LightKey:
             if phase is LISTED:
                 if not running and owner._idle_keys:
                     owner._idle_keys.pop(self._key, None)  # it was kept idle
-            elif phase is FRESH and self._key not in owner._gates:
-                gates = owner._gates
-                gates[self._key] = self._gate  # type: ignore[assignment]  # set at creation
+            elif phase is FRESH and (key := self._key) not in (gates := owner._gates):
+                gates[key] = self._gate  # type: ignore[assignment]  # set at creation
                 self._phase = LISTED
-                if len(gates) > owner._peak_keys:
-                    owner._peak_keys = len(gates)
+                if (keys := len(gates)) > owner._peak_keys:
+                    owner._peak_keys = keys
             else:  # retired, or the key listed another gate meanwhile: the full state moves it on
                 return owner._promote(self).arrive(ticket, now, wait)
             ticket.arrival = ticket.started = now
@@ -137,8 +136,18 @@ class LightKey:
         if not running and self._phase is LISTED:
             if owner._keep_idle:
                 owner._light_idle(self)
-            else:
-                owner._drop_light(self._key, self)
+            else:  # dropped now (KeyedGate._drop_light, spelled out for the gate made per call)
+                gate = owner._gates.pop(self._key)
+                self._phase = RETIRED
+                self._gate = None  # the gate and its state no longer hold each other
+                owner._spare = gate
+                owner._done += self.completed
+                ran = self.run_seconds_total
+                if ran:
+                    owner._done_run_total += ran
+                    if self.run_seconds_max > owner._done_run_max:
+                        owner._done_run_max = self.run_seconds_max
+                owner._dropped += 1
         if owner._resting and owner._resting[0][0] <= now:
             owner._rested(now)
         return _NOBODY
