@@ -3,8 +3,12 @@
 Theory of operation
 ===================
 
-A key's gate goes through three phases, recorded on its state (a :class:`GateState` subclass, so
-that plain gates pay nothing for any of this):
+A key's gate starts *light* when the keyed gate has no rate limits, no controller and no
+observers: its state is a :class:`LightKey` (``_light.py``), counts only, which the key's full
+state (a :class:`GateState` subclass, so that plain gates pay nothing for any of this) replaces the
+moment anything else is needed. A light key dropped folds its few counters into ``_done*``; the
+gate of the last one dropped is kept in ``_spare`` and made again for the next new key if nothing
+holds it by then. Either kind of state goes through three phases:
 
 ``FRESH``
     Made by ``admit(key)`` for a key with no gate, and held by nothing but its permit: a permit
@@ -89,12 +93,22 @@ Limits = GateLimits | tuple[int | None, int | None]
 _FRESH, _LISTED, _RETIRED = FRESH, LISTED, RETIRED
 _PROMOTED = "promoted"
 
-# A dropped light key's gate is made again for the next new key when nothing but the spares holds it:
-# its reference count says so (CPython's; elsewhere gates are never reused): in _create's check,
-# the local and the argument. (Its light state is only ever reached through it.)
+# A dropped light key's gate is made again for the next new key when nothing else holds it: its
+# reference count says so. (Its light state is only ever reached through it.) What the count of an
+# object held by one local reads is measured once, the way _create reads it; with no reference count
+# to trust (another implementation, a free-threaded build) gates are never made again.
 _refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda _: -1)
 _weakrefs = weakref.getweakrefcount
-_FREE_GATE = 2
+
+
+def _count_of_one_local() -> int:
+    if sys.implementation.name != "cpython" or not getattr(sys, "_is_gil_enabled", lambda: True)():
+        return -2  # never equal to a count
+    probe = object()  # held by this local alone
+    return _refs(probe)
+
+
+_FREE_GATE = _count_of_one_local()
 _UNLIMITED = sys.maxsize
 
 
