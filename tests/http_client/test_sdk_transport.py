@@ -434,3 +434,47 @@ async def test_follow_provider_pauses_on_a_429_cuts_on_an_overload_and_lowers_bu
         await sdk.plain("overloaded=1")
     assert gate.max_running == 5  # an overload (529 or 503) cuts C once
     await sdk.aclose()
+
+
+async def test_follow_provider_tells_a_keyed_gate_the_key_of_each_signal(
+    sdk_name: str, provider: LimitsProvider
+) -> None:
+    # Keyed by the model in the body: a 529 (or 503) for model "a" cuts a's C alone; a 429 for "b"
+    # pauses b alone; each response's remaining quotas lower that key's buckets alone.
+    models: KeyedGate[str] = KeyedGate(
+        max_running=8,
+        max_waiting=10,
+        name="model",
+        rate_limits=[RateLimit.per_minute(600, name="requests")],
+        adaptive=Adaptive(decrease=0.5),
+    )
+
+    def model(request: Any) -> str:
+        return str(json.loads(request.content)["model"])
+
+    transport = GatedTransport(models, key=model, on_provider_signal=follow_provider(models))
+    sdk = Sdk(sdk_name, provider, transport)
+    await sdk.plain(model="b")
+    with pytest.raises(openai.APIStatusError if sdk.name == "openai" else anthropic.APIStatusError):
+        await sdk.plain("overloaded=1", model="a")
+    a, b = models.controller("a"), models.controller("b")
+    assert a is not None
+    assert b is not None
+    assert (a.limit, a.cuts, b.limit, b.cuts) == (4, 1, 8, 0)
+    assert models.stats().total.limit_changes == 1  # applied to a's gate while its request held it
+    held = await sdk.stream("hold_after=1")  # model "m": its gate lives while the stream is held
+    gate_m = models.get("m")
+    assert gate_m is not None
+    assert gate_m.stats().tokens[0] == pytest.approx(59, abs=0.5)  # the provider said 59 are left
+    with pytest.raises(sdk.rate_limited):
+        await sdk.plain("rate_limited=1,retry_after_ms=1500", model="b")
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await sdk.plain(model="a")  # not paused, and at its learned C
+    assert loop.time() == began
+    await sdk.plain(model="b")  # waits for b's reset
+    assert loop.time() - began == pytest.approx(1.5, abs=0.05)
+    assert gate_m.stats().paused_until is None
+    provider.release()
+    await _drain(sdk, held)
+    await sdk.aclose()

@@ -86,8 +86,7 @@ async def test_overrides_from_a_mapping_apply_to_their_keys_only() -> None:
         max_running=1,
         max_waiting=0,
         name="tenant",
-        # a plain pair on purpose: the runtime takes any (max_running, max_waiting) pair
-        overrides={"big": GateLimits(3, None), "small": (1, 2)},  # type: ignore[dict-item]
+        overrides={"big": GateLimits(3, None), "small": (1, 2)},  # a plain pair, as the runtime takes
     )
     big = [tenants.try_admit("big") for _ in range(3)]
     assert (live_gate(tenants, "big").max_running, live_gate(tenants, "big").max_waiting) == (3, None)
@@ -300,8 +299,7 @@ def test_an_override_may_leave_running_unlimited_or_waiting_unbounded() -> None:
     tenants: KeyedGate[str] = KeyedGate(
         max_running=1,
         max_waiting=0,
-        # a plain pair on purpose: the runtime takes any (max_running, max_waiting) pair
-        overrides={"a": GateLimits(None, 5), "b": (2, None)},  # type: ignore[dict-item]
+        overrides={"a": GateLimits(None, 5), "b": (2, None)},  # a plain pair, as the runtime takes
     )
     assert tenants.limits("a") == GateLimits(None, 5)
     assert tenants.limits("b") == GateLimits(2, None)

@@ -23,6 +23,7 @@ from .._streams import StreamPermit
 from .._streams._handing import HandsOver
 from ._gate import BoundedGate
 from ._keyed import KeyedGate, _KeyState
+from ._light import light_of
 from ._order import check_order
 from ._permit import Permit
 
@@ -111,7 +112,11 @@ def admit_all(
     for gate in gates:
         if type(gate) is BoundedGate:  # both classes are final: no subclass to miss
             state = gate._state
-            families.append(state._owner if type(state) is _KeyState else gate)
+            light = light_of(gate)
+            if light is not None:
+                families.append(light._owner)
+            else:
+                families.append(state._owner if type(state) is _KeyState else gate)
         elif type(gate) is tuple and len(gate) == 2 and type(gate[0]) is KeyedGate:
             hash(gate[1])
             families.append(gate[0])

@@ -3,8 +3,12 @@
 Theory of operation
 ===================
 
-A key's gate goes through three phases, recorded on its state (a :class:`GateState` subclass, so
-that plain gates pay nothing for any of this):
+A key's gate starts *light* when the keyed gate has no rate limits, no controller and no
+observers: its state is a :class:`LightKey` (``_light.py``), counts only, which the key's full
+state (a :class:`GateState` subclass, so that plain gates pay nothing for any of this) replaces the
+moment anything else is needed. A light key dropped folds its few counters into ``_done*``; the
+gate of the last one dropped is kept in ``_spare`` and made again for the next new key if nothing
+holds it by then. Either kind of state goes through three phases:
 
 ``FRESH``
     Made by ``admit(key)`` for a key with no gate, and held by nothing but its permit: a permit
@@ -28,19 +32,32 @@ were taken from, and every release counts.
 A gate becomes idle through a release or a cancellation, or, with rate limits (whose waiters may wait
 for tokens while no slot is busy), through the expiry of its last waiter; those events check for it.
 The overrides also keep running totals of running and waiting across keys, for exact aggregate peaks.
+
+With ``adaptive``, each key's gate has a controller of its own (an :class:`AdaptiveLimit`, which
+samples that key's requests and hears that key's signals). When the gate is dropped, a controller
+that learned something (it cut C or closed a window) is kept in ``_learned``, an LRU of at most
+``learned_keys`` records, and the key's next gate takes it back with its C: so the learned C outlives
+the bursts, and the memory it takes is bounded however many keys come and go.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import heapq
 import itertools
+import math
 import sys
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from types import EllipsisType
 from typing import Any, Generic, TypeVar, cast, final
 
 from .._core import (
+    SIGNALS,
+    Adaptive,
+    AdaptiveLimit,
     GateLimits,
     GateState,
     KeyedStatistics,
@@ -56,16 +73,43 @@ from .._core import (
 )
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._gate import BoundedGate
+from ._light import FRESH, LISTED, RETIRED, LightKey, PromotedKey, light_of
 from ._observing import Observer, Observers, attach
-from ._permit import Permit
+from ._permit import Permit, new_permit
 
 CANCELLED = Status.CANCELLED
+_INF = math.inf
+_MAX = sys.float_info.max
+_ZERO = 0  # `priority is _ZERO`: the identity of the small int the default is
 
 __all__ = ("KeyedGate",)
 
 K = TypeVar("K", bound=Hashable)
 
-_FRESH, _LISTED, _RETIRED = "fresh", "listed", "retired"
+#: A key's limits as ``overrides`` may give them: a :class:`GateLimits`, or any pair the runtime
+#: accepts, ``(max_running, max_waiting)``.
+Limits = GateLimits | tuple[int | None, int | None]
+
+_FRESH, _LISTED, _RETIRED = FRESH, LISTED, RETIRED
+_PROMOTED = "promoted"
+
+# A dropped light key's gate is made again for the next new key when nothing else holds it: its
+# reference count says so. (Its light state is only ever reached through it.) What the count of an
+# object held by one local reads is measured once, the way _create reads it; with no reference count
+# to trust (another implementation, a free-threaded build) gates are never made again.
+_refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda _: -1)
+_weakrefs = weakref.getweakrefcount
+
+
+def _count_of_one_local() -> int:
+    if sys.implementation.name != "cpython" or not getattr(sys, "_is_gil_enabled", lambda: True)():
+        return -2  # never equal to a count
+    probe = object()  # held by this local alone
+    return _refs(probe)
+
+
+_FREE_GATE = _count_of_one_local()
+_UNLIMITED = sys.maxsize
 
 
 class _KeyState(GateState):
@@ -165,8 +209,9 @@ class KeyedGate(Generic[K]):
             (with ``rate_limits``: a rate limiter per key).
         max_waiting: Queue places (Q) for each key, an int >= 0, or None for an unbounded queue.
         name: The keyed gate's name; each key's gate is named ``f"{name}/{key}"``.
-        overrides: Limits for particular keys: a mapping from key to :class:`GateLimits`, or a
-            function from key to :class:`GateLimits` (or None for the template). Read when a
+        overrides: Limits for particular keys: a mapping from key to :class:`GateLimits` (or any
+            pair ``(max_running, max_waiting)``), or a function from key to one (or None for the
+            template). Read when a
             key's gate is created, so a change applies once the key has been idle.
         keep_idle: How many idle keys keep their gates (and per-key statistics) for reuse, an
             int >= 0; 0 drops every gate the moment its key is idle.
@@ -174,21 +219,34 @@ class KeyedGate(Generic[K]):
         jump_share: Every key's gate's share of queue jumps, as for :class:`BoundedGate`.
         rate_limits: Every key's gate's own rate limits (a tenant's or a tool's requests per
             minute, say): each key gets buckets of its own, starting full.
+        adaptive: A controller per key (:class:`Adaptive`'s settings, see :meth:`signal`): each
+            key's C is learned from its own signals and requests, starting from its limits' C.
+        learned_keys: How many keys without a gate keep what their controller learned (their C,
+            baseline and counts: well under 1 kB each), least recently dropped forgotten first.
 
     Raises:
-        TypeError: A limit or ``keep_idle`` that is not an int, a name that is not a str, or
-            overrides that are neither a mapping nor callable.
-        ValueError: A limit out of range (as for :class:`BoundedGate`), or ``keep_idle < 0``.
+        TypeError: A limit, ``keep_idle`` or ``learned_keys`` that is not an int, a name that is not
+            a str, overrides that are neither a mapping nor callable, or ``adaptive`` that is not
+            an :class:`Adaptive`.
+        ValueError: A limit out of range (as for :class:`BoundedGate`), ``keep_idle < 0``,
+            ``learned_keys < 0``, or ``adaptive`` without a template ``max_running``.
     """
 
     __slots__ = (
         "__weakref__",
+        "_adaptive",
         "_created",
+        "_done",
+        "_done_run_max",
+        "_done_run_total",
         "_dropped",
         "_gates",
         "_idle_keys",
         "_jump_share",
         "_keep_idle",
+        "_learned",
+        "_learned_keys",
+        "_light",
         "_max_running",
         "_max_waiting",
         "_name",
@@ -198,12 +256,14 @@ class KeyedGate(Generic[K]):
         "_peak_keys",
         "_peak_running",
         "_peak_waiting",
+        "_prefix",
         "_priorities",
         "_rate_limits",
         "_resting",
         "_retired",
         "_running",
         "_set",
+        "_spare",
         "_ticks",
         "_waiting",
     )
@@ -214,11 +274,13 @@ class KeyedGate(Generic[K]):
         max_running: int | None,
         max_waiting: int | None,
         name: str = "keyed",
-        overrides: Mapping[K, GateLimits] | Callable[[K], GateLimits | None] | None = None,
+        overrides: Mapping[K, Limits] | Callable[[K], Limits | None] | None = None,
         keep_idle: int = 0,
         priorities: int = 1,
         jump_share: float = 0.2,
         rate_limits: Sequence[RateLimit] = (),
+        adaptive: Adaptive | None = None,
+        learned_keys: int = 10_000,
     ) -> None:
         # The template, checked now rather than at the first key (GateState checks every setting).
         GateState(max_running, max_waiting, priorities, jump_share, rate_limits)
@@ -228,9 +290,10 @@ class KeyedGate(Generic[K]):
         self._max_running = None if max_running is None else check_max_running(max_running)
         self._max_waiting = check_max_waiting(max_waiting)
         self._name = check_name(name)
+        self._prefix = name + "/"
         self._observers = Observers()
-        self._overrides: Mapping[K, GateLimits] | None = None
-        self._override: Callable[[K], GateLimits | None] | None = None
+        self._overrides: Mapping[K, Limits] | None = None
+        self._override: Callable[[K], Limits | None] | None = None
         # Limits set at runtime for particular keys (set_limits(key, ...)): they outrank overrides.
         self._set: dict[K, GateLimits] = {}
         if isinstance(overrides, Mapping):
@@ -246,6 +309,11 @@ class KeyedGate(Generic[K]):
         if keep_idle < 0:
             raise ValueError(f"keep_idle must be >= 0, got {keep_idle}")
         self._keep_idle = keep_idle
+        _check_adaptive(adaptive, self._max_running, learned_keys)
+        self._adaptive = adaptive
+        self._learned_keys = learned_keys
+        # What the controllers of keys without a gate learned, least recently dropped first.
+        self._learned: OrderedDict[K, AdaptiveLimit] = OrderedDict()
         # Listed gates: every key with requests running or waiting, and the idle ones kept.
         self._gates: dict[K, BoundedGate] = {}
         # The idle keys among them, least recently idle first.
@@ -254,6 +322,14 @@ class KeyedGate(Generic[K]):
         self._resting: list[tuple[float, int, K]] = []
         self._ticks = itertools.count()
         self._retired = Totals()
+        # What the light keys dropped so far add to it: completions, and their run time's sum and max.
+        self._done = 0
+        self._done_run_total = 0.0
+        self._done_run_max = 0.0
+        # Keys start light (see _light.py) unless something needs a full state from the start.
+        self._light = not self._rate_limits and adaptive is None
+        # The gate of the light key dropped last, to be made again if nothing holds it (see _create).
+        self._spare: BoundedGate | None = None
         self._created = 0
         self._dropped = 0
         self._peak_keys = 0
@@ -325,7 +401,22 @@ class KeyedGate(Generic[K]):
             TypeError, ValueError: As for :meth:`BoundedGate.admit`, or (for a key without a gate
                 yet) limits from ``overrides`` that are out of range.
         """
-        return self._gate_for(key).admit(
+        gate = self._gates.get(key)
+        if gate is None:
+            gate = self._create(key)
+        if (
+            deadline is None
+            and max_wait is None
+            and cost is None
+            and priority is _ZERO
+            and raise_late is True
+        ):
+            # BoundedGate.admit's common case, spelled out: the keyword call costs more than the permit.
+            if timeout is None:
+                return new_permit(gate, None, _INF, 0, 0.0)
+            if (type(timeout) is float or type(timeout) is int) and 0 <= timeout <= _MAX:
+                return new_permit(gate, timeout, _INF, 0, 0.0)
+        return gate.admit(
             timeout=timeout,
             deadline=deadline,
             max_wait=max_wait,
@@ -393,9 +484,9 @@ class KeyedGate(Generic[K]):
         Raises:
             TypeError, ValueError: The key's override is malformed or out of range.
         """
-        limits: GateLimits | None = self._set.get(key)
+        limits: Limits | None = self._set.get(key)
         if limits is not None:
-            return limits
+            return limits  # type: ignore[return-value]  # set_limits stores GateLimits
         if self._overrides is not None:
             limits = self._overrides.get(key)
         elif self._override is not None:
@@ -441,7 +532,82 @@ class KeyedGate(Generic[K]):
         if gate is not None:
             gate.set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
 
-    def _own_limits(self, key: K) -> GateLimits | None:
+    def signal(self, key: K, kind: str, *, retry_after: float | None = None) -> None:
+        """Tell ``key``'s gate what the provider answered for it, as :meth:`BoundedGate.signal`.
+
+        ``rate_limited`` with ``retry_after`` pauses new starts of this key only (a key without a
+        gate gets one, which stays until the pause is over, whatever ``keep_idle`` says);
+        ``overloaded`` has the key's controller cut its C, at most once per window (a key without a
+        gate has its learned record cut, which its next gate starts from; without ``adaptive`` it
+        changes nothing); ``ignored`` is not congestion. Must be called on the event loop.
+
+        Raises:
+            ValueError: An unknown kind.
+        """
+        if kind not in SIGNALS:
+            raise ValueError(f"unknown signal {kind!r}; expected rate_limited, overloaded or ignored")
+        gate = self._gates.get(key)
+        if kind == "rate_limited":
+            if retry_after is None or retry_after <= 0:
+                return
+            if gate is None:
+                gate = self._create(key)
+                self._list(key, gate)
+            gate.pause(retry_after)
+            state = cast(_KeyState, gate._state)
+            if not state.running and not state.waiting:
+                self._idle_keys.pop(key, None)
+                self._idle(key, state, gate._loop.time())  # type: ignore[union-attr]  # it rests
+            return
+        if gate is not None:
+            gate.signal(kind)
+            return
+        if kind != "overloaded" or self._adaptive is None:
+            return
+        controller = self._learned.pop(key, None)
+        if controller is None:
+            start = self.limits(key).max_running
+            if start is None:
+                return
+            controller = AdaptiveLimit(self._adaptive, start)
+        controller.signal(kind, asyncio.get_running_loop().time())
+        self._remember(key, controller)
+
+    def controller(self, key: K) -> AdaptiveLimit | None:
+        """``key``'s adaptive controller: its gate's, else what it learned before its gate was dropped.
+
+        None without ``adaptive``, for a key whose limits have no C, and for a key with no gate that
+        learned nothing (or was forgotten: see ``learned_keys``).
+        """
+        gate = self._gates.get(key)
+        if gate is not None:
+            return gate._controller
+        return self._learned.get(key)
+
+    def sync_rate_limits(self, key: K, remaining: Mapping[str, float]) -> int:
+        """Lower ``key``'s rate limits' balances to what the provider says is left for it.
+
+        As :meth:`BoundedGate.sync_rate_limits` on the key's gate; a key without a gate is left
+        alone (0). Returns how many buckets were lowered.
+        """
+        gate = self._gates.get(key)
+        return 0 if gate is None else gate.sync_rate_limits(remaining)
+
+    def _remember(self, key: K, controller: AdaptiveLimit, sampled: bool = False) -> None:
+        """Keep what a key without a gate learned, within ``learned_keys``.
+
+        A controller that heard nothing (no overload, no window closed, no sample: ``sampled`` says
+        whether its gate's requests ran to an answer) is not kept: the key's next one is the same.
+        """
+        if not (sampled or controller.cuts or controller.suppressed or controller.windows):
+            return
+        learned = self._learned
+        learned[key] = controller
+        learned.move_to_end(key)
+        while len(learned) > self._learned_keys:
+            learned.popitem(last=False)
+
+    def _own_limits(self, key: K) -> Limits | None:
         # The key's override, if it has one.
         if self._overrides is not None:
             return self._overrides.get(key)
@@ -452,6 +618,42 @@ class KeyedGate(Generic[K]):
     def stats(self) -> KeyedStatistics:
         """An immutable snapshot: the gate counts, and every key's counters summed, dropped keys included."""
         gates = self._gates
+        folded = Totals()
+        values = folded.values = dict(self._retired.values)
+        completed, ran, longest = self._done, self._done_run_total, self._done_run_max
+        full: list[GateState] = []
+        slots: int | None = 0
+        places: int | None = 0
+        for gate in gates.values():
+            light = light_of(gate)
+            if light is None:
+                full.append(gate._state)
+                continue
+            completed += light.completed
+            values["admitted"] += light.running  # a light key's started requests run or completed
+            ran += light.run_seconds_total
+            longest = max(longest, light.run_seconds_max)
+            slots = None if slots is None or light.limit == sys.maxsize else slots + light.limit
+            places = None if places is None or light.max_waiting is None else places + light.max_waiting
+        values["admitted"] += completed
+        values["completed"] += completed
+        values["run_seconds_total"] += ran
+        values["end_to_end_seconds_total"] += ran
+        for name in ("run_seconds_max", "end_to_end_seconds_max"):
+            values[name] = max(values[name], longest)
+        summed = total(
+            self._name, folded, full, self._running, self._waiting, self._peak_running, self._peak_waiting
+        )
+        if slots != 0 or places != 0:  # the light keys' limits, added to the full states' sums
+            summed = dataclasses.replace(
+                summed,
+                max_running=None
+                if slots is None or summed.max_running is None
+                else summed.max_running + slots,
+                max_waiting=None
+                if places is None or summed.max_waiting is None
+                else summed.max_waiting + places,
+            )
         return KeyedStatistics(
             name=self._name,
             keys=len(gates),
@@ -459,15 +661,7 @@ class KeyedGate(Generic[K]):
             peak_keys=self._peak_keys,
             created=self._created,
             dropped=self._dropped,
-            total=total(
-                self._name,
-                self._retired,
-                [gate._state for gate in gates.values()],
-                self._running,
-                self._waiting,
-                self._peak_running,
-                self._peak_waiting,
-            ),
+            total=summed,
         )
 
     def __len__(self) -> int:
@@ -490,14 +684,21 @@ class KeyedGate(Generic[K]):
         then is not recorded.
         """
         self._observers.add(callback)
-        for key, gate in self._gates.items():
-            attach(gate._state, self._name, key, self._observers)
+        self._light = False  # records need full states: the keys made from now on have them
+        for key, gate in tuple(self._gates.items()):
+            light = light_of(gate)
+            if light is not None:
+                self._promote(light)  # attaches it
+            else:
+                self._attach(key, gate)
 
     def unobserve(self, callback: Observer) -> None:
         """Stop calling ``callback``; with no callback left the keys' gates record nothing."""
         self._observers.remove(callback)
+        self._light = not self._observers.callbacks and not self._rate_limits and self._adaptive is None
         for key, gate in self._gates.items():
-            attach(gate._state, self._name, key, self._observers)
+            if light_of(gate) is None:
+                self._attach(key, gate)
 
     def __repr__(self) -> str:
         return (
@@ -519,10 +720,105 @@ class KeyedGate(Generic[K]):
             max_running, max_waiting = self._max_running, self._max_waiting
         else:
             max_running, max_waiting = self.limits(key)
+        if self._light:
+            self._created += 1
+            limit = _UNLIMITED if max_running is None else max_running
+            name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"  # type: ignore[operator]
+            gate = self._spare
+            if gate is not None:
+                self._spare = None
+                # Held by nothing else (no permit, no caller, no weak reference), its key's light
+                # state neither promoted nor in use since: nobody can tell it from a new one.
+                if _refs(gate) == _FREE_GATE and not _weakrefs(gate):
+                    light: LightKey = gate._state  # type: ignore[assignment]
+                    if light._phase is _RETIRED:
+                        light._key = key
+                        light._phase = _FRESH
+                        light._gate = gate
+                        if light.limit != limit or light.max_waiting != max_waiting:  # an override's
+                            light.limit = light.max_running = limit
+                            light.max_waiting = max_waiting
+                            gate._max_running = max_running
+                        light.completed = light.peak_running = 0
+                        light.run_seconds_total = light.run_seconds_max = 0.0
+                        light.recent_run_seconds = None
+                        gate._name = name
+                        return gate
+            fresh = LightKey(self, key, limit, max_waiting)
+            gate = BoundedGate._around(fresh, name)  # type: ignore[arg-type]
+            fresh._gate = gate
+            return gate
+        controller = None
+        if self._adaptive is not None and max_running is not None:
+            controller = self._learned.pop(key, None)
+            if controller is None:
+                controller = AdaptiveLimit(self._adaptive, max_running)
+            max_running = controller.limit
         gate = BoundedGate._around(_KeyState(self, key, max_running, max_waiting), f"{self._name}/{key}")
-        attach(gate._state, self._name, key, self._observers)
+        if controller is not None:
+            gate._controller = controller
+        self._attach(key, gate)
         self._created += 1
         return gate
+
+    def _promote(self, light: LightKey) -> _KeyState:
+        """Give a light key its full state, from its counts, in its gate's place; returns it."""
+        key = light._key
+        limit = light.limit
+        state = _KeyState(self, key, None if limit == sys.maxsize else limit, light.max_waiting)
+        state._phase = light._phase
+        state.running = state._told_running = running = light.running  # the totals count them already
+        state.completed = completed = light.completed
+        state.admitted = completed + running
+        state.peak_running = light.peak_running
+        # A light key's requests started on arrival: their end-to-end time is their run time.
+        state.run_seconds_total = state.end_to_end_seconds_total = light.run_seconds_total
+        state.run_seconds_max = state.end_to_end_seconds_max = light.run_seconds_max
+        state.recent_run_seconds = light.recent_run_seconds
+        light._real = state
+        light._phase = _PROMOTED
+        light.__class__ = PromotedKey  # read from the full state from now on
+        gate = light._gate
+        if gate is None:  # dropped: its counts are folded already, and its gate is stale
+            state._phase = _RETIRED
+            return state
+        gate._state = state
+        light._gate = None
+        self._attach(cast(K, key), gate)
+        return state
+
+    def _light_idle(self, light: LightKey) -> None:
+        """A listed light key is idle: keep it among the idle keys, or drop it (no rest: no buckets)."""
+        keep = self._keep_idle
+        if not keep:
+            self._drop_light(cast(K, light._key), light)
+            return
+        idle = self._idle_keys
+        idle[cast(K, light._key)] = None
+        if len(idle) > keep:
+            self._drop(idle.popitem(last=False)[0])
+
+    def _drop_light(self, key: K, light: LightKey) -> None:
+        gate = self._gates.pop(key)
+        light._phase = _RETIRED
+        light._gate = None  # the gate and its state no longer hold each other
+        self._spare = gate  # made again for another key, if nothing else holds it by then
+        self._done += light.completed
+        ran = light.run_seconds_total
+        if ran:
+            self._done_run_total += ran
+            if light.run_seconds_max > self._done_run_max:
+                self._done_run_max = light.run_seconds_max
+        self._dropped += 1
+
+    def _attach(self, key: K, gate: BoundedGate) -> None:
+        """Give a key's gate its hooks: the keyed gate's observers, and its controller's sampler."""
+        if gate._controller is None:
+            attach(gate._state, self._name, key, self._observers)
+            return
+        observers = Observers()
+        observers.callbacks = (*self._observers.callbacks, gate._sample)
+        attach(gate._state, self._name, key, observers)
 
     def _arrive_idle(self, state: _KeyState, ticket: Ticket, now: float, wait: bool) -> Sequence[Ticket]:
         """An arrival at an idle gate: a kept one leaves the idle keys, a fresh one is listed."""
@@ -623,6 +919,9 @@ class KeyedGate(Generic[K]):
         key must not get a fresh burst by going idle for a moment.
         """
         full_at = state.full_at()
+        paused = state.paused_until
+        if paused != math.inf and paused > full_at:
+            full_at = paused  # a pause is kept to its end, like a debt of rate
         if full_at > now:
             heapq.heappush(self._resting, (full_at, next(self._ticks), key))
             return
@@ -648,7 +947,27 @@ class KeyedGate(Generic[K]):
                 self._idle(key, state, now)
 
     def _drop(self, key: K) -> None:
-        state = cast(_KeyState, self._gates.pop(key)._state)
+        gate = self._gates[key]
+        light = light_of(gate)
+        if light is not None:
+            self._drop_light(key, light)
+            return
+        del self._gates[key]
+        state = cast(_KeyState, gate._state)
         state._phase = _RETIRED
         self._retired.add(state)
         self._dropped += 1
+        if gate._controller is not None:
+            self._remember(key, gate._controller, bool(state.completed or state.late))
+
+
+def _check_adaptive(adaptive: object, max_running: int | None, learned_keys: object) -> None:
+    """Refuse ``KeyedGate(adaptive=..., learned_keys=...)`` that cannot work."""
+    if adaptive is not None and not isinstance(adaptive, Adaptive):
+        raise TypeError(f"adaptive must be Adaptive settings, got {adaptive!r}")
+    if adaptive is not None and max_running is None:
+        raise ValueError("an adaptive limit needs a template max_running")
+    if isinstance(learned_keys, bool) or not isinstance(learned_keys, int):
+        raise TypeError(f"learned_keys must be an int, got {learned_keys!r}")
+    if learned_keys < 0:
+        raise ValueError(f"learned_keys must be >= 0, got {learned_keys}")

@@ -76,7 +76,7 @@ def gate_middleware(
         exchange.headers = loop.time()
         exchange.status = response.status
         signal = exchange.signal = parse_signal(
-            response.status, response.headers, request.url.host or "", exchange.headers
+            response.status, response.headers, request.url.host or "", exchange.headers, key=exchange.key
         )
         connection = response.connection
         if connection is None:  # no body left to read: released already

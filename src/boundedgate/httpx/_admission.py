@@ -22,7 +22,7 @@ Cost = float | Callable[[Any], float | None] | None
 class Admission:
     """Makes the permit for each request, from the edge's settings and the enclosing ``gate_call()``."""
 
-    __slots__ = ("_accepted", "_admit", "_cost", "_max_wait", "_priority", "_retry_priority", "gate")
+    __slots__ = ("_accepted", "_admit", "_cost", "_key", "_max_wait", "_priority", "_retry_priority", "gate")
 
     def __init__(
         self,
@@ -45,6 +45,7 @@ class Admission:
         if max_wait is not None and max_wait != "pool" and "max_wait" not in accepted:
             raise TypeError(f"{gate!r} takes no max_wait=: give max_wait=None")
         self.gate = gate
+        self._key = key
         self._accepted = accepted
         self._cost = cost
         self._priority = priority
@@ -77,6 +78,10 @@ class Admission:
         max_wait = pool_timeout if self._max_wait == "pool" else self._max_wait
         if max_wait is not None and "max_wait" in accepted:
             kwargs["max_wait"] = max_wait
+        key = self._key
+        if key is not None:  # keyed: the exchange records its key (its provider signals carry it)
+            exchange.key = which = key(request)
+            return self._admit(which, kwargs)  # type: ignore[no-any-return]
         return self._admit(request, kwargs)  # type: ignore[no-any-return]
 
 
@@ -94,7 +99,7 @@ def _admitter(gate: Any, key: Callable[[Any], Hashable] | None) -> tuple[Callabl
     if "key" in parameters:
         if key is None:
             raise TypeError(f"{gate!r} is keyed: give key=, a function of the request")
-        return (lambda request, kwargs: admit(key(request), **kwargs)), accepted
+        return (lambda which, kwargs: admit(which, **kwargs)), accepted  # called with the request's key
     if key is not None:
         raise TypeError(f"{gate!r} is not keyed: key= is for a KeyedGate")
     return (lambda request, kwargs: admit(**kwargs)), accepted

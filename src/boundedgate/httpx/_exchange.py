@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class Exchange:
         settled: The cost settled from that usage (None if nothing was settled).
         signal: What the provider's status and headers said (None for a plain success).
         refusal: The gate's error, for a refused request.
+        key: The key it was admitted under, through a ``KeyedGate`` (None otherwise).
     """
 
     method: str
@@ -55,6 +57,7 @@ class Exchange:
     settled: float | None = None
     signal: ProviderSignal | None = None
     refusal: GateError | None = None
+    key: Hashable | None = None
 
     @property
     def queued(self) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .._driver import KeyedGate
 from ._signals import ProviderSignal
 
 __all__ = ("follow_provider",)
@@ -23,21 +24,52 @@ def follow_provider(gate: Any) -> Callable[[ProviderSignal], None]:
     says overloaded (``overloaded``, ``unavailable``) is an overload signal, which an adaptive gate
     answers with a cut (at most once per window); every response's remaining quotas bring the
     gate's rate limits of the same name down to them (``gate.sync_rate_limits``), never up. A gate
-    without ``signal()`` (a ``RedisGate``, a keyed gate) is left alone for what it cannot take.
+    without ``signal()`` (a ``RedisGate``) is left alone for what it cannot take.
+
+    With a :class:`KeyedGate` (``GatedTransport(models, key=..., on_provider_signal=
+    follow_provider(models))``) each signal goes to the gate of the key its request was admitted
+    under (``ProviderSignal.key``): a 529 for one model cuts that model's C alone. A signal with no
+    key (a request that did not go through this keyed gate) is left alone.
     """
+    if isinstance(gate, KeyedGate):
+        keyed: KeyedGate[Any] = gate
+
+        def follow_keyed(signal: ProviderSignal) -> None:
+            key = signal.key
+            if key is None:
+                return
+            kind = signal.kind
+            if kind == "rate_limited":
+                keyed.signal(key, "rate_limited", retry_after=_wait(signal))
+            elif kind in ("overloaded", "unavailable"):
+                keyed.signal(key, "overloaded")
+            remaining = _remaining(signal)
+            if remaining:
+                keyed.sync_rate_limits(key, remaining)
+
+        return follow_keyed
 
     def follow(signal: ProviderSignal) -> None:
         kind = signal.kind
         if kind == "rate_limited" and hasattr(gate, "signal"):
-            wait = signal.retry_after
-            if wait is None:
-                spent = [q.reset for q in signal.quotas if q.remaining == 0 and q.reset is not None]
-                wait = max(spent, default=None)
-            gate.signal("rate_limited", retry_after=wait)
+            gate.signal("rate_limited", retry_after=_wait(signal))
         elif kind in ("overloaded", "unavailable") and hasattr(gate, "signal"):
             gate.signal("overloaded")
-        remaining = {q.resource: q.remaining for q in signal.quotas if q.remaining is not None}
+        remaining = _remaining(signal)
         if remaining and hasattr(gate, "sync_rate_limits"):
             gate.sync_rate_limits(remaining)
 
     return follow
+
+
+def _wait(signal: ProviderSignal) -> float | None:
+    """How long a 429 asks to wait: its ``Retry-After``, else the latest reset of a spent quota."""
+    wait = signal.retry_after
+    if wait is None:
+        spent = [q.reset for q in signal.quotas if q.remaining == 0 and q.reset is not None]
+        wait = max(spent, default=None)
+    return wait
+
+
+def _remaining(signal: ProviderSignal) -> dict[str, float]:
+    return {q.resource: q.remaining for q in signal.quotas if q.remaining is not None}

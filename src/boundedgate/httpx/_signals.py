@@ -18,7 +18,7 @@ import email.utils
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from datetime import datetime
 from typing import Literal
 
@@ -64,6 +64,8 @@ class ProviderSignal:
         quotas: The rate-limit headers, one :class:`Quota` per resource.
         host: The request's host.
         at: When the response headers arrived, on the event loop's clock.
+        key: The key of the ``KeyedGate`` the request went through (None for another gate), so
+            that :func:`follow_provider` tells that key's gate alone.
     """
 
     kind: SignalKind
@@ -72,6 +74,7 @@ class ProviderSignal:
     quotas: tuple[Quota, ...]
     host: str
     at: float
+    key: Hashable | None = None
 
     def quota(self, resource: str) -> Quota | None:
         """The quota for ``resource`` (``"requests"``, ``"tokens"``, ...), if the provider sent it."""
@@ -82,9 +85,16 @@ class ProviderSignal:
 
 
 def parse_signal(
-    status: int, headers: Mapping[str, str], host: str, at: float, body: bytes | None = None
+    status: int,
+    headers: Mapping[str, str],
+    host: str,
+    at: float,
+    body: bytes | None = None,
+    key: Hashable | None = None,
 ) -> ProviderSignal | None:
     """The signal in a response's status and headers (``body``: a 429's, when buffered), or None.
+
+    ``key``: the request's key, for a request admitted through a ``KeyedGate``.
 
     ``headers`` must be case-insensitive or lower-cased (httpx's ``Headers`` are).
     """
@@ -101,7 +111,7 @@ def parse_signal(
         kind = "quota"
     else:
         return None
-    return ProviderSignal(kind, status, parse_retry_after(headers), quotas, host, at)
+    return ProviderSignal(kind, status, parse_retry_after(headers), quotas, host, at, key)
 
 
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:

@@ -158,7 +158,7 @@ class GatedTransport:
         if status == 429 and self._refused_as is not None:
             downstream_refused(self._refused_as, status)
         response_headers = response.headers
-        signal = parse_signal(status, response_headers, request.url.host, exchange.headers)
+        signal = parse_signal(status, response_headers, request.url.host, exchange.headers, key=exchange.key)
         exchange.signal = signal
         reader = UsageReader.for_response(response_headers) if 200 <= status < 300 else None
         body = body_class(flavour)(response.stream, permit, exchange, reader, self._settle, self._on_exchange)
