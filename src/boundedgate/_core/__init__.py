@@ -6,6 +6,7 @@ Nothing in this package imports an event loop, a clock or threads: it is told th
 from ._adaptive import SIGNALS, Adaptive, AdaptiveLimit
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
+from ._native import FloatArg, IntArg, Referable, mypyc_attr
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
 from ._record import DECISIONS, RequestRecord
 from ._settings import (
@@ -36,12 +37,15 @@ __all__ = (
     "SIMULATED",
     "Adaptive",
     "AdaptiveLimit",
+    "FloatArg",
     "GateLimits",
     "GateState",
     "GateStatistics",
+    "IntArg",
     "KeyedStatistics",
     "Outcome",
     "RateLimit",
+    "Referable",
     "RequestRecord",
     "Status",
     "Ticket",
@@ -58,6 +62,7 @@ __all__ = (
     "check_priorities",
     "check_priority",
     "check_timeout",
+    "mypyc_attr",
     "note",
     "queue_deadline",
     "total",

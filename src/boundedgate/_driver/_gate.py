@@ -19,9 +19,12 @@ from typing import TYPE_CHECKING, final
 from .._core import (
     Adaptive,
     AdaptiveLimit,
+    FloatArg,
     GateState,
     GateStatistics,
+    IntArg,
     RateLimit,
+    Referable,
     RequestRecord,
     Status,
     Ticket,
@@ -35,7 +38,7 @@ from .._core import (
 from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._observing import Observer, Observers, attach, log_event
-from ._permit import _HELD, Permit, _HeldPermit, new_permit
+from ._permit import _HELD, Permit, new_held_permit, new_permit
 
 if TYPE_CHECKING:
     from ._combined import CombinedPermit
@@ -57,7 +60,7 @@ _ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default 
 
 
 @final
-class BoundedGate:
+class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock-order graph keeps
     """At most ``max_running`` requests running, at most ``max_waiting`` waiting, the rest refused.
 
     ::
@@ -128,7 +131,6 @@ class BoundedGate:
     """
 
     __slots__ = (
-        "__weakref__",
         "_controller",
         "_loop",
         "_max_running",
@@ -144,11 +146,11 @@ class BoundedGate:
     def __init__(
         self,
         *,
-        max_running: int | None,
-        max_waiting: int | None,
+        max_running: IntArg | None,
+        max_waiting: IntArg | None,
         name: str = "gate",
-        priorities: int = 1,
-        jump_share: float = 0.2,
+        priorities: IntArg = 1,
+        jump_share: FloatArg = 0.2,
         rate_limits: Sequence[RateLimit] = (),
         feasible: bool = False,
         adaptive: Adaptive | None = None,
@@ -164,7 +166,10 @@ class BoundedGate:
 
         The caller gives ``state`` its hooks (a keyed gate attaches its own observers).
         """
-        gate = cls.__new__(cls)
+        if _PLAIN_ALLOCATION:  # no __init__: the state is made already
+            gate: BoundedGate = object.__new__(cls)
+        else:  # compiled, the class's own allocator runs __init__: a state that is thrown away
+            gate = cls(max_running=None, max_waiting=None)
         gate._setup(state, name, attached=False)
         return gate
 
@@ -226,11 +231,11 @@ class BoundedGate:
     def admit(
         self,
         *,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        max_wait: float | None = None,
-        priority: int = 0,
-        cost: float | None = None,
+        timeout: FloatArg | None = None,
+        deadline: FloatArg | None = None,
+        max_wait: FloatArg | None = None,
+        priority: IntArg = 0,
+        cost: FloatArg | None = None,
         raise_late: bool = True,
     ) -> Permit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
@@ -292,7 +297,11 @@ class BoundedGate:
         return new_permit(self, None, check_deadline(deadline), priority, cost)
 
     def try_admit(
-        self, *, timeout: float | None = None, deadline: float | None = None, cost: float | None = None
+        self,
+        *,
+        timeout: FloatArg | None = None,
+        deadline: FloatArg | None = None,
+        cost: FloatArg | None = None,
     ) -> Permit:
         """A permit that holds a slot now, or a refusal now; it never waits.
 
@@ -307,22 +316,22 @@ class BoundedGate:
             asyncio.CancelledError: The calling task has a cancellation pending, as for
                 :meth:`admit` (nothing was counted).
         """
-        permit = self.admit(timeout=timeout, deadline=deadline, cost=cost)
+        # Dropped unreleased, a held permit gives its slot back (as leaked).
+        permit: Permit = new_held_permit(self.admit(timeout=timeout, deadline=deadline, cost=cost))
         if permit._arrive(False) is not RUNNING:
             raise permit._gate._refusal(permit)  # the gate it arrived at (a keyed gate may move it)
         permit._waiter = _HELD  # held before it is entered: its first entry is not a second one
-        permit.__class__ = _HeldPermit  # dropped unreleased, it gives its slot back (as leaked)
         return permit
 
     def stream(
         self,
         source: StreamSource[StreamT],
         *,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        max_wait: float | None = None,
-        priority: int = 0,
-        cost: float | None = None,
+        timeout: FloatArg | None = None,
+        deadline: FloatArg | None = None,
+        max_wait: FloatArg | None = None,
+        priority: IntArg = 0,
+        cost: FloatArg | None = None,
         raise_late: bool = True,
     ) -> StreamOpener[StreamT]:
         """Admit a request, open a stream, and hand the stream the slot: ``admit()`` then ``hand_to()``.
@@ -380,8 +389,8 @@ class BoundedGate:
     def set_limits(
         self,
         *,
-        max_running: int | EllipsisType | None = ...,
-        max_waiting: int | EllipsisType | None = ...,
+        max_running: IntArg | EllipsisType | None = ...,
+        max_waiting: IntArg | EllipsisType | None = ...,
         evict: bool = False,
     ) -> None:
         """Change C and/or Q now; a limit not given stays as it is.
@@ -417,7 +426,7 @@ class BoundedGate:
         if loop is not None and state.waiting:
             self._rearm()
 
-    def pause(self, seconds: float) -> None:
+    def pause(self, seconds: FloatArg) -> None:
         """Start no request for ``seconds`` from now (a provider's rate-limit reset); C is unchanged.
 
         Arrivals still queue up to Q (or are refused as usual), queued requests still expire at
@@ -711,3 +720,15 @@ class BoundedGate:
             permit.deadline,
             ended - permit.deadline,
         )
+
+
+def _allocates_plainly() -> bool:
+    """True when ``object.__new__`` makes a gate (interpreted); compiled, the class allocates."""
+    try:
+        object.__new__(BoundedGate)
+    except TypeError:
+        return False
+    return True
+
+
+_PLAIN_ALLOCATION = _allocates_plainly()

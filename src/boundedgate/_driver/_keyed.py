@@ -43,6 +43,7 @@ from typing import Any, Generic, TypeVar, cast, final
 from .._core import (
     GateLimits,
     GateState,
+    IntArg,
     KeyedStatistics,
     RateLimit,
     Status,
@@ -113,8 +114,8 @@ class _KeyState(GateState):
     def set_limits(
         self,
         now: float,
-        max_running: int | EllipsisType | None = ...,
-        max_waiting: int | EllipsisType | None = ...,
+        max_running: IntArg | EllipsisType | None = ...,
+        max_waiting: IntArg | EllipsisType | None = ...,
         evict: bool = False,
     ) -> Sequence[Ticket]:
         woken = super().set_limits(now, max_running, max_waiting, evict)
