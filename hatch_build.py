@@ -29,14 +29,14 @@ except ImportError:  # `python hatch_build.py DIR`, outside a build
     BuildHookInterface = object  # type: ignore[assignment,misc]
 
 #: The modules compiled, under ``src/boundedgate``: the admission path and nothing else. The rest
-#: (the keyed gate, the streams, the errors, the simulator, the Redis gate, the settings checks)
-#: stays interpreted; ``_core/_native.py`` must.
+#: stays interpreted: the gate (mypyc 2.4 gives a native class's weak references no clearing at
+#: deallocation, and gates are weakly referenced), the keyed gate, the streams, the errors, the
+#: simulator, the Redis gate, the settings checks; ``_core/_native.py`` must.
 COMPILED = (
     "_core/_ticket.py",
     "_core/_queue.py",
     "_core/_state.py",
     "_driver/_permit.py",
-    "_driver/_gate.py",
 )
 
 #: What compiling needs beyond hatchling (the workarounds in these modules were found with mypy 2.4).
@@ -92,8 +92,8 @@ def compile_into(target: Path) -> list[Path]:
         "import sys\n"
         "from setuptools import setup\n"
         "from mypyc.build import mypycify\n"
-        "setup(name='boundedgate', ext_modules=mypycify(sys.argv[1:], opt_level='3', group_name='boundedgate'),"
-        " script_args=['build_ext', '--inplace'])\n"
+        "modules = mypycify(sys.argv[1:], opt_level='3', group_name='boundedgate')\n"
+        "setup(name='boundedgate', ext_modules=modules, script_args=['build_ext', '--inplace'])\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script, *paths], cwd=target, capture_output=True, text=True, check=False

@@ -6,7 +6,7 @@ Nothing in this package imports an event loop, a clock or threads: it is told th
 from ._adaptive import SIGNALS, Adaptive, AdaptiveLimit
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
-from ._native import FloatArg, IntArg, Referable, mypyc_attr
+from ._native import FloatArg, IntArg, mypyc_attr
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
 from ._record import DECISIONS, RequestRecord
 from ._settings import (
@@ -45,7 +45,6 @@ __all__ = (
     "KeyedStatistics",
     "Outcome",
     "RateLimit",
-    "Referable",
     "RequestRecord",
     "Status",
     "Ticket",

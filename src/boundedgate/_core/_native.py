@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeAlias
 
-__all__ = ("FloatArg", "IntArg", "Referable", "mypyc_attr")
+__all__ = ("FloatArg", "IntArg", "mypyc_attr")
 
 if TYPE_CHECKING:
     from mypy_extensions import mypyc_attr
@@ -28,10 +28,3 @@ else:
 # could refuse it with a message that names it.
 FloatArg: TypeAlias = float
 IntArg: TypeAlias = int
-
-
-class Referable:
-    """A base that gives a compiled class a ``__weakref__`` (mypyc gives one only with a plain base).
-
-    Interpreted, it makes no difference but an instance ``__dict__``, created only if ever used.
-    """

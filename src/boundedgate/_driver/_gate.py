@@ -19,12 +19,9 @@ from typing import TYPE_CHECKING, final
 from .._core import (
     Adaptive,
     AdaptiveLimit,
-    FloatArg,
     GateState,
     GateStatistics,
-    IntArg,
     RateLimit,
-    Referable,
     RequestRecord,
     Status,
     Ticket,
@@ -60,7 +57,7 @@ _ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default 
 
 
 @final
-class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock-order graph keeps
+class BoundedGate:
     """At most ``max_running`` requests running, at most ``max_waiting`` waiting, the rest refused.
 
     ::
@@ -131,6 +128,7 @@ class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock
     """
 
     __slots__ = (
+        "__weakref__",
         "_controller",
         "_loop",
         "_max_running",
@@ -146,11 +144,11 @@ class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock
     def __init__(
         self,
         *,
-        max_running: IntArg | None,
-        max_waiting: IntArg | None,
+        max_running: int | None,
+        max_waiting: int | None,
         name: str = "gate",
-        priorities: IntArg = 1,
-        jump_share: FloatArg = 0.2,
+        priorities: int = 1,
+        jump_share: float = 0.2,
         rate_limits: Sequence[RateLimit] = (),
         feasible: bool = False,
         adaptive: Adaptive | None = None,
@@ -166,10 +164,7 @@ class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock
 
         The caller gives ``state`` its hooks (a keyed gate attaches its own observers).
         """
-        if _PLAIN_ALLOCATION:  # no __init__: the state is made already
-            gate: BoundedGate = object.__new__(cls)
-        else:  # compiled, the class's own allocator runs __init__: a state that is thrown away
-            gate = cls(max_running=None, max_waiting=None)
+        gate = cls.__new__(cls)
         gate._setup(state, name, attached=False)
         return gate
 
@@ -231,11 +226,11 @@ class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock
     def admit(
         self,
         *,
-        timeout: FloatArg | None = None,
-        deadline: FloatArg | None = None,
-        max_wait: FloatArg | None = None,
-        priority: IntArg = 0,
-        cost: FloatArg | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        max_wait: float | None = None,
+        priority: int = 0,
+        cost: float | None = None,
         raise_late: bool = True,
     ) -> Permit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
@@ -297,11 +292,7 @@ class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock
         return new_permit(self, None, check_deadline(deadline), priority, cost)
 
     def try_admit(
-        self,
-        *,
-        timeout: FloatArg | None = None,
-        deadline: FloatArg | None = None,
-        cost: FloatArg | None = None,
+        self, *, timeout: float | None = None, deadline: float | None = None, cost: float | None = None
     ) -> Permit:
         """A permit that holds a slot now, or a refusal now; it never waits.
 
@@ -327,11 +318,11 @@ class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock
         self,
         source: StreamSource[StreamT],
         *,
-        timeout: FloatArg | None = None,
-        deadline: FloatArg | None = None,
-        max_wait: FloatArg | None = None,
-        priority: IntArg = 0,
-        cost: FloatArg | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        max_wait: float | None = None,
+        priority: int = 0,
+        cost: float | None = None,
         raise_late: bool = True,
     ) -> StreamOpener[StreamT]:
         """Admit a request, open a stream, and hand the stream the slot: ``admit()`` then ``hand_to()``.
@@ -389,8 +380,8 @@ class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock
     def set_limits(
         self,
         *,
-        max_running: IntArg | EllipsisType | None = ...,
-        max_waiting: IntArg | EllipsisType | None = ...,
+        max_running: int | EllipsisType | None = ...,
+        max_waiting: int | EllipsisType | None = ...,
         evict: bool = False,
     ) -> None:
         """Change C and/or Q now; a limit not given stays as it is.
@@ -426,7 +417,7 @@ class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock
         if loop is not None and state.waiting:
             self._rearm()
 
-    def pause(self, seconds: FloatArg) -> None:
+    def pause(self, seconds: float) -> None:
         """Start no request for ``seconds`` from now (a provider's rate-limit reset); C is unchanged.
 
         Arrivals still queue up to Q (or are refused as usual), queued requests still expire at
@@ -720,15 +711,3 @@ class BoundedGate(Referable):  # a weak reference to it is what admit_all's lock
             permit.deadline,
             ended - permit.deadline,
         )
-
-
-def _allocates_plainly() -> bool:
-    """True when ``object.__new__`` makes a gate (interpreted); compiled, the class allocates."""
-    try:
-        object.__new__(BoundedGate)
-    except TypeError:
-        return False
-    return True
-
-
-_PLAIN_ALLOCATION = _allocates_plainly()
