@@ -3,6 +3,9 @@
 Nothing in this package imports an event loop, a clock or threads: it is told the time.
 """
 
+from importlib.machinery import ExtensionFileLoader
+
+from . import _state
 from ._adaptive import SIGNALS, Adaptive, AdaptiveLimit
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
@@ -29,6 +32,7 @@ from ._totals import KeyedStatistics, Totals, total
 __all__ = (
     "BY_NAME",
     "BY_STATUS",
+    "COMPILED",
     "DECISIONS",
     "NEVER_RAN",
     "OUTCOMES",
@@ -66,3 +70,8 @@ __all__ = (
     "queue_deadline",
     "total",
 )
+
+#: True when the decision core and the permit run compiled by mypyc (a wheel built with a C
+#: compiler, imported without ``BOUNDEDGATE_NO_EXTENSIONS`` set); False for the pure-Python build.
+#: Public as ``boundedgate.COMPILED``.
+COMPILED: bool = isinstance(getattr(_state.__spec__, "loader", None), ExtensionFileLoader)

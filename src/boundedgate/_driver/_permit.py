@@ -352,8 +352,30 @@ class Permit(Ticket):
 def new_permit(
     gate: BoundedGate, timeout: float | None, deadline: float, priority: int, cost: float
 ) -> Permit:
-    """A permit of ``gate`` that has not arrived yet: what ``admit()`` returns."""
-    return Permit(_BY_GATE, gate, timeout, deadline, priority, cost)
+    """A permit of ``gate`` that has not arrived yet: what ``admit()`` returns.
+
+    Interpreted, ``__init__`` spelled out after a plain allocation: the type call and its frame
+    cost more than the request's whole arrival in the core. Compiled, the type call is the cheap
+    way (and ``object.__new__`` is refused for a native class).
+    """
+    if not _PLAIN_ALLOCATION:
+        return Permit(_BY_GATE, gate, timeout, deadline, priority, cost)
+    self: Permit = _new(Permit)
+    self.arrival = None
+    self.deadline = deadline
+    self.max_wait = _INF
+    self.started = None
+    self.ended = None
+    self.status = NEW
+    self.priority = priority
+    self.seq = -1
+    self.cost = cost
+    self._gate = gate
+    self._timeout = timeout
+    self._waiter = None
+    self._handed_over = False
+    self._raise_late = True
+    return self
 
 
 def new_held_permit(permit: Permit) -> _HeldPermit:
@@ -404,6 +426,18 @@ def _leaked(permit: Permit) -> None:
         source=permit,
     )
 
+
+def _allocates_plainly() -> bool:
+    """True when ``object.__new__`` makes a permit (interpreted); compiled, the class allocates."""
+    try:
+        _new(Permit)
+    except TypeError:
+        return False
+    return True
+
+
+_new = object.__new__
+_PLAIN_ALLOCATION = _allocates_plainly()
 
 if TYPE_CHECKING:
 
