@@ -40,7 +40,7 @@ COMPILED = (
 )
 
 #: What compiling needs beyond hatchling (the workarounds in these modules were found with mypy 2.4).
-REQUIRES = ("mypy>=2.4,<3", "setuptools>=70")
+REQUIRES = ("mypy>=2.4,<3", "setuptools>=65")
 
 #: The lines of ``_core/_native.py`` that the compiled build reads as ``object`` (see there).
 _TYPED = ("FloatArg: TypeAlias = float\n", "IntArg: TypeAlias = int\n")
