@@ -77,6 +77,10 @@ def test_gate_and_permit_are_final_and_slotted() -> None:
         boundedgate.StreamOpener,
     ):
         assert getattr(cls, "__final__", False)
+        if cls is boundedgate.Permit:  # compiled, a native class: no __slots__ to list, no __dict__ either
+            assert "__slots__" in vars(cls) or boundedgate.COMPILED
+            assert not hasattr(boundedgate.BoundedGate(max_running=1, max_waiting=0).admit(), "__dict__")
+            continue
         assert "__slots__" in vars(cls)
         assert not hasattr(cls.__new__(cls), "__dict__")
 

@@ -9,7 +9,7 @@ from . import _state
 from ._adaptive import SIGNALS, Adaptive, AdaptiveLimit
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
-from ._native import FloatArg, IntArg, mypyc_attr
+from ._native import FloatArg, IntArg, mypyc_attr, restore_docstrings
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
 from ._record import DECISIONS, RequestRecord
 from ._settings import (
@@ -68,6 +68,7 @@ __all__ = (
     "mypyc_attr",
     "note",
     "queue_deadline",
+    "restore_docstrings",
     "total",
 )
 
@@ -75,3 +76,5 @@ __all__ = (
 #: compiler, imported without ``BOUNDEDGATE_NO_EXTENSIONS`` set); False for the pure-Python build.
 #: Public as ``boundedgate.COMPILED``.
 COMPILED: bool = isinstance(getattr(_state.__spec__, "loader", None), ExtensionFileLoader)
+if COMPILED:
+    restore_docstrings(Status)

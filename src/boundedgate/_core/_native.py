@@ -8,9 +8,12 @@ build needs ``mypy_extensions`` installed.
 
 from __future__ import annotations
 
+import ast
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-__all__ = ("FloatArg", "IntArg", "mypyc_attr")
+__all__ = ("FloatArg", "IntArg", "mypyc_attr", "restore_docstrings")
 
 if TYPE_CHECKING:
     from mypy_extensions import mypyc_attr
@@ -28,3 +31,27 @@ else:
 # could refuse it with a message that names it.
 FloatArg: TypeAlias = float
 IntArg: TypeAlias = int
+
+
+def restore_docstrings(*classes: type) -> None:
+    """Give compiled classes back the docstrings of their source, which mypyc does not keep.
+
+    The class's own, and its properties' (a compiled method keeps none, and takes none), and the
+    ``__final__`` mark of ``@final``. Each class must come from a compiled module whose ``.py`` file
+    is installed beside it, as both builds ship.
+    """
+    for cls in classes:
+        source = Path(sys.modules[cls.__module__].__file__ or "").with_name(
+            cls.__module__.rpartition(".")[2] + ".py"
+        )
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+        cls.__doc__ = ast.get_docstring(node, clean=False)
+        if any(isinstance(d, ast.Name) and d.id == "final" for d in node.decorator_list):
+            cls.__final__ = True  # type: ignore[attr-defined]
+        for item in node.body:
+            member = vars(cls).get(getattr(item, "name", ""))
+            if isinstance(item, ast.FunctionDef) and isinstance(member, property) and not member.__doc__:
+                setattr(
+                    cls, item.name, property(member.fget, member.fset, member.fdel, ast.get_docstring(item))
+                )
