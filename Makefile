@@ -75,7 +75,7 @@ $(COMPILED_DIR)/.built: $(STAMP) hatch_build.py $(SOURCES)
 	$(PY) hatch_build.py $(COMPILED_DIR) >/dev/null
 	touch $@
 
-compiler:
+compiler: $(STAMP)
 	$(call debian_tool,gcc,gcc)
 	@if $(PY) -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq \
