@@ -46,6 +46,8 @@ dist: $(STAMP)
 	.venv-wheel/bin/python $(PIP) dist/*.whl
 	cd /tmp && $(CURDIR)/.venv-wheel/bin/python $(CURDIR)/.ci/quick_start.py $(CURDIR)/README.md
 	@cd /tmp && $(CURDIR)/.venv-wheel/bin/python -c "import boundedgate; print('the wheel:', 'compiled' if boundedgate.COMPILED else 'pure Python')"
+	@# Under CI=true (a C compiler there, as `make compiled` requires), the wheel must be the compiled one.
+	@if [ "$$CI" = true ]; then cd /tmp && $(CURDIR)/.venv-wheel/bin/python -c "import boundedgate, sys; sys.exit(not boundedgate.COMPILED)"; fi
 	# The sdist without a C compiler: it installs, as the pure-Python build.
 	rm -rf .venv-sdist && $(PYTHON) -m venv .venv-sdist
 	CC=/bin/false .venv-sdist/bin/python $(PIP) --no-cache-dir dist/*.tar.gz

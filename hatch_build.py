@@ -87,12 +87,14 @@ def compile_into(target: Path) -> list[Path]:
             raise RuntimeError(f"{native} no longer says {line.strip()!r}: update hatch_build.py")
         text = text.replace(line, line.rsplit("= ", 1)[0] + "= object\n")
     native.write_text(text)
+    # A module the package uses without depending on it (an SDK's types, say) is read as Any.
     paths = [f"boundedgate/{module}" for module in COMPILED]
     script = (
         "import sys\n"
         "from setuptools import setup\n"
         "from mypyc.build import mypycify\n"
-        "modules = mypycify(sys.argv[1:], opt_level='3', group_name='boundedgate')\n"
+        "options = ['--ignore-missing-imports', *sys.argv[1:]]\n"
+        "modules = mypycify(options, opt_level='3', group_name='boundedgate')\n"
         "setup(name='boundedgate', ext_modules=modules, script_args=['build_ext', '--inplace'])\n"
     )
     done = subprocess.run(
@@ -118,8 +120,11 @@ class CompileHook(BuildHookInterface):  # type: ignore[misc]
         return compiler_works()
 
     def dependencies(self) -> list[str]:
-        """Build requirements beyond hatchling: mypy and setuptools, only when compiling."""
-        return [] if self._why_pure() else list(REQUIRES)
+        """Build requirements beyond hatchling, only when compiling.
+
+        mypy and setuptools, and the package's own dependencies, whose types mypyc reads.
+        """
+        return [] if self._why_pure() else [*REQUIRES, *self.metadata.core.dependencies]
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         """Compile into a scratch directory and add the extensions to the wheel, or stay pure."""
