@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import boundedgate
 
@@ -49,3 +52,18 @@ def test_compiled_says_whether_the_core_was_loaded_compiled() -> None:
             f for f in files if Path(f).parent.name == "_core" and Path(f).name.startswith("_state.")
         )
         assert report["compiled"] is (not state.endswith(".py")), environ
+
+
+def test_the_wheel_is_pure_python_without_a_working_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The build hook, at the project's root (imported by name: it is not type-checked with the package).
+    hatch_build = importlib.import_module("hatch_build")
+
+    monkeypatch.delenv("BOUNDEDGATE_NO_EXTENSIONS", raising=False)
+    monkeypatch.setenv("CC", "/bin/false")
+    assert hatch_build.compiler_works() is not None
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    assert "no C compiler" in (hatch_build.compiler_works() or "")
+    monkeypatch.setenv("BOUNDEDGATE_NO_EXTENSIONS", "1")
+    assert hatch_build.disabled()
+    monkeypatch.setenv("BOUNDEDGATE_NO_EXTENSIONS", "0")
+    assert not hatch_build.disabled()
