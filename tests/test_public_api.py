@@ -13,6 +13,7 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
         "Adaptive",
         "AdaptiveLimit",
         "BoundedGate",
+        "COMPILED",
         "CombinedPermit",
         "Evicted",
         "GateError",
@@ -49,6 +50,9 @@ def test_all_is_a_tuple_of_the_public_names() -> None:
 def test_every_public_name_lives_in_boundedgate_and_has_a_docstring() -> None:
     for name in boundedgate.__all__:
         obj = getattr(boundedgate, name)
+        if name == "COMPILED":  # a constant: whether the compiled build runs (README, "Performance")
+            assert isinstance(obj, bool)
+            continue
         if name == "OUTCOMES":  # a constant: every item is an Outcome, documented itself
             assert all(isinstance(item, boundedgate.Outcome) and item.description for item in obj)
             continue
@@ -73,6 +77,10 @@ def test_gate_and_permit_are_final_and_slotted() -> None:
         boundedgate.StreamOpener,
     ):
         assert getattr(cls, "__final__", False)
+        if cls is boundedgate.Permit:  # compiled, a native class: no __slots__ to list, no __dict__ either
+            assert "__slots__" in vars(cls) or boundedgate.COMPILED
+            assert not hasattr(boundedgate.BoundedGate(max_running=1, max_waiting=0).admit(), "__dict__")
+            continue
         assert "__slots__" in vars(cls)
         assert not hasattr(cls.__new__(cls), "__dict__")
 

@@ -4,7 +4,14 @@ At most C calls running, at most Q waiting, an immediate typed refusal beyond th
 measured from arrival, and permits that are released exactly once.
 """
 
+from ._pure import install as _install_source_finder
+from ._pure import requested as _pure_requested
+
+if _pure_requested():  # BOUNDEDGATE_NO_EXTENSIONS=1: the sources, even where compiled modules are installed
+    _install_source_finder()
+
 from ._core import (
+    COMPILED,
     OUTCOMES,
     SIGNALS,
     Adaptive,
@@ -34,6 +41,7 @@ from ._streams import GatedStream, StreamOpener
 __version__ = "0.1.0"
 
 __all__ = (
+    "COMPILED",
     "OUTCOMES",
     "SIGNALS",
     "Adaptive",
@@ -65,6 +73,6 @@ __all__ = (
 )
 
 for _name in __all__:
-    if _name not in ("OUTCOMES", "SIGNALS"):  # the public constants: a tuple and a dict
+    if _name not in ("COMPILED", "OUTCOMES", "SIGNALS"):  # the public constants: a bool, a tuple, a dict
         globals()[_name].__module__ = "boundedgate"
 del _name

@@ -50,7 +50,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     # The optional exports (extras): the only modules that import OpenTelemetry or prometheus_client.
     "otel": {"_core", "_driver", "_downstream", "_export", ROOT},
     "prometheus": {"_core", "_driver", "_downstream", "_export"},
-    ROOT: {"_core", "_errors", "_streams", "_driver", "_downstream"},
+    # BOUNDEDGATE_NO_EXTENSIONS: the finder of the sources, installed by the root package first.
+    "_pure": set(),
+    ROOT: {"_pure", "_core", "_errors", "_streams", "_driver", "_downstream"},
     "__main__": {"_cli"},
 }
 #: What a package may take from the root package (its public names are the driver's too).

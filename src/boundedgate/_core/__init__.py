@@ -3,9 +3,13 @@
 Nothing in this package imports an event loop, a clock or threads: it is told the time.
 """
 
+from importlib.machinery import ExtensionFileLoader
+
+from . import _state
 from ._adaptive import SIGNALS, Adaptive, AdaptiveLimit
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
+from ._native import FloatArg, IntArg, mypyc_attr, restore_docstrings
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
 from ._record import DECISIONS, RequestRecord
 from ._settings import (
@@ -28,6 +32,7 @@ from ._totals import KeyedStatistics, Totals, total
 __all__ = (
     "BY_NAME",
     "BY_STATUS",
+    "COMPILED",
     "DECISIONS",
     "NEVER_RAN",
     "OUTCOMES",
@@ -36,9 +41,11 @@ __all__ = (
     "SIMULATED",
     "Adaptive",
     "AdaptiveLimit",
+    "FloatArg",
     "GateLimits",
     "GateState",
     "GateStatistics",
+    "IntArg",
     "KeyedStatistics",
     "Outcome",
     "RateLimit",
@@ -58,7 +65,16 @@ __all__ = (
     "check_priorities",
     "check_priority",
     "check_timeout",
+    "mypyc_attr",
     "note",
     "queue_deadline",
+    "restore_docstrings",
     "total",
 )
+
+#: True when the decision core and the permit run compiled by mypyc (a wheel built with a C
+#: compiler, imported without ``BOUNDEDGATE_NO_EXTENSIONS`` set); False for the pure-Python build.
+#: Public as ``boundedgate.COMPILED``.
+COMPILED: bool = isinstance(getattr(_state.__spec__, "loader", None), ExtensionFileLoader)
+if COMPILED:
+    restore_docstrings(Status)

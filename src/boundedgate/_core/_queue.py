@@ -29,6 +29,7 @@ import bisect
 from collections import deque
 from collections.abc import Iterator
 
+from ._native import FloatArg, IntArg
 from ._settings import check_jump_share, check_priorities
 from ._ticket import Status, Ticket
 
@@ -42,7 +43,7 @@ class WaitQueue:
 
     __slots__ = ("_credit", "_earn", "_lane", "_lanes", "_next_seq", "_price", "_used", "classes")
 
-    def __init__(self, classes: int = 1, jump_share: float = 0.2) -> None:
+    def __init__(self, classes: IntArg = 1, jump_share: FloatArg = 0.2) -> None:
         #: Number of priority classes; 0 is the most urgent.
         self.classes = check_priorities(classes)
         share = check_jump_share(jump_share)

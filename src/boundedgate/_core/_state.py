@@ -93,6 +93,7 @@ from collections.abc import Callable, Sequence
 from types import EllipsisType
 
 from ._bucket import RateLimit, TokenBucket
+from ._native import FloatArg, IntArg, mypyc_attr
 from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
 from ._settings import check_cost, check_max_running, check_max_waiting
@@ -150,6 +151,7 @@ def queue_deadline(ticket: Ticket) -> float:
     return min(ticket.deadline, ticket.arrival + ticket.max_wait)  # type: ignore[operator]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the keyed gate's per-key state, the tests' checks
 class GateState:
     """The counts, queue, deadlines and buckets of one gate, and the rules that change them."""
 
@@ -196,10 +198,10 @@ class GateState:
 
     def __init__(
         self,
-        max_running: int | None,
-        max_waiting: int | None,
-        priorities: int = 1,
-        jump_share: float = 0.2,
+        max_running: IntArg | None,
+        max_waiting: IntArg | None,
+        priorities: IntArg = 1,
+        jump_share: FloatArg = 0.2,
         rate_limits: Sequence[RateLimit] = (),
     ) -> None:
         #: Running slots (C); ``sys.maxsize`` stands for no limit (a pure rate limiter).
@@ -460,8 +462,8 @@ class GateState:
     def set_limits(
         self,
         now: float,
-        max_running: int | EllipsisType | None = ...,
-        max_waiting: int | EllipsisType | None = ...,
+        max_running: IntArg | EllipsisType | None = ...,
+        max_waiting: IntArg | EllipsisType | None = ...,
         evict: bool = False,
     ) -> Sequence[Ticket]:
         """Change C and/or Q at ``now`` (``...``: unchanged); returns the tickets that left the queue.

@@ -23,6 +23,8 @@ import enum
 import math
 from typing import Any
 
+from ._native import mypyc_attr
+
 __all__ = ("Status", "Ticket", "note")
 
 
@@ -70,6 +72,7 @@ _PENDING = frozenset((Status.NEW, Status.QUEUED, Status.RUNNING))
 _NEW = Status.NEW  # an enum member read from the class costs ~100 ns; the hot paths read these
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the driver's permits, the simulator's requests
 class Ticket:
     """One request as the decision core sees it: times on the gate's clock, and a status.
 
@@ -120,6 +123,10 @@ class Ticket:
         self.seq = -1
         #: Its declared rate cost (tokens, for rate limits counted in tokens), settled later.
         self.cost = cost
+
+    def __hash__(self) -> int:
+        # Identity, spelled out: a compiled class with __lt__ and no __hash__ would be unhashable.
+        return id(self) >> 4  # pragma: no mutate (any identity hash does)
 
     def __lt__(self, other: Ticket) -> bool:
         # Ties between equal deadlines in the core's deadline heap go to the earlier arrival.

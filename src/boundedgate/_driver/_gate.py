@@ -35,7 +35,7 @@ from .._core import (
 from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._observing import Observer, Observers, attach, log_event
-from ._permit import _HELD, Permit, _HeldPermit, new_permit
+from ._permit import _HELD, Permit, new_held_permit, new_permit
 
 if TYPE_CHECKING:
     from ._combined import CombinedPermit
@@ -307,11 +307,11 @@ class BoundedGate:
             asyncio.CancelledError: The calling task has a cancellation pending, as for
                 :meth:`admit` (nothing was counted).
         """
-        permit = self.admit(timeout=timeout, deadline=deadline, cost=cost)
+        # Dropped unreleased, a held permit gives its slot back (as leaked).
+        permit: Permit = new_held_permit(self.admit(timeout=timeout, deadline=deadline, cost=cost))
         if permit._arrive(False) is not RUNNING:
             raise permit._gate._refusal(permit)  # the gate it arrived at (a keyed gate may move it)
         permit._waiter = _HELD  # held before it is entered: its first entry is not a second one
-        permit.__class__ = _HeldPermit  # dropped unreleased, it gives its slot back (as leaked)
         return permit
 
     def stream(

@@ -60,6 +60,7 @@ from .._core import (
     AdaptiveLimit,
     GateLimits,
     GateState,
+    IntArg,
     KeyedStatistics,
     RateLimit,
     Status,
@@ -157,8 +158,8 @@ class _KeyState(GateState):
     def set_limits(
         self,
         now: float,
-        max_running: int | EllipsisType | None = ...,
-        max_waiting: int | EllipsisType | None = ...,
+        max_running: IntArg | EllipsisType | None = ...,
+        max_waiting: IntArg | EllipsisType | None = ...,
         evict: bool = False,
     ) -> Sequence[Ticket]:
         woken = super().set_limits(now, max_running, max_waiting, evict)

@@ -5,19 +5,19 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
+from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast, final
 
-from .._core import Status, Ticket, check_cost, queue_deadline
-from .._streams import StreamPermit
-from .._streams._handing import HandsOver
+from .._core import FloatArg, Status, Ticket, check_cost, queue_deadline
+from .._streams import GatedStream, StreamPermit, hand_over
 from ._compat import cancellation_pending, current_task, is_cancelling
 
 if TYPE_CHECKING:
     from .._errors import Late
     from ._gate import BoundedGate
 
-__all__ = ("Permit", "new_permit")
+__all__ = ("Permit", "new_held_permit", "new_permit")
 
 NEW = Status.NEW
 QUEUED = Status.QUEUED
@@ -31,13 +31,17 @@ DISCONNECTED = Status.DISCONNECTED
 _INF = math.inf
 
 _T = TypeVar("_T")
+_Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
 
 # What `_waiter` holds for a permit from try_admit() until it is entered: the slot is held already.
 _HELD: asyncio.Future[None] = cast("asyncio.Future[None]", object())
 
+# What only new_permit() passes: a Permit made by hand is refused.
+_BY_GATE = object()
+
 
 @final
-class Permit(Ticket, HandsOver):
+class Permit(Ticket):
     """A request's claim on a :class:`BoundedGate`: a running slot, held until released.
 
     ``gate.admit(...)`` returns a permit that has not arrived yet; entering it with ``async with``
@@ -65,7 +69,7 @@ class Permit(Ticket, HandsOver):
 
     __slots__ = ("_gate", "_handed_over", "_raise_late", "_timeout", "_waiter")
 
-    # Ticket's fields, and these, are set by new_permit() (admit()'s one allocation, no type call).
+    # Ticket's fields, and these, are set by __init__, called by new_permit() only.
     _gate: BoundedGate
     # The relative budget, turned into `deadline` at arrival (None when it was absolute).
     _timeout: float | None
@@ -76,8 +80,32 @@ class Permit(Ticket, HandsOver):
     # False: a block that finishes late is counted late, but its exit raises nothing.
     _raise_late: bool
 
-    def __init__(self) -> None:
-        raise TypeError("a Permit is made by gate.admit() or gate.try_admit()")
+    def __init__(
+        self,
+        by: object = None,
+        gate: BoundedGate | None = None,
+        timeout: float | None = None,
+        deadline: float = _INF,
+        priority: int = 0,
+        cost: float = 0.0,
+    ) -> None:
+        # Ticket.__init__ spelled out (its frame would cost more than the request's arrival).
+        if by is not _BY_GATE:
+            raise TypeError("a Permit is made by gate.admit() or gate.try_admit()")
+        self.arrival = None
+        self.deadline = deadline
+        self.max_wait = _INF  # admit(max_wait=..., raise_late=...) sets these two afterwards
+        self.started = None
+        self.ended = None
+        self.status = NEW
+        self.priority = priority
+        self.seq = -1
+        self.cost = cost
+        self._gate = gate  # type: ignore[assignment]  # new_permit() always passes one
+        self._timeout = timeout
+        self._waiter = None
+        self._handed_over = False
+        self._raise_late = True
 
     @property
     def gate(self) -> BoundedGate:
@@ -118,7 +146,7 @@ class Permit(Ticket, HandsOver):
         if not waiter.done():
             waiter.cancel()
 
-    def settle(self, cost: float) -> None:
+    def settle(self, cost: FloatArg) -> None:
         """Record the request's real cost, e.g. the token usage the SDK reported.
 
         Rate limits counted in tokens are charged the difference to the declared cost (never below
@@ -147,6 +175,37 @@ class Permit(Ticket, HandsOver):
             gate._wake(woken)
         if gate._rated and gate._state.waiting:
             gate._rearm()
+
+    def hand_to(self, stream: _Stream, *, raise_late: bool = True) -> GatedStream[_Stream]:
+        """Give the slot to ``stream``: the returned wrapper releases it when the stream ends.
+
+        From then on the ``async with`` block neither releases the slot nor raises :class:`Late`,
+        whatever happens in it, so hand over last (``return permit.hand_to(raw)``); if the block
+        raises before the hand-over, it releases as usual. The permit's deadline is the stream's.
+
+        Args:
+            stream: An async iterator: an SDK stream (``create(stream=True)``), the stream an SDK's
+                ``.stream()`` manager yields, or any async generator.
+            raise_late: Raise :class:`Late` at the end of a stream that ends at or after the
+                deadline (True), or only count it as late in ``stats()`` (False).
+
+        Returns:
+            The :class:`GatedStream` that now owns the slot: a drop-in for ``stream``.
+
+        Raises:
+            TypeError: ``stream`` is not an async iterator (the block still owns the slot).
+            RuntimeError: The permit holds no slot (not admitted, or already released), or was
+                already handed to a stream.
+        """
+        # HandsOver.hand_to(), on the class itself: a compiled class has one base that is not a trait.
+        return hand_over(cast("StreamPermit", self), stream, raise_late=raise_late)
+
+    def _hand_over(self) -> None:
+        if self.status is not RUNNING:
+            raise RuntimeError(f"{self!r} holds no slot to hand over")
+        if self._handed_over:
+            raise RuntimeError(f"{self!r} was already handed to a stream")
+        self._handed_over = True
 
     async def __aenter__(self) -> Self:  # noqa: PLR0915 - the arrival spelled out, for the hot path
         if self.status is not NEW:
@@ -290,21 +349,21 @@ class Permit(Ticket, HandsOver):
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
 
 
-_new = object.__new__
-
-
 def new_permit(
     gate: BoundedGate, timeout: float | None, deadline: float, priority: int, cost: float
 ) -> Permit:
     """A permit of ``gate`` that has not arrived yet: what ``admit()`` returns.
 
-    A plain call rather than ``Permit(...)``: the type call and its ``__init__`` frame cost more
-    than the request's whole arrival in the core.
+    Interpreted, ``__init__`` spelled out after a plain allocation: the type call and its frame
+    cost more than the request's whole arrival in the core. Compiled, the type call is the cheap
+    way (and ``object.__new__`` is refused for a native class).
     """
+    if not _PLAIN_ALLOCATION:  # pragma: no mutate (either way makes the same permit)
+        return Permit(_BY_GATE, gate, timeout, deadline, priority, cost)
     self: Permit = _new(Permit)
     self.arrival = None
     self.deadline = deadline
-    self.max_wait = _INF  # admit(max_wait=..., raise_late=...) sets these two afterwards
+    self.max_wait = _INF
     self.started = None
     self.ended = None
     self.status = NEW
@@ -317,6 +376,11 @@ def new_permit(
     self._handed_over = False
     self._raise_late = True
     return self
+
+
+def new_held_permit(permit: Permit) -> _HeldPermit:
+    """A permit like ``permit`` (made by ``admit()``, not arrived) that gives its slot back if dropped."""
+    return _HeldPermit(_BY_GATE, permit._gate, permit._timeout, permit.deadline, permit.priority, permit.cost)
 
 
 class _HeldPermit(Permit):  # type: ignore[misc]  # the one subclass: try_admit()'s permits
@@ -362,6 +426,18 @@ def _leaked(permit: Permit) -> None:
         source=permit,
     )
 
+
+def _allocates_plainly() -> bool:
+    """True when ``object.__new__`` makes a permit (interpreted); compiled, the class allocates."""
+    try:
+        _new(Permit)
+    except TypeError:  # pragma: no mutate (either answer makes the same permits, interpreted)
+        return False  # pragma: no mutate
+    return True  # pragma: no mutate
+
+
+_new = object.__new__
+_PLAIN_ALLOCATION = _allocates_plainly()
 
 if TYPE_CHECKING:
 

@@ -1,0 +1,57 @@
+"""What the compiled build's classes are marked with; never compiled itself.
+
+The decision core and the driver's gate and permit are compiled with mypyc when the wheel is built
+with a C compiler (see ``hatch_build.py``). mypyc reads :func:`mypyc_attr` from the type checker's
+view (``mypy_extensions``, a build-time dependency only); at run time it is a no-op here, so neither
+build needs ``mypy_extensions`` installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
+
+__all__ = ("FloatArg", "IntArg", "mypyc_attr", "restore_docstrings")
+
+if TYPE_CHECKING:
+    from mypy_extensions import mypyc_attr
+else:
+
+    def mypyc_attr(*_attrs, **_settings):
+        """The build's class marker; a no-op at run time."""
+        return lambda cls: cls
+
+
+# The types the entry points declare for the numbers their callers pass, as the callers' type
+# checkers read them. The compiled build reads both as `object`: hatch_build.py compiles against a
+# copy of this module that says so (the lines below, exactly), because mypyc would otherwise check
+# and convert such an argument itself (an int to a float, True to 1) before the library's own check
+# could refuse it with a message that names it.
+FloatArg: TypeAlias = float
+IntArg: TypeAlias = int
+
+
+def restore_docstrings(*classes: type) -> None:
+    """Give compiled classes back the docstrings of their source, which mypyc does not keep.
+
+    The class's own, and its properties' (a compiled method keeps none, and takes none), and the
+    ``__final__`` mark of ``@final``. Each class must come from a compiled module whose ``.py`` file
+    is installed beside it, as both builds ship.
+    """
+    for cls in classes:
+        source = Path(sys.modules[cls.__module__].__file__ or "").with_name(
+            cls.__module__.rpartition(".")[2] + ".py"
+        )
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+        node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+        cls.__doc__ = ast.get_docstring(node, clean=False)
+        if any(isinstance(d, ast.Name) and d.id == "final" for d in node.decorator_list):
+            cls.__final__ = True  # type: ignore[attr-defined]
+        for item in node.body:
+            member = vars(cls).get(getattr(item, "name", ""))
+            if isinstance(item, ast.FunctionDef) and isinstance(member, property) and not member.__doc__:
+                setattr(
+                    cls, item.name, property(member.fget, member.fset, member.fdel, ast.get_docstring(item))
+                )

@@ -1,0 +1,69 @@
+"""The two builds: ``boundedgate.COMPILED`` says which one runs, and the environment can pick the pure one."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import boundedgate
+
+ROOT = str(Path(boundedgate.__file__).parent.parent)  # the boundedgate this suite tests, not another
+
+REPORT = """
+import json, sys
+import boundedgate, boundedgate.sim
+files = sorted(m.__file__ for n, m in sys.modules.items() if n.startswith("boundedgate.") and m.__file__)
+print(json.dumps({"compiled": boundedgate.COMPILED, "files": files}))
+"""
+
+
+def _imported(**environ: str) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if k != "BOUNDEDGATE_NO_EXTENSIONS"}
+    env |= {"PYTHONPATH": ROOT, **environ}
+    done = subprocess.run([sys.executable, "-c", REPORT], env=env, capture_output=True, text=True, check=True)
+    report: dict[str, object] = json.loads(done.stdout)
+    return report
+
+
+def test_no_extensions_loads_every_module_from_its_source() -> None:
+    report = _imported(BOUNDEDGATE_NO_EXTENSIONS="1")
+    assert report["compiled"] is False
+    files = report["files"]
+    assert isinstance(files, list)
+    assert len(files) > 20
+    assert [f for f in files if not f.endswith(".py")] == []
+
+
+def test_compiled_says_whether_the_core_was_loaded_compiled() -> None:
+    state = sys.modules["boundedgate._core._state"].__file__
+    assert state is not None
+    assert boundedgate.COMPILED is (not state.endswith(".py"))
+    for environ in ({}, {"BOUNDEDGATE_NO_EXTENSIONS": "0"}):  # unset, or 0: whichever is installed
+        report = _imported(**environ)
+        files = report["files"]
+        assert isinstance(files, list)
+        state = next(
+            f for f in files if Path(f).parent.name == "_core" and Path(f).name.startswith("_state.")
+        )
+        assert report["compiled"] is (not state.endswith(".py")), environ
+
+
+def test_the_wheel_is_pure_python_without_a_working_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The build hook, at the project's root (imported by name: it is not type-checked with the package).
+    hatch_build = importlib.import_module("hatch_build")
+
+    monkeypatch.delenv("BOUNDEDGATE_NO_EXTENSIONS", raising=False)
+    monkeypatch.setenv("CC", "/bin/false")
+    assert hatch_build.compiler_works() is not None
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    assert "no C compiler" in (hatch_build.compiler_works() or "")
+    monkeypatch.setenv("BOUNDEDGATE_NO_EXTENSIONS", "1")
+    assert hatch_build.disabled()
+    monkeypatch.setenv("BOUNDEDGATE_NO_EXTENSIONS", "0")
+    assert not hatch_build.disabled()
