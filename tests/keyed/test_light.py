@@ -183,3 +183,22 @@ async def test_a_dropped_gate_is_made_again_only_when_nothing_holds_it() -> None
     assert held() is kept
     total = keyed.stats()
     assert (total.created, total.dropped, total.total.completed) == (3, 3, 3)
+
+
+async def test_a_light_key_keeps_the_recent_pace_a_plain_gate_of_its_c_keeps() -> None:
+    keyed: KeyedGate[str] = KeyedGate(max_running=4, max_waiting=0)
+    plain = BoundedGate(max_running=4, max_waiting=0)
+    held = [keyed.try_admit("a"), plain.try_admit()]  # the key stays listed (and light) throughout
+    for seconds in (1, 2, 4):
+        for admit in (keyed.admit("a"), plain.admit()):
+            async with admit:
+                await asyncio.sleep(seconds)
+    assert light_of(live_gate(keyed, "a")) is not None
+    held += [keyed.try_admit("a") for _ in range(3)] + [plain.try_admit() for _ in range(3)]
+    with pytest.raises(QueueFull) as keyed_refusal:
+        keyed.try_admit("a")  # the refusal gives the key its full state, with the pace it kept
+    with pytest.raises(QueueFull) as plain_refusal:
+        plain.try_admit()
+    assert keyed_refusal.value.retry_after == plain_refusal.value.retry_after
+    for permit in held:
+        permit.release()

@@ -24,7 +24,7 @@ from ._settings import (
     check_priority,
     check_timeout,
 )
-from ._state import GateState, queue_deadline
+from ._state import GateState, pace_weight, queue_deadline
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket, note
 from ._totals import KeyedStatistics, Totals, total
@@ -67,6 +67,7 @@ __all__ = (
     "check_timeout",
     "mypyc_attr",
     "note",
+    "pace_weight",
     "queue_deadline",
     "restore_docstrings",
     "total",

@@ -70,6 +70,7 @@ from .._core import (
     check_max_running,
     check_max_waiting,
     check_name,
+    pace_weight,
     total,
 )
 from .._streams import StreamOpener, StreamSource, StreamT
@@ -738,6 +739,7 @@ class KeyedGate(Generic[K]):
                         light._gate = gate
                         if light.limit != limit or light.max_waiting != max_waiting:  # an override's
                             light.limit = light.max_running = limit
+                            light._pace_weight = pace_weight(limit)
                             light.max_waiting = max_waiting
                             gate._max_running = max_running
                         light.completed = light.peak_running = 0

@@ -22,8 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from .._core import GateState, Status, Ticket, check_cost, note
-from .._core._state import RECENT_RUN_WEIGHT
+from .._core import GateState, Status, Ticket, check_cost, note, pace_weight
 
 if TYPE_CHECKING:
     from ._gate import BoundedGate
@@ -55,7 +54,7 @@ COUNTS = (
 class LightKey:
     """A key's state of counts only; see the module docstring. The phases are ``_KeyState``'s."""
 
-    __slots__ = ("_gate", "_key", "_owner", "_phase", "_real", *COUNTS)
+    __slots__ = ("_gate", "_key", "_owner", "_pace_weight", "_phase", "_real", *COUNTS)
 
     # What it stands for, fixed for its life: no buckets, no queue (it never holds a waiter).
     waiting = 0
@@ -71,6 +70,7 @@ class LightKey:
         self._phase = FRESH
         self._gate = None  # set by the keyed gate once the gate around it is made; cleared at the drop
         self.limit = self.max_running = limit
+        self._pace_weight = pace_weight(limit)  # the core's, for a gate of this C
         self.max_waiting = max_waiting
         self.running = 0
         self.completed = 0
@@ -130,7 +130,7 @@ class LightKey:
         if ran > self.run_seconds_max:
             self.run_seconds_max = ran
         recent = self.recent_run_seconds
-        self.recent_run_seconds = ran if recent is None else recent + RECENT_RUN_WEIGHT * (ran - recent)
+        self.recent_run_seconds = ran if recent is None else recent + self._pace_weight * (ran - recent)
         owner = self._owner
         owner._running -= 1
         if not running and self._phase is LISTED:
