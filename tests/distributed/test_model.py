@@ -280,7 +280,8 @@ class Scripts(RuleBasedStateMachine):
         if not choices:
             return
         permit_id = data.draw(st.sampled_from(choices))
-        removed, running, waiting, _ = self.run(_scripts.RELEASE, permit_id, how)
+        removed, running, waiting, _, c = self.run(_scripts.RELEASE, permit_id, how)
+        assert c == self.model.c  # the cluster's C, which an adaptive controller adopts
         was_running = permit_id in self.model.holders
         assert removed == self.model.release(permit_id, how)
         reclaimed, dropped = self.model.tick()

@@ -266,7 +266,11 @@ class RedisPermit(HandsOver):
         gate._holders.pop(self._id, None)  # type: ignore[arg-type]
         self._token = None
         if not loop.is_closed():
-            self._release_task = gate._release(self._id, status.value)  # type: ignore[arg-type]
+            sample = None
+            if gate._controller is not None and (status is COMPLETED or status is LATE):
+                ran = now - self.started  # type: ignore[operator]
+                sample = (ran, ran)
+            self._release_task = gate._release(self._id, status.value, sample)  # type: ignore[arg-type]
 
     def __del__(self) -> None:
         # The gate holds its permits weakly, so a permit dropped while it holds its slot comes here

@@ -14,7 +14,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-__all__ = ("ADMIT", "CANCEL", "LIMITS", "RELEASE", "SYNC", "Script")
+__all__ = ("ADAPT", "ADMIT", "CANCEL", "LIMITS", "RELEASE", "SYNC", "Script")
 
 
 def _source(name: str) -> str:
@@ -54,3 +54,4 @@ SYNC = Script("sync.lua")
 RELEASE = Script("release.lua")
 CANCEL = Script("cancel.lua")
 LIMITS = Script("limits.lua")
+ADAPT = Script("adapt.lua")

@@ -24,7 +24,7 @@ end
 local deadline = -1
 if remaining >= 0 then deadline = now + remaining end
 local running, waiting = counts()
-if running < C and waiting == 0 then
+if running < C and waiting == 0 and now >= PAUSE then
   local token = grant(id, agent, deadline, false)
   return {1, token, running + 1, waiting, e}
 end

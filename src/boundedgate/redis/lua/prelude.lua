@@ -7,7 +7,11 @@
 --
 -- Keys (one hash tag, so one slot in a cluster; every key is declared in KEYS):
 --   1 meta     hash   epoch (TIME when the state was created), C and Q last used, and Cset / Qset:
---                     limits set at runtime (RedisGate.set_limits), which outrank every process's own
+--                     limits set at runtime (RedisGate.set_limits, or the cluster's adaptive
+--                     controller: adapt.lua), which outrank every process's own; pause: no start
+--                     before this time (ms), a provider's rate-limit reset; cut, grew, Cvalue: the
+--                     adaptive controller's last cut and growth (ms) and its C as a real number;
+--                     wpeak: the peak running since the controller last changed C (caps growth)
 --   2 holders  zset   id -> lease expiry (ms)
 --   3 waiters  zset   id -> arrival sequence (FIFO by arrival at Redis)
 --   4 wdue     zset   id -> min(deadline, waiter-lease expiry) (ms): the sweep index of waiters
@@ -34,10 +38,12 @@ local WAITER_TTL = tonumber(ARGV[4])
 local OUTCOME_TTL = tonumber(ARGV[5])
 local IDLE_TTL = tonumber(ARGV[6])
 local WAKE = ARGV[7]
+local PAUSE = 0 -- no request starts before this time (ms, server clock): a rate-limit reset
 do -- limits set at runtime hold for every process, whatever C and Q it was constructed with
-  local set = redis.call('HMGET', KEYS[1], 'Cset', 'Qset')
+  local set = redis.call('HMGET', KEYS[1], 'Cset', 'Qset', 'pause')
   if set[1] then C = tonumber(set[1]) end
   if set[2] then Q = tonumber(set[2]) end
+  if set[3] then PAUSE = tonumber(set[3]) end
 end
 local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per script: no long script
 
@@ -79,7 +85,11 @@ local function grant(id, agent, deadline, wake)
   redis.call('ZADD', HOLDERS, now + LEASE, id)
   redis.call('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
   count('admitted')
-  peak('peak_running', redis.call('ZCARD', HOLDERS))
+  local running = redis.call('ZCARD', HOLDERS)
+  peak('peak_running', running)
+  if running > tonumber(redis.call('HGET', META, 'wpeak') or '0') then
+    redis.call('HSET', META, 'wpeak', running)
+  end
   if wake then
     -- A hint only: the grant is the holders entry above; a lost message costs the waiter one poll.
     redis.call('PUBLISH', WAKE .. agent, id .. ' ' .. token)
@@ -133,6 +143,7 @@ local function tick()
     end
   end
   local free = C - redis.call('ZCARD', HOLDERS)
+  if now < PAUSE then free = 0 end -- paused until a rate-limit reset: arrivals queue, none starts
   while free > 0 do
     local head = redis.call('ZPOPMIN', WAITERS)
     if #head == 0 then break end

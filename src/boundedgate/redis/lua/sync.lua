@@ -57,7 +57,7 @@ while i < #ARGV do
       local deadline = -1
       if remaining >= 0 then deadline = now + remaining end
       local running, waiting = counts()
-      if running < C and waiting == 0 then
+      if running < C and waiting == 0 and now >= PAUSE then
         report(id, 'granted', grant(id, agent, deadline, false))
       else
         enqueue(id, agent, deadline)
