@@ -129,6 +129,7 @@ class RedisGate:
         "_counters",
         "_epoch",
         "_fallback",
+        "_head",
         "_holders",
         "_idle_ttl",
         "_keys",
@@ -189,6 +190,11 @@ class RedisGate:
             _ms(outcome_ttl),
             _ms(self._idle_ttl),
             wake_prefix(self._name),
+        )
+        #: The common head of every call (key count, keys, common ARGV), encoded once, and what it encodes.
+        self._head: tuple[tuple[object, ...], tuple[bytes, ...]] = (
+            self._common,
+            _scripts.encode_head(self._keys, self._common),
         )
         self._serial = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -510,9 +516,10 @@ class RedisGate:
         Through the user's client, or ``client``; a pool with no free connection is waited for.
         """
         seconds = self._op_timeout if seconds is None else seconds
-        call = functools.partial(
-            script, self._client if client is None else client, self._keys, self._common + tuple(args)
-        )
+        common, head = self._head
+        if common is not self._common:  # the settings changed (set_limits): encode them again
+            self._head = common, head = self._common, _scripts.encode_head(self._keys, self._common)
+        call = functools.partial(script, self._client if client is None else client, head, args)
         return await pooled(call, seconds)
 
     def _seen(self, running: object, waiting: object, epoch: object) -> None:
@@ -547,6 +554,31 @@ class RedisGate:
         """
         return self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample))
 
+    async def _release_here(self, permit_id: str, how: str, sample: tuple[float, float] | None) -> None:
+        """Give the slot of ``permit_id`` back from the calling task, within ``op_timeout``.
+
+        One script call, no task of its own. If Redis does not answer in time, or the caller is
+        cancelled meanwhile (the release may or may not have landed: it is idempotent), it goes
+        on in the background, retried as :meth:`_release` does.
+        """
+        try:
+            reply = await self._run(_scripts.RELEASE, (permit_id, how))
+        except UNREACHABLE:
+            self._counters.retries += 1
+            self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample, True))
+            return
+        except BaseException:
+            self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample, True))
+            raise
+        self._released(reply, sample)
+
+    def _released(self, reply: Any, sample: tuple[float, float] | None) -> None:
+        """Note what Redis answered to a release or a cancellation (and sample a run for the controller)."""
+        self._seen(reply[1], reply[2], reply[3])
+        controller = self._controller
+        if sample is not None and controller is not None:
+            controller.sampled(sample[0], sample[1], int(reply[1]) + 1, int(reply[4]))
+
     async def _adapt(self, args: Sequence[object]) -> Any:
         """Run the ``adapt`` script (a signal, or a controller's proposal); returns its reply."""
         self._bind()
@@ -559,13 +591,13 @@ class RedisGate:
         how: str,
         horizon: float,
         sample: tuple[float, float] | None = None,
+        retried: bool = False,
     ) -> None:
         # Scripts are idempotent, so retrying after a lost reply is safe. Past the horizon the
         # lease (or the waiter's place) has lapsed in Redis anyway: the slot is back without us.
         loop = self._loop
         give_up = loop.time() + horizon  # type: ignore[union-attr]
         delay = 0.05
-        retried = False
         while True:
             try:
                 reply = await self._run(script, (permit_id, how))
@@ -578,10 +610,7 @@ class RedisGate:
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 1.0)
                 continue
-            self._seen(reply[1], reply[2], reply[3])
-            controller = self._controller
-            if sample is not None and controller is not None:
-                controller.sampled(sample[0], sample[1], int(reply[1]) + 1, int(reply[4]))
+            self._released(reply, sample)
             return
 
     def _refused(self, permit: RedisPermit, running: int, waiting: int) -> QueueFull:

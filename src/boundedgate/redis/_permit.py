@@ -57,8 +57,9 @@ class RedisPermit(HandsOver):
     and raises :class:`~boundedgate.Late` if the block finished at or after the deadline.
     Releasing is idempotent and synchronous: the permit ends at once, and the release is sent to
     Redis by a task of its own, retried until it lands, which no cancellation of the caller can
-    interrupt. The ``async with`` exit waits for that release (at most ``op_timeout``), so the slot
-    is free cluster-wide when the block has exited.
+    interrupt. The ``async with`` exit sends the release itself and waits for it (at most
+    ``op_timeout``; past that, or if the exiting task is cancelled, the release goes on in the
+    background as above), so the slot is free cluster-wide when the block has exited.
 
     The gate holds its permits weakly: a permit that holds a slot and that nothing references any
     more is garbage-collected, warns with a ``ResourceWarning`` naming the gate, and its slot is
@@ -85,7 +86,6 @@ class RedisPermit(HandsOver):
         "_inner",
         "_queue_by",
         "_raise_late",
-        "_release_task",
         "_status",
         "_timeout",
         "_timer",
@@ -111,7 +111,6 @@ class RedisPermit(HandsOver):
         self._token: tuple[str, int] | None = None
         self._future: asyncio.Future[tuple[str, Any]] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._release_task: asyncio.Task[None] | None = None
         self._inner: Permit | None = None
         self._handed_over = False
         #: The longest it may wait in the queue, in seconds from arrival (``inf``: as its deadline allows).
@@ -212,11 +211,12 @@ class RedisPermit(HandsOver):
         if inner is not None:
             await inner.__aexit__(exc_type, exc, tb)
             return
-        # No await before the release is started: a second cancellation cannot stop it.
-        self._finish(None if exc_type is None else FAILED)
-        task = self._release_task
-        if task is not None and not task.done():
-            await asyncio.wait((task,), timeout=self._gate._op_timeout)
+        # The permit ends before any await. The release is sent from this task (no task of its own
+        # in the common case); if this task is cancelled, or Redis does not answer within
+        # op_timeout, the release goes on in the background, retried until it lands.
+        release = self._end_holding(None if exc_type is None else FAILED)
+        if release is not None:
+            await self._gate._release_here(*release)
         if exc_type is None and self._status is LATE and self._raise_late:
             raise self._gate._late(self)
 
@@ -242,12 +242,18 @@ class RedisPermit(HandsOver):
         release is sent to Redis by its own task, retried until it lands. On a closed loop (a
         stream collected after its loop ended) nothing can be sent: the lease lapses instead.
         """
+        release = self._end_holding(ending)
+        if release is not None:
+            self._gate._release(*release)
+
+    def _end_holding(self, ending: Status | None) -> tuple[str, str, tuple[float, float] | None] | None:
+        """End the request as :meth:`_finish` does; return the release to send, None if there is none."""
         inner = self._inner
         if inner is not None:
             inner._finish(ending)
-            return
+            return None
         if self._status is not RUNNING:
-            return
+            return None
         gate = self._gate
         loop: asyncio.AbstractEventLoop = gate._loop  # type: ignore[assignment]
         now = loop.time()
@@ -265,12 +271,13 @@ class RedisPermit(HandsOver):
         gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
         gate._holders.pop(self._id, None)  # type: ignore[arg-type]
         self._token = None
-        if not loop.is_closed():
-            sample = None
-            if gate._controller is not None and (status is COMPLETED or status is LATE):
-                ran = now - self.started  # type: ignore[operator]
-                sample = (ran, ran)
-            self._release_task = gate._release(self._id, status.value, sample)  # type: ignore[arg-type]
+        if loop.is_closed():
+            return None
+        sample = None
+        if gate._controller is not None and (status is COMPLETED or status is LATE):
+            ran = now - self.started  # type: ignore[operator]
+            sample = (ran, ran)
+        return self._id, status.value, sample  # type: ignore[return-value]
 
     def __del__(self) -> None:
         # The gate holds its permits weakly, so a permit dropped while it holds its slot comes here

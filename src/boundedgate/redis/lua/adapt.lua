@@ -21,10 +21,10 @@ local cut, grew = tonumber(state[1]), tonumber(state[2])
 
 local function change(value)
   local newC = math.floor(value)
-  redis.call('HSET', META, 'Cvalue', tostring(value), 'wpeak', redis.call('ZCARD', HOLDERS))
+  write('HSET', META, 'Cvalue', tostring(value), 'wpeak', redis.call('ZCARD', HOLDERS))
   if newC ~= C then
     C = newC
-    redis.call('HSET', META, 'Cset', C)
+    write('HSET', META, 'Cset', C)
     count('limit_changes')
   end
 end
@@ -33,7 +33,7 @@ if what == 'pause' then
   local untl = now + window
   if untl > PAUSE then
     PAUSE = untl
-    redis.call('HSET', META, 'pause', untl)
+    write('HSET', META, 'pause', untl)
   end
   count('pauses')
   applied = 1
@@ -41,7 +41,7 @@ elseif what == 'overloaded' or what == 'cut' then
   if not cut or now - cut >= window then
     change(math.max(floor, math.floor(C * factor)))
     cut = now
-    redis.call('HSET', META, 'cut', now)
+    write('HSET', META, 'cut', now)
     count('cuts')
     applied = 1
   else
@@ -55,14 +55,14 @@ elseif what == 'grow' then
   local grown = math.min(value + increase, cap * peak, ceiling)
   if quiet and peak >= C and grown > value then
     change(grown)
-    redis.call('HSET', META, 'grew', now)
+    write('HSET', META, 'grew', now)
     count('grown')
     applied = 1
   end
 end
-redis.call('HSET', META, 'C', C)
+used(C, Q)
 tick()
 local running, waiting = counts()
 local since = -1
 if cut then since = now - cut end
-return {applied, C, running, waiting, e, since, math.max(0, PAUSE - now)}
+return reply({applied, C, running, waiting, e, since, math.max(0, PAUSE - now)})

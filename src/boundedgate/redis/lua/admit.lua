@@ -4,33 +4,33 @@
 -- arrival sequence), 3 full, 4 already ended (value: how).
 local id, agent, remaining, wait = ARGV[8], ARGV[9], tonumber(ARGV[10]), ARGV[11] == '1'
 local e = epoch()
-redis.call('HSET', META, 'C', C, 'Q', Q)
+used(C, Q)
 tick()
 if redis.call('ZSCORE', HOLDERS, id) then
   local _, _, _, token = parse(redis.call('HGET', INFO, id))
   local running, waiting = counts()
-  return {1, token, running, waiting, e}
+  return reply({1, token, running, waiting, e})
 end
 local order = redis.call('ZSCORE', WAITERS, id)
 if order then
   local running, waiting = counts()
-  return {2, order, running, waiting, e}
+  return reply({2, order, running, waiting, e})
 end
 local how = redis.call('HGET', OUTCOME, id)
 if how then
   local running, waiting = counts()
-  return {4, how, running, waiting, e}
+  return reply({4, how, running, waiting, e})
 end
 local deadline = -1
 if remaining >= 0 then deadline = now + remaining end
 local running, waiting = counts()
 if running < C and waiting == 0 and now >= PAUSE then
   local token = grant(id, agent, deadline, false)
-  return {1, token, running + 1, waiting, e}
+  return reply({1, token, running + 1, waiting, e})
 end
 if wait and (Q < 0 or waiting < Q) then
   local order = enqueue(id, agent, deadline)
-  return {2, order, running, waiting + 1, e}
+  return reply({2, order, running, waiting + 1, e})
 end
 count('rejected')
-return {3, 0, running, waiting, e}
+return reply({3, 0, running, waiting, e})

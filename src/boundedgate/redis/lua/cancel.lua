@@ -24,4 +24,4 @@ if not redis.call('HGET', OUTCOME, id) then
 end
 tick()
 local running, waiting = counts()
-return {removed, running, waiting, e}
+return reply({removed, running, waiting, e})

@@ -20,9 +20,10 @@
 --   7 ended    zset   id -> when it ended (ms): outcomes are forgotten OUTCOME_TTL later
 --   8 seq      string INCR counter: arrival order and fencing tokens
 --   9 stats    hash   cluster counters and peaks
--- Every key gets PEXPIRE IDLE_TTL on every script; a gate that goes idle leaves only meta, seq,
--- stats and its recent outcomes, for IDLE_TTL (holders, waiters, wdue and info are empty, and Redis
--- deletes empty collections).
+-- Every key a script adds to (and meta) gets PEXPIRE IDLE_TTL as the script ends (reply); a gate
+-- that goes idle leaves only meta, seq, stats and its recent outcomes, for IDLE_TTL (holders,
+-- waiters, wdue and info are empty, and Redis deletes empty collections). A holder or waiter
+-- renewed by sync refreshes its key and info with it.
 --
 -- Common ARGV: 1 C, 2 Q (-1: unbounded), 3 lease ms, 4 waiter lease ms, 5 outcome ttl ms,
 -- 6 idle ttl ms, 7 wake channel prefix (the agent's id completes it). A script's own ARGV follow.
@@ -39,24 +40,50 @@ local OUTCOME_TTL = tonumber(ARGV[5])
 local IDLE_TTL = tonumber(ARGV[6])
 local WAKE = ARGV[7]
 local PAUSE = 0 -- no request starts before this time (ms, server clock): a rate-limit reset
-do -- limits set at runtime hold for every process, whatever C and Q it was constructed with
-  local set = redis.call('HMGET', KEYS[1], 'Cset', 'Qset', 'pause')
-  if set[1] then C = tonumber(set[1]) end
-  if set[2] then Q = tonumber(set[2]) end
-  if set[3] then PAUSE = tonumber(set[3]) end
-end
+-- One read of meta for what every script needs: the limits set at runtime (they hold for every
+-- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.
+local META_NOW = redis.call('HMGET', KEYS[1], 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak')
+if META_NOW[1] then C = tonumber(META_NOW[1]) end
+if META_NOW[2] then Q = tonumber(META_NOW[2]) end
+if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
+local EPOCH = META_NOW[4]
+local WPEAK = tonumber(META_NOW[7] or '0')
 local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per script: no long script
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
+-- The keys this script added to, whose idle TTL it refreshes as it ends (meta's always): a key
+-- it only read or emptied keeps the TTL its last writer gave it.
+local WRITTEN = {}
+local function write(command, key, ...)
+  WRITTEN[key] = true
+  return redis.call(command, key, ...)
+end
+
 local function epoch()
-  local e = redis.call('HGET', META, 'epoch')
-  if not e then
-    e = string.format('%s.%06d', clock[1], tonumber(clock[2]))
-    redis.call('HSET', META, 'epoch', e)
+  if not EPOCH then
+    EPOCH = string.format('%s.%06d', clock[1], tonumber(clock[2]))
+    write('HSET', META, 'epoch', EPOCH)
   end
-  return e
+  return EPOCH
+end
+
+-- Note the C and Q this step decided by, for inspection (written only when they changed).
+local function used(c, q)
+  if tonumber(META_NOW[5]) ~= c or tonumber(META_NOW[6]) ~= q then
+    write('HSET', META, 'C', c, 'Q', q)
+    META_NOW[5], META_NOW[6] = tostring(c), tostring(q)
+  end
+end
+
+-- Every script returns through this: the idle TTL of meta and of every key it added to.
+local function reply(value)
+  WRITTEN[META] = true
+  for key in pairs(WRITTEN) do
+    redis.call('PEXPIRE', key, IDLE_TTL)
+  end
+  return value
 end
 
 local function parse(info)
@@ -66,29 +93,30 @@ local function parse(info)
 end
 
 local function record(id, how)
-  redis.call('HSET', OUTCOME, id, how)
-  redis.call('ZADD', ENDED, now, id)
+  write('HSET', OUTCOME, id, how)
+  write('ZADD', ENDED, now, id)
 end
 
 local function count(field, n)
-  redis.call('HINCRBY', STATS, field, n or 1)
+  write('HINCRBY', STATS, field, n or 1)
 end
 
 local function peak(field, value)
   if value > tonumber(redis.call('HGET', STATS, field) or '0') then
-    redis.call('HSET', STATS, field, value)
+    write('HSET', STATS, field, value)
   end
 end
 
 local function grant(id, agent, deadline, wake)
-  local token = redis.call('INCR', SEQ)
-  redis.call('ZADD', HOLDERS, now + LEASE, id)
-  redis.call('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
+  local token = write('INCR', SEQ)
+  write('ZADD', HOLDERS, now + LEASE, id)
+  write('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
   count('admitted')
   local running = redis.call('ZCARD', HOLDERS)
   peak('peak_running', running)
-  if running > tonumber(redis.call('HGET', META, 'wpeak') or '0') then
-    redis.call('HSET', META, 'wpeak', running)
+  if running > WPEAK then
+    WPEAK = running
+    write('HSET', META, 'wpeak', running)
   end
   if wake then
     -- A hint only: the grant is the holders entry above; a lost message costs the waiter one poll.
@@ -98,12 +126,12 @@ local function grant(id, agent, deadline, wake)
 end
 
 local function enqueue(id, agent, deadline)
-  local order = redis.call('INCR', SEQ)
-  redis.call('ZADD', WAITERS, order, id)
+  local order = write('INCR', SEQ)
+  write('ZADD', WAITERS, order, id)
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
-  redis.call('ZADD', WDUE, due, id)
-  redis.call('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|')
+  write('ZADD', WDUE, due, id)
+  write('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|')
   peak('peak_waiting', redis.call('ZCARD', WAITERS))
   return order
 end
@@ -117,10 +145,11 @@ local function drop_waiter(id, how)
 end
 
 local function renew_waiter(id)
+  WRITTEN[WAITERS], WRITTEN[INFO] = true, true -- a live place keeps its keys alive
   local _, deadline = parse(redis.call('HGET', INFO, id))
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
-  redis.call('ZADD', WDUE, due, id)
+  write('ZADD', WDUE, due, id)
 end
 
 -- Every script runs this first: reclaim lapsed leases, drop dead or expired waiters, and hand every
@@ -163,9 +192,6 @@ local function tick()
   if #old > 0 then
     redis.call('HDEL', OUTCOME, unpack(old))
     redis.call('ZREM', ENDED, unpack(old))
-  end
-  for i = 1, 9 do
-    redis.call('PEXPIRE', KEYS[i], IDLE_TTL)
   end
 end
 

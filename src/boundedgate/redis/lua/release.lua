@@ -13,4 +13,4 @@ if redis.call('HGET', OUTCOME, id) ~= 'released' then
 end
 tick()
 local running, waiting = counts()
-return {removed, running, waiting, e, C}
+return reply({removed, running, waiting, e, C})
