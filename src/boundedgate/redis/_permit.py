@@ -406,8 +406,14 @@ class RedisPermit(HandsOver):
         self._status = QUEUED
         gate._waiting += 1
         counters = gate._counters
-        if gate._waiting > counters.peak_waiting:
-            counters.peak_waiting = gate._waiting
+        # A waiter granted in Redis that has not heard of it yet is counted here still, while a
+        # newcomer may hold its place there: the queue never held more than Q.
+        here = gate._waiting
+        limit = gate._max_waiting
+        if limit is not None and here > limit:
+            here = limit
+        if here > counters.peak_waiting:
+            counters.peak_waiting = here
         gate._background.watch()
         if self._queue_by != math.inf and not future.done():
             self._timer = loop.call_at(self._queue_by, _wake, future, "deadline")  # type: ignore[union-attr]
