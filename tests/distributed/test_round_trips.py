@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import pytest
 import redis.asyncio
 
-from .helpers import make_gate
+from .helpers import make_gate, settles_empty
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -80,3 +80,39 @@ async def test_a_refusal_costs_one_round_trip(counting: redis.asyncio.Redis, nam
                     pass
         assert CountingConnection.counts() == (PAIRS, PAIRS)
         held.release()
+
+
+async def _publishes(client: redis.asyncio.Redis) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_publish", {}).get("calls", 0))
+
+
+async def test_a_hand_off_is_announced_to_the_waiting_process_only(
+    own_server: RedisServer, name: str
+) -> None:
+    # Polls every 5 s: a waiter that starts within a second was told by a reply or a message.
+    slow = {"poll_interval": 5.0, "waiter_ttl": 20.0}
+    mine_client = redis.asyncio.Redis.from_url(own_server.url)
+    theirs_client = redis.asyncio.Redis.from_url(own_server.url)
+    try:
+        async with (
+            make_gate(mine_client, name, 1, 10, **slow) as mine,
+            make_gate(theirs_client, name, 1, 10, **slow) as theirs,
+        ):
+            for waiting_gate, publishes in ((mine, 0), (theirs, 1)):
+                holder = await mine.try_admit()
+                waiter = asyncio.create_task(waiting_gate.admit(timeout=30).__aenter__())
+                while waiting_gate.waiting == 0:
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.3)  # its listener has subscribed (and synced once)
+                await mine_client.config_resetstat()
+                holder.release()
+                permit = await asyncio.wait_for(waiter, 1.0)
+                # The releasing process's own waiter hears it in the release's reply: no message;
+                # another process's hears it on its own channel: one message.
+                assert await _publishes(mine_client) == publishes
+                permit.release()
+                await settles_empty(mine_client, name)
+    finally:
+        await mine_client.aclose()
+        await theirs_client.aclose()

@@ -408,15 +408,19 @@ async def test_this_process_never_counts_more_waiting_than_the_queue_holds(
 ) -> None:
     # A waiter granted in Redis stays queued here until it hears of the grant; a newcomer that takes
     # the freed place meanwhile must not make this process's peak_waiting exceed Q.
-    async with make_gate(client, name, 1, 1, poll_interval=1.0) as gate:
-        holder = await gate.try_admit()
+    async with (
+        make_gate(client, name, 1, 1, poll_interval=1.0) as gate,
+        make_gate(client, name, 1, 1) as other,
+    ):
+        holder = await other.try_admit()  # another process's: its release announces the grant
         first = asyncio.create_task(gate.admit(timeout=30).__aenter__())
 
         async def queued() -> bool:
             return (await cluster(client, name)).waiting == 1
 
         await wait_until(queued, 5, "the first waiter")
-        gate._common = (*gate._common[:-1], "nowhere:")  # the grant's message is lost: a poll finds it
+        await asyncio.sleep(0.3)  # its listener has subscribed, and synced once; the next poll is in 1 s
+        other._common = (*other._common[:-1], "nowhere:")  # the grant's message is lost: a poll finds it
         holder.release()
 
         async def handed() -> bool:

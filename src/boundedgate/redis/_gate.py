@@ -543,7 +543,7 @@ class RedisGate:
     def _abandon(self, permit_id: str, how: str) -> None:
         """Take back, in the background, whatever place or unused slot ``permit_id`` has in Redis."""
         horizon = max(self._lease_ttl, self._waiter_ttl)
-        self._spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon))
+        self._spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon, handed_at=4))
 
     def _release(
         self, permit_id: str, how: str, sample: tuple[float, float] | None = None
@@ -572,12 +572,26 @@ class RedisGate:
             raise
         self._released(reply, sample)
 
-    def _released(self, reply: Any, sample: tuple[float, float] | None) -> None:
-        """Note what Redis answered to a release or a cancellation (and sample a run for the controller)."""
+    def _released(self, reply: Any, sample: tuple[float, float] | None, handed_at: int = 5) -> None:
+        """Note what Redis answered to a release (or a cancellation: ``handed_at=4``).
+
+        Wakes this process's waiters that the script handed a slot to, and samples a run for the
+        adaptive controller.
+        """
         self._seen(reply[1], reply[2], reply[3])
+        if len(reply) > handed_at:
+            self._handed(reply, handed_at)
         controller = self._controller
         if sample is not None and controller is not None:
             controller.sampled(sample[0], sample[1], int(reply[1]) + 1, int(reply[4]))
+
+    def _handed(self, reply: Sequence[Any], start: int) -> None:
+        """Wake the waiters of this process that a script's reply says it granted a slot to."""
+        waiters = self._waiters
+        for i in range(start, len(reply) - 1, 2):
+            waiter = waiters.get(text(reply[i]))
+            if waiter is not None:
+                waiter._granted(reply[i + 1])
 
     async def _adapt(self, args: Sequence[object]) -> Any:
         """Run the ``adapt`` script (a signal, or a controller's proposal); returns its reply."""
@@ -592,6 +606,7 @@ class RedisGate:
         horizon: float,
         sample: tuple[float, float] | None = None,
         retried: bool = False,
+        handed_at: int = 5,
     ) -> None:
         # Scripts are idempotent, so retrying after a lost reply is safe. Past the horizon the
         # lease (or the waiter's place) has lapsed in Redis anyway: the slot is back without us.
@@ -610,7 +625,7 @@ class RedisGate:
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 1.0)
                 continue
-            self._released(reply, sample)
+            self._released(reply, sample, handed_at)
             return
 
     def _refused(self, permit: RedisPermit, running: int, waiting: int) -> QueueFull:

@@ -352,8 +352,10 @@ class RedisPermit(HandsOver):
             self._future = None
             await self._not_admitted(error, wait)
             return
-        state, value, running, waiting, epoch = reply
+        state, value, running, waiting, epoch = reply[:5]
         gate._seen(running, waiting, epoch)
+        if len(reply) > 5:  # its sweep handed slots to others of this process's waiters
+            gate._handed(reply, 5)
         if state == 1:
             del gate._waiters[permit_id]
             self._future = None

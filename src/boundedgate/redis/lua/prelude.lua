@@ -56,6 +56,12 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 -- The keys this script added to, whose idle TTL it refreshes as it ends (meta's always): a key
 -- it only read or emptied keeps the TTL its last writer gave it.
 local WRITTEN = {}
+
+-- The calling process's agent id, in scripts whose reply can tell it of its own waiters' grants
+-- (admit, release, cancel): those are listed in HANDED for the reply, not published.
+local SELF = nil
+local HANDED = {}
+
 local function write(command, key, ...)
   WRITTEN[key] = true
   return redis.call(command, key, ...)
@@ -77,11 +83,15 @@ local function used(c, q)
   end
 end
 
--- Every script returns through this: the idle TTL of meta and of every key it added to.
+-- Every script returns through this: the idle TTL of meta and of every key it added to. A reply
+-- of a script with SELF ends with the grants to the caller's own waiters (id, token, ...).
 local function reply(value)
   WRITTEN[META] = true
   for key in pairs(WRITTEN) do
     redis.call('PEXPIRE', key, IDLE_TTL)
+  end
+  for _, item in ipairs(HANDED) do
+    value[#value + 1] = item
   end
   return value
 end
@@ -107,6 +117,10 @@ local function peak(field, value)
   end
 end
 
+local function agent_of(id)
+  return string.match(id, '^(.*)#%d+$')
+end
+
 local function grant(id, agent, deadline, wake)
   local token = write('INCR', SEQ)
   write('ZADD', HOLDERS, now + LEASE, id)
@@ -118,7 +132,11 @@ local function grant(id, agent, deadline, wake)
     WPEAK = running
     write('HSET', META, 'wpeak', running)
   end
-  if wake then
+  if wake and agent == SELF then
+    -- The reply of the script that made the grant tells the waiter's own process: no message.
+    HANDED[#HANDED + 1] = id
+    HANDED[#HANDED + 1] = token
+  elseif wake then
     -- A hint only: the grant is the holders entry above; a lost message costs the waiter one poll.
     redis.call('PUBLISH', WAKE .. agent, id .. ' ' .. token)
   end
