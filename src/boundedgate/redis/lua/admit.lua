@@ -5,6 +5,7 @@
 -- sweep made to the caller's other waiters (id, token, ...).
 local id, agent, remaining, wait = ARGV[8], ARGV[9], tonumber(ARGV[10]), ARGV[11] == '1'
 SELF = agent
+SWEEP_OUTCOMES = false -- nothing ends here but by the sweep: release, cancel and sync forget
 local e = epoch()
 used(C, Q)
 tick()

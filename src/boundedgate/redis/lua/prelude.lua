@@ -20,10 +20,10 @@
 --   7 ended    zset   id -> when it ended (ms): outcomes are forgotten OUTCOME_TTL later
 --   8 seq      string INCR counter: arrival order and fencing tokens
 --   9 stats    hash   cluster counters and peaks
--- Every key a script adds to (and meta) gets PEXPIRE IDLE_TTL as the script ends (reply); a gate
--- that goes idle leaves only meta, seq, stats and its recent outcomes, for IDLE_TTL (holders,
--- waiters, wdue and info are empty, and Redis deletes empty collections). A holder or waiter
--- renewed by sync refreshes its key and info with it.
+-- Keys get PEXPIRE IDLE_TTL as a script ends (reply: see WRITTEN); a gate that goes idle leaves
+-- only meta, seq, stats and its recent outcomes, for IDLE_TTL (holders, waiters, wdue and info are
+-- empty, and Redis deletes empty collections). A holder or waiter renewed by sync refreshes its
+-- key and info with it.
 --
 -- Common ARGV: 1 C, 2 Q (-1: unbounded), 3 lease ms, 4 waiter lease ms, 5 outcome ttl ms,
 -- 6 idle ttl ms, 7 wake channel prefix (the agent's id completes it). A script's own ARGV follow.
@@ -42,7 +42,7 @@ local WAKE = ARGV[7]
 local PAUSE = 0 -- no request starts before this time (ms, server clock): a rate-limit reset
 -- One read of meta for what every script needs: the limits set at runtime (they hold for every
 -- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.
-local META_NOW = redis.call('HMGET', KEYS[1], 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak')
+local META_NOW = redis.call('HMGET', KEYS[1], 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak', 'touched')
 if META_NOW[1] then C = tonumber(META_NOW[1]) end
 if META_NOW[2] then Q = tonumber(META_NOW[2]) end
 if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
@@ -53,9 +53,12 @@ local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per sc
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
--- The keys this script added to, whose idle TTL it refreshes as it ends (meta's always): a key
--- it only read or emptied keeps the TTL its last writer gave it.
+-- The keys whose idle TTL this script sets as it ends: the collections it added to (any may have
+-- been emptied, so deleted, and made anew here), and meta, seq and stats when it created them.
+-- Every key's TTL is refreshed every IDLE_TTL / 10 besides (meta's 'touched'), so a key that is
+-- only read or emptied keeps one.
 local WRITTEN = {}
+local SWEEP_OUTCOMES = true -- false in admit: the scripts that record outcomes forget old ones
 
 -- The calling process's agent id, in scripts whose reply can tell it of its own waiters' grants
 -- (admit, release, cancel): those are listed in HANDED for the reply, not published.
@@ -78,7 +81,7 @@ end
 -- Note the C and Q this step decided by, for inspection (written only when they changed).
 local function used(c, q)
   if tonumber(META_NOW[5]) ~= c or tonumber(META_NOW[6]) ~= q then
-    write('HSET', META, 'C', c, 'Q', q)
+    redis.call('HSET', META, 'C', c, 'Q', q)
     META_NOW[5], META_NOW[6] = tostring(c), tostring(q)
   end
 end
@@ -86,9 +89,16 @@ end
 -- Every script returns through this: the idle TTL of meta and of every key it added to. A reply
 -- of a script with SELF ends with the grants to the caller's own waiters (id, token, ...).
 local function reply(value)
-  WRITTEN[META] = true
-  for key in pairs(WRITTEN) do
-    redis.call('PEXPIRE', key, IDLE_TTL)
+  local touched = tonumber(META_NOW[8])
+  if not touched or now - touched >= IDLE_TTL / 10 or now < touched then
+    redis.call('HSET', META, 'touched', now)
+    for i = 1, 9 do
+      redis.call('PEXPIRE', KEYS[i], IDLE_TTL)
+    end
+  else
+    for key in pairs(WRITTEN) do
+      redis.call('PEXPIRE', key, IDLE_TTL)
+    end
   end
   for _, item in ipairs(HANDED) do
     value[#value + 1] = item
@@ -108,12 +118,15 @@ local function record(id, how)
 end
 
 local function count(field, n)
-  write('HINCRBY', STATS, field, n or 1)
+  n = n or 1
+  if redis.call('HINCRBY', STATS, field, n) == n then WRITTEN[STATS] = true end -- maybe a new key
 end
 
 local function peak(field, value)
-  if value > tonumber(redis.call('HGET', STATS, field) or '0') then
-    write('HSET', STATS, field, value)
+  local was = redis.call('HGET', STATS, field)
+  if value > tonumber(was or '0') then
+    if not was then WRITTEN[STATS] = true end
+    redis.call('HSET', STATS, field, value)
   end
 end
 
@@ -122,7 +135,8 @@ local function agent_of(id)
 end
 
 local function grant(id, agent, deadline, wake)
-  local token = write('INCR', SEQ)
+  local token = redis.call('INCR', SEQ)
+  if token == 1 then WRITTEN[SEQ] = true end
   write('ZADD', HOLDERS, now + LEASE, id)
   write('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
   count('admitted')
@@ -130,7 +144,7 @@ local function grant(id, agent, deadline, wake)
   peak('peak_running', running)
   if running > WPEAK then
     WPEAK = running
-    write('HSET', META, 'wpeak', running)
+    redis.call('HSET', META, 'wpeak', running)
   end
   if wake and agent == SELF then
     -- The reply of the script that made the grant tells the waiter's own process: no message.
@@ -144,7 +158,8 @@ local function grant(id, agent, deadline, wake)
 end
 
 local function enqueue(id, agent, deadline)
-  local order = write('INCR', SEQ)
+  local order = redis.call('INCR', SEQ)
+  if order == 1 then WRITTEN[SEQ] = true end
   write('ZADD', WAITERS, order, id)
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
@@ -180,17 +195,21 @@ local function tick()
     record(id, 'reclaimed')
     count('reclaimed')
   end
-  local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', 0, SWEEP)
-  for _, id in ipairs(due) do
-    local _, deadline = parse(redis.call('HGET', INFO, id))
-    if deadline >= 0 and deadline <= now then
-      drop_waiter(id, 'expired')
-    else
-      drop_waiter(id, 'lapsed') -- its process stopped renewing its place: presumed dead
+  -- waiters and wdue hold the same ids: with no waiter there is nothing to sweep nor hand on
+  local queued = redis.call('ZCARD', WAITERS) > 0
+  if queued then
+    local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', 0, SWEEP)
+    for _, id in ipairs(due) do
+      local _, deadline = parse(redis.call('HGET', INFO, id))
+      if deadline >= 0 and deadline <= now then
+        drop_waiter(id, 'expired')
+      else
+        drop_waiter(id, 'lapsed') -- its process stopped renewing its place: presumed dead
+      end
     end
   end
   local free = C - redis.call('ZCARD', HOLDERS)
-  if now < PAUSE then free = 0 end -- paused until a rate-limit reset: arrivals queue, none starts
+  if now < PAUSE or not queued then free = 0 end -- paused until a rate-limit reset: none starts
   while free > 0 do
     local head = redis.call('ZPOPMIN', WAITERS)
     if #head == 0 then break end
@@ -206,10 +225,12 @@ local function tick()
       free = free - 1
     end
   end
-  local old = redis.call('ZRANGEBYSCORE', ENDED, '-inf', now - OUTCOME_TTL, 'LIMIT', 0, SWEEP)
-  if #old > 0 then
-    redis.call('HDEL', OUTCOME, unpack(old))
-    redis.call('ZREM', ENDED, unpack(old))
+  if SWEEP_OUTCOMES then
+    local old = redis.call('ZRANGEBYSCORE', ENDED, '-inf', now - OUTCOME_TTL, 'LIMIT', 0, SWEEP)
+    if #old > 0 then
+      redis.call('HDEL', OUTCOME, unpack(old))
+      redis.call('ZREM', ENDED, unpack(old))
+    end
   end
 end
 
