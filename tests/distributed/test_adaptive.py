@@ -17,6 +17,7 @@ import redis.asyncio
 from boundedgate import Adaptive
 from boundedgate.httpx import GatedTransport, follow_provider
 from boundedgate.redis import RedisGate
+from tests.streams.sources import ticks
 
 from .helpers import cluster, make_gate, wait_until
 from .servers import RedisServer
@@ -172,5 +173,28 @@ async def test_follow_provider_drives_a_redis_gate_through_the_transport(
         assert (view.max_running, view.counters["suppressed"]) == (9, 1)
         assert gate.controller is not None
         assert gate.controller.limit == 9
+    finally:
+        await gate.aclose()
+
+
+async def test_a_stream_is_sampled_by_its_time_to_first_item(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    # Each stream gives its first item after 50 ms and its last after 300 ms: the controller's
+    # latency is the first (the provider's queueing and prefill), not the length of the output.
+    gate = make_gate(clients[0], name, 4, 10, adaptive=Adaptive(window=0.01, min_samples=2))
+    try:
+        for _ in range(2):
+            stream = await gate.stream(lambda: ticks(6, every=0.05), timeout=30)
+            async for _item in stream:
+                pass
+
+        async def closed() -> bool:
+            return gate.controller is not None and gate.controller.windows == 1
+
+        await wait_until(closed, 5, "a window closed")
+        assert gate.controller is not None
+        assert gate.controller.baseline is not None
+        assert 0.04 <= gate.controller.baseline < 0.15
     finally:
         await gate.aclose()

@@ -78,6 +78,7 @@ class RedisPermit(HandsOver):
 
     __slots__ = (
         "__weakref__",
+        "_first_item",
         "_from_try_admit",
         "_future",
         "_gate",
@@ -113,6 +114,7 @@ class RedisPermit(HandsOver):
         self._timer: asyncio.TimerHandle | None = None
         self._inner: Permit | None = None
         self._handed_over = False
+        self._first_item: float | None = None  # when its stream gave its first item (loop clock)
         #: The longest it may wait in the queue, in seconds from arrival (``inf``: as its deadline allows).
         self.max_wait = _INF
         # When it must leave the queue if not started: min(deadline, arrival + max_wait).
@@ -276,7 +278,8 @@ class RedisPermit(HandsOver):
         sample = None
         if gate._controller is not None and (status is COMPLETED or status is LATE):
             ran = now - self.started  # type: ignore[operator]
-            sample = (ran, ran)
+            first = self._first_item
+            sample = (ran, ran if first is None else first - self.started)  # type: ignore[operator]
         return self._id, status.value, sample  # type: ignore[return-value]
 
     def __del__(self) -> None:
@@ -295,6 +298,11 @@ class RedisPermit(HandsOver):
         except (AttributeError, RuntimeError):  # no loop, or it closed
             what = "its event loop is closed: its lease lapses"
         warnings.warn(f"unreleased {self!r}: {what}", ResourceWarning, stacklevel=1, source=self)
+
+    def _note_first_item(self) -> None:
+        """Its stream gave its first item now: the adaptive controller's sample (time to first token)."""
+        if self._first_item is None and self._status is RUNNING:
+            self._first_item = self._gate._loop.time()  # type: ignore[union-attr]
 
     def _leaked(self) -> None:
         """End a permit collected while it held its slot, counted as ``leaked``, and release it."""
