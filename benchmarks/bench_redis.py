@@ -12,6 +12,11 @@ Two figures, each the median of several interleaved rounds:
 
 redis-py's Lock is a mutex (C = 1) that polls: its ``sleep`` is set to 1 ms here (the default, 100 ms,
 would make it look far worse). Compare figures within one run only: the machine is shared.
+
+Figures a busy machine does not move, for the uncontended pair: the round trips it makes (commands
+sent, counted on the client's connections), the client's instructions per pair (valgrind's
+callgrind, the difference of two runs of different lengths, when valgrind is installed) and the
+server's time per pair (``INFO commandstats``, the best of three runs).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import shutil
 import socket
@@ -28,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Any
 
 import redis.asyncio
 
@@ -98,6 +105,82 @@ async def latency(kind: str, url: str) -> float:
         await client.aclose()
 
 
+# -- what a busy machine does not move ----------------------------------------------------------
+
+
+class CountingConnection(redis.asyncio.Connection):
+    """A connection that counts the commands it sends (one round trip each, no pipelines here)."""
+
+    sent = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        await super().send_packed_command(command, check_health)
+
+
+async def pairs(kind: str, url: str, n: int, counting: bool = False) -> float:
+    """Run ``n`` uncontended pairs after a warm-up; returns the round trips per pair."""
+    pool = redis.asyncio.ConnectionPool.from_url(
+        url, **({"connection_class": CountingConnection} if counting else {})
+    )
+    client = redis.asyncio.Redis(connection_pool=pool)
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    try:
+        if kind == "RedisGate":
+            async with RedisGate(client, max_running=1, max_waiting=10, name=name) as gate:
+                async with gate.admit():
+                    pass
+                CountingConnection.sent = 0
+                for _ in range(n):
+                    async with gate.admit():
+                        pass
+                return CountingConnection.sent / max(n, 1)
+        lock = client.lock(name, timeout=10, sleep=0.001)
+        async with lock:
+            pass
+        CountingConnection.sent = 0
+        for _ in range(n):
+            async with lock:
+                pass
+        return CountingConnection.sent / max(n, 1)
+    finally:
+        await client.aclose()
+        await pool.disconnect()
+
+
+def instructions(kind: str, url: str) -> float | None:
+    """The client's instructions per uncontended pair, by callgrind (None without valgrind)."""
+    if shutil.which("valgrind") is None:
+        return None
+    counts = []
+    for n in (100, 400):
+        with tempfile.TemporaryDirectory() as folder:
+            out = os.path.join(folder, "callgrind.out")
+            command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
+            run = [*command, __file__, "--pairs", kind, url, str(n)]
+            subprocess.run(run, check=True, capture_output=True)
+            with open(out, encoding="utf-8") as report:
+                summary = next(line for line in report if line.startswith("summary:"))
+            counts.append(int(summary.split()[1]))
+    return (counts[1] - counts[0]) / 300
+
+
+async def server_time(kind: str, url: str, n: int = 1000) -> float:
+    """Microseconds the server spends per uncontended pair (best of three runs)."""
+    client = redis.asyncio.Redis.from_url(url)
+    best = math.inf
+    try:
+        for _ in range(3):
+            await client.config_resetstat()
+            await pairs(kind, url, n)
+            stats = await client.info("commandstats")
+            spent = sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_config", "cmdstat_info"))
+            best = min(best, spent / (n + 1))
+    finally:
+        await client.aclose()
+    return best
+
+
 # -- hand-off throughput (several processes) -----------------------------------------------------
 
 
@@ -162,11 +245,28 @@ def throughput(kind: str, url: str, c: int) -> float:
     return sum(counts) / SECONDS
 
 
+def print_steady(steady: dict[str, tuple[float, float | None, float]]) -> None:
+    """The table of what a busy machine does not move."""
+    print("| uncontended pair | round trips | client instructions | server us | RedisGate is |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for kind in ("RedisGate", "redis-py Lock"):
+        trips, count, server = steady[kind]
+        ours = steady["RedisGate"][1]
+        ratio = "n/a" if ours is None or count is None else f"{ours / count:.2f}x its instructions"
+        shown = "n/a (no valgrind)" if count is None else f"{count:,.0f}"
+        print(f"| {kind} | {trips:.2f} | {shown} | {server:.1f} | {ratio} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", nargs=5)
+    parser.add_argument("--pairs", nargs=3)
     args = parser.parse_args()
+    if args.pairs:
+        kind, url, n = args.pairs
+        asyncio.run(pairs(kind, url, int(n)))
+        return
     if args.worker:
         kind, url, name, c, tasks = args.worker
         print(asyncio.run(worker(kind, url, name, int(c), int(tasks), SECONDS)))
@@ -174,7 +274,11 @@ def main() -> None:
     process, port, folder = start_server()
     url = f"redis://127.0.0.1:{port}/0"
     results: dict[str, list[float]] = {}
+    steady: dict[str, tuple[float, float | None, float]] = {}
     try:
+        for kind in ("RedisGate", "redis-py Lock"):
+            trips = asyncio.run(pairs(kind, url, 200, counting=True))
+            steady[kind] = (trips, instructions(kind, url), asyncio.run(server_time(kind, url)))
         for _ in range(args.rounds):
             for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
                 results.setdefault(f"latency {kind}", []).append(asyncio.run(latency(kind, url)) * 1e6)
@@ -196,6 +300,8 @@ def main() -> None:
         value = median[f"latency {kind}"]
         ratio = median["latency RedisGate"] / value
         print(f"| {kind} | {value:.1f} | {ratio:.2f}x its time |")
+    print()
+    print_steady(steady)
     print()
     print("| hand-off throughput | C | hand-offs/s | RedisGate is |")
     print("| --- | ---: | ---: | ---: |")

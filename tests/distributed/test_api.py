@@ -62,8 +62,9 @@ def test_admit_all_refuses_a_redis_gate() -> None:
 
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     # Public names of BoundedGate that RedisGate lacks, and the other way round (seq: the core's order).
-    # (The adaptive edge, docs/adaptive.md: a cluster gate's C changes by set_limits, cluster-wide.)
-    adaptive = {"adapt", "controller", "pause", "signal", "sync_rate_limits"}
+    # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction,
+    # and it has no rate limits to bring in line with the provider's.)
+    adaptive = {"adapt", "sync_rate_limits"}
     assert (
         _public(BoundedGate) - _public(RedisGate)
         == {"priorities", "rate_limits", "observe", "unobserve"} | adaptive
@@ -74,7 +75,6 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
         "jump_share",
         "rate_limits",
         "feasible",
-        "adaptive",
     }
     assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority", "cost"}
     assert _arguments(BoundedGate.try_admit) - _arguments(RedisGate.try_admit) == {"cost"}
@@ -82,5 +82,7 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     assert _public(Permit) - _public(RedisPermit) == {"cost", "priority", "seq"}
     assert inspect.iscoroutinefunction(RedisGate.try_admit)
     assert inspect.iscoroutinefunction(RedisGate.set_limits)  # it writes the cluster's limits
+    assert inspect.iscoroutinefunction(RedisGate.signal)  # so do these: the pause, the cuts
+    assert inspect.iscoroutinefunction(RedisGate.pause)
     assert not inspect.iscoroutinefunction(BoundedGate.set_limits)
     assert not inspect.iscoroutinefunction(BoundedGate.try_admit)

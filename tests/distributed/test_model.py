@@ -260,9 +260,10 @@ class Scripts(RuleBasedStateMachine):
             and permit_id not in model.outcome
         )
         self.core_sweep(*self._pending_sweep())
-        state, value, running, waiting, _ = self.run(_scripts.ADMIT, permit_id, AGENT, -1, int(wait))
+        state, value, running, waiting, _, *handed = self.run(_scripts.ADMIT, permit_id, AGENT, -1, int(wait))
         assert (state, str(value)) == model.admit(permit_id, wait)
         assert (running, waiting) == (len(model.holders), len(model.waiters))
+        self.handed_are_grants(handed)
         if state == 1:
             self.holding.add(permit_id)
         elif state == 2:
@@ -280,11 +281,13 @@ class Scripts(RuleBasedStateMachine):
         if not choices:
             return
         permit_id = data.draw(st.sampled_from(choices))
-        removed, running, waiting, _ = self.run(_scripts.RELEASE, permit_id, how)
+        removed, running, waiting, _, c, *handed = self.run(_scripts.RELEASE, permit_id, how)
+        assert c == self.model.c  # the cluster's C, which an adaptive controller adopts
         was_running = permit_id in self.model.holders
         assert removed == self.model.release(permit_id, how)
         reclaimed, dropped = self.model.tick()
         assert (running, waiting) == (len(self.model.holders), len(self.model.waiters))
+        self.handed_are_grants(handed)
         self.holding.discard(permit_id)
         if self.core is not None:
             if was_running:
@@ -303,10 +306,11 @@ class Scripts(RuleBasedStateMachine):
             permit_id = data.draw(st.sampled_from(self.known))
         was_waiting = permit_id in self.model.waiters and permit_id not in self.model.outcome
         was_running = permit_id in self.model.holders and permit_id not in self.model.outcome
-        removed, running, waiting, _ = self.run(_scripts.CANCEL, permit_id, how)
+        removed, running, waiting, _, *handed = self.run(_scripts.CANCEL, permit_id, how)
         assert removed == self.model.cancel(permit_id, how)
         reclaimed, dropped = self.model.tick()
         assert (running, waiting) == (len(self.model.holders), len(self.model.waiters))
+        self.handed_are_grants(handed)
         self.holding.discard(permit_id)
         self.queued.discard(permit_id)
         if self.core is not None:
@@ -360,6 +364,13 @@ class Scripts(RuleBasedStateMachine):
         self.redis.zadd(self.keys[3], {permit_id: 0})
         passed = deadline or self.model.due.get(permit_id) == "expired"  # a deadline once passed stays so
         self.model.due[permit_id] = "expired" if passed else "lapsed"
+
+    def handed_are_grants(self, handed: list[Any]) -> None:
+        # A script tells the caller's process (one agent here) of the grants its sweep made to that
+        # process's waiters: each is a holder now, with its token, and was not published.
+        told = {str(handed[i]): int(handed[i + 1]) for i in range(0, len(handed), 2)}
+        assert len(told) * 2 == len(handed)
+        assert told.items() <= self.model.holders.items()
 
     def _pending_sweep(self) -> tuple[list[str], list[str]]:
         # Scripts that sweep before they act (admit, sync): what their sweep will do, for the core.

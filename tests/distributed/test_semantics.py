@@ -401,3 +401,36 @@ async def test_a_waiter_whose_client_went_away_leaves_the_cluster_queue_as_disco
         stats = gate.stats()
         assert (stats.disconnected, stats.aborted, stats.cancelled) == (1, 1, 0)
         assert view.counters.get("disconnected") == 1
+
+
+async def test_this_process_never_counts_more_waiting_than_the_queue_holds(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    # A waiter granted in Redis stays queued here until it hears of the grant; a newcomer that takes
+    # the freed place meanwhile must not make this process's peak_waiting exceed Q.
+    async with (
+        make_gate(client, name, 1, 1, poll_interval=1.0) as gate,
+        make_gate(client, name, 1, 1) as other,
+    ):
+        holder = await other.try_admit()  # another process's: its release announces the grant
+        first = asyncio.create_task(gate.admit(timeout=30).__aenter__())
+
+        async def queued() -> bool:
+            return (await cluster(client, name)).waiting == 1
+
+        await wait_until(queued, 5, "the first waiter")
+        await asyncio.sleep(0.3)  # its listener has subscribed, and synced once; the next poll is in 1 s
+        other._common = (*other._common[:-1], "nowhere:")  # the grant's message is lost: a poll finds it
+        holder.release()
+
+        async def handed() -> bool:
+            view = await cluster(client, name)
+            return (view.running, view.waiting) == (1, 0)
+
+        await wait_until(handed, 5, "the slot handed to the first waiter")
+        second = asyncio.create_task(gate.admit(timeout=30).__aenter__())
+        await wait_until(queued, 5, "the second waiter")
+        assert gate.waiting == 2  # the first has not heard of its grant yet
+        assert gate.stats().peak_waiting == 1
+        (await asyncio.wait_for(first, 5)).release()
+        (await asyncio.wait_for(second, 5)).release()

@@ -94,3 +94,18 @@ async def test_a_closed_gate_can_be_used_again(client: redis.asyncio.Redis, name
             assert not permit.lease_lost
     await settles_empty(client, name)
     assert (await cluster(client, name)).counters.get("reclaimed", 0) == 0
+
+
+async def test_every_key_of_the_gate_has_its_idle_ttl_whichever_script_made_it(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    # The first script sets no counter and no sequence (a limit change); the keys the later ones
+    # make must get their TTL all the same, though the periodic refresh of every key is not due.
+    async with make_gate(client, name, 1, 1) as gate:
+        await gate.set_limits(max_running=2)
+        async with gate.admit(timeout=30):
+            pass
+        keys = [k.decode() async for k in client.scan_iter(f"boundedgate:{{{name}}}:*")]
+        assert {k.rsplit(":", 1)[1] for k in keys} >= {"meta", "seq", "stats", "outcome", "ended"}
+        for key in keys:
+            assert await client.pttl(key) > 0, key

@@ -187,6 +187,27 @@ class AdaptiveLimit:
                 self.suppressed += 1
         return self.limit
 
+    def adopt(
+        self, limit: int, now: float, since_cut: float | None = None, overload: bool | None = None
+    ) -> None:
+        """Take a C decided elsewhere: a cluster gate's, which every process's controller shares.
+
+        ``limit`` becomes C (a fraction of growth is kept while C is unchanged); ``since_cut`` is
+        how long ago that C was last cut (None: not known), so this controller's next cut waits a
+        window from it; ``overload`` says that this process heard an overload signal, which the
+        cluster applied as its cut (True, counted in ``cuts``) or suppressed (False).
+        """
+        if int(self.value) != limit:
+            self.value = float(limit)
+        if since_cut is not None and now - since_cut > self.last_cut:
+            self.last_cut = now - since_cut
+        if overload is not None:
+            self._overloaded = True
+            if overload:
+                self.cuts += 1
+            else:
+                self.suppressed += 1
+
     def sample(self, latency: float, ran: float, now: float, in_flight: int) -> int:
         """One request that ran to an answer ended at ``now``; returns the C wanted after it.
 

@@ -129,11 +129,20 @@ def hand_over(
 
 
 def _first_item(permit: StreamPermit) -> None:
-    """Note on a gate's ticket when its stream gave its first item (the record's ``first_chunk``)."""
-    if isinstance(permit, Ticket) and "first_item" not in getattr(permit, "_notes", ()):
-        loop = permit._loop
-        if loop is not None:
-            note(permit, "first_item", loop.time())
+    """Note on a gate's ticket when its stream gave its first item (the record's ``first_chunk``).
+
+    A permit of another kind that keeps the time itself (a ``RedisPermit``: its adaptive
+    controller's sample) is told through its ``_note_first_item()``.
+    """
+    if isinstance(permit, Ticket):
+        if "first_item" not in getattr(permit, "_notes", ()):
+            loop = permit._loop
+            if loop is not None:
+                note(permit, "first_item", loop.time())
+        return
+    noting = getattr(permit, "_note_first_item", None)
+    if noting is not None:
+        noting()
 
 
 class _Interrupted(Exception):

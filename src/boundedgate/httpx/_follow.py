@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +27,9 @@ def follow_provider(gate: Any) -> Callable[[ProviderSignal], None]:
     says overloaded (``overloaded``, ``unavailable``) is an overload signal, which an adaptive gate
     answers with a cut (at most once per window); every response's remaining quotas bring the
     gate's rate limits of the same name down to them (``gate.sync_rate_limits``), never up. A gate
-    without ``signal()`` (a ``RedisGate``) is left alone for what it cannot take.
+    without ``signal()`` is left alone for what it cannot take. A ``RedisGate``'s ``signal()`` is a
+    coroutine (it writes to Redis): it runs in a task of its own, so the response is not held up,
+    and a failure (Redis out of reach) is logged to the ``boundedgate`` logger.
 
     With a :class:`KeyedGate` (``GatedTransport(models, key=..., on_provider_signal=
     follow_provider(models))``) each signal goes to the gate of the key its request was admitted
@@ -49,12 +54,28 @@ def follow_provider(gate: Any) -> Callable[[ProviderSignal], None]:
 
         return follow_keyed
 
+    sending: set[asyncio.Task[None]] = set()
+
+    def told(task: asyncio.Task[None]) -> None:
+        sending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logging.getLogger("boundedgate").warning(
+                "could not tell the gate what the provider said", exc_info=task.exception()
+            )
+
+    def tell(kind: str, **options: Any) -> None:
+        result = gate.signal(kind, **options)
+        if inspect.iscoroutine(result):
+            task = asyncio.get_running_loop().create_task(result)
+            sending.add(task)
+            task.add_done_callback(told)
+
     def follow(signal: ProviderSignal) -> None:
         kind = signal.kind
         if kind == "rate_limited" and hasattr(gate, "signal"):
-            gate.signal("rate_limited", retry_after=_wait(signal))
+            tell("rate_limited", retry_after=_wait(signal))
         elif kind in ("overloaded", "unavailable") and hasattr(gate, "signal"):
-            gate.signal("overloaded")
+            tell("overloaded")
         remaining = _remaining(signal)
         if remaining and hasattr(gate, "sync_rate_limits"):
             gate.sync_rate_limits(remaining)

@@ -16,12 +16,22 @@ from collections.abc import Coroutine, Sequence
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, final
 
+from .._core import (
+    SIGNALS,
+    Adaptive,
+    AdaptiveLimit,
+    check_max_running,
+    check_max_wait,
+    check_max_waiting,
+    check_name,
+    check_timeout,
+)
 from .._core import check_deadline as _check_deadline
-from .._core import check_max_running, check_max_wait, check_max_waiting, check_name, check_timeout
 from .._driver import log_event
 from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
 from .._streams import StreamOpener, StreamSource, StreamT
 from . import _scripts
+from ._adaptive import ClusterController
 from ._background import Background
 from ._inspect import read_cluster
 from ._io import UNREACHABLE, pooled, text
@@ -100,6 +110,8 @@ class RedisGate:
         idle_ttl: Seconds the gate's keys outlive its last use in Redis.
         fallback: A local gate to admit through when Redis is unreachable, instead of raising
             ``GateUnavailable``; each such admission is counted in ``stats().fallbacks``.
+        adaptive: Learn the cluster's C from provider signals and latency (see :meth:`signal`
+            and docs/adaptive.md): every process's controller proposes, Redis applies, as one.
 
     Raises:
         TypeError: A limit that is not an int, a duration that is not a number, a name that is
@@ -113,9 +125,11 @@ class RedisGate:
         "_background",
         "_client",
         "_common",
+        "_controller",
         "_counters",
         "_epoch",
         "_fallback",
+        "_head",
         "_holders",
         "_idle_ttl",
         "_keys",
@@ -148,6 +162,7 @@ class RedisGate:
         op_timeout: float = 2.0,
         idle_ttl: float = 86400.0,
         fallback: BoundedGate | None = None,
+        adaptive: Adaptive | None = None,
     ) -> None:
         self._max_running = check_max_running(max_running)
         self._max_waiting = check_max_waiting(max_waiting)
@@ -176,6 +191,11 @@ class RedisGate:
             _ms(self._idle_ttl),
             wake_prefix(self._name),
         )
+        #: The common head of every call (key count, keys, common ARGV), encoded once, and what it encodes.
+        self._head: tuple[tuple[object, ...], tuple[bytes, ...]] = (
+            self._common,
+            _scripts.encode_head(self._keys, self._common),
+        )
         self._serial = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         #: This process's permits that hold a slot, by id (the heartbeat renews their leases). Held
@@ -190,6 +210,9 @@ class RedisGate:
         self._last_waiting = 0
         self._background = Background(self)
         self._tasks: set[asyncio.Task[None]] = set()
+        if adaptive is not None and not isinstance(adaptive, Adaptive):
+            raise TypeError(f"adaptive must be an Adaptive, got {adaptive!r}")
+        self._controller = None if adaptive is None else ClusterController(self, adaptive)
 
     # -- public API -------------------------------------------------------------------------
 
@@ -360,6 +383,64 @@ class RedisGate:
         self._max_running = running
         self._max_waiting = waiting
         self._common = (running, -1 if waiting is None else waiting, *self._common[2:])
+        controller = self._controller
+        if controller is not None and max_running is not ...:
+            controller.limit.adopt(running, self._bind().time())
+
+    @property
+    def controller(self) -> AdaptiveLimit | None:
+        """The adaptive controller of this process (None without ``adaptive=``).
+
+        Its ``limit`` follows the cluster's C (every reply about C brings it in line); its
+        ``cuts``, ``suppressed`` and ``grown`` count what the cluster applied of this process's
+        signals and windows; ``cluster_stats().counters`` counts them for every process.
+        """
+        controller = self._controller
+        return None if controller is None else controller.limit
+
+    async def pause(self, seconds: float) -> None:
+        """Start no request anywhere in the cluster for ``seconds`` from now (a rate-limit reset).
+
+        As :meth:`BoundedGate.pause <boundedgate.BoundedGate.pause>`, cluster-wide: the pause is
+        stored in Redis and every process's admissions honour it (arrivals queue up to Q or are
+        refused, queued requests expire as usual, running ones run on); C is unchanged. A shorter
+        pause than one in force changes nothing. When it ends, the oldest waiters start at the
+        next step of the gate in Redis (within ``poll_interval``, the waiters' own poll). Counted
+        in the cluster counters as ``pauses``.
+
+        Raises:
+            TypeError, ValueError: ``seconds`` is not a number >= 0.
+            redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
+        """
+        seconds = check_timeout(seconds)
+        if seconds > 0:
+            reply = await self._adapt(("pause", _ms(seconds), 0, 1, 1, 0, 0))
+            self._seen(reply[2], reply[3], reply[4])
+
+    async def signal(self, kind: str, *, retry_after: float | None = None) -> None:
+        """Tell the cluster what the provider answered: ``rate_limited``, ``overloaded`` or ``ignored``.
+
+        A coroutine (it writes to Redis). As :meth:`BoundedGate.signal
+        <boundedgate.BoundedGate.signal>`, for every process at once: ``rate_limited`` with
+        ``retry_after`` pauses new starts cluster-wide until the reset (:meth:`pause`) and leaves C
+        alone; ``overloaded`` has the cluster's C cut by the adaptive controller, unless the
+        cluster cut it within the window, whichever process did (without a controller it changes
+        nothing); ``ignored`` is not congestion. See docs/adaptive.md for the rule.
+
+        Raises:
+            ValueError: An unknown kind.
+            redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
+        """
+        if kind not in SIGNALS:
+            raise ValueError(f"unknown signal {kind!r}; expected one of {sorted(SIGNALS)}")
+        if kind == "rate_limited":
+            if retry_after is not None and retry_after > 0:
+                await self.pause(retry_after)
+            return
+        controller = self._controller
+        if kind == "overloaded" and controller is not None:
+            self._bind()
+            await controller.overloaded()
 
     async def cluster_stats(self) -> ClusterStatistics:
         """The cluster's view, read from Redis: holders with their leases, waiters, counters.
@@ -435,9 +516,10 @@ class RedisGate:
         Through the user's client, or ``client``; a pool with no free connection is waited for.
         """
         seconds = self._op_timeout if seconds is None else seconds
-        call = functools.partial(
-            script, self._client if client is None else client, self._keys, self._common + tuple(args)
-        )
+        common, head = self._head
+        if common is not self._common:  # the settings changed (set_limits): encode them again
+            self._head = common, head = self._common, _scripts.encode_head(self._keys, self._common)
+        call = functools.partial(script, self._client if client is None else client, head, args)
         return await pooled(call, seconds)
 
     def _seen(self, running: object, waiting: object, epoch: object) -> None:
@@ -461,19 +543,76 @@ class RedisGate:
     def _abandon(self, permit_id: str, how: str) -> None:
         """Take back, in the background, whatever place or unused slot ``permit_id`` has in Redis."""
         horizon = max(self._lease_ttl, self._waiter_ttl)
-        self._spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon))
+        self._spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon, handed_at=4))
 
-    def _release(self, permit_id: str, how: str) -> asyncio.Task[None]:
-        """Give the slot of ``permit_id`` back, in the background; returns the task doing it."""
-        return self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl))
+    def _release(
+        self, permit_id: str, how: str, sample: tuple[float, float] | None = None
+    ) -> asyncio.Task[None]:
+        """Give the slot of ``permit_id`` back, in the background; returns the task doing it.
 
-    async def _until_done(self, script: _scripts.Script, permit_id: str, how: str, horizon: float) -> None:
+        ``sample`` (run time, latency signal) is for the adaptive controller, once Redis answered.
+        """
+        return self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample))
+
+    async def _release_here(self, permit_id: str, how: str, sample: tuple[float, float] | None) -> None:
+        """Give the slot of ``permit_id`` back from the calling task, within ``op_timeout``.
+
+        One script call, no task of its own. If Redis does not answer in time, or the caller is
+        cancelled meanwhile (the release may or may not have landed: it is idempotent), it goes
+        on in the background, retried as :meth:`_release` does.
+        """
+        try:
+            reply = await self._run(_scripts.RELEASE, (permit_id, how))
+        except UNREACHABLE:
+            self._counters.retries += 1
+            self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample, True))
+            return
+        except BaseException:
+            self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample, True))
+            raise
+        self._released(reply, sample)
+
+    def _released(self, reply: Any, sample: tuple[float, float] | None, handed_at: int = 5) -> None:
+        """Note what Redis answered to a release (or a cancellation: ``handed_at=4``).
+
+        Wakes this process's waiters that the script handed a slot to, and samples a run for the
+        adaptive controller.
+        """
+        self._seen(reply[1], reply[2], reply[3])
+        if len(reply) > handed_at:
+            self._handed(reply, handed_at)
+        controller = self._controller
+        if sample is not None and controller is not None:
+            controller.sampled(sample[0], sample[1], int(reply[1]) + 1, int(reply[4]))
+
+    def _handed(self, reply: Sequence[Any], start: int) -> None:
+        """Wake the waiters of this process that a script's reply says it granted a slot to."""
+        waiters = self._waiters
+        for i in range(start, len(reply) - 1, 2):
+            waiter = waiters.get(text(reply[i]))
+            if waiter is not None:
+                waiter._granted(reply[i + 1])
+
+    async def _adapt(self, args: Sequence[object]) -> Any:
+        """Run the ``adapt`` script (a signal, or a controller's proposal); returns its reply."""
+        self._bind()
+        return await self._run(_scripts.ADAPT, args)
+
+    async def _until_done(
+        self,
+        script: _scripts.Script,
+        permit_id: str,
+        how: str,
+        horizon: float,
+        sample: tuple[float, float] | None = None,
+        retried: bool = False,
+        handed_at: int = 5,
+    ) -> None:
         # Scripts are idempotent, so retrying after a lost reply is safe. Past the horizon the
         # lease (or the waiter's place) has lapsed in Redis anyway: the slot is back without us.
         loop = self._loop
         give_up = loop.time() + horizon  # type: ignore[union-attr]
         delay = 0.05
-        retried = False
         while True:
             try:
                 reply = await self._run(script, (permit_id, how))
@@ -486,7 +625,7 @@ class RedisGate:
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 1.0)
                 continue
-            self._seen(reply[1], reply[2], reply[3])
+            self._released(reply, sample, handed_at)
             return
 
     def _refused(self, permit: RedisPermit, running: int, waiting: int) -> QueueFull:

@@ -57,8 +57,9 @@ class RedisPermit(HandsOver):
     and raises :class:`~boundedgate.Late` if the block finished at or after the deadline.
     Releasing is idempotent and synchronous: the permit ends at once, and the release is sent to
     Redis by a task of its own, retried until it lands, which no cancellation of the caller can
-    interrupt. The ``async with`` exit waits for that release (at most ``op_timeout``), so the slot
-    is free cluster-wide when the block has exited.
+    interrupt. The ``async with`` exit sends the release itself and waits for it (at most
+    ``op_timeout``; past that, or if the exiting task is cancelled, the release goes on in the
+    background as above), so the slot is free cluster-wide when the block has exited.
 
     The gate holds its permits weakly: a permit that holds a slot and that nothing references any
     more is garbage-collected, warns with a ``ResourceWarning`` naming the gate, and its slot is
@@ -77,6 +78,7 @@ class RedisPermit(HandsOver):
 
     __slots__ = (
         "__weakref__",
+        "_first_item",
         "_from_try_admit",
         "_future",
         "_gate",
@@ -85,7 +87,6 @@ class RedisPermit(HandsOver):
         "_inner",
         "_queue_by",
         "_raise_late",
-        "_release_task",
         "_status",
         "_timeout",
         "_timer",
@@ -111,9 +112,9 @@ class RedisPermit(HandsOver):
         self._token: tuple[str, int] | None = None
         self._future: asyncio.Future[tuple[str, Any]] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._release_task: asyncio.Task[None] | None = None
         self._inner: Permit | None = None
         self._handed_over = False
+        self._first_item: float | None = None  # when its stream gave its first item (loop clock)
         #: The longest it may wait in the queue, in seconds from arrival (``inf``: as its deadline allows).
         self.max_wait = _INF
         # When it must leave the queue if not started: min(deadline, arrival + max_wait).
@@ -212,11 +213,12 @@ class RedisPermit(HandsOver):
         if inner is not None:
             await inner.__aexit__(exc_type, exc, tb)
             return
-        # No await before the release is started: a second cancellation cannot stop it.
-        self._finish(None if exc_type is None else FAILED)
-        task = self._release_task
-        if task is not None and not task.done():
-            await asyncio.wait((task,), timeout=self._gate._op_timeout)
+        # The permit ends before any await. The release is sent from this task (no task of its own
+        # in the common case); if this task is cancelled, or Redis does not answer within
+        # op_timeout, the release goes on in the background, retried until it lands.
+        release = self._end_holding(None if exc_type is None else FAILED)
+        if release is not None:
+            await self._gate._release_here(*release)
         if exc_type is None and self._status is LATE and self._raise_late:
             raise self._gate._late(self)
 
@@ -242,12 +244,18 @@ class RedisPermit(HandsOver):
         release is sent to Redis by its own task, retried until it lands. On a closed loop (a
         stream collected after its loop ended) nothing can be sent: the lease lapses instead.
         """
+        release = self._end_holding(ending)
+        if release is not None:
+            self._gate._release(*release)
+
+    def _end_holding(self, ending: Status | None) -> tuple[str, str, tuple[float, float] | None] | None:
+        """End the request as :meth:`_finish` does; return the release to send, None if there is none."""
         inner = self._inner
         if inner is not None:
             inner._finish(ending)
-            return
+            return None
         if self._status is not RUNNING:
-            return
+            return None
         gate = self._gate
         loop: asyncio.AbstractEventLoop = gate._loop  # type: ignore[assignment]
         now = loop.time()
@@ -265,8 +273,14 @@ class RedisPermit(HandsOver):
         gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
         gate._holders.pop(self._id, None)  # type: ignore[arg-type]
         self._token = None
-        if not loop.is_closed():
-            self._release_task = gate._release(self._id, status.value)  # type: ignore[arg-type]
+        if loop.is_closed():
+            return None
+        sample = None
+        if gate._controller is not None and (status is COMPLETED or status is LATE):
+            ran = now - self.started  # type: ignore[operator]
+            first = self._first_item
+            sample = (ran, ran if first is None else first - self.started)  # type: ignore[operator]
+        return self._id, status.value, sample  # type: ignore[return-value]
 
     def __del__(self) -> None:
         # The gate holds its permits weakly, so a permit dropped while it holds its slot comes here
@@ -284,6 +298,11 @@ class RedisPermit(HandsOver):
         except (AttributeError, RuntimeError):  # no loop, or it closed
             what = "its event loop is closed: its lease lapses"
         warnings.warn(f"unreleased {self!r}: {what}", ResourceWarning, stacklevel=1, source=self)
+
+    def _note_first_item(self) -> None:
+        """Its stream gave its first item now: the adaptive controller's sample (time to first token)."""
+        if self._first_item is None and self._status is RUNNING:
+            self._first_item = self._gate._loop.time()  # type: ignore[union-attr]
 
     def _leaked(self) -> None:
         """End a permit collected while it held its slot, counted as ``leaked``, and release it."""
@@ -341,8 +360,10 @@ class RedisPermit(HandsOver):
             self._future = None
             await self._not_admitted(error, wait)
             return
-        state, value, running, waiting, epoch = reply
+        state, value, running, waiting, epoch = reply[:5]
         gate._seen(running, waiting, epoch)
+        if len(reply) > 5:  # its sweep handed slots to others of this process's waiters
+            gate._handed(reply, 5)
         if state == 1:
             del gate._waiters[permit_id]
             self._future = None
@@ -395,8 +416,14 @@ class RedisPermit(HandsOver):
         self._status = QUEUED
         gate._waiting += 1
         counters = gate._counters
-        if gate._waiting > counters.peak_waiting:
-            counters.peak_waiting = gate._waiting
+        # A waiter granted in Redis that has not heard of it yet is counted here still, while a
+        # newcomer may hold its place there: the queue never held more than Q.
+        here = gate._waiting
+        limit = gate._max_waiting
+        if limit is not None and here > limit:
+            here = limit
+        if here > counters.peak_waiting:
+            counters.peak_waiting = here
         gate._background.watch()
         if self._queue_by != math.inf and not future.done():
             self._timer = loop.call_at(self._queue_by, _wake, future, "deadline")  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-__all__ = ("ADMIT", "CANCEL", "LIMITS", "RELEASE", "SYNC", "Script")
+__all__ = ("ADAPT", "ADMIT", "CANCEL", "LIMITS", "RELEASE", "SYNC", "Script", "encode_head")
 
 
 def _source(name: str) -> str:
@@ -36,17 +36,28 @@ class Script:
         self.source = _source(name)
         self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
 
-    async def __call__(self, client: Any, keys: Sequence[str], args: Sequence[object]) -> Any:
+    async def __call__(self, client: Any, head: Sequence[bytes], args: Sequence[object]) -> Any:
         """Run the script on ``client`` and return its reply.
+
+        ``head`` is what every call of the gate sends first, encoded once (:func:`encode_head`):
+        the number of keys, the keys and the common ARGV; ``args`` are the script's own.
 
         Raises:
             redis.exceptions.RedisError: Whatever the client raises (connection errors, timeouts).
         """
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            return await client.evalsha(self.sha, *head, *args)
         except NoScriptError:
             await client.script_load(self.source)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            return await client.evalsha(self.sha, *head, *args)
+
+
+def encode_head(keys: Sequence[str], common: Sequence[object]) -> tuple[bytes, ...]:
+    """The number of keys, the keys and the common ARGV of a gate's calls, encoded as Redis gets them.
+
+    Encoded once per gate (and again when its settings change), not by the client on every call.
+    """
+    return tuple(str(part).encode() for part in (len(keys), *keys, *common))
 
 
 ADMIT = Script("admit.lua")
@@ -54,3 +65,4 @@ SYNC = Script("sync.lua")
 RELEASE = Script("release.lua")
 CANCEL = Script("cancel.lua")
 LIMITS = Script("limits.lua")
+ADAPT = Script("adapt.lua")

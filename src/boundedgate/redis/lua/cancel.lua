@@ -3,8 +3,10 @@
 -- no longer counts as admitted). An id the server does not know is recorded as ended, so that an
 -- admit still in flight cannot bring it back, and counted: its process counted its arrival. ARGV 8
 -- id, 9 how (cancelled | expired | disconnected | unavailable).
--- Returns {what was removed (0 nothing, 1 a place, 2 an unused slot), running, waiting, epoch}.
+-- Returns {what was removed (0 nothing, 1 a place, 2 an unused slot), running, waiting, epoch,
+-- handed...}: handed, the grants to the caller's own waiters (id, token, ...), told here, not published.
 local id, how = ARGV[8], ARGV[9]
+SELF = agent_of(id)
 local e = epoch()
 local removed = 0
 if not redis.call('HGET', OUTCOME, id) then
@@ -24,4 +26,4 @@ if not redis.call('HGET', OUTCOME, id) then
 end
 tick()
 local running, waiting = counts()
-return {removed, running, waiting, e}
+return reply({removed, running, waiting, e})

@@ -6,15 +6,15 @@
 local newC, newQ = ARGV[8], ARGV[9]
 local e = epoch()
 if newC ~= '' then
-  redis.call('HSET', META, 'Cset', newC)
+  write('HSET', META, 'Cset', newC)
   C = tonumber(newC)
 end
 if newQ ~= '' then
-  redis.call('HSET', META, 'Qset', newQ)
+  write('HSET', META, 'Qset', newQ)
   Q = tonumber(newQ)
 end
-redis.call('HSET', META, 'C', C, 'Q', Q)
+used(C, Q)
 count('limit_changes')
 tick()
 local running, waiting = counts()
-return {running, waiting, e, C, Q}
+return reply({running, waiting, e, C, Q})

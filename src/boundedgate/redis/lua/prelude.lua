@@ -7,7 +7,11 @@
 --
 -- Keys (one hash tag, so one slot in a cluster; every key is declared in KEYS):
 --   1 meta     hash   epoch (TIME when the state was created), C and Q last used, and Cset / Qset:
---                     limits set at runtime (RedisGate.set_limits), which outrank every process's own
+--                     limits set at runtime (RedisGate.set_limits, or the cluster's adaptive
+--                     controller: adapt.lua), which outrank every process's own; pause: no start
+--                     before this time (ms), a provider's rate-limit reset; cut, grew, Cvalue: the
+--                     adaptive controller's last cut and growth (ms) and its C as a real number;
+--                     wpeak: the peak running since the controller last changed C (caps growth)
 --   2 holders  zset   id -> lease expiry (ms)
 --   3 waiters  zset   id -> arrival sequence (FIFO by arrival at Redis)
 --   4 wdue     zset   id -> min(deadline, waiter-lease expiry) (ms): the sweep index of waiters
@@ -16,9 +20,10 @@
 --   7 ended    zset   id -> when it ended (ms): outcomes are forgotten OUTCOME_TTL later
 --   8 seq      string INCR counter: arrival order and fencing tokens
 --   9 stats    hash   cluster counters and peaks
--- Every key gets PEXPIRE IDLE_TTL on every script; a gate that goes idle leaves only meta, seq,
--- stats and its recent outcomes, for IDLE_TTL (holders, waiters, wdue and info are empty, and Redis
--- deletes empty collections).
+-- Keys get PEXPIRE IDLE_TTL as a script ends (reply: see WRITTEN); a gate that goes idle leaves
+-- only meta, seq, stats and its recent outcomes, for IDLE_TTL (holders, waiters, wdue and info are
+-- empty, and Redis deletes empty collections). A holder or waiter renewed by sync refreshes its
+-- key and info with it.
 --
 -- Common ARGV: 1 C, 2 Q (-1: unbounded), 3 lease ms, 4 waiter lease ms, 5 outcome ttl ms,
 -- 6 idle ttl ms, 7 wake channel prefix (the agent's id completes it). A script's own ARGV follow.
@@ -34,23 +39,71 @@ local WAITER_TTL = tonumber(ARGV[4])
 local OUTCOME_TTL = tonumber(ARGV[5])
 local IDLE_TTL = tonumber(ARGV[6])
 local WAKE = ARGV[7]
-do -- limits set at runtime hold for every process, whatever C and Q it was constructed with
-  local set = redis.call('HMGET', KEYS[1], 'Cset', 'Qset')
-  if set[1] then C = tonumber(set[1]) end
-  if set[2] then Q = tonumber(set[2]) end
-end
+local PAUSE = 0 -- no request starts before this time (ms, server clock): a rate-limit reset
+-- One read of meta for what every script needs: the limits set at runtime (they hold for every
+-- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.
+local META_NOW = redis.call('HMGET', KEYS[1], 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak', 'touched')
+if META_NOW[1] then C = tonumber(META_NOW[1]) end
+if META_NOW[2] then Q = tonumber(META_NOW[2]) end
+if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
+local EPOCH = META_NOW[4]
+local WPEAK = tonumber(META_NOW[7] or '0')
 local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per script: no long script
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
+-- The keys whose idle TTL this script sets as it ends: the collections it added to (any may have
+-- been emptied, so deleted, and made anew here), and meta, seq and stats when it created them.
+-- Every key's TTL is refreshed every IDLE_TTL / 10 besides (meta's 'touched'), so a key that is
+-- only read or emptied keeps one.
+local WRITTEN = {}
+local SWEEP_OUTCOMES = true -- false in admit: the scripts that record outcomes forget old ones
+
+-- The calling process's agent id, in scripts whose reply can tell it of its own waiters' grants
+-- (admit, release, cancel): those are listed in HANDED for the reply, not published.
+local SELF = nil
+local HANDED = {}
+
+local function write(command, key, ...)
+  WRITTEN[key] = true
+  return redis.call(command, key, ...)
+end
+
 local function epoch()
-  local e = redis.call('HGET', META, 'epoch')
-  if not e then
-    e = string.format('%s.%06d', clock[1], tonumber(clock[2]))
-    redis.call('HSET', META, 'epoch', e)
+  if not EPOCH then
+    EPOCH = string.format('%s.%06d', clock[1], tonumber(clock[2]))
+    write('HSET', META, 'epoch', EPOCH)
   end
-  return e
+  return EPOCH
+end
+
+-- Note the C and Q this step decided by, for inspection (written only when they changed).
+local function used(c, q)
+  if tonumber(META_NOW[5]) ~= c or tonumber(META_NOW[6]) ~= q then
+    redis.call('HSET', META, 'C', c, 'Q', q)
+    META_NOW[5], META_NOW[6] = tostring(c), tostring(q)
+  end
+end
+
+-- Every script returns through this: the idle TTL of meta and of every key it added to. A reply
+-- of a script with SELF ends with the grants to the caller's own waiters (id, token, ...).
+local function reply(value)
+  local touched = tonumber(META_NOW[8])
+  if not touched or now - touched >= IDLE_TTL / 10 or now < touched then
+    redis.call('HSET', META, 'touched', now)
+    for i = 1, 9 do
+      redis.call('PEXPIRE', KEYS[i], IDLE_TTL)
+    end
+  else
+    for key in pairs(WRITTEN) do
+      redis.call('PEXPIRE', key, IDLE_TTL)
+    end
+  end
+  for _, item in ipairs(HANDED) do
+    value[#value + 1] = item
+  end
+  return value
 end
 
 local function parse(info)
@@ -60,27 +113,44 @@ local function parse(info)
 end
 
 local function record(id, how)
-  redis.call('HSET', OUTCOME, id, how)
-  redis.call('ZADD', ENDED, now, id)
+  write('HSET', OUTCOME, id, how)
+  write('ZADD', ENDED, now, id)
 end
 
 local function count(field, n)
-  redis.call('HINCRBY', STATS, field, n or 1)
+  n = n or 1
+  if redis.call('HINCRBY', STATS, field, n) == n then WRITTEN[STATS] = true end -- maybe a new key
 end
 
 local function peak(field, value)
-  if value > tonumber(redis.call('HGET', STATS, field) or '0') then
+  local was = redis.call('HGET', STATS, field)
+  if value > tonumber(was or '0') then
+    if not was then WRITTEN[STATS] = true end
     redis.call('HSET', STATS, field, value)
   end
 end
 
+local function agent_of(id)
+  return string.match(id, '^(.*)#%d+$')
+end
+
 local function grant(id, agent, deadline, wake)
   local token = redis.call('INCR', SEQ)
-  redis.call('ZADD', HOLDERS, now + LEASE, id)
-  redis.call('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
+  if token == 1 then WRITTEN[SEQ] = true end
+  write('ZADD', HOLDERS, now + LEASE, id)
+  write('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
   count('admitted')
-  peak('peak_running', redis.call('ZCARD', HOLDERS))
-  if wake then
+  local running = redis.call('ZCARD', HOLDERS)
+  peak('peak_running', running)
+  if running > WPEAK then
+    WPEAK = running
+    redis.call('HSET', META, 'wpeak', running)
+  end
+  if wake and agent == SELF then
+    -- The reply of the script that made the grant tells the waiter's own process: no message.
+    HANDED[#HANDED + 1] = id
+    HANDED[#HANDED + 1] = token
+  elseif wake then
     -- A hint only: the grant is the holders entry above; a lost message costs the waiter one poll.
     redis.call('PUBLISH', WAKE .. agent, id .. ' ' .. token)
   end
@@ -89,11 +159,12 @@ end
 
 local function enqueue(id, agent, deadline)
   local order = redis.call('INCR', SEQ)
-  redis.call('ZADD', WAITERS, order, id)
+  if order == 1 then WRITTEN[SEQ] = true end
+  write('ZADD', WAITERS, order, id)
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
-  redis.call('ZADD', WDUE, due, id)
-  redis.call('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|')
+  write('ZADD', WDUE, due, id)
+  write('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|')
   peak('peak_waiting', redis.call('ZCARD', WAITERS))
   return order
 end
@@ -107,10 +178,11 @@ local function drop_waiter(id, how)
 end
 
 local function renew_waiter(id)
+  WRITTEN[WAITERS], WRITTEN[INFO] = true, true -- a live place keeps its keys alive
   local _, deadline = parse(redis.call('HGET', INFO, id))
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
-  redis.call('ZADD', WDUE, due, id)
+  write('ZADD', WDUE, due, id)
 end
 
 -- Every script runs this first: reclaim lapsed leases, drop dead or expired waiters, and hand every
@@ -123,16 +195,21 @@ local function tick()
     record(id, 'reclaimed')
     count('reclaimed')
   end
-  local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', 0, SWEEP)
-  for _, id in ipairs(due) do
-    local _, deadline = parse(redis.call('HGET', INFO, id))
-    if deadline >= 0 and deadline <= now then
-      drop_waiter(id, 'expired')
-    else
-      drop_waiter(id, 'lapsed') -- its process stopped renewing its place: presumed dead
+  -- waiters and wdue hold the same ids: with no waiter there is nothing to sweep nor hand on
+  local queued = redis.call('ZCARD', WAITERS) > 0
+  if queued then
+    local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', 0, SWEEP)
+    for _, id in ipairs(due) do
+      local _, deadline = parse(redis.call('HGET', INFO, id))
+      if deadline >= 0 and deadline <= now then
+        drop_waiter(id, 'expired')
+      else
+        drop_waiter(id, 'lapsed') -- its process stopped renewing its place: presumed dead
+      end
     end
   end
   local free = C - redis.call('ZCARD', HOLDERS)
+  if now < PAUSE or not queued then free = 0 end -- paused until a rate-limit reset: none starts
   while free > 0 do
     local head = redis.call('ZPOPMIN', WAITERS)
     if #head == 0 then break end
@@ -148,13 +225,12 @@ local function tick()
       free = free - 1
     end
   end
-  local old = redis.call('ZRANGEBYSCORE', ENDED, '-inf', now - OUTCOME_TTL, 'LIMIT', 0, SWEEP)
-  if #old > 0 then
-    redis.call('HDEL', OUTCOME, unpack(old))
-    redis.call('ZREM', ENDED, unpack(old))
-  end
-  for i = 1, 9 do
-    redis.call('PEXPIRE', KEYS[i], IDLE_TTL)
+  if SWEEP_OUTCOMES then
+    local old = redis.call('ZRANGEBYSCORE', ENDED, '-inf', now - OUTCOME_TTL, 'LIMIT', 0, SWEEP)
+    if #old > 0 then
+      redis.call('HDEL', OUTCOME, unpack(old))
+      redis.call('ZREM', ENDED, unpack(old))
+    end
   end
 end
 

@@ -20,7 +20,8 @@ for _ = 1, holders do
   local id = ARGV[i]
   i = i + 1
   if redis.call('ZSCORE', HOLDERS, id) then
-    redis.call('ZADD', HOLDERS, now + LEASE, id)
+    write('ZADD', HOLDERS, now + LEASE, id)
+    WRITTEN[INFO] = true -- a live holder keeps its keys alive
   else
     local how = redis.call('HGET', OUTCOME, id)
     if how and how ~= 'reclaimed' then
@@ -30,9 +31,9 @@ for _ = 1, holders do
         redis.call('HDEL', OUTCOME, id)
         redis.call('ZREM', ENDED, id)
       end
-      local token = redis.call('INCR', SEQ)
-      redis.call('ZADD', HOLDERS, now + LEASE, id)
-      redis.call('HSET', INFO, id, agent .. '|-1|' .. now .. '|' .. token)
+      local token = write('INCR', SEQ)
+      write('ZADD', HOLDERS, now + LEASE, id)
+      write('HSET', INFO, id, agent .. '|-1|' .. now .. '|' .. token)
       count('reattached')
       peak('peak_running', redis.call('ZCARD', HOLDERS))
       report(id, 'reattached', token)
@@ -45,7 +46,7 @@ while i < #ARGV do
   if redis.call('ZSCORE', WAITERS, id) then
     renew_waiter(id)
   elseif redis.call('ZSCORE', HOLDERS, id) then
-    redis.call('ZADD', HOLDERS, now + LEASE, id)
+    write('ZADD', HOLDERS, now + LEASE, id)
     local _, _, _, token = parse(redis.call('HGET', INFO, id))
     report(id, 'granted', token)
   else
@@ -57,7 +58,7 @@ while i < #ARGV do
       local deadline = -1
       if remaining >= 0 then deadline = now + remaining end
       local running, waiting = counts()
-      if running < C and waiting == 0 then
+      if running < C and waiting == 0 and now >= PAUSE then
         report(id, 'granted', grant(id, agent, deadline, false))
       else
         enqueue(id, agent, deadline)
@@ -67,4 +68,4 @@ while i < #ARGV do
   end
 end
 out[2], out[3] = counts()
-return out
+return reply(out)

@@ -1,0 +1,68 @@
+-- adapt: what one process heard from the provider, applied to the cluster's shared C as one
+-- controller would apply it, whichever process heard it and however many heard it at once.
+-- ARGV 8 what:
+--   'pause'       a rate-limit 429 with its reset: no start for ARGV 9 ms (never shortens a pause
+--                 in force); C is left alone
+--   'overloaded'  a 503 / 529: cut C to max(floor, C * ARGV 10), unless the cluster's last cut is
+--                 younger than the window (ARGV 9 ms): a burst seen by many processes is one cut
+--   'cut'         a process's latency window asks for a cut by ARGV 10: as 'overloaded'
+--   'grow'        a process's latency window asks for growth: C + ARGV 13, unless the cluster cut
+--                 or grew within the window, and never beyond ARGV 14 times the cluster's peak in
+--                 flight since its last change of C (wpeak), nor beyond the ceiling
+-- ARGV 11 floor, 12 ceiling (both the controller's settings).
+-- Returns {applied (1 if it took effect), C, running, waiting, epoch, ms since the cluster's
+-- last cut (-1: never), ms of pause left}.
+local what, window, factor = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
+local floor, ceiling, increase, cap = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local e = epoch()
+local applied = 0
+local state = redis.call('HMGET', META, 'cut', 'grew', 'Cvalue', 'wpeak')
+local cut, grew = tonumber(state[1]), tonumber(state[2])
+
+local function change(value)
+  local newC = math.floor(value)
+  write('HSET', META, 'Cvalue', tostring(value), 'wpeak', redis.call('ZCARD', HOLDERS))
+  if newC ~= C then
+    C = newC
+    write('HSET', META, 'Cset', C)
+    count('limit_changes')
+  end
+end
+
+if what == 'pause' then
+  local untl = now + window
+  if untl > PAUSE then
+    PAUSE = untl
+    write('HSET', META, 'pause', untl)
+  end
+  count('pauses')
+  applied = 1
+elseif what == 'overloaded' or what == 'cut' then
+  if not cut or now - cut >= window then
+    change(math.max(floor, math.floor(C * factor)))
+    cut = now
+    write('HSET', META, 'cut', now)
+    count('cuts')
+    applied = 1
+  else
+    count('suppressed')
+  end
+elseif what == 'grow' then
+  local quiet = (not cut or now - cut >= window) and (not grew or now - grew >= window)
+  local value = tonumber(state[3]) or C
+  if math.floor(value) ~= C then value = C end -- C was set by hand meanwhile: grow from it
+  local peak = tonumber(state[4]) or 0
+  local grown = math.min(value + increase, cap * peak, ceiling)
+  if quiet and peak >= C and grown > value then
+    change(grown)
+    write('HSET', META, 'grew', now)
+    count('grown')
+    applied = 1
+  end
+end
+used(C, Q)
+tick()
+local running, waiting = counts()
+local since = -1
+if cut then since = now - cut end
+return reply({applied, C, running, waiting, e, since, math.max(0, PAUSE - now)})

@@ -1,0 +1,200 @@
+"""RedisGate's adaptive controller: N processes sharing one cluster gate behave as one controller.
+
+Processes are simulated by RedisGate objects with clients of their own (each a distinct agent in
+Redis). Every test runs in real time against the real redis-server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import httpx2
+import pytest
+import redis.asyncio
+
+from boundedgate import Adaptive
+from boundedgate.httpx import GatedTransport, follow_provider
+from boundedgate.redis import RedisGate
+from tests.streams.sources import ticks
+
+from .helpers import cluster, make_gate, wait_until
+from .servers import RedisServer
+
+pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+
+
+@pytest.fixture
+async def clients(redis_server: RedisServer) -> AsyncIterator[list[redis.asyncio.Redis]]:
+    own = [redis.asyncio.Redis.from_url(redis_server.url) for _ in range(3)]
+    try:
+        yield own
+    finally:
+        for client in own:
+            await client.aclose()
+
+
+def _gates(clients: list[redis.asyncio.Redis], name: str, c: int, settings: Adaptive) -> list[RedisGate]:
+    return [make_gate(client, name, c, 50, adaptive=settings) for client in clients]
+
+
+async def test_an_overload_burst_seen_by_three_processes_costs_one_cut(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    gates = _gates(clients, name, 20, Adaptive(floor=2, window=30.0))
+    try:
+        for _ in range(5):  # fifteen 529s of one episode, from three processes at once
+            await asyncio.gather(*(gate.signal("overloaded") for gate in gates))
+        view = await cluster(clients[0], name)
+        assert view.max_running == 18  # 20 x 0.9, once
+        assert (view.counters["cuts"], view.counters["suppressed"]) == (1, 14)
+        assert view.counters["limit_changes"] == 1
+        assert [gate.max_running for gate in gates] == [18, 18, 18]
+        controllers = [gate.controller for gate in gates if gate.controller is not None]
+        assert [c.limit for c in controllers] == [18, 18, 18]
+        assert sum(c.cuts for c in controllers) == 1
+        assert sum(c.suppressed for c in controllers) == 14
+    finally:
+        for gate in gates:
+            await gate.aclose()
+
+
+async def test_a_later_episode_cuts_again_once_the_window_has_passed(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    gates = _gates(clients, name, 10, Adaptive(floor=2, window=0.3))
+    try:
+        await asyncio.gather(*(gate.signal("overloaded") for gate in gates))
+        await asyncio.sleep(0.4)
+        await asyncio.gather(*(gate.signal("overloaded") for gate in gates))
+        view = await cluster(clients[0], name)
+        assert view.max_running == 8  # 10 -> 9 -> 8: one cut per window
+        assert (view.counters["cuts"], view.counters["suppressed"]) == (2, 4)
+    finally:
+        for gate in gates:
+            await gate.aclose()
+
+
+async def test_a_rate_limit_pause_from_one_process_holds_the_starts_of_another(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    mine, theirs = _gates(clients[:2], name, 4, Adaptive())
+    try:
+        await mine.signal("rate_limited", retry_after=1.0)
+        arrived = time.monotonic()
+        permit = theirs.admit(timeout=10)
+        entering = asyncio.create_task(permit.__aenter__())
+        await asyncio.sleep(0.5)
+        assert not entering.done()  # a slot is free, but the cluster is paused
+        assert (await cluster(clients[0], name)).waiting == 1
+        await asyncio.wait_for(entering, 5)
+        waited = time.monotonic() - arrived
+        assert 1.0 - 0.05 <= waited <= 1.0 + 0.1 + 1.0  # the reset, then within a poll (0.1 s) + slack
+        permit.release()
+        view = await cluster(clients[0], name)
+        assert view.counters["pauses"] == 1
+    finally:
+        for gate in (mine, theirs):
+            await gate.aclose()
+
+
+async def test_rate_limit_signals_never_lower_C(clients: list[redis.asyncio.Redis], name: str) -> None:
+    gates = _gates(clients, name, 6, Adaptive(floor=1))
+    try:
+        for _ in range(4):
+            await asyncio.gather(*(gate.signal("rate_limited", retry_after=0.05) for gate in gates))
+        await asyncio.gather(*(gate.signal("ignored") for gate in gates))
+        view = await cluster(clients[0], name)
+        assert view.counters["pauses"] == 12
+        assert view.counters.get("cuts", 0) == view.counters.get("limit_changes", 0) == 0
+        assert [gate.max_running for gate in gates] == [6, 6, 6]
+        assert [gate.controller.limit for gate in gates if gate.controller is not None] == [6, 6, 6]
+        await asyncio.sleep(0.1)
+        async with gates[0].admit(timeout=5):  # the pause is over: starts at once
+            pass
+    finally:
+        for gate in gates:
+            await gate.aclose()
+
+
+async def test_growth_needs_the_cluster_full_and_is_capped_by_its_peak_in_flight(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    # Two processes each run one request at a time: neither alone fills C=2, the cluster does, so
+    # C grows; by increase=5 it would reach 7, but never beyond twice the cluster's peak in flight
+    # (2): C=4. Then the limit no longer binds (2 in flight < 4), and C stays.
+    settings = Adaptive(window=0.1, min_samples=2, increase=5.0, max_limit_factor=2.0, ceiling=50)
+    gates = _gates(clients[:2], name, 2, settings)
+    try:
+
+        async def one_at_a_time(gate: RedisGate, stop: float) -> None:
+            while time.monotonic() < stop:
+                async with gate.admit(timeout=5):
+                    await asyncio.sleep(0.02)
+
+        stop = time.monotonic() + 2.0
+        await asyncio.gather(*(one_at_a_time(gate, stop) for gate in gates))
+        await asyncio.sleep(0.2)  # proposals in flight land
+        view = await cluster(clients[0], name)
+        assert (view.counters["grown"], view.counters["peak_running"]) == (1, 2)
+        assert view.max_running == 4
+        assert [gate.max_running for gate in gates] == [4, 4]
+    finally:
+        for gate in gates:
+            await gate.aclose()
+
+
+async def test_follow_provider_drives_a_redis_gate_through_the_transport(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    answers = iter([529, 529, 429, 200])
+
+    def provider(request: httpx2.Request) -> httpx2.Response:
+        status = next(answers)
+        headers = {"retry-after": "1"} if status == 429 else {}
+        return httpx2.Response(status, headers=headers)
+
+    gate = make_gate(clients[0], name, 10, 50, adaptive=Adaptive(window=30.0))
+    try:
+        transport = GatedTransport(
+            gate, on_provider_signal=follow_provider(gate), transport=httpx2.MockTransport(provider)
+        )
+        async with httpx2.AsyncClient(transport=transport, base_url="http://provider") as http:  # type: ignore[arg-type]
+            for _ in range(3):
+                await http.get("/")
+
+        async def told() -> bool:
+            counters = (await cluster(clients[0], name)).counters
+            return counters.get("pauses", 0) == 1 and counters.get("cuts", 0) == 1
+
+        await wait_until(told, 5, "the cut and the pause in Redis")
+        view = await cluster(clients[0], name)
+        assert (view.max_running, view.counters["suppressed"]) == (9, 1)
+        assert gate.controller is not None
+        assert gate.controller.limit == 9
+    finally:
+        await gate.aclose()
+
+
+async def test_a_stream_is_sampled_by_its_time_to_first_item(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    # Each stream gives its first item after 50 ms and its last after 300 ms: the controller's
+    # latency is the first (the provider's queueing and prefill), not the length of the output.
+    gate = make_gate(clients[0], name, 4, 10, adaptive=Adaptive(window=0.01, min_samples=2))
+    try:
+        for _ in range(2):
+            stream = await gate.stream(lambda: ticks(6, every=0.05), timeout=30)
+            async for _item in stream:
+                pass
+
+        async def closed() -> bool:
+            return gate.controller is not None and gate.controller.windows == 1
+
+        await wait_until(closed, 5, "a window closed")
+        assert gate.controller is not None
+        assert gate.controller.baseline is not None
+        assert 0.04 <= gate.controller.baseline < 0.15
+    finally:
+        await gate.aclose()

@@ -1,0 +1,118 @@
+"""Round trips to Redis, counted on the wire: what an uncontended admission and release cost.
+
+Every connection the gate makes (the user's client's, and its own for renewals and wake-ups, which
+copy the client's connection class) counts each command it sends and each reply it reads, so the
+figures include background work, not only the calls the test makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import pytest
+import redis.asyncio
+
+from .helpers import make_gate, settles_empty
+from .servers import RedisServer
+
+pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+
+PAIRS = 50
+
+
+class CountingConnection(redis.asyncio.Connection):
+    """A connection that counts the commands it sends and the replies it reads, for every instance."""
+
+    sent: ClassVar[int] = 0
+    read: ClassVar[int] = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        await super().send_packed_command(command, check_health)
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        CountingConnection.read += 1
+        return await super().read_response(*args, **kwargs)
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.sent = cls.read = 0
+
+    @classmethod
+    def counts(cls) -> tuple[int, int]:
+        return cls.sent, cls.read
+
+
+@pytest.fixture
+async def counting(redis_server: RedisServer) -> AsyncIterator[redis.asyncio.Redis]:
+    pool = redis.asyncio.ConnectionPool.from_url(redis_server.url, connection_class=CountingConnection)
+    client = redis.asyncio.Redis(connection_pool=pool)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        await pool.disconnect()
+
+
+async def test_an_uncontended_admission_and_release_cost_two_round_trips(
+    counting: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(counting, name, 1, 10) as gate:
+        async with gate.admit(timeout=5):  # warm up: the scripts are loaded, a connection is open
+            pass
+        CountingConnection.reset()
+        for _ in range(PAIRS):
+            async with gate.admit(timeout=5):
+                pass
+        await asyncio.sleep(0.05)  # anything the pairs left to the background would be sent by now
+        assert CountingConnection.counts() == (2 * PAIRS, 2 * PAIRS)
+
+
+async def test_a_refusal_costs_one_round_trip(counting: redis.asyncio.Redis, name: str) -> None:
+    async with make_gate(counting, name, 1, 0) as gate:
+        held = await gate.try_admit()
+        CountingConnection.reset()
+        for _ in range(PAIRS):
+            with pytest.raises(Exception, match="full"):
+                async with gate.admit(timeout=5):
+                    pass
+        assert CountingConnection.counts() == (PAIRS, PAIRS)
+        held.release()
+
+
+async def _publishes(client: redis.asyncio.Redis) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_publish", {}).get("calls", 0))
+
+
+async def test_a_hand_off_is_announced_to_the_waiting_process_only(
+    own_server: RedisServer, name: str
+) -> None:
+    # Polls every 5 s: a waiter that starts within a second was told by a reply or a message.
+    slow = {"poll_interval": 5.0, "waiter_ttl": 20.0}
+    mine_client = redis.asyncio.Redis.from_url(own_server.url)
+    theirs_client = redis.asyncio.Redis.from_url(own_server.url)
+    try:
+        async with (
+            make_gate(mine_client, name, 1, 10, **slow) as mine,
+            make_gate(theirs_client, name, 1, 10, **slow) as theirs,
+        ):
+            for waiting_gate, publishes in ((mine, 0), (theirs, 1)):
+                holder = await mine.try_admit()
+                waiter = asyncio.create_task(waiting_gate.admit(timeout=30).__aenter__())
+                while waiting_gate.waiting == 0:
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.3)  # its listener has subscribed (and synced once)
+                await mine_client.config_resetstat()
+                holder.release()
+                permit = await asyncio.wait_for(waiter, 1.0)
+                # The releasing process's own waiter hears it in the release's reply: no message;
+                # another process's hears it on its own channel: one message.
+                assert await _publishes(mine_client) == publishes
+                permit.release()
+                await settles_empty(mine_client, name)
+    finally:
+        await mine_client.aclose()
+        await theirs_client.aclose()
