@@ -1,9 +1,9 @@
 """What the compiled build's classes are marked with; never compiled itself.
 
-The decision core (ticket, queue, state) and the driver's permit are compiled with mypyc when the wheel is built
-with a C compiler (see ``hatch_build.py``). mypyc reads :func:`mypyc_attr` from the type checker's
-view (``mypy_extensions``, a build-time dependency only); at run time it is a no-op here, so neither
-build needs ``mypy_extensions`` installed.
+The decision core (ticket, queue, state) and the driver's permit are compiled with mypyc when the
+wheel is built with a C compiler (see ``hatch_build.py``). mypyc reads :func:`mypyc_attr` from the
+type checker's view (``mypy_extensions``, a build-time dependency only); at run time it is a no-op
+here, so neither build needs ``mypy_extensions`` installed.
 """
 
 from __future__ import annotations

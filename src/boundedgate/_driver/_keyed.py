@@ -748,7 +748,7 @@ class KeyedGate(Generic[K]):
                         gate._name = name
                         return gate
             fresh = LightKey(self, key, limit, max_waiting)
-            gate = BoundedGate._around(fresh, name)  # type: ignore[arg-type]
+            gate = BoundedGate._around(fresh, name)
             fresh._gate = gate
             return gate
         controller = None

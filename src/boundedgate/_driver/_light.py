@@ -51,8 +51,13 @@ COUNTS = (
 )
 
 
-class LightKey:
-    """A key's state of counts only; see the module docstring. The phases are ``_KeyState``'s."""
+class LightKey(GateState):
+    """A key's state of counts only; see the module docstring. The phases are ``_KeyState``'s.
+
+    A ``GateState`` by type, so that the compiled permit takes it as its gate's state, but never
+    initialised as one: its counts are slots of its own (plain Python slots, cheaper to read from
+    interpreted code than a compiled state's fields), and every other name of a state promotes it.
+    """
 
     __slots__ = ("_gate", "_key", "_owner", "_pace_weight", "_phase", "_real", *COUNTS)
 
@@ -200,7 +205,8 @@ def _names(cls: type) -> set[str]:
     return names
 
 
-for _name in sorted(_names(GateState) - _names(LightKey) - set(vars(object))):
+_OWN = {*vars(LightKey), *LightKey.__slots__}
+for _name in sorted(_names(GateState) - _OWN - set(vars(object))):
     if not _name.startswith("__"):
         setattr(LightKey, _name, _Promoting(_name))
 

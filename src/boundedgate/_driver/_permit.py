@@ -9,10 +9,9 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast, final
 
-from .._core import FloatArg, GateState, Status, Ticket, check_cost, queue_deadline
+from .._core import FloatArg, Status, Ticket, check_cost, queue_deadline
 from .._streams import GatedStream, StreamPermit, hand_over
 from ._compat import cancellation_pending, current_task, is_cancelling
-from ._light import LightKey
 
 if TYPE_CHECKING:
     from .._errors import Late
@@ -39,15 +38,6 @@ _HELD: asyncio.Future[None] = cast("asyncio.Future[None]", object())
 
 # What only new_permit() passes: a Permit made by hand is refused.
 _BY_GATE = object()
-
-
-def _state_of(gate: BoundedGate) -> GateState | LightKey:
-    """The state ``gate`` drives: its GateState, or a keyed gate's light key standing in for one.
-
-    Read untyped: compiled, reading ``gate._state`` would check it against the gate's annotation
-    (a GateState) and refuse a light key, where a union keeps the native call for a GateState.
-    """
-    return getattr(gate, "_state")  # type: ignore[no-any-return]  # noqa: B009
 
 
 @final
@@ -176,14 +166,14 @@ class Permit(Ticket):
         if loop is None:
             return
         try:
-            woken = _state_of(gate).settle(self, value, loop.time())
+            woken = gate._state.settle(self, value, loop.time())
         except BaseException:
             gate._core_failed()
             raise
         gate = self._gate  # a settle after a keyed gate dropped its key's gate charges the key's gate now
         if woken:
             gate._wake(woken)
-        if gate._rated and _state_of(gate).waiting:
+        if gate._rated and gate._state.waiting:
             gate._rearm()
 
     def hand_to(self, stream: _Stream, *, raise_late: bool = True) -> GatedStream[_Stream]:
@@ -240,7 +230,7 @@ class Permit(Ticket):
         if timeout is not None:
             self.deadline = now + timeout
         try:
-            woken = _state_of(gate).arrive(self, now, True)
+            woken = gate._state.arrive(self, now, True)
         except BaseException:
             self._gate._core_failed()
             raise
@@ -291,7 +281,7 @@ class Permit(Ticket):
         if self.status is RUNNING:
             gate = self._gate
             try:
-                woken = _state_of(gate).release(
+                woken = gate._state.release(
                     self,
                     gate._loop.time(),  # type: ignore[union-attr]
                     None if exc_type is None else FAILED,
@@ -301,7 +291,7 @@ class Permit(Ticket):
                 raise
             if woken:
                 gate._wake(woken)
-            if gate._rated and _state_of(gate).waiting:
+            if gate._rated and gate._state.waiting:
                 gate._rearm()
         if exc_type is None and self.status is LATE and self._raise_late:
             raise self._gate._late(self)
@@ -324,7 +314,7 @@ class Permit(Ticket):
         if timeout is not None:
             self.deadline = now + timeout
         try:
-            woken = _state_of(gate).arrive(self, now, wait)
+            woken = gate._state.arrive(self, now, wait)
         except BaseException:
             self._gate._core_failed()  # the gate it arrived at (a keyed gate may have moved it)
             raise
@@ -337,13 +327,13 @@ class Permit(Ticket):
         if self.status is RUNNING:
             gate = self._gate
             try:
-                woken = _state_of(gate).release(self, gate._loop.time(), ending)  # type: ignore[union-attr]
+                woken = gate._state.release(self, gate._loop.time(), ending)  # type: ignore[union-attr]
             except BaseException:
                 gate._core_failed()
                 raise
             if woken:
                 gate._wake(woken)
-            if gate._rated and _state_of(gate).waiting:
+            if gate._rated and gate._state.waiting:
                 gate._rearm()
 
     # -- what a stream needs (boundedgate._streams.StreamPermit) -------------------------------
