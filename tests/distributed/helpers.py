@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import redis.asyncio
 
 from boundedgate.redis import ClusterStatistics, RedisGate, read_cluster
+from boundedgate.redis._layout import wake_prefix
 
 T = TypeVar("T")
 
@@ -24,6 +25,16 @@ def make_gate(client: redis.asyncio.Redis, name: str, c: int, q: int | None, **s
 
 async def cluster(client: redis.asyncio.Redis, name: str) -> ClusterStatistics:
     return await read_cluster(client, name)
+
+
+async def listening(client: redis.asyncio.Redis, gate: RedisGate, within: float = 10.0) -> None:
+    """Return once ``gate``'s listener has subscribed to its wake channel: a grant's message reaches it."""
+    channel = wake_prefix(gate.name) + gate._agent
+
+    async def subscribed() -> bool:
+        return bool((await client.pubsub_numsub(channel))[0][1])
+
+    await wait_until(subscribed, within, f"{gate.name}'s listener")
 
 
 async def wait_until(check: Callable[[], Awaitable[bool]], within: float, what: str = "condition") -> float:

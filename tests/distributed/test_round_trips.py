@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import pytest
 import redis.asyncio
 
-from .helpers import make_gate, settles_empty
+from .helpers import listening, make_gate, settles_empty
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -104,7 +104,7 @@ async def test_a_hand_off_is_announced_to_the_waiting_process_only(
                 waiter = asyncio.create_task(waiting_gate.admit(timeout=30).__aenter__())
                 while waiting_gate.waiting == 0:
                     await asyncio.sleep(0.01)
-                await asyncio.sleep(0.3)  # its listener has subscribed (and synced once)
+                await listening(mine_client, waiting_gate)  # a message would reach it
                 await mine_client.config_resetstat()
                 holder.release()
                 permit = await asyncio.wait_for(waiter, 1.0)

@@ -15,7 +15,7 @@ from boundedgate import BoundedGate, GateUnavailable, Late, QueueExpired, QueueF
 from boundedgate.redis import RedisGate, RedisPermit
 from tests.helpers import status_of
 
-from .helpers import OtherProcess, cluster, make_gate, settles_empty, wait_until
+from .helpers import OtherProcess, cluster, listening, make_gate, settles_empty, wait_until
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -419,7 +419,8 @@ async def test_this_process_never_counts_more_waiting_than_the_queue_holds(
             return (await cluster(client, name)).waiting == 1
 
         await wait_until(queued, 5, "the first waiter")
-        await asyncio.sleep(0.3)  # its listener has subscribed, and synced once; the next poll is in 1 s
+        await listening(client, gate)
+        await asyncio.sleep(0.2)  # the sync its subscription kicks has run; the next poll is in 1 s
         other._common = (*other._common[:-1], "nowhere:")  # the grant's message is lost: a poll finds it
         holder.release()
 
