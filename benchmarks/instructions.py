@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -144,6 +145,39 @@ async def refusal_gate(n: int) -> None:
     holder.release()
 
 
+def _budgets(n: int) -> list[float]:
+    rng = random.Random(1)
+    return [rng.uniform(0.05, 0.5) for _ in range(n)]
+
+
+@scenario("expiry-floor", "n waiters parked on a future of their own with a timer each, all expiring")
+async def expiry_floor(n: int) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def waiter(budget: float) -> None:
+        future = loop.create_future()
+        timer = loop.call_at(loop.time() + budget, future.set_exception, Refused())
+        try:
+            await future
+        finally:
+            timer.cancel()
+
+    await asyncio.gather(*map(waiter, _budgets(n)), return_exceptions=True)
+
+
+@scenario("expiry-gate", "n waiters queued at a full BoundedGate, all leaving with QueueExpired")
+async def expiry_gate(n: int) -> None:
+    gate = BoundedGate(max_running=1, max_waiting=None)
+    holder = gate.try_admit()
+
+    async def waiter(budget: float) -> None:
+        async with gate.admit(timeout=budget):
+            pass
+
+    await asyncio.gather(*map(waiter, _budgets(n)), return_exceptions=True)
+    holder.release()
+
+
 def _contended(make: Callable[[], Callable[[], Any]]) -> Scenario:
     # `make()` returns what each admission calls to get its async context manager.
     async def run(n: int) -> None:
@@ -229,6 +263,7 @@ RATIOS = (
         0.5,
     ),
     ("refusal vs the floor (compare + raise + catch)", "refusal-gate", "refusal-floor", 1.2),
+    ("expiry of queued waiters vs the floor (future + timer each)", "expiry-gate", "expiry-floor", 1.1),
     ("KeyedGate over 10k keys, gate made per call, vs one gate", "keyed-per-call", "gate", 1.5),
     ("admit_all of three gates vs three nested async with", "admit-all-3", "nested-3", 1.1),
 )
