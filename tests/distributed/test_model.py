@@ -45,6 +45,10 @@ HOUR = 3_600_000  # ms: leases, places and outcomes outlive any example
 AGENT = "model/1/0"
 WAIT = st.sampled_from([True, True, True, False])  # mostly admit(), which queues; try_admit() less
 SCRIPTS = (_scripts.ADMIT, _scripts.RELEASE, _scripts.CANCEL, _scripts.SYNC)
+#: How a request ended, by its code in the low 4 bits of its score in ``ended`` (prelude.lua's ENDINGS).
+ENDINGS = dict(
+    enumerate(("released", "reclaimed", "expired", "lapsed", "cancelled", "disconnected", "unavailable"), 1)
+)
 
 
 class Model:
@@ -388,10 +392,12 @@ class Scripts(RuleBasedStateMachine):
         tokens = {i: int(_text(self.redis.hget(keys[4], i)).rsplit("|", 1)[1]) for i in holders}
         assert tokens == self.model.holders
         assert self.redis.zrange(keys[2], 0, -1) == self.model.waiters
-        assert self.redis.hgetall(keys[5]) == self.model.outcome
-        stats = {k: int(v) for k, v in self.redis.hgetall(keys[8]).items()}
+        # ended: id -> when * 16 + how, the codes of prelude.lua's ENDINGS
+        ended: list[tuple[str, float]] = self.redis.zrange(keys[5], 0, -1, withscores=True)  # type: ignore[assignment]
+        assert {i: ENDINGS[int(score) % 16] for i, score in ended} == self.model.outcome
+        stats = {k: int(v) for k, v in self.redis.hgetall(keys[7]).items()}
         assert stats == {k: v for k, v in self.model.counters.items() if v or k in stats}
-        assert int(self.redis.get(keys[7]) or 0) == self.model.seq
+        assert int(self.redis.get(keys[6]) or 0) == self.model.seq
 
     @invariant()
     def the_core_runs_and_queues_the_same_requests(self) -> None:

@@ -116,3 +116,33 @@ async def test_a_hand_off_is_announced_to_the_waiting_process_only(
     finally:
         await mine_client.aclose()
         await theirs_client.aclose()
+
+
+async def _calls_in_scripts(client: redis.asyncio.Redis) -> dict[str, int]:
+    stats = await client.info("commandstats")
+    outside = ("cmdstat_evalsha", "cmdstat_info", "cmdstat_config")
+    return {k: int(v["calls"]) for k, v in stats.items() if not k.startswith(outside)}
+
+
+#: Redis calls the two scripts of an uncontended pair make in all: each costs the server far more
+#: than the command it runs, so the uncontended admission touches only what it needs: meta, the
+#: holders, the request's info, the sequence and the counters; the queue only to see it empty.
+CALLS_PER_PAIR = 24
+
+
+async def test_an_uncontended_pair_makes_few_redis_calls_in_its_scripts(
+    own_server: RedisServer, name: str
+) -> None:
+    client = redis.asyncio.Redis.from_url(own_server.url)
+    try:
+        async with make_gate(client, name, 1, 10) as gate:
+            async with gate.admit(timeout=5):
+                pass
+            await client.config_resetstat()
+            for _ in range(PAIRS):
+                async with gate.admit(timeout=5):
+                    pass
+            calls = await _calls_in_scripts(client)
+        assert sum(calls.values()) <= CALLS_PER_PAIR * PAIRS, calls
+    finally:
+        await client.aclose()

@@ -9,17 +9,20 @@ SWEEP_OUTCOMES = false -- nothing ends here but by the sweep: release, cancel an
 local e = epoch()
 used(C, Q)
 tick()
-if redis.call('ZSCORE', HOLDERS, id) then
-  local _, _, _, token = parse(redis.call('HGET', INFO, id))
+-- A holder or a waiter has info (a holder's token, a waiter's none); an ended request, an outcome.
+local known = redis.call('HGET', INFO, id)
+if known then
+  local _, _, _, token = parse(known)
   local running, waiting = counts()
-  return reply({1, token, running, waiting, e})
+  if token ~= '' then
+    return reply({1, token, running, waiting, e})
+  end
+  local order = redis.call('ZSCORE', WAITERS, id)
+  if order then
+    return reply({2, order, running, waiting, e})
+  end
 end
-local order = redis.call('ZSCORE', WAITERS, id)
-if order then
-  local running, waiting = counts()
-  return reply({2, order, running, waiting, e})
-end
-local how = redis.call('HGET', OUTCOME, id)
+local how = outcome(id)
 if how then
   local running, waiting = counts()
   return reply({4, how, running, waiting, e})

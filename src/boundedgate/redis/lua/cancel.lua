@@ -9,7 +9,7 @@ local id, how = ARGV[8], ARGV[9]
 SELF = agent_of(id)
 local e = epoch()
 local removed = 0
-if not redis.call('HGET', OUTCOME, id) then
+if not outcome(id) then
   if redis.call('ZSCORE', WAITERS, id) then
     drop_waiter(id, how)
     removed = 1

@@ -11,15 +11,17 @@
 --                     controller: adapt.lua), which outrank every process's own; pause: no start
 --                     before this time (ms), a provider's rate-limit reset; cut, grew, Cvalue: the
 --                     adaptive controller's last cut and growth (ms) and its C as a real number;
---                     wpeak: the peak running since the controller last changed C (caps growth)
+--                     wpeak: the peak running since the controller last changed C (caps growth;
+--                     never above stats' peak_running, so a grant below it leaves the peak alone)
 --   2 holders  zset   id -> lease expiry (ms)
 --   3 waiters  zset   id -> arrival sequence (FIFO by arrival at Redis)
 --   4 wdue     zset   id -> min(deadline, waiter-lease expiry) (ms): the sweep index of waiters
---   5 info     hash   id -> "agent|deadline_ms|since_ms|token" (deadline -1: none)
---   6 outcome  hash   id -> how it ended: released, cancelled, expired, lapsed, reclaimed
---   7 ended    zset   id -> when it ended (ms): outcomes are forgotten OUTCOME_TTL later
---   8 seq      string INCR counter: arrival order and fencing tokens
---   9 stats    hash   cluster counters and peaks
+--   5 info     hash   id -> "agent|deadline_ms|since_ms|token" for every holder and waiter
+--                     (deadline -1: none; token '' while waiting)
+--   6 ended    zset   id -> when it ended (ms) * 16 + how (ENDINGS): one key for how and when, so an
+--                     outcome is recorded with one call and forgotten OUTCOME_TTL later by rank
+--   7 seq      string INCR counter: arrival order and fencing tokens
+--   8 stats    hash   cluster counters and peaks
 -- Keys get PEXPIRE IDLE_TTL as a script ends (reply: see WRITTEN); a gate that goes idle leaves
 -- only meta, seq, stats and its recent outcomes, for IDLE_TTL (holders, waiters, wdue and info are
 -- empty, and Redis deletes empty collections). A holder or waiter renewed by sync refreshes its
@@ -30,8 +32,8 @@
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end -- effects replication (Redis < 7)
 
-local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOME, ENDED, SEQ, STATS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local META, HOLDERS, WAITERS, WDUE, INFO, ENDED, SEQ, STATS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local C = tonumber(ARGV[1])
 local Q = tonumber(ARGV[2])
 local LEASE = tonumber(ARGV[3])
@@ -53,10 +55,20 @@ local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per sc
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
--- The keys whose idle TTL this script sets as it ends: the collections it added to (any may have
--- been emptied, so deleted, and made anew here), and meta, seq and stats when it created them.
--- Every key's TTL is refreshed every IDLE_TTL / 10 besides (meta's 'touched'), so a key that is
--- only read or emptied keeps one.
+-- How a request ended, as the low 4 bits of its score in ended.
+local ENDINGS = { released = 1, reclaimed = 2, expired = 3, lapsed = 4, cancelled = 5, disconnected = 6, unavailable = 7 }
+local ENDING_NAMES = {}
+for how, code in pairs(ENDINGS) do ENDING_NAMES[code] = how end
+
+-- The holders and waiters there are, from tick() on (nil before it): every step after it that
+-- adds or removes one keeps them exact, so no script counts the collections twice.
+local RUNNING, WAITING = nil, nil
+
+-- The keys whose idle TTL this script sets as it ends: the collections it may have made anew (an
+-- emptied collection is deleted, and its next member makes it again, without a TTL), and meta,
+-- seq and stats when it created them. A collection that already had members has its TTL. Every
+-- key's TTL is refreshed every IDLE_TTL / 10 besides (meta's 'touched'), so a key that is only
+-- read or emptied keeps one.
 local WRITTEN = {}
 local SWEEP_OUTCOMES = true -- false in admit: the scripts that record outcomes forget old ones
 
@@ -92,7 +104,7 @@ local function reply(value)
   local touched = tonumber(META_NOW[8])
   if not touched or now - touched >= IDLE_TTL / 10 or now < touched then
     redis.call('HSET', META, 'touched', now)
-    for i = 1, 9 do
+    for i = 1, #KEYS do
       redis.call('PEXPIRE', KEYS[i], IDLE_TTL)
     end
   else
@@ -112,9 +124,15 @@ local function parse(info)
   return agent, tonumber(deadline), tonumber(since), token
 end
 
+-- How the request ended (released, cancelled, ...), nil if it has not (or it was forgotten).
+local function outcome(id)
+  local score = redis.call('ZSCORE', ENDED, id)
+  if score then return ENDING_NAMES[tonumber(score) % 16] end
+  return nil
+end
+
 local function record(id, how)
-  write('HSET', OUTCOME, id, how)
-  write('ZADD', ENDED, now, id)
+  write('ZADD', ENDED, now * 16 + ENDINGS[how], id)
 end
 
 local function count(field, n)
@@ -134,17 +152,29 @@ local function agent_of(id)
   return string.match(id, '^(.*)#%d+$')
 end
 
+-- A holder or waiter enters info (made anew when nobody held or waited).
+local function describe(id, text)
+  if RUNNING + WAITING == 0 then WRITTEN[INFO] = true end
+  redis.call('HSET', INFO, id, text)
+end
+
 local function grant(id, agent, deadline, wake)
   local token = redis.call('INCR', SEQ)
   if token == 1 then WRITTEN[SEQ] = true end
-  write('ZADD', HOLDERS, now + LEASE, id)
-  write('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
-  count('admitted')
-  local running = redis.call('ZCARD', HOLDERS)
-  peak('peak_running', running)
-  if running > WPEAK then
-    WPEAK = running
-    redis.call('HSET', META, 'wpeak', running)
+  if RUNNING == 0 then WRITTEN[HOLDERS] = true end
+  redis.call('ZADD', HOLDERS, now + LEASE, id)
+  describe(id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
+  RUNNING = RUNNING + 1
+  local fresh = redis.call('HINCRBY', STATS, 'admitted', 1) == 1
+  if fresh then WRITTEN[STATS] = true end
+  -- wpeak never exceeds peak_running (both follow every grant; wpeak restarts lower), so a grant
+  -- at or below it is no new peak; fresh counters (a new stats key) may lack the peak.
+  if RUNNING > WPEAK or fresh then
+    peak('peak_running', RUNNING)
+    if RUNNING > WPEAK then
+      WPEAK = RUNNING
+      redis.call('HSET', META, 'wpeak', RUNNING)
+    end
   end
   if wake and agent == SELF then
     -- The reply of the script that made the grant tells the waiter's own process: no message.
@@ -160,17 +190,20 @@ end
 local function enqueue(id, agent, deadline)
   local order = redis.call('INCR', SEQ)
   if order == 1 then WRITTEN[SEQ] = true end
-  write('ZADD', WAITERS, order, id)
+  if WAITING == 0 then WRITTEN[WAITERS], WRITTEN[WDUE] = true, true end
+  redis.call('ZADD', WAITERS, order, id)
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
-  write('ZADD', WDUE, due, id)
-  write('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|')
-  peak('peak_waiting', redis.call('ZCARD', WAITERS))
+  redis.call('ZADD', WDUE, due, id)
+  describe(id, agent .. '|' .. deadline .. '|' .. now .. '|')
+  WAITING = WAITING + 1
+  peak('peak_waiting', WAITING)
   return order
 end
 
 local function drop_waiter(id, how)
-  redis.call('ZREM', WAITERS, id)
+  local removed = redis.call('ZREM', WAITERS, id)
+  if WAITING then WAITING = WAITING - removed end
   redis.call('ZREM', WDUE, id)
   redis.call('HDEL', INFO, id)
   record(id, how)
@@ -186,18 +219,22 @@ local function renew_waiter(id)
 end
 
 -- Every script runs this first: reclaim lapsed leases, drop dead or expired waiters, and hand every
--- free slot to the head of the queue, inside this atomic step, so no newcomer can barge in.
+-- free slot to the head of the queue, inside this atomic step, so no newcomer can barge in. It
+-- counts the holders and waiters (RUNNING, WAITING) as it goes; with none, it has nothing to sweep.
 local function tick()
-  local lapsed = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', 0, SWEEP)
-  for _, id in ipairs(lapsed) do
-    redis.call('ZREM', HOLDERS, id)
-    redis.call('HDEL', INFO, id)
-    record(id, 'reclaimed')
-    count('reclaimed')
+  RUNNING = redis.call('ZCARD', HOLDERS)
+  if RUNNING > 0 then
+    local lapsed = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', 0, SWEEP)
+    for _, id in ipairs(lapsed) do
+      RUNNING = RUNNING - redis.call('ZREM', HOLDERS, id)
+      redis.call('HDEL', INFO, id)
+      record(id, 'reclaimed')
+      count('reclaimed')
+    end
   end
   -- waiters and wdue hold the same ids: with no waiter there is nothing to sweep nor hand on
-  local queued = redis.call('ZCARD', WAITERS) > 0
-  if queued then
+  WAITING = redis.call('ZCARD', WAITERS)
+  if WAITING > 0 then
     local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', 0, SWEEP)
     for _, id in ipairs(due) do
       local _, deadline = parse(redis.call('HGET', INFO, id))
@@ -207,33 +244,34 @@ local function tick()
         drop_waiter(id, 'lapsed') -- its process stopped renewing its place: presumed dead
       end
     end
-  end
-  local free = C - redis.call('ZCARD', HOLDERS)
-  if now < PAUSE or not queued then free = 0 end -- paused until a rate-limit reset: none starts
-  while free > 0 do
-    local head = redis.call('ZPOPMIN', WAITERS)
-    if #head == 0 then break end
-    local id = head[1]
-    redis.call('ZREM', WDUE, id)
-    local agent, deadline = parse(redis.call('HGET', INFO, id))
-    if deadline >= 0 and deadline <= now then
-      redis.call('HDEL', INFO, id)
-      record(id, 'expired')
-      count('expired')
-    else
-      grant(id, agent, deadline, true)
-      free = free - 1
+    local free = C - RUNNING
+    if now < PAUSE then free = 0 end -- paused until a rate-limit reset: none starts
+    while free > 0 and WAITING > 0 do
+      local head = redis.call('ZPOPMIN', WAITERS)
+      if #head == 0 then break end
+      WAITING = WAITING - 1
+      local id = head[1]
+      redis.call('ZREM', WDUE, id)
+      local agent, deadline = parse(redis.call('HGET', INFO, id))
+      if deadline >= 0 and deadline <= now then
+        redis.call('HDEL', INFO, id)
+        record(id, 'expired')
+        count('expired')
+      else
+        grant(id, agent, deadline, true)
+        free = free - 1
+      end
     end
   end
   if SWEEP_OUTCOMES then
-    local old = redis.call('ZRANGEBYSCORE', ENDED, '-inf', now - OUTCOME_TTL, 'LIMIT', 0, SWEEP)
-    if #old > 0 then
-      redis.call('HDEL', OUTCOME, unpack(old))
-      redis.call('ZREM', ENDED, unpack(old))
+    -- ended is ordered by when: its oldest are its lowest ranks
+    local old = redis.call('ZCOUNT', ENDED, '-inf', (now - OUTCOME_TTL) * 16 + 15)
+    if old > 0 then
+      redis.call('ZREMRANGEBYRANK', ENDED, 0, math.min(old, SWEEP) - 1)
     end
   end
 end
 
 local function counts()
-  return redis.call('ZCARD', HOLDERS), redis.call('ZCARD', WAITERS)
+  return RUNNING, WAITING
 end

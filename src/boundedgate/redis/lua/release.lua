@@ -7,7 +7,7 @@ local id, how = ARGV[8], ARGV[9]
 SELF = agent_of(id)
 local e = epoch()
 local removed = 0
-if redis.call('HGET', OUTCOME, id) ~= 'released' then
+if outcome(id) ~= 'released' then
   removed = redis.call('ZREM', HOLDERS, id)
   redis.call('HDEL', INFO, id)
   record(id, 'released')

@@ -23,19 +23,19 @@ for _ = 1, holders do
     write('ZADD', HOLDERS, now + LEASE, id)
     WRITTEN[INFO] = true -- a live holder keeps its keys alive
   else
-    local how = redis.call('HGET', OUTCOME, id)
+    local how = outcome(id)
     if how and how ~= 'reclaimed' then
       report(id, 'ended', how) -- released or cancelled meanwhile: never resurrect it
     else
       if how then
-        redis.call('HDEL', OUTCOME, id)
         redis.call('ZREM', ENDED, id)
       end
       local token = write('INCR', SEQ)
       write('ZADD', HOLDERS, now + LEASE, id)
       write('HSET', INFO, id, agent .. '|-1|' .. now .. '|' .. token)
+      RUNNING = RUNNING + 1
       count('reattached')
-      peak('peak_running', redis.call('ZCARD', HOLDERS))
+      peak('peak_running', RUNNING)
       report(id, 'reattached', token)
     end
   end
@@ -50,7 +50,7 @@ while i < #ARGV do
     local _, _, _, token = parse(redis.call('HGET', INFO, id))
     report(id, 'granted', token)
   else
-    local how = redis.call('HGET', OUTCOME, id)
+    local how = outcome(id)
     if how then
       report(id, how, 0)
     else
