@@ -146,3 +146,28 @@ async def test_an_uncontended_pair_makes_few_redis_calls_in_its_scripts(
         assert sum(calls.values()) <= CALLS_PER_PAIR * PAIRS, calls
     finally:
         await client.aclose()
+
+
+async def test_uncontended_pairs_start_no_task_of_the_gate(counting: redis.asyncio.Redis, name: str) -> None:
+    # A task costs a pair more than its own work: the background loops outlive a pair, not one each.
+    loop = asyncio.get_running_loop()
+    started: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        code = getattr(coro, "cr_code", None)
+        if code is not None and "boundedgate" in code.co_filename:
+            started.append(coro.__qualname__)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    async with make_gate(counting, name, 1, 10) as gate:
+        async with gate.admit(timeout=5):
+            pass
+        await asyncio.sleep(0.05)
+        loop.set_task_factory(factory)
+        try:
+            for _ in range(PAIRS):
+                async with gate.admit(timeout=5):
+                    pass
+        finally:
+            loop.set_task_factory(None)
+    assert started == []
