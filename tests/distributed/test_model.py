@@ -224,10 +224,10 @@ class Scripts(RuleBasedStateMachine):
         self.model = Model(c, q)
         self.core: GateState | None = GateState(c, None if q < 0 else q, 1, 0.2, ())
         self.tickets: dict[str, Ticket] = {}
-        self.common = (c, q, HOUR, HOUR, HOUR, HOUR, wake_prefix("model"))
+        self.common = _scripts.pack_common((c, q, HOUR, HOUR, HOUR, HOUR, wake_prefix("model")))
 
     def run(self, script: _scripts.Script, *args: str | int | float) -> list[Any]:
-        return self.redis.evalsha(script.sha, len(self.keys), *self.keys, *self.common, *args)  # type: ignore[no-any-return]
+        return self.redis.evalsha(script.sha, len(self.keys), *self.keys, self.common, *args)  # type: ignore[no-any-return]
 
     # -- the core, fed the same events ------------------------------------------------------------
 
@@ -264,7 +264,7 @@ class Scripts(RuleBasedStateMachine):
             and permit_id not in model.outcome
         )
         self.core_sweep(*self._pending_sweep())
-        state, value, running, waiting, _, *handed = self.run(_scripts.ADMIT, permit_id, AGENT, -1, int(wait))
+        state, value, running, waiting, _, *handed = self.run(_scripts.ADMIT, permit_id, -1, int(wait))
         assert (state, str(value)) == model.admit(permit_id, wait)
         assert (running, waiting) == (len(model.holders), len(model.waiters))
         self.handed_are_grants(handed)

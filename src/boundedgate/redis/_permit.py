@@ -352,7 +352,7 @@ class RedisPermit(HandsOver):
         try:
             reply = await gate._run(
                 _ADMIT,
-                (permit_id, gate._agent, remaining, 1 if wait else 0),
+                (permit_id, remaining, 1 if wait else 0),
                 min(gate._op_timeout, deadline - now),
             )
         except BaseException as error:

@@ -14,7 +14,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-__all__ = ("ADAPT", "ADMIT", "CANCEL", "LIMITS", "RELEASE", "SYNC", "Script", "encode_head")
+__all__ = ("ADAPT", "ADMIT", "CANCEL", "LIMITS", "RELEASE", "SYNC", "Script", "encode_head", "pack_common")
 
 
 def _source(name: str) -> str:
@@ -56,8 +56,14 @@ def encode_head(keys: Sequence[str], common: Sequence[object]) -> tuple[bytes, .
     """The number of keys, the keys and the common ARGV of a gate's calls, encoded as Redis gets them.
 
     Encoded once per gate (and again when its settings change), not by the client on every call.
+    The common settings go as one argument (:func:`pack_common`), which the prelude takes apart.
     """
-    return tuple(str(part).encode() for part in (len(keys), *keys, *common))
+    return tuple(str(part).encode() for part in (len(keys), *keys, pack_common(common)))
+
+
+def pack_common(common: Sequence[object]) -> str:
+    """The settings common to a gate's calls as the scripts' ``ARGV[1]``: ``C|Q|lease|...|wake prefix``."""
+    return "|".join(str(part) for part in common)
 
 
 ADMIT = Script("admit.lua")

@@ -1,9 +1,11 @@
 -- admit: a request arrives. Idempotent by id (a retry after a lost reply returns the first answer).
--- ARGV 8 id, 9 agent, 10 remaining budget ms (-1: none), 11 wait (1: may queue, 0: start now or not).
+-- ARGV 2 id (the agent's id, '#', a serial), 3 remaining budget ms (-1: none), 4 wait (1: may
+-- queue, 0: start now or not).
 -- Returns {state, value, running, waiting, epoch, handed...}; state 1 granted (value: token), 2
 -- queued (value: arrival sequence), 3 full, 4 already ended (value: how); handed: the grants its
 -- sweep made to the caller's other waiters (id, token, ...).
-local id, agent, remaining, wait = ARGV[8], ARGV[9], tonumber(ARGV[10]), ARGV[11] == '1'
+local id, remaining, wait = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local agent = agent_of(id)
 SELF = agent
 SWEEP_OUTCOMES = false -- nothing ends here but by the sweep: release, cancel and sync forget
 local e = epoch()

@@ -27,20 +27,18 @@
 -- empty, and Redis deletes empty collections). A holder or waiter renewed by sync refreshes its
 -- key and info with it.
 --
--- Common ARGV: 1 C, 2 Q (-1: unbounded), 3 lease ms, 4 waiter lease ms, 5 outcome ttl ms,
--- 6 idle ttl ms, 7 wake channel prefix (the agent's id completes it). A script's own ARGV follow.
+-- ARGV 1, the settings common to every call of a process's gate, in one argument (one to encode
+-- and send, not seven): "C|Q|lease ms|waiter lease ms|outcome ttl ms|idle ttl ms|wake prefix" (Q
+-- -1: unbounded; the agent's id completes the wake channel's prefix). A script's own ARGV follow.
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end -- effects replication (Redis < 7)
 
 local META, HOLDERS, WAITERS, WDUE, INFO, ENDED, SEQ, STATS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local C = tonumber(ARGV[1])
-local Q = tonumber(ARGV[2])
-local LEASE = tonumber(ARGV[3])
-local WAITER_TTL = tonumber(ARGV[4])
-local OUTCOME_TTL = tonumber(ARGV[5])
-local IDLE_TTL = tonumber(ARGV[6])
-local WAKE = ARGV[7]
+local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE =
+  string.match(ARGV[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+C, Q, LEASE, WAITER_TTL = tonumber(C), tonumber(Q), tonumber(LEASE), tonumber(WAITER_TTL)
+OUTCOME_TTL, IDLE_TTL = tonumber(OUTCOME_TTL), tonumber(IDLE_TTL)
 local PAUSE = 0 -- no request starts before this time (ms, server clock): a rate-limit reset
 -- One read of meta for what every script needs: the limits set at runtime (they hold for every
 -- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.

@@ -1,11 +1,11 @@
 -- sync: one process's heartbeat and poll for one gate, covering all its ids at once.
--- ARGV 8 agent, 9 number of holder ids H, then H holder ids, then (waiter id, remaining ms) pairs.
+-- ARGV 2 agent, 3 number of holder ids H, then H holder ids, then (waiter id, remaining ms) pairs.
 -- Holders: renew the lease; one found missing (reclaimed after a stall, or forgotten by a restarted
 -- server) is counted again ("reattached": the holder is still running, so the count must include
 -- it, even above C), unless it has already ended. Waiters: renew the place; report a grant whose
 -- message may have been lost, or how the place ended; one the server forgot arrives again.
 -- Returns {epoch, running, waiting, id, what, value, id, what, value, ...} for ids that changed.
-local agent = ARGV[8]
+local agent = ARGV[2]
 local e = epoch()
 tick()
 local out = {e, 0, 0}
@@ -14,8 +14,8 @@ local function report(id, what, value)
   out[#out + 1] = what
   out[#out + 1] = value
 end
-local holders = tonumber(ARGV[9])
-local i = 10
+local holders = tonumber(ARGV[3])
+local i = 4
 for _ = 1, holders do
   local id = ARGV[i]
   i = i + 1
