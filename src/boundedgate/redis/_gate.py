@@ -34,7 +34,7 @@ from . import _scripts
 from ._adaptive import ClusterController
 from ._background import Background
 from ._inspect import read_cluster
-from ._io import UNREACHABLE, pooled, text
+from ._io import UNREACHABLE, fields, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._permit import RedisPermit
 from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
@@ -578,6 +578,7 @@ class RedisGate:
         Wakes this process's waiters that the script handed a slot to, and samples a run for the
         adaptive controller.
         """
+        reply = fields(reply)
         self._seen(reply[1], reply[2], reply[3])
         if len(reply) > handed_at:
             self._handed(reply, handed_at)

@@ -3,8 +3,9 @@
 -- no longer counts as admitted). An id the server does not know is recorded as ended, so that an
 -- admit still in flight cannot bring it back, and counted: its process counted its arrival. ARGV 2
 -- id, 3 how (cancelled | expired | disconnected | unavailable).
--- Returns {what was removed (0 nothing, 1 a place, 2 an unused slot), running, waiting, epoch,
--- handed...}: handed, the grants to the caller's own waiters (id, token, ...), told here, not published.
+-- Returns, as one string of fields joined by '|' (answer()): what was removed (0 nothing, 1 a
+-- place, 2 an unused slot), running, waiting, epoch, handed...: handed, the grants to the caller's
+-- own waiters (id, token, ...), told here, not published.
 local id, how = ARGV[2], ARGV[3]
 SELF = agent_of(id)
 local e = epoch()
@@ -26,4 +27,4 @@ if not outcome(id) then
 end
 tick()
 local running, waiting = counts()
-return reply({removed, running, waiting, e})
+return answer({removed, running, waiting, e})

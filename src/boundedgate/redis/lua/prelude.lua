@@ -116,6 +116,13 @@ local function reply(value)
   return value
 end
 
+-- The reply of the scripts on the admission path (admit, release, cancel): reply()'s fields as one
+-- string, "a|b|c...", which a client reads as one bulk string rather than an array, element by
+-- element (no field has a '|': ids are agent ids, which have none, and '#', a serial).
+local function answer(value)
+  return table.concat(reply(value), '|')
+end
+
 local function parse(info)
   -- agent, deadline (ms, -1: none), since (ms), token ('' while waiting)
   local agent, deadline, since, token = string.match(info or '|-1|0|', '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
