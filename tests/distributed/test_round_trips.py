@@ -171,3 +171,55 @@ async def test_uncontended_pairs_start_no_task_of_the_gate(counting: redis.async
         finally:
             loop.set_task_factory(None)
     assert started == []
+
+
+class _OwnRedis(redis.asyncio.Redis):
+    """A client subclass: its commands go through its own execute_command, never around it."""
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"decode_responses": True}, {"single_connection_client": True}, {"subclass": True}],
+    ids=["decoding", "single-connection", "subclass"],
+)
+async def test_a_gate_works_through_every_kind_of_client(
+    redis_server: RedisServer, name: str, settings: dict[str, bool]
+) -> None:
+    # A plain client's admissions are sent around its execute_command; the others' through it.
+    kind = _OwnRedis if settings.pop("subclass", False) else redis.asyncio.Redis
+    client = kind.from_url(redis_server.url, **settings)
+    try:
+        async with make_gate(client, name, 1, 1) as gate:
+            async with gate.admit(timeout=5):
+                with pytest.raises(Exception, match="full"):
+                    await gate.try_admit()
+            permit = await gate.try_admit()
+            assert permit.token is not None
+            permit.release()
+            await settles_empty(client, name)
+    finally:
+        await client.aclose()
+
+
+async def test_admissions_go_on_after_redis_dropped_the_clients_connections(
+    redis_server: RedisServer, name: str
+) -> None:
+    # The pooled connections are dead: the first call on one fails, and is made again through the
+    # client, which reconnects, rather than failing closed.
+    client = redis.asyncio.Redis.from_url(redis_server.url)
+    killer = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with make_gate(client, name, 1, 1) as gate:
+            async with gate.admit(timeout=5):
+                pass
+            me = await killer.client_id()
+            for entry in await killer.client_list():
+                if int(entry["id"]) != me:
+                    await killer.client_kill_filter(_id=entry["id"])
+            for _ in range(3):
+                async with gate.admit(timeout=5):
+                    pass
+            assert gate.stats().unavailable == 0
+    finally:
+        await client.aclose()
+        await killer.aclose()
