@@ -38,6 +38,7 @@ local META, HOLDERS, WAITERS, WDUE, INFO, ENDED, SEQ, STATS =
 local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE =
   string.match(ARGV[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
 C, Q, LEASE, WAITER_TTL = tonumber(C), tonumber(Q), tonumber(LEASE), tonumber(WAITER_TTL)
+local IDLE_TTL_ARG = IDLE_TTL -- as given: a number is formatted anew for every call it is passed to
 OUTCOME_TTL, IDLE_TTL = tonumber(OUTCOME_TTL), tonumber(IDLE_TTL)
 local PAUSE = 0 -- no request starts before this time (ms, server clock): a rate-limit reset
 -- One read of meta for what every script needs: the limits set at runtime (they hold for every
@@ -49,14 +50,14 @@ if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
 local EPOCH = META_NOW[4]
 local WPEAK = tonumber(META_NOW[7] or '0')
 local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per script: no long script
+local SWEEP_ARG = '100' -- SWEEP as an argument of a call (strings pass as they are; numbers are formatted)
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
 -- How a request ended, as the low 4 bits of its score in ended.
 local ENDINGS = { released = 1, reclaimed = 2, expired = 3, lapsed = 4, cancelled = 5, disconnected = 6, unavailable = 7 }
-local ENDING_NAMES = {}
-for how, code in pairs(ENDINGS) do ENDING_NAMES[code] = how end
+local ENDING_NAMES = { 'released', 'reclaimed', 'expired', 'lapsed', 'cancelled', 'disconnected', 'unavailable' }
 
 -- The holders and waiters there are, from tick() on (nil before it): every step after it that
 -- adds or removes one keeps them exact, so no script counts the collections twice.
@@ -103,11 +104,11 @@ local function reply(value)
   if not touched or now - touched >= IDLE_TTL / 10 or now < touched then
     redis.call('HSET', META, 'touched', now)
     for i = 1, #KEYS do
-      redis.call('PEXPIRE', KEYS[i], IDLE_TTL)
+      redis.call('PEXPIRE', KEYS[i], IDLE_TTL_ARG)
     end
   else
     for key in pairs(WRITTEN) do
-      redis.call('PEXPIRE', key, IDLE_TTL)
+      redis.call('PEXPIRE', key, IDLE_TTL_ARG)
     end
   end
   for _, item in ipairs(HANDED) do
@@ -142,7 +143,7 @@ end
 
 local function count(field, n)
   n = n or 1
-  if redis.call('HINCRBY', STATS, field, n) == n then WRITTEN[STATS] = true end -- maybe a new key
+  if redis.call('HINCRBY', STATS, field, n == 1 and '1' or n) == n then WRITTEN[STATS] = true end -- maybe a new key
 end
 
 local function peak(field, value)
@@ -168,9 +169,9 @@ local function grant(id, agent, deadline, wake)
   if token == 1 then WRITTEN[SEQ] = true end
   if RUNNING == 0 then WRITTEN[HOLDERS] = true end
   redis.call('ZADD', HOLDERS, now + LEASE, id)
-  describe(id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
+  describe(id, string.format('%s|%d|%d|%d', agent, deadline, now, token)) -- %d: cheaper than a number's tostring
   RUNNING = RUNNING + 1
-  local fresh = redis.call('HINCRBY', STATS, 'admitted', 1) == 1
+  local fresh = redis.call('HINCRBY', STATS, 'admitted', '1') == 1
   if fresh then WRITTEN[STATS] = true end
   -- wpeak never exceeds peak_running (both follow every grant; wpeak restarts lower), so a grant
   -- at or below it is no new peak; fresh counters (a new stats key) may lack the peak.
@@ -200,7 +201,7 @@ local function enqueue(id, agent, deadline)
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
   redis.call('ZADD', WDUE, due, id)
-  describe(id, agent .. '|' .. deadline .. '|' .. now .. '|')
+  describe(id, string.format('%s|%d|%d|', agent, deadline, now))
   WAITING = WAITING + 1
   peak('peak_waiting', WAITING)
   return order
@@ -229,7 +230,7 @@ end
 local function tick()
   RUNNING = redis.call('ZCARD', HOLDERS)
   if RUNNING > 0 then
-    local lapsed = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', 0, SWEEP)
+    local lapsed = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', '0', SWEEP_ARG)
     for _, id in ipairs(lapsed) do
       RUNNING = RUNNING - redis.call('ZREM', HOLDERS, id)
       redis.call('HDEL', INFO, id)
@@ -240,7 +241,7 @@ local function tick()
   -- waiters and wdue hold the same ids: with no waiter there is nothing to sweep nor hand on
   WAITING = redis.call('ZCARD', WAITERS)
   if WAITING > 0 then
-    local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', 0, SWEEP)
+    local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', '0', SWEEP_ARG)
     for _, id in ipairs(due) do
       local _, deadline = parse(redis.call('HGET', INFO, id))
       if deadline >= 0 and deadline <= now then
