@@ -45,7 +45,7 @@ HOUR = 3_600_000  # ms: leases, places and outcomes outlive any example
 AGENT = "model/1/0"
 WAIT = st.sampled_from([True, True, True, False])  # mostly admit(), which queues; try_admit() less
 SCRIPTS = (_scripts.ADMIT, _scripts.RELEASE, _scripts.CANCEL, _scripts.SYNC)
-#: How a request ended, by its code in the low 4 bits of its score in ``ended`` (prelude.lua's ENDINGS).
+#: How a request ended, by its code in the low 4 bits of its score in ``outcomes`` (prelude.lua's ENDINGS).
 ENDINGS = dict(
     enumerate(("released", "reclaimed", "expired", "lapsed", "cancelled", "disconnected", "unavailable"), 1)
 )
@@ -398,7 +398,7 @@ class Scripts(RuleBasedStateMachine):
         tokens = {i: int(_text(self.redis.hget(keys[4], i)).rsplit("|", 1)[1]) for i in holders}
         assert tokens == self.model.holders
         assert self.redis.zrange(keys[2], 0, -1) == self.model.waiters
-        # ended: id -> when * 16 + how, the codes of prelude.lua's ENDINGS
+        # outcomes: id -> when * 16 + how, the codes of prelude.lua's ENDINGS
         ended: list[tuple[str, float]] = self.redis.zrange(keys[5], 0, -1, withscores=True)  # type: ignore[assignment]
         assert {i: ENDINGS[int(score) % 16] for i, score in ended} == self.model.outcome
         stats = {k: int(v) for k, v in self.redis.hgetall(keys[7]).items()}

@@ -18,8 +18,10 @@
 --   4 wdue     zset   id -> min(deadline, waiter-lease expiry) (ms): the sweep index of waiters
 --   5 info     hash   id -> "agent|deadline_ms|since_ms|token" for every holder and waiter
 --                     (deadline -1: none; token '' while waiting)
---   6 ended    zset   id -> when it ended (ms) * 16 + how (ENDINGS): one key for how and when, so an
---                     outcome is recorded with one call and forgotten OUTCOME_TTL later by rank
+--   6 outcomes zset   id -> when it ended (ms) * 16 + how (ENDINGS): one key for how and when, so an
+--                     outcome is recorded with one call and forgotten OUTCOME_TTL later by rank (a
+--                     new name: gates of the layout before it kept an outcome hash and an ended
+--                     zset of times, which processes of both can share a gate with during an upgrade)
 --   7 seq      string INCR counter: arrival order and fencing tokens
 --   8 stats    hash   cluster counters and peaks
 -- Keys get PEXPIRE IDLE_TTL as a script ends (reply: see WRITTEN); a gate that goes idle leaves
@@ -33,7 +35,7 @@
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end -- effects replication (Redis < 7)
 
-local META, HOLDERS, WAITERS, WDUE, INFO, ENDED, SEQ, STATS =
+local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE =
   string.match(ARGV[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
@@ -55,7 +57,7 @@ local SWEEP_ARG = '100' -- SWEEP as an argument of a call (strings pass as they 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
--- How a request ended, as the low 4 bits of its score in ended.
+-- How a request ended, as the low 4 bits of its score in outcomes.
 local ENDINGS = { released = 1, reclaimed = 2, expired = 3, lapsed = 4, cancelled = 5, disconnected = 6, unavailable = 7 }
 local ENDING_NAMES = { 'released', 'reclaimed', 'expired', 'lapsed', 'cancelled', 'disconnected', 'unavailable' }
 
@@ -132,13 +134,13 @@ end
 
 -- How the request ended (released, cancelled, ...), nil if it has not (or it was forgotten).
 local function outcome(id)
-  local score = redis.call('ZSCORE', ENDED, id)
+  local score = redis.call('ZSCORE', OUTCOMES, id)
   if score then return ENDING_NAMES[tonumber(score) % 16] end
   return nil
 end
 
 local function record(id, how)
-  write('ZADD', ENDED, now * 16 + ENDINGS[how], id)
+  write('ZADD', OUTCOMES, now * 16 + ENDINGS[how], id)
 end
 
 local function count(field, n)
@@ -270,10 +272,10 @@ local function tick()
     end
   end
   if SWEEP_OUTCOMES then
-    -- ended is ordered by when: its oldest are its lowest ranks
-    local old = redis.call('ZCOUNT', ENDED, '-inf', (now - OUTCOME_TTL) * 16 + 15)
+    -- outcomes is ordered by when: its oldest are its lowest ranks
+    local old = redis.call('ZCOUNT', OUTCOMES, '-inf', (now - OUTCOME_TTL) * 16 + 15)
     if old > 0 then
-      redis.call('ZREMRANGEBYRANK', ENDED, 0, math.min(old, SWEEP) - 1)
+      redis.call('ZREMRANGEBYRANK', OUTCOMES, 0, math.min(old, SWEEP) - 1)
     end
   end
 end

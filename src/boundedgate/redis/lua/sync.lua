@@ -28,7 +28,7 @@ for _ = 1, holders do
       report(id, 'ended', how) -- released or cancelled meanwhile: never resurrect it
     else
       if how then
-        redis.call('ZREM', ENDED, id)
+        redis.call('ZREM', OUTCOMES, id)
       end
       local token = write('INCR', SEQ)
       write('ZADD', HOLDERS, now + LEASE, id)
