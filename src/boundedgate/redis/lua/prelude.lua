@@ -20,8 +20,9 @@
 --                     (deadline -1: none; token '' while waiting)
 --   6 outcomes zset   id -> when it ended (ms) * 16 + how (ENDINGS): one key for how and when, so an
 --                     outcome is recorded with one call and forgotten OUTCOME_TTL later by rank (a
---                     new name: gates of the layout before it kept an outcome hash and an ended
---                     zset of times, which processes of both can share a gate with during an upgrade)
+--                     new name: the layout before it kept an outcome hash and an ended zset of plain
+--                     times; during an upgrade, an outcome one layout records is unknown to the
+--                     other, as if forgotten, never misread)
 --   7 seq      string INCR counter: arrival order and fencing tokens
 --   8 stats    hash   cluster counters and peaks
 -- Keys get PEXPIRE IDLE_TTL as a script ends (reply: see WRITTEN); a gate that goes idle leaves
