@@ -116,3 +116,110 @@ async def test_a_hand_off_is_announced_to_the_waiting_process_only(
     finally:
         await mine_client.aclose()
         await theirs_client.aclose()
+
+
+async def _calls_in_scripts(client: redis.asyncio.Redis) -> dict[str, int]:
+    stats = await client.info("commandstats")
+    outside = ("cmdstat_evalsha", "cmdstat_info", "cmdstat_config")
+    return {k: int(v["calls"]) for k, v in stats.items() if not k.startswith(outside)}
+
+
+#: Redis calls the two scripts of an uncontended pair make in all: each costs the server far more
+#: than the command it runs, so the uncontended admission touches only what it needs: meta, the
+#: holders, the request's info, the sequence and the counters; the queue only to see it empty.
+CALLS_PER_PAIR = 24
+
+
+async def test_an_uncontended_pair_makes_few_redis_calls_in_its_scripts(
+    own_server: RedisServer, name: str
+) -> None:
+    client = redis.asyncio.Redis.from_url(own_server.url)
+    try:
+        async with make_gate(client, name, 1, 10) as gate:
+            async with gate.admit(timeout=5):
+                pass
+            await client.config_resetstat()
+            for _ in range(PAIRS):
+                async with gate.admit(timeout=5):
+                    pass
+            calls = await _calls_in_scripts(client)
+        assert sum(calls.values()) <= CALLS_PER_PAIR * PAIRS, calls
+    finally:
+        await client.aclose()
+
+
+async def test_uncontended_pairs_start_no_task_of_the_gate(counting: redis.asyncio.Redis, name: str) -> None:
+    # A task costs a pair more than its own work: the background loops outlive a pair, not one each.
+    loop = asyncio.get_running_loop()
+    started: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        code = getattr(coro, "cr_code", None)
+        if code is not None and "boundedgate" in code.co_filename:
+            started.append(coro.__qualname__)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    async with make_gate(counting, name, 1, 10) as gate:
+        async with gate.admit(timeout=5):
+            pass
+        await asyncio.sleep(0.05)
+        loop.set_task_factory(factory)
+        try:
+            for _ in range(PAIRS):
+                async with gate.admit(timeout=5):
+                    pass
+        finally:
+            loop.set_task_factory(None)
+    assert started == []
+
+
+class _OwnRedis(redis.asyncio.Redis):
+    """A client subclass: its commands go through its own execute_command, never around it."""
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"decode_responses": True}, {"single_connection_client": True}, {"subclass": True}],
+    ids=["decoding", "single-connection", "subclass"],
+)
+async def test_a_gate_works_through_every_kind_of_client(
+    redis_server: RedisServer, name: str, settings: dict[str, bool]
+) -> None:
+    # A plain client's admissions are sent around its execute_command; the others' through it.
+    kind = _OwnRedis if settings.pop("subclass", False) else redis.asyncio.Redis
+    client = kind.from_url(redis_server.url, **settings)
+    try:
+        async with make_gate(client, name, 1, 1) as gate:
+            async with gate.admit(timeout=5):
+                with pytest.raises(Exception, match="full"):
+                    await gate.try_admit()
+            permit = await gate.try_admit()
+            assert permit.token is not None
+            permit.release()
+            await settles_empty(client, name)
+    finally:
+        await client.aclose()
+
+
+async def test_admissions_go_on_after_redis_dropped_the_clients_connections(
+    redis_server: RedisServer, name: str
+) -> None:
+    # The pooled connections are dead: the first call on one fails, and is made again through the
+    # client, which reconnects, rather than failing closed.
+    client = redis.asyncio.Redis.from_url(redis_server.url)
+    killer = redis.asyncio.Redis.from_url(redis_server.url)
+    try:
+        async with make_gate(client, name, 1, 1) as gate:
+            async with gate.admit(timeout=5):
+                pass
+            me = await killer.client_id()
+            for entry in await killer.client_list():
+                if int(entry["id"]) != me:
+                    await killer.client_kill_filter(_id=entry["id"])
+            for _ in range(3):
+                async with gate.admit(timeout=5):
+                    pass
+            assert gate.stats().unavailable == 0
+    finally:
+        await client.aclose()
+        await killer.aclose()

@@ -1,7 +1,8 @@
 """A gate's background work in one process: the heartbeat-and-poll loop, and the wake listener.
 
 ``sync`` loop
-    While this process holds slots or waits, one ``sync`` script per period covers all of them:
+    While this process holds slots or waits, one ``sync`` script per period covers all of them
+    (the loop ends at the first period that finds neither):
     it renews holders' leases and waiters' places, and reports grants, lost leases and ended
     places. The period is ``poll_interval`` while anyone waits (it bounds what a lost wake-up
     message costs), ``lease_ttl / 3`` while only holders remain. When Redis stays out of reach for
@@ -90,11 +91,15 @@ class Background:
         failing_since: float | None = None
         own: tuple[Any, Callable[[], Coroutine[Any, Any, None]]] | None = None
         try:
-            while (gate._holders or gate._waiters) and not self._closing:
+            # It ends one period after it found nothing to do, not at once: requests that come and
+            # go within a period (uncontended pairs) find it running, and start no task each.
+            while not self._closing:
                 period = gate._poll_interval if gate._waiters else gate._lease_ttl / 3
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await bounded(kick.wait(), period)
                 kick.clear()
+                if not (gate._holders or gate._waiters):
+                    break
                 now = loop.time()  # type: ignore[union-attr]
                 holders = list(gate._holders)
                 args: list[object] = [gate._agent, len(holders), *holders]

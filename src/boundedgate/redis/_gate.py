@@ -34,7 +34,7 @@ from . import _scripts
 from ._adaptive import ClusterController
 from ._background import Background
 from ._inspect import read_cluster
-from ._io import UNREACHABLE, pooled, text
+from ._io import UNREACHABLE, fields, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._permit import RedisPermit
 from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
@@ -92,7 +92,11 @@ class RedisGate:
     The gate binds to the event loop that first uses it, like the client it is given. Close it
     with :meth:`aclose` (or ``async with``) to stop its background work; the client stays yours.
     Lease renewals and wake-up messages use connections of the gate's own, made with the client's
-    connection settings, so that the process's own traffic can never starve them.
+    connection settings, so that the process's own traffic can never starve them. Through a plain
+    ``redis.asyncio.Redis`` (no subclass, not single-connection), admissions, releases and
+    cancellations are sent on its pool's connections directly, not through its ``execute_command``:
+    redis-py's own command hooks and metrics do not see them (a call that cannot reach Redis is made
+    again through ``execute_command``, with the client's retries).
 
     Args:
         client: A ``redis.asyncio.Redis`` client (decoded responses or not).
@@ -578,6 +582,7 @@ class RedisGate:
         Wakes this process's waiters that the script handed a slot to, and samples a run for the
         adaptive controller.
         """
+        reply = fields(reply)
         self._seen(reply[1], reply[2], reply[3])
         if len(reply) > handed_at:
             self._handed(reply, handed_at)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import redis.asyncio
 import redis.exceptions
 
-__all__ = ("UNREACHABLE", "bounded", "own_client", "pooled", "text")
+__all__ = ("UNREACHABLE", "bounded", "fields", "own_client", "pooled", "text")
 
 _CANCELLING = getattr(asyncio.Task, "cancelling", None)  # Python 3.11+
 
@@ -143,6 +143,13 @@ def _abandon(task: asyncio.Future[Any]) -> None:
 def _drop(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()  # retrieved, so that asyncio does not log it as never retrieved
+
+
+def fields(reply: object) -> list[Any]:
+    """The fields of a script's one-string reply (``a|b|c``), as bytes or str as the client decodes."""
+    if isinstance(reply, bytes):
+        return reply.split(b"|")
+    return str(reply).split("|")
 
 
 def text(value: object) -> str:

@@ -13,7 +13,7 @@ from .._driver._compat import cancellation_pending, current_task, is_cancelling
 from .._errors import Late
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
-from ._io import UNREACHABLE, text
+from ._io import UNREACHABLE, fields, text
 from ._scripts import ADMIT as _ADMIT
 
 if TYPE_CHECKING:
@@ -350,17 +350,19 @@ class RedisPermit(HandsOver):
         # Registered before the request is sent: a grant message may overtake the reply.
         gate._waiters[permit_id] = self
         try:
-            reply = await gate._run(
-                _ADMIT,
-                (permit_id, gate._agent, remaining, 1 if wait else 0),
-                min(gate._op_timeout, deadline - now),
+            reply = fields(
+                await gate._run(
+                    _ADMIT,
+                    (permit_id, remaining, 1 if wait else 0),
+                    min(gate._op_timeout, deadline - now),
+                )
             )
         except BaseException as error:
             del gate._waiters[permit_id]
             self._future = None
             await self._not_admitted(error, wait)
             return
-        state, value, running, waiting, epoch = reply[:5]
+        state, (value, running, waiting, epoch) = int(reply[0]), reply[1:5]
         gate._seen(running, waiting, epoch)
         if len(reply) > 5:  # its sweep handed slots to others of this process's waiters
             gate._handed(reply, 5)

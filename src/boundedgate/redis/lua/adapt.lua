@@ -1,19 +1,19 @@
 -- adapt: what one process heard from the provider, applied to the cluster's shared C as one
 -- controller would apply it, whichever process heard it and however many heard it at once.
--- ARGV 8 what:
---   'pause'       a rate-limit 429 with its reset: no start for ARGV 9 ms (never shortens a pause
+-- ARGV 2 what:
+--   'pause'       a rate-limit 429 with its reset: no start for ARGV 3 ms (never shortens a pause
 --                 in force); C is left alone
---   'overloaded'  a 503 / 529: cut C to max(floor, C * ARGV 10), unless the cluster's last cut is
---                 younger than the window (ARGV 9 ms): a burst seen by many processes is one cut
---   'cut'         a process's latency window asks for a cut by ARGV 10: as 'overloaded'
---   'grow'        a process's latency window asks for growth: C + ARGV 13, unless the cluster cut
---                 or grew within the window, and never beyond ARGV 14 times the cluster's peak in
+--   'overloaded'  a 503 / 529: cut C to max(floor, C * ARGV 4), unless the cluster's last cut is
+--                 younger than the window (ARGV 3 ms): a burst seen by many processes is one cut
+--   'cut'         a process's latency window asks for a cut by ARGV 4: as 'overloaded'
+--   'grow'        a process's latency window asks for growth: C + ARGV 7, unless the cluster cut
+--                 or grew within the window, and never beyond ARGV 8 times the cluster's peak in
 --                 flight since its last change of C (wpeak), nor beyond the ceiling
--- ARGV 11 floor, 12 ceiling (both the controller's settings).
+-- ARGV 5 floor, 6 ceiling (both the controller's settings).
 -- Returns {applied (1 if it took effect), C, running, waiting, epoch, ms since the cluster's
 -- last cut (-1: never), ms of pause left}.
-local what, window, factor = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
-local floor, ceiling, increase, cap = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local what, window, factor = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local floor, ceiling, increase, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local e = epoch()
 local applied = 0
 local state = redis.call('HMGET', META, 'cut', 'grew', 'Cvalue', 'wpeak')

@@ -1,39 +1,44 @@
 -- admit: a request arrives. Idempotent by id (a retry after a lost reply returns the first answer).
--- ARGV 8 id, 9 agent, 10 remaining budget ms (-1: none), 11 wait (1: may queue, 0: start now or not).
--- Returns {state, value, running, waiting, epoch, handed...}; state 1 granted (value: token), 2
--- queued (value: arrival sequence), 3 full, 4 already ended (value: how); handed: the grants its
--- sweep made to the caller's other waiters (id, token, ...).
-local id, agent, remaining, wait = ARGV[8], ARGV[9], tonumber(ARGV[10]), ARGV[11] == '1'
+-- ARGV 2 id (the agent's id, '#', a serial), 3 remaining budget ms (-1: none), 4 wait (1: may
+-- queue, 0: start now or not).
+-- Returns, as one string of fields joined by '|' (answer()): state, value, running, waiting, epoch,
+-- handed...; state 1 granted (value: token), 2 queued (value: arrival sequence), 3 full, 4 already
+-- ended (value: how); handed: the grants its sweep made to the caller's other waiters (id, token, ...).
+local id, remaining, wait = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local agent = agent_of(id)
 SELF = agent
 SWEEP_OUTCOMES = false -- nothing ends here but by the sweep: release, cancel and sync forget
 local e = epoch()
 used(C, Q)
 tick()
-if redis.call('ZSCORE', HOLDERS, id) then
-  local _, _, _, token = parse(redis.call('HGET', INFO, id))
+-- A holder or a waiter has info (a holder's token, a waiter's none); an ended request, an outcome.
+local known = redis.call('HGET', INFO, id)
+if known then
+  local _, _, _, token = parse(known)
   local running, waiting = counts()
-  return reply({1, token, running, waiting, e})
+  if token ~= '' then
+    return answer({1, token, running, waiting, e})
+  end
+  local order = redis.call('ZSCORE', WAITERS, id)
+  if order then
+    return answer({2, order, running, waiting, e})
+  end
 end
-local order = redis.call('ZSCORE', WAITERS, id)
-if order then
-  local running, waiting = counts()
-  return reply({2, order, running, waiting, e})
-end
-local how = redis.call('HGET', OUTCOME, id)
+local how = outcome(id)
 if how then
   local running, waiting = counts()
-  return reply({4, how, running, waiting, e})
+  return answer({4, how, running, waiting, e})
 end
 local deadline = -1
 if remaining >= 0 then deadline = now + remaining end
 local running, waiting = counts()
 if running < C and waiting == 0 and now >= PAUSE then
   local token = grant(id, agent, deadline, false)
-  return reply({1, token, running + 1, waiting, e})
+  return answer({1, token, running + 1, waiting, e})
 end
 if wait and (Q < 0 or waiting < Q) then
   local order = enqueue(id, agent, deadline)
-  return reply({2, order, running, waiting + 1, e})
+  return answer({2, order, running, waiting + 1, e})
 end
 count('rejected')
-return reply({3, 0, running, waiting, e})
+return answer({3, 0, running, waiting, e})

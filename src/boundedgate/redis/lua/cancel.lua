@@ -1,15 +1,16 @@
 -- cancel: a request gives up before it began (cancelled by its caller, or its deadline passed on
 -- the caller's clock). A waiter leaves the queue; a slot granted to it but never used passes on (it
 -- no longer counts as admitted). An id the server does not know is recorded as ended, so that an
--- admit still in flight cannot bring it back, and counted: its process counted its arrival. ARGV 8
--- id, 9 how (cancelled | expired | disconnected | unavailable).
--- Returns {what was removed (0 nothing, 1 a place, 2 an unused slot), running, waiting, epoch,
--- handed...}: handed, the grants to the caller's own waiters (id, token, ...), told here, not published.
-local id, how = ARGV[8], ARGV[9]
+-- admit still in flight cannot bring it back, and counted: its process counted its arrival. ARGV 2
+-- id, 3 how (cancelled | expired | disconnected | unavailable).
+-- Returns, as one string of fields joined by '|' (answer()): what was removed (0 nothing, 1 a
+-- place, 2 an unused slot), running, waiting, epoch, handed...: handed, the grants to the caller's
+-- own waiters (id, token, ...), told here, not published.
+local id, how = ARGV[2], ARGV[3]
 SELF = agent_of(id)
 local e = epoch()
 local removed = 0
-if not redis.call('HGET', OUTCOME, id) then
+if not outcome(id) then
   if redis.call('ZSCORE', WAITERS, id) then
     drop_waiter(id, how)
     removed = 1
@@ -26,4 +27,4 @@ if not redis.call('HGET', OUTCOME, id) then
 end
 tick()
 local running, waiting = counts()
-return reply({removed, running, waiting, e})
+return answer({removed, running, waiting, e})

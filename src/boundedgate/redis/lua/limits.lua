@@ -1,9 +1,9 @@
 -- limits: set C and/or Q for the whole cluster, from now on (every process's scripts read them).
--- ARGV 8 C, 9 Q (-1: unbounded); '' leaves one as it is. Raising C hands the freed slots to the head
+-- ARGV 2 C, 3 Q (-1: unbounded); '' leaves one as it is. Raising C hands the freed slots to the head
 -- of the queue at once (tick); lowering it interrupts no holder (they drain); lowering Q drops no
 -- waiter. The set limits live in meta, so they last while the gate's state does (IDLE_TTL).
 -- Returns {running, waiting, epoch, C, Q}.
-local newC, newQ = ARGV[8], ARGV[9]
+local newC, newQ = ARGV[2], ARGV[3]
 local e = epoch()
 if newC ~= '' then
   write('HSET', META, 'Cset', newC)

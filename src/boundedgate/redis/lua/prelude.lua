@@ -11,34 +11,38 @@
 --                     controller: adapt.lua), which outrank every process's own; pause: no start
 --                     before this time (ms), a provider's rate-limit reset; cut, grew, Cvalue: the
 --                     adaptive controller's last cut and growth (ms) and its C as a real number;
---                     wpeak: the peak running since the controller last changed C (caps growth)
+--                     wpeak: the peak running since the controller last changed C (caps growth;
+--                     never above stats' peak_running, so a grant below it leaves the peak alone)
 --   2 holders  zset   id -> lease expiry (ms)
 --   3 waiters  zset   id -> arrival sequence (FIFO by arrival at Redis)
 --   4 wdue     zset   id -> min(deadline, waiter-lease expiry) (ms): the sweep index of waiters
---   5 info     hash   id -> "agent|deadline_ms|since_ms|token" (deadline -1: none)
---   6 outcome  hash   id -> how it ended: released, cancelled, expired, lapsed, reclaimed
---   7 ended    zset   id -> when it ended (ms): outcomes are forgotten OUTCOME_TTL later
---   8 seq      string INCR counter: arrival order and fencing tokens
---   9 stats    hash   cluster counters and peaks
+--   5 info     hash   id -> "agent|deadline_ms|since_ms|token" for every holder and waiter
+--                     (deadline -1: none; token '' while waiting)
+--   6 outcomes zset   id -> when it ended (ms) * 16 + how (ENDINGS): one key for how and when, so an
+--                     outcome is recorded with one call and forgotten OUTCOME_TTL later by rank (a
+--                     new name: the layout before it kept an outcome hash and an ended zset of plain
+--                     times; during an upgrade, an outcome one layout records is unknown to the
+--                     other, as if forgotten, never misread)
+--   7 seq      string INCR counter: arrival order and fencing tokens
+--   8 stats    hash   cluster counters and peaks
 -- Keys get PEXPIRE IDLE_TTL as a script ends (reply: see WRITTEN); a gate that goes idle leaves
 -- only meta, seq, stats and its recent outcomes, for IDLE_TTL (holders, waiters, wdue and info are
 -- empty, and Redis deletes empty collections). A holder or waiter renewed by sync refreshes its
 -- key and info with it.
 --
--- Common ARGV: 1 C, 2 Q (-1: unbounded), 3 lease ms, 4 waiter lease ms, 5 outcome ttl ms,
--- 6 idle ttl ms, 7 wake channel prefix (the agent's id completes it). A script's own ARGV follow.
+-- ARGV 1, the settings common to every call of a process's gate, in one argument (one to encode
+-- and send, not seven): "C|Q|lease ms|waiter lease ms|outcome ttl ms|idle ttl ms|wake prefix" (Q
+-- -1: unbounded; the agent's id completes the wake channel's prefix). A script's own ARGV follow.
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end -- effects replication (Redis < 7)
 
-local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOME, ENDED, SEQ, STATS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local C = tonumber(ARGV[1])
-local Q = tonumber(ARGV[2])
-local LEASE = tonumber(ARGV[3])
-local WAITER_TTL = tonumber(ARGV[4])
-local OUTCOME_TTL = tonumber(ARGV[5])
-local IDLE_TTL = tonumber(ARGV[6])
-local WAKE = ARGV[7]
+local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE =
+  string.match(ARGV[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+C, Q, LEASE, WAITER_TTL = tonumber(C), tonumber(Q), tonumber(LEASE), tonumber(WAITER_TTL)
+local IDLE_TTL_ARG = IDLE_TTL -- as given: a number is formatted anew for every call it is passed to
+OUTCOME_TTL, IDLE_TTL = tonumber(OUTCOME_TTL), tonumber(IDLE_TTL)
 local PAUSE = 0 -- no request starts before this time (ms, server clock): a rate-limit reset
 -- One read of meta for what every script needs: the limits set at runtime (they hold for every
 -- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.
@@ -49,14 +53,24 @@ if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
 local EPOCH = META_NOW[4]
 local WPEAK = tonumber(META_NOW[7] or '0')
 local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per script: no long script
+local SWEEP_ARG = '100' -- SWEEP as an argument of a call (strings pass as they are; numbers are formatted)
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
--- The keys whose idle TTL this script sets as it ends: the collections it added to (any may have
--- been emptied, so deleted, and made anew here), and meta, seq and stats when it created them.
--- Every key's TTL is refreshed every IDLE_TTL / 10 besides (meta's 'touched'), so a key that is
--- only read or emptied keeps one.
+-- How a request ended, as the low 4 bits of its score in outcomes.
+local ENDINGS = { released = 1, reclaimed = 2, expired = 3, lapsed = 4, cancelled = 5, disconnected = 6, unavailable = 7 }
+local ENDING_NAMES = { 'released', 'reclaimed', 'expired', 'lapsed', 'cancelled', 'disconnected', 'unavailable' }
+
+-- The holders and waiters there are, from tick() on (nil before it): every step after it that
+-- adds or removes one keeps them exact, so no script counts the collections twice.
+local RUNNING, WAITING = nil, nil
+
+-- The keys whose idle TTL this script sets as it ends: the collections it may have made anew (an
+-- emptied collection is deleted, and its next member makes it again, without a TTL), and meta,
+-- seq and stats when it created them. A collection that already had members has its TTL. Every
+-- key's TTL is refreshed every IDLE_TTL / 10 besides (meta's 'touched'), so a key that is only
+-- read or emptied keeps one.
 local WRITTEN = {}
 local SWEEP_OUTCOMES = true -- false in admit: the scripts that record outcomes forget old ones
 
@@ -92,12 +106,12 @@ local function reply(value)
   local touched = tonumber(META_NOW[8])
   if not touched or now - touched >= IDLE_TTL / 10 or now < touched then
     redis.call('HSET', META, 'touched', now)
-    for i = 1, 9 do
-      redis.call('PEXPIRE', KEYS[i], IDLE_TTL)
+    for i = 1, #KEYS do
+      redis.call('PEXPIRE', KEYS[i], IDLE_TTL_ARG)
     end
   else
     for key in pairs(WRITTEN) do
-      redis.call('PEXPIRE', key, IDLE_TTL)
+      redis.call('PEXPIRE', key, IDLE_TTL_ARG)
     end
   end
   for _, item in ipairs(HANDED) do
@@ -106,20 +120,33 @@ local function reply(value)
   return value
 end
 
+-- The reply of the scripts on the admission path (admit, release, cancel): reply()'s fields as one
+-- string, "a|b|c...", which a client reads as one bulk string rather than an array, element by
+-- element (no field has a '|': ids are agent ids, which have none, and '#', a serial).
+local function answer(value)
+  return table.concat(reply(value), '|')
+end
+
 local function parse(info)
   -- agent, deadline (ms, -1: none), since (ms), token ('' while waiting)
   local agent, deadline, since, token = string.match(info or '|-1|0|', '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
   return agent, tonumber(deadline), tonumber(since), token
 end
 
+-- How the request ended (released, cancelled, ...), nil if it has not (or it was forgotten).
+local function outcome(id)
+  local score = redis.call('ZSCORE', OUTCOMES, id)
+  if score then return ENDING_NAMES[tonumber(score) % 16] end
+  return nil
+end
+
 local function record(id, how)
-  write('HSET', OUTCOME, id, how)
-  write('ZADD', ENDED, now, id)
+  write('ZADD', OUTCOMES, now * 16 + ENDINGS[how], id)
 end
 
 local function count(field, n)
   n = n or 1
-  if redis.call('HINCRBY', STATS, field, n) == n then WRITTEN[STATS] = true end -- maybe a new key
+  if redis.call('HINCRBY', STATS, field, n == 1 and '1' or n) == n then WRITTEN[STATS] = true end -- maybe a new key
 end
 
 local function peak(field, value)
@@ -134,17 +161,29 @@ local function agent_of(id)
   return string.match(id, '^(.*)#%d+$')
 end
 
+-- A holder or waiter enters info (made anew when nobody held or waited).
+local function describe(id, text)
+  if RUNNING + WAITING == 0 then WRITTEN[INFO] = true end
+  redis.call('HSET', INFO, id, text)
+end
+
 local function grant(id, agent, deadline, wake)
   local token = redis.call('INCR', SEQ)
   if token == 1 then WRITTEN[SEQ] = true end
-  write('ZADD', HOLDERS, now + LEASE, id)
-  write('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|' .. token)
-  count('admitted')
-  local running = redis.call('ZCARD', HOLDERS)
-  peak('peak_running', running)
-  if running > WPEAK then
-    WPEAK = running
-    redis.call('HSET', META, 'wpeak', running)
+  if RUNNING == 0 then WRITTEN[HOLDERS] = true end
+  redis.call('ZADD', HOLDERS, now + LEASE, id)
+  describe(id, string.format('%s|%d|%d|%d', agent, deadline, now, token)) -- %d: cheaper than a number's tostring
+  RUNNING = RUNNING + 1
+  local fresh = redis.call('HINCRBY', STATS, 'admitted', '1') == 1
+  if fresh then WRITTEN[STATS] = true end
+  -- wpeak never exceeds peak_running (both follow every grant; wpeak restarts lower), so a grant
+  -- at or below it is no new peak; fresh counters (a new stats key) may lack the peak.
+  if RUNNING > WPEAK or fresh then
+    peak('peak_running', RUNNING)
+    if RUNNING > WPEAK then
+      WPEAK = RUNNING
+      redis.call('HSET', META, 'wpeak', RUNNING)
+    end
   end
   if wake and agent == SELF then
     -- The reply of the script that made the grant tells the waiter's own process: no message.
@@ -160,17 +199,20 @@ end
 local function enqueue(id, agent, deadline)
   local order = redis.call('INCR', SEQ)
   if order == 1 then WRITTEN[SEQ] = true end
-  write('ZADD', WAITERS, order, id)
+  if WAITING == 0 then WRITTEN[WAITERS], WRITTEN[WDUE] = true, true end
+  redis.call('ZADD', WAITERS, order, id)
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
-  write('ZADD', WDUE, due, id)
-  write('HSET', INFO, id, agent .. '|' .. deadline .. '|' .. now .. '|')
-  peak('peak_waiting', redis.call('ZCARD', WAITERS))
+  redis.call('ZADD', WDUE, due, id)
+  describe(id, string.format('%s|%d|%d|', agent, deadline, now))
+  WAITING = WAITING + 1
+  peak('peak_waiting', WAITING)
   return order
 end
 
 local function drop_waiter(id, how)
-  redis.call('ZREM', WAITERS, id)
+  local removed = redis.call('ZREM', WAITERS, id)
+  if WAITING then WAITING = WAITING - removed end
   redis.call('ZREM', WDUE, id)
   redis.call('HDEL', INFO, id)
   record(id, how)
@@ -186,19 +228,23 @@ local function renew_waiter(id)
 end
 
 -- Every script runs this first: reclaim lapsed leases, drop dead or expired waiters, and hand every
--- free slot to the head of the queue, inside this atomic step, so no newcomer can barge in.
+-- free slot to the head of the queue, inside this atomic step, so no newcomer can barge in. It
+-- counts the holders and waiters (RUNNING, WAITING) as it goes; with none, it has nothing to sweep.
 local function tick()
-  local lapsed = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', 0, SWEEP)
-  for _, id in ipairs(lapsed) do
-    redis.call('ZREM', HOLDERS, id)
-    redis.call('HDEL', INFO, id)
-    record(id, 'reclaimed')
-    count('reclaimed')
+  RUNNING = redis.call('ZCARD', HOLDERS)
+  if RUNNING > 0 then
+    local lapsed = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', '0', SWEEP_ARG)
+    for _, id in ipairs(lapsed) do
+      RUNNING = RUNNING - redis.call('ZREM', HOLDERS, id)
+      redis.call('HDEL', INFO, id)
+      record(id, 'reclaimed')
+      count('reclaimed')
+    end
   end
   -- waiters and wdue hold the same ids: with no waiter there is nothing to sweep nor hand on
-  local queued = redis.call('ZCARD', WAITERS) > 0
-  if queued then
-    local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', 0, SWEEP)
+  WAITING = redis.call('ZCARD', WAITERS)
+  if WAITING > 0 then
+    local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', '0', SWEEP_ARG)
     for _, id in ipairs(due) do
       local _, deadline = parse(redis.call('HGET', INFO, id))
       if deadline >= 0 and deadline <= now then
@@ -207,33 +253,34 @@ local function tick()
         drop_waiter(id, 'lapsed') -- its process stopped renewing its place: presumed dead
       end
     end
-  end
-  local free = C - redis.call('ZCARD', HOLDERS)
-  if now < PAUSE or not queued then free = 0 end -- paused until a rate-limit reset: none starts
-  while free > 0 do
-    local head = redis.call('ZPOPMIN', WAITERS)
-    if #head == 0 then break end
-    local id = head[1]
-    redis.call('ZREM', WDUE, id)
-    local agent, deadline = parse(redis.call('HGET', INFO, id))
-    if deadline >= 0 and deadline <= now then
-      redis.call('HDEL', INFO, id)
-      record(id, 'expired')
-      count('expired')
-    else
-      grant(id, agent, deadline, true)
-      free = free - 1
+    local free = C - RUNNING
+    if now < PAUSE then free = 0 end -- paused until a rate-limit reset: none starts
+    while free > 0 and WAITING > 0 do
+      local head = redis.call('ZPOPMIN', WAITERS)
+      if #head == 0 then break end
+      WAITING = WAITING - 1
+      local id = head[1]
+      redis.call('ZREM', WDUE, id)
+      local agent, deadline = parse(redis.call('HGET', INFO, id))
+      if deadline >= 0 and deadline <= now then
+        redis.call('HDEL', INFO, id)
+        record(id, 'expired')
+        count('expired')
+      else
+        grant(id, agent, deadline, true)
+        free = free - 1
+      end
     end
   end
   if SWEEP_OUTCOMES then
-    local old = redis.call('ZRANGEBYSCORE', ENDED, '-inf', now - OUTCOME_TTL, 'LIMIT', 0, SWEEP)
-    if #old > 0 then
-      redis.call('HDEL', OUTCOME, unpack(old))
-      redis.call('ZREM', ENDED, unpack(old))
+    -- outcomes is ordered by when: its oldest are its lowest ranks
+    local old = redis.call('ZCOUNT', OUTCOMES, '-inf', (now - OUTCOME_TTL) * 16 + 15)
+    if old > 0 then
+      redis.call('ZREMRANGEBYRANK', OUTCOMES, 0, math.min(old, SWEEP) - 1)
     end
   end
 end
 
 local function counts()
-  return redis.call('ZCARD', HOLDERS), redis.call('ZCARD', WAITERS)
+  return RUNNING, WAITING
 end

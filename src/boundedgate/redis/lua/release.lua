@@ -1,13 +1,14 @@
 -- release: a holder ends (completed, late or failed) and its slot goes to the head of the queue.
 -- Idempotent: the outcome record makes a retry a no-op, and keeps a late heartbeat from bringing
--- the id back. ARGV 8 id, 9 how it ended (completed | late | failed | leaked: collected unreleased).
--- Returns {removed (1 if it still held its slot), running, waiting, epoch, C (the cluster's),
--- handed...}: handed, the grants to the caller's own waiters (id, token, ...), told here, not published.
-local id, how = ARGV[8], ARGV[9]
+-- the id back. ARGV 2 id, 3 how it ended (completed | late | failed | leaked: collected unreleased).
+-- Returns, as one string of fields joined by '|' (answer()): removed (1 if it still held its slot),
+-- running, waiting, epoch, C (the cluster's), handed...: handed, the grants to the caller's own
+-- waiters (id, token, ...), told here, not published.
+local id, how = ARGV[2], ARGV[3]
 SELF = agent_of(id)
 local e = epoch()
 local removed = 0
-if redis.call('HGET', OUTCOME, id) ~= 'released' then
+if outcome(id) ~= 'released' then
   removed = redis.call('ZREM', HOLDERS, id)
   redis.call('HDEL', INFO, id)
   record(id, 'released')
@@ -15,4 +16,4 @@ if redis.call('HGET', OUTCOME, id) ~= 'released' then
 end
 tick()
 local running, waiting = counts()
-return reply({removed, running, waiting, e, C})
+return answer({removed, running, waiting, e, C})

@@ -1,11 +1,11 @@
 -- sync: one process's heartbeat and poll for one gate, covering all its ids at once.
--- ARGV 8 agent, 9 number of holder ids H, then H holder ids, then (waiter id, remaining ms) pairs.
+-- ARGV 2 agent, 3 number of holder ids H, then H holder ids, then (waiter id, remaining ms) pairs.
 -- Holders: renew the lease; one found missing (reclaimed after a stall, or forgotten by a restarted
 -- server) is counted again ("reattached": the holder is still running, so the count must include
 -- it, even above C), unless it has already ended. Waiters: renew the place; report a grant whose
 -- message may have been lost, or how the place ended; one the server forgot arrives again.
 -- Returns {epoch, running, waiting, id, what, value, id, what, value, ...} for ids that changed.
-local agent = ARGV[8]
+local agent = ARGV[2]
 local e = epoch()
 tick()
 local out = {e, 0, 0}
@@ -14,8 +14,8 @@ local function report(id, what, value)
   out[#out + 1] = what
   out[#out + 1] = value
 end
-local holders = tonumber(ARGV[9])
-local i = 10
+local holders = tonumber(ARGV[3])
+local i = 4
 for _ = 1, holders do
   local id = ARGV[i]
   i = i + 1
@@ -23,19 +23,19 @@ for _ = 1, holders do
     write('ZADD', HOLDERS, now + LEASE, id)
     WRITTEN[INFO] = true -- a live holder keeps its keys alive
   else
-    local how = redis.call('HGET', OUTCOME, id)
+    local how = outcome(id)
     if how and how ~= 'reclaimed' then
       report(id, 'ended', how) -- released or cancelled meanwhile: never resurrect it
     else
       if how then
-        redis.call('HDEL', OUTCOME, id)
-        redis.call('ZREM', ENDED, id)
+        redis.call('ZREM', OUTCOMES, id)
       end
       local token = write('INCR', SEQ)
       write('ZADD', HOLDERS, now + LEASE, id)
       write('HSET', INFO, id, agent .. '|-1|' .. now .. '|' .. token)
+      RUNNING = RUNNING + 1
       count('reattached')
-      peak('peak_running', redis.call('ZCARD', HOLDERS))
+      peak('peak_running', RUNNING)
       report(id, 'reattached', token)
     end
   end
@@ -50,7 +50,7 @@ while i < #ARGV do
     local _, _, _, token = parse(redis.call('HGET', INFO, id))
     report(id, 'granted', token)
   else
-    local how = redis.call('HGET', OUTCOME, id)
+    local how = outcome(id)
     if how then
       report(id, how, 0)
     else
