@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import operator
+import sys
 from collections.abc import Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar, final
@@ -24,8 +26,8 @@ from .._streams._handing import HandsOver
 from ._gate import BoundedGate
 from ._keyed import KeyedGate, _KeyState
 from ._light import light_of
-from ._order import check_order
-from ._permit import Permit
+from ._order import check_order, checked_gates
+from ._permit import Permit, new_permit
 
 __all__ = ("CombinedPermit", "admit_all")
 
@@ -108,6 +110,57 @@ def admit_all(
             already used; both timeout and deadline; a priority or cost out of range (found when
             the step's gate is reached).
     """
+    # These gates in this order admitted before (a pair is a new tuple each call: never found)?
+    # One lookup, and the proxies compare as the gates they stand for, or fail once any is gone.
+    known = checked_gates.get(hash(gates))
+    try:
+        again = known is not None and known[0] == gates
+    except ReferenceError:
+        again = False
+    if again:
+        families = None
+        if priority is not _ZERO:
+            check_priority(priority, min(gate.priorities for gate in gates))  # type: ignore[union-attr]
+    else:
+        families = _families(gates)
+        if priority is not _ZERO:  # checked now against the fewest classes among the gates, not at a step
+            classes = (f.priorities if type(f) is BoundedGate else f._priorities for f in families)
+            check_priority(priority, min(classes))
+    if cost is not None:
+        cost = check_cost(cost)
+    if deadline is None:
+        # The common case inline; an int beyond a float's range (and inf, NaN) takes the full check.
+        if (type(timeout) is float or type(timeout) is int) and 0 <= timeout <= _MAX:
+            relative = timeout
+        else:
+            relative = check_timeout(timeout)  # inf for None: no deadline
+        absolute = _INF
+    elif timeout is not None:
+        raise ValueError("give timeout or deadline, not both")
+    else:
+        relative = None
+        absolute = check_deadline(deadline)
+    if families is not None:
+        check_order(families, all(map(operator.is_, families, gates)))  # each gate its own family?
+    # CombinedPermit.__init__ spelled out after a plain allocation (the type call and its frame cost more).
+    permit: CombinedPermit = _new(CombinedPermit)
+    permit._steps = gates
+    permit._priority = priority
+    permit._cost = cost
+    permit._handed_over = False
+    permit._timeout = relative
+    permit._permits = ()
+    permit._loop = None
+    permit._max_wait = _INF if max_wait is None else check_max_wait(max_wait)
+    permit._raise_late = raise_late is True or bool(raise_late)
+    permit.arrival = permit.started = permit.ended = None
+    permit.deadline = absolute
+    permit.status = NEW
+    return permit
+
+
+def _families(gates: tuple[object, ...]) -> list[BoundedGate | KeyedGate[Any]]:
+    """The family of each step (a gate, or the keyed gate of a key's gate or pair), each step checked."""
     families: list[BoundedGate | KeyedGate[Any]] = []
     for gate in gates:
         if type(gate) is BoundedGate:  # both classes are final: no subclass to miss
@@ -124,25 +177,12 @@ def admit_all(
             raise TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {gate!r}")
     if not families:
         raise ValueError("admit_all() needs at least one gate")
-    if priority is not _ZERO:  # checked now against the fewest classes among the gates, not at a step
-        classes = (f.priorities if type(f) is BoundedGate else f._priorities for f in families)
-        check_priority(priority, min(classes))
-    if cost is not None:
-        cost = check_cost(cost)
-    if deadline is None:
-        relative = check_timeout(timeout)  # inf for None: no deadline
-        absolute = math.inf
-    elif timeout is not None:
-        raise ValueError("give timeout or deadline, not both")
-    else:
-        relative = None
-        absolute = check_deadline(deadline)
-    check_order(families)
-    permit = CombinedPermit(gates, relative, absolute, priority, cost)
-    if max_wait is not None:
-        permit._max_wait = check_max_wait(max_wait)
-    permit._raise_late = bool(raise_late)
-    return permit
+    return families
+
+
+_new = object.__new__
+_INF = math.inf
+_MAX = sys.float_info.max
 
 
 @final
@@ -254,17 +294,23 @@ class CombinedPermit(HandsOver):
         if self._timeout is not None:
             self.deadline = now + self._timeout
         deadline = self.deadline
+        priority = self._priority
+        cost = self._cost
         wait_until = now + self._max_wait  # every step's queue budget ends here
         self.status = QUEUED
         taken: list[Permit] = []
         for step in self._steps:
             permit = None
             try:
-                gate = step if isinstance(step, BoundedGate) else step[0]._gate_for(step[1])
-                permit = gate.admit(deadline=deadline, priority=self._priority, cost=self._cost)
-                if wait_until != math.inf:
+                gate = step if type(step) is BoundedGate else step[0]._gate_for(step[1])
+                if cost is None:  # the one deadline and priority are checked already
+                    permit = new_permit(gate, None, deadline, priority, 0.0)
+                else:  # its gate checks the cost against its buckets
+                    permit = gate.admit(deadline=deadline, priority=priority, cost=cost)
+                if wait_until != _INF:
                     permit.max_wait = max(0.0, wait_until - loop.time())
-                await permit.__aenter__()
+                if permit._arrive(True) is not RUNNING:  # a step that starts at once needs no coroutine
+                    await permit._wait()
             except BaseException as exc:
                 self._give_back(taken, permit)
                 if isinstance(exc, GateError) and permit is not None and permit.ended is not None:
@@ -274,7 +320,7 @@ class CombinedPermit(HandsOver):
                 raise
             taken.append(permit)
         self._permits = tuple(taken)
-        self.started = loop.time()
+        self.started = taken[-1].started  # the last step's start: when every gate was held
         self.status = RUNNING
         return self
 
