@@ -37,6 +37,7 @@ COMPILED = (
     "_core/_queue.py",
     "_core/_state.py",
     "_driver/_permit.py",
+    "_driver/_combined_permit.py",
 )
 
 #: What compiling needs beyond hatchling (the workarounds in these modules were found with mypy 2.4).

@@ -367,6 +367,26 @@ def test_an_order_checked_once_is_not_checked_again(monkeypatch: pytest.MonkeyPa
         admit_all(b, a)  # not seen before: checked (and refused, were it not for the patch)
 
 
+async def test_gates_admitted_again_in_one_order_are_still_checked_as_what_they_are() -> None:
+    tenants, openai = _gates()
+    admit_all((tenants, "acme"), openai)
+    with pytest.raises(TypeError, match="takes gates and"):
+        admit_all(tenants, openai)  # type: ignore[arg-type]  # the keyed gate itself is no step
+    async with tenants.admit("acme") as held:
+        key_gate = held.gate  # a key's gate is its keyed gate's family, even when seen again
+        admit_all(key_gate, openai)
+        admit_all(key_gate, openai)
+        with pytest.raises(ValueError, match="can deadlock"):
+            admit_all(openai, (tenants, "other"))
+    lone = BoundedGate(max_running=1, max_waiting=0, name="lone")
+    admit_all(openai, lone)
+    admit_all(openai, lone)
+    with pytest.raises(ValueError, match="takes 'lone' before 'openai'"):
+        admit_all(lone, openai)
+    with pytest.raises(ValueError, match=r"priority must be >= 0 and < 1"):
+        admit_all(openai, lone, priority=1)  # a sequence found again still checks its arguments
+
+
 def test_the_order_check_visits_each_gate_once_however_many_paths_lead_to_it() -> None:
     # A ladder of 40 diamonds has 2**40 paths from top to bottom; the check must not walk them.
     class Family:

@@ -8,6 +8,6 @@ from ._observing import log_event
 from ._permit import Permit
 
 if COMPILED:
-    restore_docstrings(Permit)
+    restore_docstrings(Permit, CombinedPermit)
 
 __all__ = ("BoundedGate", "CombinedPermit", "KeyedGate", "Permit", "admit_all", "log_event")

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ("check_order",)
+__all__ = ("check_order", "checked_gates")
 
 
 class _Node:
@@ -52,23 +52,31 @@ _dead: list[_Node] = []
 # weakref.ref(gate) returns the gate's one plain reference once it exists: no allocation.
 _checked: set[tuple[weakref.ref[object], ...]] = set()
 _CHECKED_MAX = 4096
+#: Some of the same sequences, for ``admit_all``'s fast path, by the hash of the tuple of their
+#: families (which hash by identity): weak proxies to them, and their entry in ``_checked``. A tuple
+#: of families found here is the one checked only if it equals the proxies (each proxy compares as
+#: its object, and a dead one raises ReferenceError: an address is reused once its object is gone,
+#: and hashes collide). Never rebound; cleared and swept with ``_checked``.
+checked_gates: dict[int, tuple[tuple[Any, ...], tuple[weakref.ref[object], ...]]] = {}
 # Collected families that were in cached sequences (each made one or more dead) since the last sweep.
 _stale: list[_Node] = []
 # Admissions on several event loops in several threads share the nodes.
 _lock = threading.Lock()
 
 
-def check_order(families: Sequence[Any]) -> None:
+def check_order(families: Sequence[Any], by_id: bool = False) -> None:
     """Record that ``families`` are taken in this order, or raise if that contradicts another order.
 
     Args:
         families: The gates (or keyed gates) in the order they will be taken; each has a ``name``.
+        by_id: Also remember the sequence in :data:`checked_gates` (``admit_all``'s gates, when
+            each is a family of its own).
 
     Raises:
         ValueError: A family appears twice, or the order contradicts one already used.
     """
     refs = tuple(map(weakref.ref, families))
-    if refs in _checked:
+    if refs in _checked and not by_id:
         return
     with _lock:
         if _dead:
@@ -78,6 +86,8 @@ def check_order(families: Sequence[Any]) -> None:
         if len(_checked) >= _CHECKED_MAX:
             _clear_cache()
         _checked.add(refs)
+        if by_id:
+            checked_gates[hash(tuple(families))] = (tuple(map(weakref.proxy, families)), refs)
         for node in nodes:
             node.cached = True
 
@@ -103,8 +113,10 @@ def _unlink_dead() -> None:
             _stale.append(node)
     if len(_stale) > len(_checked) // 2:  # swept when dead entries could be half the cache: O(1) each
         live = {refs for refs in _checked if all(ref() is not None for ref in refs)}
+        live_gates = {key: entry for key, entry in checked_gates.items() if entry[1] in live}
         _clear_cache()
         _checked.update(live)
+        checked_gates.update(live_gates)
         for refs in live:
             for ref in refs:
                 family = ref()
@@ -119,6 +131,7 @@ def _clear_cache() -> None:
             if family is not None and (known := _nodes.get(family)) is not None:
                 known.cached = False
     _checked.clear()
+    checked_gates.clear()
     _stale.clear()
 
 

@@ -1,0 +1,252 @@
+"""The combined permit: one request's claim on several gates, from ``admit_all`` (``_combined``).
+
+Compiled with the permit in the compiled build (its entry, steps and exit are the combined
+admission's hot path); ``admit_all`` itself stays interpreted, as a public function keeps its
+docstring only there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Hashable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast, final
+
+from .._core import FloatArg, Status
+from .._errors import GateError, Late
+from .._streams import GatedStream, StreamPermit, hand_over
+from ._gate import BoundedGate
+from ._keyed import KeyedGate
+from ._permit import Permit, new_permit
+
+__all__ = ("CombinedPermit", "Step")
+
+NEW = Status.NEW
+QUEUED = Status.QUEUED
+RUNNING = Status.RUNNING
+CANCELLED = Status.CANCELLED
+COMPLETED = Status.COMPLETED
+LATE = Status.LATE
+FAILED = Status.FAILED
+ABORTED = Status.ABORTED
+
+_Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
+_INF = math.inf
+
+#: A gate, or a keyed gate and the key to take in it.
+Step = BoundedGate | tuple[KeyedGate[Any], Hashable]
+
+
+@final
+class CombinedPermit:
+    """One request's claim on several gates at once, from :func:`admit_all`.
+
+    It has the shape of a :class:`Permit`: entered with ``async with`` (the arrival), released
+    exactly once by :meth:`release` or the end of the block (from any task), ``Late`` on exit when
+    the block finished at or after the deadline, and the same timing attributes. Releasing it
+    releases every gate's permit, last gate first.
+
+    Attributes:
+        status: ``NEW``, then ``QUEUED`` while it goes through the gates, ``RUNNING`` once it
+            holds them all; then ``COMPLETED``, ``LATE`` (any gate judged it late) or ``FAILED``.
+            If a step was refused it ends with that step's status: ``REJECTED``, ``EXPIRED`` or
+            ``CANCELLED``.
+        arrival: When it arrived at the first gate, on the loop's clock (None before).
+        deadline: The one deadline of every step (``math.inf`` for none).
+        started: When it held every gate, and the body could start (None if it never did).
+        ended: When it reached its outcome (None while pending).
+    """
+
+    __slots__ = (
+        "_cost",
+        "_handed_over",
+        "_loop",
+        "_max_wait",
+        "_permits",
+        "_priority",
+        "_raise_late",
+        "_steps",
+        "_timeout",
+        "arrival",
+        "deadline",
+        "ended",
+        "started",
+        "status",
+    )
+
+    status: Status
+
+    def __init__(
+        self,
+        steps: tuple[Step, ...],
+        timeout: float | None,
+        deadline: float,
+        priority: int,
+        cost: float | None,
+    ) -> None:
+        self._steps = steps
+        self._priority = priority
+        self._cost = cost
+        # True once a stream owns the gates: the block's exit then leaves them alone.
+        self._handed_over = False
+        # The relative budget, turned into `deadline` at arrival (None when it was absolute).
+        self._timeout = timeout
+        self._permits: tuple[Permit, ...] = ()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._max_wait = math.inf
+        self._raise_late = True
+        self.arrival: float | None = None
+        self.deadline = deadline
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.status = NEW
+
+    @property
+    def permits(self) -> tuple[Permit, ...]:
+        """One permit per gate reached, in order.
+
+        After a refusal the last is the refused one, and the others were given back (``CANCELLED``).
+        """
+        return self._permits
+
+    @property
+    def gates(self) -> tuple[BoundedGate, ...]:
+        """The gates of :attr:`permits` (for a keyed gate, the key's gate)."""
+        return tuple(permit._gate for permit in self._permits)
+
+    @property
+    def gate(self) -> BoundedGate:
+        """The last gate taken (the scarce shared one, usually): the one named in ``Late``."""
+        return self._permits[-1]._gate
+
+    def release(self) -> None:
+        """Release every gate now, as a normal end (completed, or late past the deadline).
+
+        Does nothing unless it holds its gates (not yet entered, refused, or already released).
+        Never raises :class:`Late`; the ``async with`` exit does that.
+        """
+        self._finish()
+
+    def abort(self) -> None:
+        """End the request now as *aborted* at every gate, as :meth:`Permit.abort` does at one."""
+        self._finish(ABORTED)
+
+    def settle(self, cost: FloatArg) -> None:
+        """Record the request's real rate cost at every gate, as :meth:`Permit.settle` does at one."""
+        for permit in self._permits:
+            permit.settle(cost)
+
+    def hand_to(self, stream: _Stream, *, raise_late: bool = True) -> GatedStream[_Stream]:
+        """Give every gate's slot to ``stream``: the returned wrapper releases them when the stream ends.
+
+        From then on the ``async with`` block neither releases the gates nor raises :class:`Late`,
+        whatever happens in it, so hand over last; if the block raises before the hand-over, it
+        releases as usual. The combined permit's deadline is the stream's (see :meth:`Permit.hand_to`).
+
+        Raises:
+            TypeError: ``stream`` is not an async iterator (the block still owns the gates).
+            RuntimeError: The permit holds no gates (not entered, or already released), or was
+                already handed to a stream.
+        """
+        # HandsOver.hand_to(), on the class itself: a compiled class has one base that is not a trait.
+        return hand_over(cast("StreamPermit", self), stream, raise_late=raise_late)
+
+    def _hand_over(self) -> None:
+        if self.status is not RUNNING:
+            raise RuntimeError(f"{self!r} holds no slot to hand over")
+        if self._handed_over:
+            raise RuntimeError(f"{self!r} was already handed to a stream")
+        self._handed_over = True
+
+    async def __aenter__(self) -> Self:
+        if self.status is RUNNING:
+            raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
+        if self.status is not NEW:
+            raise RuntimeError(f"{self!r} was already used; call admit_all() for each request")
+        loop = self._loop = asyncio.get_running_loop()
+        now = self.arrival = loop.time()
+        if self._timeout is not None:
+            self.deadline = now + self._timeout
+        deadline = self.deadline
+        priority = self._priority
+        cost = self._cost
+        wait_until = now + self._max_wait  # every step's queue budget ends here
+        self.status = QUEUED
+        taken: list[Permit] = []
+        for step in self._steps:
+            permit = None
+            try:
+                gate = step if type(step) is BoundedGate else step[0]._gate_for(step[1])
+                if cost is None:  # the one deadline and priority are checked already
+                    permit = new_permit(gate, None, deadline, priority, 0.0)
+                else:  # its gate checks the cost against its buckets
+                    permit = gate.admit(deadline=deadline, priority=priority, cost=cost)
+                if wait_until != _INF:
+                    permit.max_wait = max(0.0, wait_until - loop.time())
+                if permit._arrive(True) is not RUNNING:  # a step that starts at once needs no coroutine
+                    await permit._wait()
+            except BaseException as exc:
+                self._give_back(taken, permit)
+                if isinstance(exc, GateError) and permit is not None and permit.ended is not None:
+                    # The step's gate timed its own part; the caller waited for the whole call.
+                    waited = permit.ended - now
+                    exc.args = (*exc.args[:5], waited, waited, *exc.args[7:])
+                raise
+            taken.append(permit)
+        self._permits = tuple(taken)
+        self.started = taken[-1].started  # the last step's start: when every gate was held
+        self.status = RUNNING
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._handed_over:
+            return  # a stream owns the gates now
+        # No await before the release, as for Permit.
+        self._finish(None if exc_type is None else FAILED)
+        if exc_type is None and self.status is LATE and self._raise_late:
+            raise self._late()
+
+    def _finish(self, ending: Status | None = None) -> None:
+        """End the request now, if it holds its gates: release each, last first."""
+        if self.status is not RUNNING:
+            return
+        # Each gate judges lateness on its own reading of the clock; the last reading is the end.
+        late = False
+        ended: float = self.started  # type: ignore[assignment]
+        for permit in reversed(self._permits):
+            permit._finish(ending)
+            if permit.status is LATE:
+                late = True
+            if permit.ended > ended:  # type: ignore[operator]
+                ended = permit.ended  # type: ignore[assignment]
+        self.ended = ended
+        self.status = ending if ending is not None else LATE if late else COMPLETED
+
+    def _give_back(self, taken: list[Permit], refused: Permit | None) -> None:
+        """A step failed: the gates taken give their slots back unused, and the request ends."""
+        for permit in reversed(taken):
+            permit._gate._cancel(permit)
+        self._permits = (*taken, refused) if refused is not None else tuple(taken)
+        status = refused.status if refused is not None else NEW
+        self.status = status if status.is_final else CANCELLED
+        self.ended = self._loop.time()  # type: ignore[union-attr]
+
+    def _late(self) -> Late:
+        """The :class:`Late` for a request that finished at or after its deadline, naming the last gate."""
+        return self._permits[-1]._gate._late(self)
+
+    def __repr__(self) -> str:
+        names = ", ".join(repr(gate.name) for gate in self.gates) or f"{len(self._steps)} gates"
+        return f"<CombinedPermit of {names}: {self.status.value}>"
+
+
+if TYPE_CHECKING:
+
+    def _is_a_stream_permit(permit: CombinedPermit) -> StreamPermit:  # mypy checks the contract here
+        return permit
