@@ -21,7 +21,7 @@ from .._core import Status, check_cost, check_deadline, check_max_wait, check_pr
 from .._errors import GateError, Late
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
-from ._gate import BoundedGate
+from ._bounded import BoundedGate
 from ._keyed import KeyedGate, _KeyState
 from ._light import light_of
 from ._order import check_order
@@ -220,12 +220,12 @@ class CombinedPermit(HandsOver):
     @property
     def gates(self) -> tuple[BoundedGate, ...]:
         """The gates of :attr:`permits` (for a keyed gate, the key's gate)."""
-        return tuple(permit._gate for permit in self._permits)
+        return tuple(permit.gate for permit in self._permits)
 
     @property
     def gate(self) -> BoundedGate:
         """The last gate taken (the scarce shared one, usually): the one named in ``Late``."""
-        return self._permits[-1]._gate
+        return self._permits[-1].gate
 
     def release(self) -> None:
         """Release every gate now, as a normal end (completed, or late past the deadline).

@@ -15,7 +15,8 @@ from ._compat import cancellation_pending, current_task, is_cancelling
 
 if TYPE_CHECKING:
     from .._errors import Late
-    from ._gate import BoundedGate
+    from ._bounded import BoundedGate
+    from ._gate import GateBase
 
 __all__ = ("Permit", "new_held_permit", "new_permit")
 
@@ -69,8 +70,9 @@ class Permit(Ticket):
 
     __slots__ = ("_gate", "_handed_over", "_raise_late", "_timeout", "_waiter")
 
-    # Ticket's fields, and these, are set by __init__, called by new_permit() only.
-    _gate: BoundedGate
+    # Ticket's fields, and these, are set by __init__, called by new_permit() only. A BoundedGate,
+    # typed as its compiled base so that the compiled permit reads its fields natively.
+    _gate: GateBase
     # The relative budget, turned into `deadline` at arrival (None when it was absolute).
     _timeout: float | None
     # The future a queued permit sleeps on; the gate resolves it when the permit leaves the queue.
@@ -83,7 +85,7 @@ class Permit(Ticket):
     def __init__(
         self,
         by: object = None,
-        gate: BoundedGate | None = None,
+        gate: GateBase | None = None,
         timeout: float | None = None,
         deadline: float = _INF,
         priority: int = 0,
@@ -110,7 +112,7 @@ class Permit(Ticket):
     @property
     def gate(self) -> BoundedGate:
         """The gate this permit belongs to."""
-        return self._gate
+        return cast("BoundedGate", self._gate)
 
     def release(self) -> None:
         """Give the slot back now, as a normal end (completed, or late past the deadline).
@@ -349,9 +351,7 @@ class Permit(Ticket):
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
 
 
-def new_permit(
-    gate: BoundedGate, timeout: float | None, deadline: float, priority: int, cost: float
-) -> Permit:
+def new_permit(gate: GateBase, timeout: float | None, deadline: float, priority: int, cost: float) -> Permit:
     """A permit of ``gate`` that has not arrived yet: what ``admit()`` returns.
 
     Interpreted, ``__init__`` spelled out after a plain allocation: the type call and its frame
