@@ -30,7 +30,7 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any, cast, final
+from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from .._core import (
     Adaptive,
@@ -63,18 +63,18 @@ if TYPE_CHECKING:
 
 __all__ = ("GateBase",)
 
-QUEUED = Status.QUEUED
-RUNNING = Status.RUNNING
-REJECTED = Status.REJECTED
-EVICTED = Status.EVICTED
-RATE_LIMITED = Status.RATE_LIMITED
-INFEASIBLE = Status.INFEASIBLE
-COMPLETED = Status.COMPLETED
-LATE = Status.LATE
-CANCELLED = Status.CANCELLED
-_INF = math.inf
-_MAX = sys.float_info.max
-_ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
+QUEUED: Final[Status] = Status.QUEUED
+RUNNING: Final[Status] = Status.RUNNING
+REJECTED: Final[Status] = Status.REJECTED
+EVICTED: Final[Status] = Status.EVICTED
+RATE_LIMITED: Final[Status] = Status.RATE_LIMITED
+INFEASIBLE: Final[Status] = Status.INFEASIBLE
+COMPLETED: Final[Status] = Status.COMPLETED
+LATE: Final[Status] = Status.LATE
+CANCELLED: Final[Status] = Status.CANCELLED
+_INF: Final = math.inf
+_MAX: Final = sys.float_info.max
+_ZERO: Final = 0  # `priority is not _ZERO`: the identity of the small int the default is
 
 
 @final  # to mypyc: its methods are called directly (BoundedGate, the one subclass, overrides none)

@@ -7,7 +7,7 @@ import math
 import warnings
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
 from .._core import FloatArg, Status, Ticket, check_cost, queue_deadline
 from .._streams import GatedStream, StreamPermit, hand_over
@@ -20,25 +20,25 @@ if TYPE_CHECKING:
 
 __all__ = ("Permit", "new_held_permit", "new_permit")
 
-NEW = Status.NEW
-QUEUED = Status.QUEUED
-RUNNING = Status.RUNNING
-LATE = Status.LATE
-CANCELLED = Status.CANCELLED
-FAILED = Status.FAILED
-ABORTED = Status.ABORTED
-LEAKED = Status.LEAKED
-DISCONNECTED = Status.DISCONNECTED
-_INF = math.inf
+NEW: Final[Status] = Status.NEW
+QUEUED: Final[Status] = Status.QUEUED
+RUNNING: Final[Status] = Status.RUNNING
+LATE: Final[Status] = Status.LATE
+CANCELLED: Final[Status] = Status.CANCELLED
+FAILED: Final[Status] = Status.FAILED
+ABORTED: Final[Status] = Status.ABORTED
+LEAKED: Final[Status] = Status.LEAKED
+DISCONNECTED: Final[Status] = Status.DISCONNECTED
+_INF: Final = math.inf
 
 _T = TypeVar("_T")
 _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
 
 # What `_waiter` holds for a permit from try_admit() until it is entered: the slot is held already.
-_HELD: asyncio.Future[None] = cast("asyncio.Future[None]", object())
+_HELD: Final[asyncio.Future[None]] = cast("asyncio.Future[None]", object())
 
 # What only new_permit() passes: a Permit made by hand is refused.
-_BY_GATE = object()
+_BY_GATE: Final = object()
 
 
 @final
@@ -436,8 +436,8 @@ def _allocates_plainly() -> bool:
     return True  # pragma: no mutate
 
 
-_new = object.__new__
-_PLAIN_ALLOCATION = _allocates_plainly()
+_new: Final = object.__new__
+_PLAIN_ALLOCATION: Final = _allocates_plainly()
 
 if TYPE_CHECKING:
 
