@@ -29,14 +29,16 @@ except ImportError:  # `python hatch_build.py DIR`, outside a build
     BuildHookInterface = object  # type: ignore[assignment,misc]
 
 #: The modules compiled, under ``src/boundedgate``: the admission path and nothing else. The rest
-#: stays interpreted: the gate (mypyc 2.4 gives a native class's weak references no clearing at
-#: deallocation, and gates are weakly referenced), the keyed gate, the streams, the errors, the
-#: simulator, the Redis gate, the settings checks; ``_core/_native.py`` must.
+#: stays interpreted: the public ``BoundedGate`` (``_driver/_bounded.py``: mypyc 2.4 gives a native
+#: class's weak references no clearing at deallocation, so the gate's weak-reference slot is an
+#: interpreted subclass's), the keyed gate, the streams, the errors, the simulator, the Redis gate,
+#: the settings checks; ``_core/_native.py`` must.
 COMPILED = (
     "_core/_ticket.py",
     "_core/_queue.py",
     "_core/_state.py",
     "_driver/_permit.py",
+    "_driver/_gate.py",
     "_driver/_combined_permit.py",
 )
 
@@ -44,7 +46,12 @@ COMPILED = (
 REQUIRES = ("mypy>=2.4,<3", "setuptools>=65")
 
 #: The lines of ``_core/_native.py`` that the compiled build reads as ``object`` (see there).
-_TYPED = ("FloatArg: TypeAlias = float\n", "IntArg: TypeAlias = int\n")
+_TYPED = (
+    "BoolArg: TypeAlias = bool\n",
+    "FloatArg: TypeAlias = float\n",
+    "IntArg: TypeAlias = int\n",
+    "StrArg: TypeAlias = str\n",
+)
 
 ROOT = Path(__file__).parent
 PACKAGE = ROOT / "src" / "boundedgate"

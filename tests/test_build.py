@@ -67,3 +67,54 @@ def test_the_wheel_is_pure_python_without_a_working_compiler(monkeypatch: pytest
     assert hatch_build.disabled()
     monkeypatch.setenv("BOUNDEDGATE_NO_EXTENSIONS", "0")
     assert not hatch_build.disabled()
+
+
+FREED = """
+import asyncio, gc, weakref
+from boundedgate import BoundedGate, KeyedGate, admit_all
+from boundedgate.prometheus import GateCollector
+
+gate = BoundedGate(max_running=1, max_waiting=0, name="freed")
+told = []
+ref = weakref.ref(gate, lambda _: told.append("ref"))
+weakref.finalize(gate, told.append, "finalize")
+proxy = weakref.proxy(gate)
+other = BoundedGate(max_running=1, max_waiting=0, name="other")
+keyed = KeyedGate(max_running=1, max_waiting=0, name="keyed")
+collector = GateCollector(gate, other, keyed)
+
+
+async def main():
+    async with admit_all(gate, other, (keyed, "k")):  # the order graph holds all three weakly
+        pass
+    async with gate.admit():
+        pass
+
+asyncio.run(main())
+del gate
+gc.collect()
+print(ref() is None, sorted(told), flush=True)
+try:
+    proxy.name
+except ReferenceError:
+    print("dead proxy")
+print(sorted({s.labels["gate"] for m in collector.collect() for s in m.samples if "gate" in s.labels}))
+
+
+async def again():  # the order graph unlinks the dead gate's node
+    async with admit_all(other, (keyed, "k")):
+        print("again")
+
+asyncio.run(again())
+"""
+
+
+def test_a_weakly_referenced_gate_is_freed_with_its_weak_references_cleared() -> None:
+    # Freed in a child process: a gate that left its weak references behind when it was freed
+    # (as mypyc's deallocator of a native class does) crashes the process that touches them.
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, "-c", FREED], env=env, capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (
+        0,
+        "True ['finalize', 'ref']\ndead proxy\n['keyed', 'other']\nagain\n",
+    ), done.stderr

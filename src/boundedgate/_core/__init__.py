@@ -9,7 +9,7 @@ from . import _state
 from ._adaptive import SIGNALS, Adaptive, AdaptiveLimit
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
-from ._native import FloatArg, IntArg, mypyc_attr, restore_docstrings
+from ._native import BoolArg, FloatArg, IntArg, StrArg, mypyc_attr, restore_docstrings
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
 from ._record import DECISIONS, RequestRecord
 from ._settings import (
@@ -41,6 +41,7 @@ __all__ = (
     "SIMULATED",
     "Adaptive",
     "AdaptiveLimit",
+    "BoolArg",
     "FloatArg",
     "GateLimits",
     "GateState",
@@ -51,6 +52,7 @@ __all__ = (
     "RateLimit",
     "RequestRecord",
     "Status",
+    "StrArg",
     "Ticket",
     "TokenBucket",
     "Totals",

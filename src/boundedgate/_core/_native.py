@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-__all__ = ("FloatArg", "IntArg", "mypyc_attr", "restore_docstrings")
+__all__ = ("BoolArg", "FloatArg", "IntArg", "StrArg", "mypyc_attr", "restore_docstrings")
 
 if TYPE_CHECKING:
     from mypy_extensions import mypyc_attr
@@ -28,9 +28,12 @@ else:
 # checkers read them. The compiled build reads both as `object`: hatch_build.py compiles against a
 # copy of this module that says so (the lines below, exactly), because mypyc would otherwise check
 # and convert such an argument itself (an int to a float, True to 1) before the library's own check
-# could refuse it with a message that names it.
+# could refuse it with a message that names it (or, for a flag, take any object's truth as the pure
+# build does).
+BoolArg: TypeAlias = bool
 FloatArg: TypeAlias = float
 IntArg: TypeAlias = int
+StrArg: TypeAlias = str
 
 
 def restore_docstrings(*classes: type) -> None:

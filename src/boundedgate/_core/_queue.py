@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Iterator
+from typing import Final
 
 from ._native import FloatArg, IntArg
 from ._settings import check_jump_share, check_priorities
@@ -35,7 +36,7 @@ from ._ticket import Status, Ticket
 
 __all__ = ("WaitQueue",)
 
-QUEUED = Status.QUEUED
+QUEUED: Final[Status] = Status.QUEUED
 
 
 class WaitQueue:

@@ -91,6 +91,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from types import EllipsisType
+from typing import Final
 
 from ._bucket import RateLimit, TokenBucket
 from ._native import FloatArg, IntArg, mypyc_attr
@@ -102,38 +103,38 @@ from ._ticket import Status, Ticket, note
 
 __all__ = ("GateState",)
 
-QUEUED = Status.QUEUED
-RUNNING = Status.RUNNING
-REJECTED = Status.REJECTED
-EXPIRED = Status.EXPIRED
-CANCELLED = Status.CANCELLED
-COMPLETED = Status.COMPLETED
-LATE = Status.LATE
-FAILED = Status.FAILED
-LEAKED = Status.LEAKED
-ABORTED = Status.ABORTED
-DISCONNECTED = Status.DISCONNECTED
-EVICTED = Status.EVICTED
-RATE_LIMITED = Status.RATE_LIMITED
-INFEASIBLE = Status.INFEASIBLE
+QUEUED: Final[Status] = Status.QUEUED
+RUNNING: Final[Status] = Status.RUNNING
+REJECTED: Final[Status] = Status.REJECTED
+EXPIRED: Final[Status] = Status.EXPIRED
+CANCELLED: Final[Status] = Status.CANCELLED
+COMPLETED: Final[Status] = Status.COMPLETED
+LATE: Final[Status] = Status.LATE
+FAILED: Final[Status] = Status.FAILED
+LEAKED: Final[Status] = Status.LEAKED
+ABORTED: Final[Status] = Status.ABORTED
+DISCONNECTED: Final[Status] = Status.DISCONNECTED
+EVICTED: Final[Status] = Status.EVICTED
+RATE_LIMITED: Final[Status] = Status.RATE_LIMITED
+INFEASIBLE: Final[Status] = Status.INFEASIBLE
 
-_NOBODY: tuple[Ticket, ...] = ()
+_NOBODY: Final[tuple[Ticket, ...]] = ()
 
 #: The counters of the outcomes, one attribute each, named as in :data:`OUTCOMES`.
 OUTCOME_NAMES = tuple(outcome.name for outcome in OUTCOMES)
 
 #: The final statuses the ``reporter`` hears of: refusals, and endings nobody asked for.
-LOGGED = frozenset(outcome.status for outcome in OUTCOMES if outcome.logged)
+LOGGED: Final = frozenset(outcome.status for outcome in OUTCOMES if outcome.logged)
 
 #: What the core calls with a ticket that reached its outcome (see ``GateState.observer``).
 Hook = Callable[[Ticket], None]
 
 #: Weight of the latest run in the moving average behind ``retry_after`` (and the pace of
 #: feasible admission), per slot: a gate with C slots weighs it ``RECENT_RUN_WEIGHT / C``.
-RECENT_RUN_WEIGHT = 0.2
+RECENT_RUN_WEIGHT: Final = 0.2
 
 #: Dead entries tolerated in the queue and the heap beyond twice the live ones.
-_SLACK = 32
+_SLACK: Final = 32
 
 
 def pace_weight(limit: int) -> float:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Any
+from typing import Any, Final
 
 from ._native import mypyc_attr
 
@@ -62,14 +62,19 @@ class Status(enum.Enum):
     #: Refused at arrival by deadline-feasible admission: by the recent pace it could not start in time.
     INFEASIBLE = "infeasible"
 
+    # Hashed by identity, in C, rather than by Enum's Python-level hash of the name: members are
+    # equal only to themselves either way, and the core and its hooks look a request's status up in
+    # sets and dicts (a refusal, twice). The hash is no longer the name's, nothing else changes.
+    __hash__ = object.__hash__
+
     @property
     def is_final(self) -> bool:
         """True for an outcome, False while the request is new, queued or running."""
         return self not in _PENDING
 
 
-_PENDING = frozenset((Status.NEW, Status.QUEUED, Status.RUNNING))
-_NEW = Status.NEW  # an enum member read from the class costs ~100 ns; the hot paths read these
+_PENDING: Final = frozenset((Status.NEW, Status.QUEUED, Status.RUNNING))
+_NEW: Final[Status] = Status.NEW  # an enum member read from the class costs ~100 ns; the hot paths read these
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the driver's permits, the simulator's requests

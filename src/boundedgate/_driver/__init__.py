@@ -1,13 +1,14 @@
 """The asyncio driver: the only package that knows about the event loop."""
 
 from .._core import COMPILED, restore_docstrings
+from ._bounded import BoundedGate
 from ._combined import CombinedPermit, admit_all
-from ._gate import BoundedGate
+from ._gate import GateBase
 from ._keyed import KeyedGate
 from ._observing import log_event
 from ._permit import Permit
 
 if COMPILED:
-    restore_docstrings(Permit, CombinedPermit)
+    restore_docstrings(GateBase, Permit, CombinedPermit)
 
 __all__ = ("BoundedGate", "CombinedPermit", "KeyedGate", "Permit", "admit_all", "log_event")

@@ -18,8 +18,8 @@ from collections.abc import Hashable
 from typing import Any
 
 from .._core import Status, check_cost, check_deadline, check_max_wait, check_priority, check_timeout
+from ._bounded import BoundedGate
 from ._combined_permit import CombinedPermit
-from ._gate import BoundedGate
 from ._keyed import KeyedGate, _KeyState
 from ._light import light_of
 from ._order import check_order, checked_gates

@@ -11,28 +11,29 @@ import asyncio
 import math
 from collections.abc import AsyncIterator, Hashable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
 from .._core import FloatArg, Status
 from .._errors import GateError, Late
 from .._streams import GatedStream, StreamPermit, hand_over
-from ._gate import BoundedGate
+from ._bounded import BoundedGate
+from ._gate import GateBase
 from ._keyed import KeyedGate
 from ._permit import Permit, new_permit
 
 __all__ = ("CombinedPermit", "Step")
 
-NEW = Status.NEW
-QUEUED = Status.QUEUED
-RUNNING = Status.RUNNING
-CANCELLED = Status.CANCELLED
-COMPLETED = Status.COMPLETED
-LATE = Status.LATE
-FAILED = Status.FAILED
-ABORTED = Status.ABORTED
+NEW: Final[Status] = Status.NEW
+QUEUED: Final[Status] = Status.QUEUED
+RUNNING: Final[Status] = Status.RUNNING
+CANCELLED: Final[Status] = Status.CANCELLED
+COMPLETED: Final[Status] = Status.COMPLETED
+LATE: Final[Status] = Status.LATE
+FAILED: Final[Status] = Status.FAILED
+ABORTED: Final[Status] = Status.ABORTED
 
 _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
-_INF = math.inf
+_INF: Final = math.inf
 
 #: A gate, or a keyed gate and the key to take in it.
 Step = BoundedGate | tuple[KeyedGate[Any], Hashable]
@@ -113,12 +114,12 @@ class CombinedPermit:
     @property
     def gates(self) -> tuple[BoundedGate, ...]:
         """The gates of :attr:`permits` (for a keyed gate, the key's gate)."""
-        return tuple(permit._gate for permit in self._permits)
+        return tuple(permit.gate for permit in self._permits)
 
     @property
     def gate(self) -> BoundedGate:
         """The last gate taken (the scarce shared one, usually): the one named in ``Late``."""
-        return self._permits[-1]._gate
+        return self._permits[-1].gate
 
     def release(self) -> None:
         """Release every gate now, as a normal end (completed, or late past the deadline).
@@ -177,7 +178,7 @@ class CombinedPermit:
         for step in self._steps:
             permit = None
             try:
-                gate = step if type(step) is BoundedGate else step[0]._gate_for(step[1])
+                gate: GateBase = step if type(step) is BoundedGate else step[0]._gate_for(step[1])
                 if cost is None:  # the one deadline and priority are checked already
                     permit = new_permit(gate, None, deadline, priority, 0.0)
                 else:  # its gate checks the cost against its buckets

@@ -1,8 +1,24 @@
-"""BoundedGate: the asyncio driver around the decision core.
+"""The gate: the asyncio driver around the decision core, all of BoundedGate but its weak references.
 
 The gate owns a :class:`GateState` and does what it says: it parks queued permits on futures,
 resolves those futures when the state hands them a slot or expires them, and keeps one loop timer
 armed at the earliest queued deadline (no task and no timer per waiter).
+
+:class:`GateBase` holds every slot and method of a gate; the public ``BoundedGate``
+(``_bounded.py``, never compiled) is its one subclass and adds the ``__weakref__`` slot alone. This
+module is compiled with mypyc, whose deallocator of a native class never clears the object's weak
+references (a weakly referenced gate, freed, would leave them pointing at freed memory): a slot
+added by an interpreted subclass is cleared by CPython's own deallocator of that subclass, before
+it hands the object to the native one. ``GateBase`` is final to mypyc, so that compiled code calls
+its methods directly (not through the Python attribute protocol that an interpreted subclass's
+methods would need), and so nothing may override them.
+
+A gate's state may be a keyed gate's light key (``_light.py``): a ``GateState`` by type whose counts
+are slots of its own, which a compiled read of a state's field would miss. So the gate reads a
+state's fields through a local typed ``Any`` (Python's attribute protocol; free when interpreted),
+and calls its methods natively (they dispatch to a subclass's own). ``_refusal()`` and ``_late()``
+read natively: a light key is promoted (its gate then drives the full state) before a request of it
+is refused or ends late.
 """
 
 from __future__ import annotations
@@ -14,22 +30,27 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from types import EllipsisType
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from .._core import (
     Adaptive,
     AdaptiveLimit,
+    BoolArg,
+    FloatArg,
     GateState,
     GateStatistics,
+    IntArg,
     RateLimit,
     RequestRecord,
     Status,
+    StrArg,
     Ticket,
     check_deadline,
     check_max_wait,
     check_name,
     check_priority,
     check_timeout,
+    mypyc_attr,
     queue_deadline,
 )
 from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
@@ -40,95 +61,28 @@ from ._permit import _HELD, Permit, new_held_permit, new_permit
 if TYPE_CHECKING:
     from ._combined import CombinedPermit
 
-__all__ = ("BoundedGate",)
+__all__ = ("GateBase",)
 
-QUEUED = Status.QUEUED
-RUNNING = Status.RUNNING
-REJECTED = Status.REJECTED
-EVICTED = Status.EVICTED
-RATE_LIMITED = Status.RATE_LIMITED
-INFEASIBLE = Status.INFEASIBLE
-COMPLETED = Status.COMPLETED
-LATE = Status.LATE
-CANCELLED = Status.CANCELLED
-_INF = math.inf
-_MAX = sys.float_info.max
-_ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
+QUEUED: Final[Status] = Status.QUEUED
+RUNNING: Final[Status] = Status.RUNNING
+REJECTED: Final[Status] = Status.REJECTED
+EVICTED: Final[Status] = Status.EVICTED
+RATE_LIMITED: Final[Status] = Status.RATE_LIMITED
+INFEASIBLE: Final[Status] = Status.INFEASIBLE
+COMPLETED: Final[Status] = Status.COMPLETED
+LATE: Final[Status] = Status.LATE
+CANCELLED: Final[Status] = Status.CANCELLED
+_INF: Final = math.inf
+_MAX: Final = sys.float_info.max
+_ZERO: Final = 0  # `priority is not _ZERO`: the identity of the small int the default is
 
 
-@final
-class BoundedGate:
-    """At most ``max_running`` requests running, at most ``max_waiting`` waiting, the rest refused.
-
-    ::
-
-        gate = BoundedGate(max_running=50, max_waiting=100, name="openai")
-
-        async with gate.admit(timeout=30):
-            reply = await client.chat.completions.create(...)
-
-    Think of a restaurant with ``max_running`` tables and a waiting room with ``max_waiting``
-    chairs. A guest sits at a free table at once, or takes a chair and is seated in order of
-    arrival when a table frees, or, when every chair is taken, is turned away at the door
-    (:class:`QueueFull`), before anyone has spent time on them. A guest with a deadline who is
-    still on a chair when it passes leaves (:class:`QueueExpired`) and frees the chair that
-    instant. A guest who is eating is never thrown out: they keep their table until they leave,
-    and leaving after their deadline counts as :class:`Late`.
-
-    A freed slot goes straight to the oldest waiter, so a newcomer never jumps the queue; a
-    waiter that is cancelled leaves without losing anyone's wake-up. Deadlines are measured on
-    the running event loop's clock (``loop.time()``) from the moment the request enters
-    ``admit()``; waiting never earns a new budget.
-
-    With ``priorities=N`` the waiting room has N classes, 0 the most urgent: a freed slot goes to
-    the most urgent waiter, FIFO within a class, but only ``jump_share`` of the starts from the
-    queue may overtake an older waiter (one such jump is banked), and every other start goes to the
-    oldest waiter of all. So a waiter with ``k`` older waiters ahead starts within
-    ``(k + 2) / (1 - jump_share)`` starts from the queue, however many urgent requests arrive
-    behind it: no class starves. When the queue is full, an arrival evicts the newest waiter of
-    the least urgent class below its own (which gets :class:`Evicted`); if there is none, it is
-    refused with :class:`QueueFull`.
-
-    With ``rate_limits`` (token buckets, :class:`RateLimit`), a request starts only when it holds a
-    slot *and* every bucket holds its cost; it takes from all of them at once, or from none.
-    Waiting for tokens is waiting: it takes a place in the queue, honours the deadline and keeps
-    FIFO order (a large request at the head makes the smaller ones behind it wait rather than
-    being starved by them). A request whose tokens could not arrive before its deadline even with
-    the buckets to itself is refused at once with :class:`RateLimited`, whose ``retry_after`` is
-    computed from the bucket. A gate with ``max_running=None`` and rate limits is a rate limiter.
-
-    The gate binds to the event loop that first uses it. It may move to another loop while it is
-    idle (nothing running or waiting), or once its loop is closed; using it from another loop while
-    it is busy on an open one is a RuntimeError. Waiters parked on a closed loop never wake: a slot
-    freed after the loop closed (``release()`` never raises) is not handed to them, and a move to a
-    new loop drops them (they count as cancelled). Permits still running on the closed loop keep
-    their slots until released.
-
-    Args:
-        max_running: Running slots, an int >= 1, or None for no limit on running (then the gate
-            only limits by its rate limits and its queue).
-        max_waiting: Queue places, an int >= 0 (0: no waiting room, refuse as soon as every slot
-            is busy), or None for an unbounded queue, which must be asked for explicitly.
-        name: A name for errors, statistics and ``repr``.
-        priorities: Number of priority classes, an int >= 1.
-        jump_share: The share of starts from the queue that may overtake an older waiter, in
-            [0, 1). Only matters with several classes; 0 makes them plain FIFO.
-        rate_limits: Token buckets every request must pay, e.g. requests and tokens per minute.
-        feasible: Deadline-feasible admission: refuse at arrival, with :class:`Infeasible`, a
-            request that by the gate's recent pace would start at or after its deadline (or
-            queue budget), instead of queueing it to expire. Off by default.
-        adaptive: Learn C from provider signals and time to first token (see :meth:`adapt`);
-            ``max_running`` is then the C to begin with.
-
-    Raises:
-        TypeError: A limit that is not an int (floats, NaN, infinities, booleans), or a name
-            that is not a str.
-        ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1`` or a
-            ``jump_share`` outside [0, 1).
-    """
+@final  # to mypyc: its methods are called directly (BoundedGate, the one subclass, overrides none)
+@mypyc_attr(allow_interpreted_subclasses=True)
+class GateBase:
+    """A gate without its weak references: see ``BoundedGate`` (``_bounded.py``), its one subclass."""
 
     __slots__ = (
-        "__weakref__",
         "_controller",
         "_loop",
         "_max_running",
@@ -141,50 +95,36 @@ class BoundedGate:
         "_timer_at",
     )
 
-    def __init__(
-        self,
-        *,
-        max_running: int | None,
-        max_waiting: int | None,
-        name: str = "gate",
-        priorities: int = 1,
-        jump_share: float = 0.2,
-        rate_limits: Sequence[RateLimit] = (),
-        feasible: bool = False,
-        adaptive: Adaptive | None = None,
-    ) -> None:
-        self._setup(GateState(max_running, max_waiting, priorities, jump_share, rate_limits), name)
-        self._state.feasible = bool(feasible)
-        if adaptive is not None:
-            self.adapt(adaptive)
+    _state: GateState
+    # C as the public property gives it (None: not limited).
+    _max_running: int | None
+    # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
+    _rated: bool
+    _name: str
+    _observers: Observers
+    _loop: asyncio.AbstractEventLoop | None
+    # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
+    _timer: asyncio.TimerHandle | None
+    _timer_at: float
+    # The permits asleep on a future in the queue: what a failed core event or a dead loop must
+    # still reach, when no list of woken permits comes back.
+    _parked: set[Permit]
+    _controller: AdaptiveLimit | None
 
-    @classmethod
-    def _around(cls, state: GateState, name: str) -> BoundedGate:
-        """A gate driving ``state`` (a keyed gate's per-key state, say) rather than one of its own.
-
-        The caller gives ``state`` its hooks (a keyed gate attaches its own observers).
-        """
-        gate = cls.__new__(cls)
-        gate._setup(state, name, attached=False)
-        return gate
-
-    def _setup(self, state: GateState, name: str, attached: bool = True) -> None:
+    def _setup(self, state: GateState, name: StrArg, attached: bool = True) -> None:
         self._state = state
-        self._max_running = None if state.max_running == sys.maxsize else state.max_running
-        # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
+        counts: Any = state  # a light key's counts are its own slots (see the module docstring)
+        self._max_running = None if counts.max_running == sys.maxsize else counts.max_running
         self._rated = bool(state.rate_limits)
         self._name = check_name(name)
         self._observers = Observers()
         if attached:
             attach(state, self._name, None, self._observers)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
-        self._timer: asyncio.TimerHandle | None = None
+        self._loop = None
+        self._timer = None
         self._timer_at = math.inf
-        # The permits asleep on a future in the queue: what a failed core event or a dead loop must
-        # still reach, when no list of woken permits comes back.
-        self._parked: set[Permit] = set()
-        self._controller: AdaptiveLimit | None = None
+        self._parked = set()
+        self._controller = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -206,7 +146,9 @@ class BoundedGate:
     @property
     def max_waiting(self) -> int | None:
         """Queue places (Q); None when the queue is unbounded."""
-        return self._state.max_waiting
+        state: Any = self._state  # a light key's counts are its own slots
+        max_waiting: int | None = state.max_waiting
+        return max_waiting
 
     @property
     def priorities(self) -> int:
@@ -216,22 +158,26 @@ class BoundedGate:
     @property
     def running(self) -> int:
         """Requests holding a slot now."""
-        return self._state.running
+        state: Any = self._state  # a light key's counts are its own slots
+        running: int = state.running
+        return running
 
     @property
     def waiting(self) -> int:
         """Requests in the queue now."""
-        return self._state.waiting
+        state: Any = self._state  # a light key's counts are its own slots
+        waiting: int = state.waiting
+        return waiting
 
     def admit(
         self,
         *,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        max_wait: float | None = None,
-        priority: int = 0,
-        cost: float | None = None,
-        raise_late: bool = True,
+        timeout: FloatArg | None = None,
+        deadline: FloatArg | None = None,
+        max_wait: FloatArg | None = None,
+        priority: IntArg = 0,
+        cost: FloatArg | None = None,
+        raise_late: BoolArg = True,
     ) -> Permit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
 
@@ -292,7 +238,11 @@ class BoundedGate:
         return new_permit(self, None, check_deadline(deadline), priority, cost)
 
     def try_admit(
-        self, *, timeout: float | None = None, deadline: float | None = None, cost: float | None = None
+        self,
+        *,
+        timeout: FloatArg | None = None,
+        deadline: FloatArg | None = None,
+        cost: FloatArg | None = None,
     ) -> Permit:
         """A permit that holds a slot now, or a refusal now; it never waits.
 
@@ -318,12 +268,12 @@ class BoundedGate:
         self,
         source: StreamSource[StreamT],
         *,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        max_wait: float | None = None,
-        priority: int = 0,
-        cost: float | None = None,
-        raise_late: bool = True,
+        timeout: FloatArg | None = None,
+        deadline: FloatArg | None = None,
+        max_wait: FloatArg | None = None,
+        priority: IntArg = 0,
+        cost: FloatArg | None = None,
+        raise_late: BoolArg = True,
     ) -> StreamOpener[StreamT]:
         """Admit a request, open a stream, and hand the stream the slot: ``admit()`` then ``hand_to()``.
 
@@ -351,7 +301,7 @@ class BoundedGate:
         permit = self.admit(
             timeout=timeout, deadline=deadline, max_wait=max_wait, priority=priority, cost=cost
         )
-        return StreamOpener(permit, source, raise_late)
+        return StreamOpener(permit, source, cast(Any, raise_late))  # as given (compiled: an object)
 
     def stats(self) -> GateStatistics:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
@@ -380,8 +330,8 @@ class BoundedGate:
     def set_limits(
         self,
         *,
-        max_running: int | EllipsisType | None = ...,
-        max_waiting: int | EllipsisType | None = ...,
+        max_running: IntArg | EllipsisType | None = ...,
+        max_waiting: IntArg | EllipsisType | None = ...,
         evict: bool = False,
     ) -> None:
         """Change C and/or Q now; a limit not given stays as it is.
@@ -397,7 +347,7 @@ class BoundedGate:
         Raises:
             TypeError, ValueError: A limit the constructor would refuse (nothing changed).
         """
-        state = self._state
+        state: Any = self._state  # a light key's counts are its own slots
         before = (state.limit, state.max_waiting)
         loop = self._loop
         now = 0.0 if loop is None else loop.time()
@@ -417,7 +367,7 @@ class BoundedGate:
         if loop is not None and state.waiting:
             self._rearm()
 
-    def pause(self, seconds: float) -> None:
+    def pause(self, seconds: FloatArg) -> None:
         """Start no request for ``seconds`` from now (a provider's rate-limit reset); C is unchanged.
 
         Arrivals still queue up to Q (or are refused as usual), queued requests still expire at
@@ -433,7 +383,7 @@ class BoundedGate:
             self._wake(woken)
         self._rearm()
 
-    def signal(self, kind: str, *, retry_after: float | None = None) -> None:
+    def signal(self, kind: StrArg, *, retry_after: FloatArg | None = None) -> None:
         """Tell the gate what the provider answered: ``rate_limited``, ``overloaded`` or ``ignored``.
 
         ``rate_limited`` with ``retry_after`` (seconds to the provider's reset) pauses new starts
@@ -446,7 +396,7 @@ class BoundedGate:
             ValueError: An unknown kind.
         """
         if kind == "rate_limited":
-            if retry_after is not None and retry_after > 0:
+            if retry_after is not None and cast(Any, retry_after) > 0:  # compiled: an object
                 self.pause(retry_after)
             return
         controller = self._controller
@@ -455,8 +405,9 @@ class BoundedGate:
                 raise ValueError(f"unknown signal {kind!r}; expected rate_limited, overloaded or ignored")
             return
         loop = self._bind() if self._loop is None else self._loop
-        wanted = controller.signal(kind, loop.time())
-        if wanted != self._state.limit:
+        wanted = controller.signal(cast(Any, kind), loop.time())  # compiled: an object
+        state: Any = self._state  # a light key's counts are its own slots
+        if wanted != state.limit:
             self.set_limits(max_running=wanted)
 
     def sync_rate_limits(self, remaining: Mapping[str, float]) -> int:
@@ -468,7 +419,8 @@ class BoundedGate:
         """
         loop = self._bind() if self._loop is None else self._loop
         lowered = self._state.sync_rate_limits(dict(remaining), loop.time())
-        if lowered and self._state.waiting:
+        state: Any = self._state  # a light key's counts are its own slots
+        if lowered and state.waiting:
             self._rearm()
         return lowered
 
@@ -480,7 +432,7 @@ class BoundedGate:
         its time to first item for a stream, else its run time. Its settings and defaults are
         those of :class:`Adaptive`.
         """
-        state = self._state
+        state: Any = self._state  # a light key's counts are its own slots
         if state.limit == sys.maxsize:
             raise ValueError("an adaptive limit needs a gate with max_running set")
         settings = Adaptive() if settings is None else settings
@@ -498,17 +450,19 @@ class BoundedGate:
             return
         latency = record.ran if record.first_chunk is None else record.first_chunk
         before = controller.limit
-        wanted = controller.sample(latency, record.ran, record.ended, self._state.running + 1)
+        state: Any = self._state  # a light key's counts are its own slots
+        wanted = controller.sample(latency, record.ran, record.ended, state.running + 1)
         if wanted != before and self._loop is not None:
             self._loop.call_soon(self._follow)
 
     def _follow(self) -> None:
         controller = self._controller
-        if controller is not None and controller.limit != self._state.limit:
+        state: Any = self._state  # a light key's counts are its own slots
+        if controller is not None and controller.limit != state.limit:
             self.set_limits(max_running=controller.limit)
 
     def __repr__(self) -> str:
-        state = self._state
+        state: Any = self._state  # a light key's counts are its own slots
         running = "unbounded" if self._max_running is None else self._max_running
         waiting = "unbounded" if state.max_waiting is None else state.max_waiting
         return (
@@ -522,7 +476,7 @@ class BoundedGate:
         loop = asyncio.get_running_loop()
         old = self._loop
         if loop is not old:
-            state = self._state
+            state: Any = self._state  # a light key's counts are its own slots
             if old is not None and (state.running or state.waiting):
                 if not old.is_closed():
                     raise RuntimeError(

@@ -74,7 +74,7 @@ from .._core import (
     total,
 )
 from .._streams import StreamOpener, StreamSource, StreamT
-from ._gate import BoundedGate
+from ._bounded import BoundedGate
 from ._light import FRESH, LISTED, RETIRED, LightKey, PromotedKey, light_of
 from ._observing import Observer, Observers, attach
 from ._permit import Permit, new_permit
@@ -842,7 +842,7 @@ class KeyedGate(Generic[K]):
         if not state.running and not state.waiting:
             return woken  # refused (at once, or before it was counted): still idle
         if phase is _FRESH:
-            self._list(key, cast(Permit, ticket)._gate)  # the gate whose state this is
+            self._list(key, cast(BoundedGate, cast(Permit, ticket)._gate))  # the gate whose state this is
         else:
             self._idle_keys.pop(key, None)  # it was kept idle, or resting while its buckets refill
         self._tell(state)

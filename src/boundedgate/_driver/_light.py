@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .._core import GateState, Status, Ticket, check_cost, note, pace_weight
 
 if TYPE_CHECKING:
-    from ._gate import BoundedGate
+    from ._bounded import BoundedGate
     from ._keyed import KeyedGate
 
 __all__ = ("FRESH", "LISTED", "RETIRED", "LightKey", "PromotedKey", "light_of")

@@ -7,7 +7,7 @@ import math
 import warnings
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast, final
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
 from .._core import FloatArg, Status, Ticket, check_cost, queue_deadline
 from .._streams import GatedStream, StreamPermit, hand_over
@@ -15,29 +15,30 @@ from ._compat import cancellation_pending, current_task, is_cancelling
 
 if TYPE_CHECKING:
     from .._errors import Late
-    from ._gate import BoundedGate
+    from ._bounded import BoundedGate
+    from ._gate import GateBase
 
 __all__ = ("Permit", "new_held_permit", "new_permit")
 
-NEW = Status.NEW
-QUEUED = Status.QUEUED
-RUNNING = Status.RUNNING
-LATE = Status.LATE
-CANCELLED = Status.CANCELLED
-FAILED = Status.FAILED
-ABORTED = Status.ABORTED
-LEAKED = Status.LEAKED
-DISCONNECTED = Status.DISCONNECTED
-_INF = math.inf
+NEW: Final[Status] = Status.NEW
+QUEUED: Final[Status] = Status.QUEUED
+RUNNING: Final[Status] = Status.RUNNING
+LATE: Final[Status] = Status.LATE
+CANCELLED: Final[Status] = Status.CANCELLED
+FAILED: Final[Status] = Status.FAILED
+ABORTED: Final[Status] = Status.ABORTED
+LEAKED: Final[Status] = Status.LEAKED
+DISCONNECTED: Final[Status] = Status.DISCONNECTED
+_INF: Final = math.inf
 
 _T = TypeVar("_T")
 _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
 
 # What `_waiter` holds for a permit from try_admit() until it is entered: the slot is held already.
-_HELD: asyncio.Future[None] = cast("asyncio.Future[None]", object())
+_HELD: Final[asyncio.Future[None]] = cast("asyncio.Future[None]", object())
 
 # What only new_permit() passes: a Permit made by hand is refused.
-_BY_GATE = object()
+_BY_GATE: Final = object()
 
 
 @final
@@ -69,8 +70,9 @@ class Permit(Ticket):
 
     __slots__ = ("_gate", "_handed_over", "_raise_late", "_timeout", "_waiter")
 
-    # Ticket's fields, and these, are set by __init__, called by new_permit() only.
-    _gate: BoundedGate
+    # Ticket's fields, and these, are set by __init__, called by new_permit() only. A BoundedGate,
+    # typed as its compiled base so that the compiled permit reads its fields natively.
+    _gate: GateBase
     # The relative budget, turned into `deadline` at arrival (None when it was absolute).
     _timeout: float | None
     # The future a queued permit sleeps on; the gate resolves it when the permit leaves the queue.
@@ -83,7 +85,7 @@ class Permit(Ticket):
     def __init__(
         self,
         by: object = None,
-        gate: BoundedGate | None = None,
+        gate: GateBase | None = None,
         timeout: float | None = None,
         deadline: float = _INF,
         priority: int = 0,
@@ -110,7 +112,7 @@ class Permit(Ticket):
     @property
     def gate(self) -> BoundedGate:
         """The gate this permit belongs to."""
-        return self._gate
+        return cast("BoundedGate", self._gate)
 
     def release(self) -> None:
         """Give the slot back now, as a normal end (completed, or late past the deadline).
@@ -381,9 +383,7 @@ class Permit(Ticket):
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
 
 
-def new_permit(
-    gate: BoundedGate, timeout: float | None, deadline: float, priority: int, cost: float
-) -> Permit:
+def new_permit(gate: GateBase, timeout: float | None, deadline: float, priority: int, cost: float) -> Permit:
     """A permit of ``gate`` that has not arrived yet: what ``admit()`` returns.
 
     Interpreted, ``__init__`` spelled out after a plain allocation: the type call and its frame
@@ -468,8 +468,8 @@ def _allocates_plainly() -> bool:
     return True  # pragma: no mutate
 
 
-_new = object.__new__
-_PLAIN_ALLOCATION = _allocates_plainly()
+_new: Final = object.__new__
+_PLAIN_ALLOCATION: Final = _allocates_plainly()
 
 if TYPE_CHECKING:
 
