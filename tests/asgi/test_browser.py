@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.http_server, pytest.mark.looptime
 RETRY_AFTER = 1  # seconds: the refusal's Retry-After and its SSE retry: field
 TICK = 0.1  # seconds between the route's events
 WAIT = 10.0  # seconds any one step may take on a loaded machine (a retry takes RETRY_AFTER)
+LAUNCH = 60.0  # seconds chromium may take to start: 10 were not enough with both cores busy
 
 PAGE = b"""<!doctype html><html><body><script>
 window.log = [];
@@ -87,7 +88,7 @@ async def test_an_event_source_refused_in_sse_mode_comes_back_and_closing_a_page
     gate = BoundedGate(max_running=1, max_waiting=0, name="events")
     with served(_service(gate), limit=60) as server:
         async with playwright_api.async_playwright() as playwright:
-            browser = await playwright.chromium.launch(executable_path=executable, timeout=WAIT * 1000)
+            browser = await playwright.chromium.launch(executable_path=executable, timeout=LAUNCH * 1000)
             try:
                 holder = await browser.new_page()
                 await holder.goto(server.url + "/")
