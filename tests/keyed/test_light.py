@@ -202,3 +202,45 @@ async def test_a_light_key_keeps_the_recent_pace_a_plain_gate_of_its_c_keeps() -
     assert keyed_refusal.value.retry_after == plain_refusal.value.retry_after
     for permit in held:
         permit.release()
+
+
+async def test_a_light_keys_statistics_are_a_plain_gates_and_reading_them_promotes_nothing() -> None:
+    keyed: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=1)
+    plain = BoundedGate(max_running=2, max_waiting=1, name="keyed/a")
+    held = [keyed.try_admit("a"), plain.try_admit()]  # the key stays listed, and light
+    for seconds in (1, 3, 2):
+        for admit in (keyed.admit("a"), plain.admit()):
+            async with admit:
+                await asyncio.sleep(seconds)
+    gate = live_gate(keyed, "a")
+    light = light_of(gate)
+    assert light is not None
+    assert gate.stats() == plain.stats()  # every field a full state's, read as it is
+    assert light_of(gate) is light
+    for permit in held:
+        permit.release()
+    assert keyed.stats().total.end_to_end_seconds_total == plain.stats().end_to_end_seconds_total
+
+
+async def test_whatever_held_a_light_key_holds_its_full_state_after_the_promotion() -> None:
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=1)
+    held = keyed.try_admit("a")
+    gate = live_gate(keyed, "a")
+    state = gate._state
+    assert light_of(gate) is state
+
+    async def queued() -> None:
+        async with keyed.admit("a"):
+            pass
+
+    task = asyncio.create_task(queued())  # must wait: the key's full state
+    await asyncio.sleep(0)
+    assert light_of(gate) is None
+    assert gate._state is state  # promoted in place: one state, whoever holds it
+    assert (state.running, state.waiting, gate.waiting, keyed.waiting) == (1, 1, 1, 1)
+    gate.set_limits(max_running=2)  # the waiter starts
+    assert (gate.max_running, state.limit, state.waiting, keyed.running) == (2, 2, 0, 2)
+    await task
+    held.release()
+    assert keyed.stats().total.completed == 2
+    assert len(keyed) == 0

@@ -13,12 +13,9 @@ it hands the object to the native one. ``GateBase`` is final to mypyc, so that c
 its methods directly (not through the Python attribute protocol that an interpreted subclass's
 methods would need), and so nothing may override them.
 
-A gate's state may be a keyed gate's light key (``_light.py``): a ``GateState`` by type whose counts
-are slots of its own, which a compiled read of a state's field would miss. So the gate reads a
-state's fields through a local typed ``Any`` (Python's attribute protocol; free when interpreted),
-and calls its methods natively (they dispatch to a subclass's own). ``_refusal()`` and ``_late()``
-read natively: a light key is promoted (its gate then drives the full state) before a request of it
-is refused or ends late.
+A gate's state may be a keyed gate's key state (``_light.py``), a native subclass of ``GateState``
+compiled with it, whose fields (a light key's too) are a state's: the gate reads them natively, and
+calls the state's methods natively (they dispatch to a subclass's own).
 """
 
 from __future__ import annotations
@@ -113,8 +110,7 @@ class GateBase:
 
     def _setup(self, state: GateState, name: StrArg, attached: bool = True) -> None:
         self._state = state
-        counts: Any = state  # a light key's counts are its own slots (see the module docstring)
-        self._max_running = None if counts.max_running == sys.maxsize else counts.max_running
+        self._max_running = None if state.max_running == sys.maxsize else state.max_running
         self._rated = bool(state.rate_limits)
         self._name = check_name(name)
         self._observers = Observers()
@@ -146,7 +142,7 @@ class GateBase:
     @property
     def max_waiting(self) -> int | None:
         """Queue places (Q); None when the queue is unbounded."""
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         max_waiting: int | None = state.max_waiting
         return max_waiting
 
@@ -158,14 +154,14 @@ class GateBase:
     @property
     def running(self) -> int:
         """Requests holding a slot now."""
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         running: int = state.running
         return running
 
     @property
     def waiting(self) -> int:
         """Requests in the queue now."""
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         waiting: int = state.waiting
         return waiting
 
@@ -347,7 +343,7 @@ class GateBase:
         Raises:
             TypeError, ValueError: A limit the constructor would refuse (nothing changed).
         """
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         before = (state.limit, state.max_waiting)
         loop = self._loop
         now = 0.0 if loop is None else loop.time()
@@ -406,7 +402,7 @@ class GateBase:
             return
         loop = self._bind() if self._loop is None else self._loop
         wanted = controller.signal(cast(Any, kind), loop.time())  # compiled: an object
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         if wanted != state.limit:
             self.set_limits(max_running=wanted)
 
@@ -419,7 +415,7 @@ class GateBase:
         """
         loop = self._bind() if self._loop is None else self._loop
         lowered = self._state.sync_rate_limits(dict(remaining), loop.time())
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         if lowered and state.waiting:
             self._rearm()
         return lowered
@@ -432,7 +428,7 @@ class GateBase:
         its time to first item for a stream, else its run time. Its settings and defaults are
         those of :class:`Adaptive`.
         """
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         if state.limit == sys.maxsize:
             raise ValueError("an adaptive limit needs a gate with max_running set")
         settings = Adaptive() if settings is None else settings
@@ -450,19 +446,19 @@ class GateBase:
             return
         latency = record.ran if record.first_chunk is None else record.first_chunk
         before = controller.limit
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         wanted = controller.sample(latency, record.ran, record.ended, state.running + 1)
         if wanted != before and self._loop is not None:
             self._loop.call_soon(self._follow)
 
     def _follow(self) -> None:
         controller = self._controller
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         if controller is not None and controller.limit != state.limit:
             self.set_limits(max_running=controller.limit)
 
     def __repr__(self) -> str:
-        state: Any = self._state  # a light key's counts are its own slots
+        state = self._state
         running = "unbounded" if self._max_running is None else self._max_running
         waiting = "unbounded" if state.max_waiting is None else state.max_waiting
         return (
@@ -476,7 +472,7 @@ class GateBase:
         loop = asyncio.get_running_loop()
         old = self._loop
         if loop is not old:
-            state: Any = self._state  # a light key's counts are its own slots
+            state = self._state
             if old is not None and (state.running or state.waiting):
                 if not old.is_closed():
                     raise RuntimeError(

@@ -3,12 +3,12 @@
 Theory of operation
 ===================
 
-A key's gate starts *light* when the keyed gate has no rate limits, no controller and no
-observers: its state is a :class:`LightKey` (``_light.py``), counts only, which the key's full
-state (a :class:`GateState` subclass, so that plain gates pay nothing for any of this) replaces the
-moment anything else is needed. A light key dropped folds its few counters into ``_done*``; the
-gate of the last one dropped is kept in ``_spare`` and made again for the next new key if nothing
-holds it by then. Either kind of state goes through three phases:
+A key's gate drives a :class:`KeyState` (``_light.py``), which starts *light* when the keyed gate
+has no rate limits, no controller and no observers: counts only, without a queue of its own, until
+anything else is needed, when it becomes a full state in place (plain gates pay nothing for any of
+this). A light key dropped folds its few counters into ``_done*``; the gate of the last one dropped
+is kept in ``_spare`` and made again for the next new key if nothing holds it by then. Either kind
+of state goes through three phases:
 
 ``FRESH``
     Made by ``admit(key)`` for a key with no gate, and held by nothing but its permit: a permit
@@ -52,7 +52,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from types import EllipsisType
-from typing import Any, Generic, TypeVar, cast, final
+from typing import Generic, TypeVar, cast, final
 
 from .._core import (
     SIGNALS,
@@ -60,7 +60,6 @@ from .._core import (
     AdaptiveLimit,
     GateLimits,
     GateState,
-    IntArg,
     KeyedStatistics,
     RateLimit,
     Status,
@@ -70,12 +69,12 @@ from .._core import (
     check_max_running,
     check_max_waiting,
     check_name,
-    pace_weight,
     total,
 )
+from .._core._queue import WaitQueue
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._bounded import BoundedGate
-from ._light import FRESH, LISTED, RETIRED, LightKey, PromotedKey, light_of
+from ._light import FRESH, LISTED, RETIRED, KeyState, light_of
 from ._observing import Observer, Observers, attach
 from ._permit import Permit, new_permit
 
@@ -93,7 +92,9 @@ K = TypeVar("K", bound=Hashable)
 Limits = GateLimits | tuple[int | None, int | None]
 
 _FRESH, _LISTED, _RETIRED = FRESH, LISTED, RETIRED
-_PROMOTED = "promoted"
+
+#: The keys' state (the name ``admit_all`` and the tests know it by).
+_KeyState = KeyState
 
 # A dropped light key's gate is made again for the next new key when nothing else holds it: its
 # reference count says so. (Its light state is only ever reached through it.) What the count of an
@@ -112,78 +113,6 @@ def _count_of_one_local() -> int:
 
 _FREE_GATE = _count_of_one_local()
 _UNLIMITED = sys.maxsize
-
-
-class _KeyState(GateState):
-    """A key's gate state: tells its keyed gate when it arrives idle, changes counts, becomes idle."""
-
-    __slots__ = ("_key", "_owner", "_phase", "_told_running", "_told_waiting")
-
-    def __init__(
-        self, owner: KeyedGate[Any], key: Hashable, max_running: int | None, max_waiting: int | None
-    ) -> None:
-        super().__init__(max_running, max_waiting, owner._priorities, owner._jump_share, owner._rate_limits)
-        self._owner = owner
-        self._key = key
-        self._phase = _FRESH
-        # The running and waiting counts the owner's totals include for this gate.
-        self._told_running = 0
-        self._told_waiting = 0
-
-    def arrive(self, ticket: Ticket, now: float, wait: bool = True) -> Sequence[Ticket]:
-        if self.running or self.waiting:  # busy, hence listed
-            woken = super().arrive(ticket, now, wait)
-            self._owner._tell(self)
-            return woken
-        return self._owner._arrive_idle(self, ticket, now, wait)
-
-    def release(self, ticket: Ticket, now: float, ending: Status | None = None) -> Sequence[Ticket]:
-        woken = super().release(ticket, now, ending)
-        self._owner._freed(self, now)
-        return woken
-
-    def cancel(self, ticket: Ticket, now: float, ending: Status = CANCELLED) -> Sequence[Ticket]:
-        woken = super().cancel(ticket, now, ending)
-        self._owner._freed(self, now)
-        return woken
-
-    def advance(self, now: float) -> list[Ticket]:
-        # The driver's timer: waiters expired (the last one may leave the gate idle, when it waited
-        # for tokens with no slot busy) or started on accrued tokens.
-        woken = super().advance(now)
-        if woken:
-            self._owner._tell(self)  # starts on accrued tokens can raise the running peak
-            self._owner._freed(self, now)
-        return woken
-
-    def set_limits(
-        self,
-        now: float,
-        max_running: IntArg | EllipsisType | None = ...,
-        max_waiting: IntArg | EllipsisType | None = ...,
-        evict: bool = False,
-    ) -> Sequence[Ticket]:
-        woken = super().set_limits(now, max_running, max_waiting, evict)
-        if woken:
-            self._owner._tell(self)  # starts can raise the running peak
-            self._owner._freed(self, now)
-        return woken
-
-    def pause(self, until: float, now: float) -> Sequence[Ticket]:
-        woken = super().pause(until, now)
-        if woken:
-            self._owner._freed(self, now)
-        return woken
-
-    def settle(self, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
-        if self._phase is not _LISTED:  # retired after the release: the key's gate now pays
-            return self._owner._settle_retired(self, ticket, cost, now)
-        woken = super().settle(ticket, cost, now)
-        if woken:  # a refund let waiters start
-            self._owner._tell(self)
-        elif not self.running and not self.waiting:
-            self._owner._charged_idle(self, now)
-        return woken
 
 
 @final
@@ -242,6 +171,7 @@ class KeyedGate(Generic[K]):
         "_done_run_max",
         "_done_run_total",
         "_dropped",
+        "_empty",
         "_gates",
         "_idle_keys",
         "_jump_share",
@@ -330,6 +260,9 @@ class KeyedGate(Generic[K]):
         self._done_run_max = 0.0
         # Keys start light (see _light.py) unless something needs a full state from the start.
         self._light = not self._rate_limits and adaptive is None
+        # The queue every light key shares: empty, for ever (a light key never queues; promoted, it
+        # has a queue of its own).
+        self._empty = WaitQueue(priorities, jump_share)
         # The gate of the light key dropped last, to be made again if nothing holds it (see _create).
         self._spare: BoundedGate | None = None
         self._created = 0
@@ -690,7 +623,7 @@ class KeyedGate(Generic[K]):
         for key, gate in tuple(self._gates.items()):
             light = light_of(gate)
             if light is not None:
-                self._promote(light)  # attaches it
+                light.full()  # attaches it
             else:
                 self._attach(key, gate)
 
@@ -731,23 +664,15 @@ class KeyedGate(Generic[K]):
                 self._spare = None
                 # Held by nothing else (no permit, no caller, no weak reference), its key's light
                 # state neither promoted nor in use since: nobody can tell it from a new one.
-                if _refs(gate) == _FREE_GATE and not _weakrefs(gate):
-                    light: LightKey = gate._state  # type: ignore[assignment]
-                    if light._phase is _RETIRED:
-                        light._key = key
-                        light._phase = _FRESH
-                        light._gate = gate
-                        if light.limit != limit or light.max_waiting != max_waiting:  # an override's
-                            light.limit = light.max_running = limit
-                            light._pace_weight = pace_weight(limit)
-                            light.max_waiting = max_waiting
-                            gate._max_running = max_running
-                        light.completed = light.peak_running = 0
-                        light.run_seconds_total = light.run_seconds_max = 0.0
-                        light.recent_run_seconds = None
-                        gate._name = name
-                        return gate
-            fresh = LightKey(self, key, limit, max_waiting)
+                if (
+                    _refs(gate) == _FREE_GATE
+                    and not _weakrefs(gate)
+                    and cast(KeyState, gate._state).reuse(gate, key, limit, max_waiting)
+                ):
+                    gate._max_running = max_running
+                    gate._name = name
+                    return gate
+            fresh = KeyState(self, key, max_running, max_waiting, self._empty)
             gate = BoundedGate._around(fresh, name)
             fresh._gate = gate
             return gate
@@ -764,33 +689,7 @@ class KeyedGate(Generic[K]):
         self._created += 1
         return gate
 
-    def _promote(self, light: LightKey) -> _KeyState:
-        """Give a light key its full state, from its counts, in its gate's place; returns it."""
-        key = light._key
-        limit = light.limit
-        state = _KeyState(self, key, None if limit == sys.maxsize else limit, light.max_waiting)
-        state._phase = light._phase
-        state.running = state._told_running = running = light.running  # the totals count them already
-        state.completed = completed = light.completed
-        state.admitted = completed + running
-        state.peak_running = light.peak_running
-        # A light key's requests started on arrival: their end-to-end time is their run time.
-        state.run_seconds_total = state.end_to_end_seconds_total = light.run_seconds_total
-        state.run_seconds_max = state.end_to_end_seconds_max = light.run_seconds_max
-        state.recent_run_seconds = light.recent_run_seconds
-        light._real = state
-        light._phase = _PROMOTED
-        light.__class__ = PromotedKey  # read from the full state from now on
-        gate = light._gate
-        if gate is None:  # dropped: its counts are folded already, and its gate is stale
-            state._phase = _RETIRED
-            return state
-        gate._state = state
-        light._gate = None
-        self._attach(cast(K, key), gate)
-        return state
-
-    def _light_idle(self, light: LightKey) -> None:
+    def _light_idle(self, light: KeyState) -> None:
         """A listed light key is idle: keep it among the idle keys, or drop it (no rest: no buckets)."""
         keep = self._keep_idle
         if not keep:
@@ -801,7 +700,7 @@ class KeyedGate(Generic[K]):
         if len(idle) > keep:
             self._drop(idle.popitem(last=False)[0])
 
-    def _drop_light(self, key: K, light: LightKey) -> None:
+    def _drop_light(self, key: K, light: KeyState) -> None:
         gate = self._gates.pop(key)
         light._phase = _RETIRED
         light._gate = None  # the gate and its state no longer hold each other
@@ -827,7 +726,7 @@ class KeyedGate(Generic[K]):
         """An arrival at an idle gate: a kept one leaves the idle keys, a fresh one is listed."""
         key = cast(K, state._key)
         phase = state._phase
-        if phase is _RETIRED or (phase is _FRESH and key in self._gates):
+        if phase == _RETIRED or (phase == _FRESH and key in self._gates):
             # Not the key's gate (any more): the permit arrives at the key's gate of this moment.
             state._phase = _RETIRED
             permit = cast(Permit, ticket)
@@ -841,7 +740,7 @@ class KeyedGate(Generic[K]):
         woken = GateState.arrive(state, ticket, now, wait)
         if not state.running and not state.waiting:
             return woken  # refused (at once, or before it was counted): still idle
-        if phase is _FRESH:
+        if phase == _FRESH:
             self._list(key, cast(BoundedGate, cast(Permit, ticket)._gate))  # the gate whose state this is
         else:
             self._idle_keys.pop(key, None)  # it was kept idle, or resting while its buckets refill
@@ -910,7 +809,7 @@ class KeyedGate(Generic[K]):
         self._waiting += waiting - state._told_waiting
         state._told_running = running
         state._told_waiting = waiting
-        if not running and not waiting and state._phase is _LISTED:
+        if not running and not waiting and state._phase == _LISTED:
             self._idle(cast(K, state._key), state, now)
         if self._resting and self._resting[0][0] <= now:
             self._rested(now)

@@ -1,151 +1,212 @@
-"""A keyed gate's key while it needs nothing but counts: the state its gate starts with.
+"""A keyed gate's key state: light (counts only) while it needs nothing else, full from the moment it does.
 
-A :class:`KeyedGate` without rate limits, a controller or observers makes each key's gate around a
-:class:`LightKey` rather than a full :class:`GateState`: a dozen slots, the running count against the
-key's C and the counters of requests that started at once and completed. Arriving at a free slot and
-completing are all it does, in full: anything else (a request that must queue or is refused, a
-failure, a late or cancelled one, a change of limits, a pause, a snapshot, or any attribute of
-``GateState`` it does not have) first *promotes* it: its keyed gate makes the key's full state from
-its counts, puts it in the gate's place, and the event or attribute goes to that state, exactly as
-if the key had had it all along. A light key that is dropped folds its few counters into its keyed
-gate's totals in a few additions, with nothing else to undo.
+A :class:`KeyedGate` makes each key's gate around a :class:`KeyState`, a :class:`GateState` that
+tells its keyed gate when it arrives idle, changes its counts or becomes idle. Without rate limits,
+a controller or observers, a key starts *light*: it is made without the parts a full state builds
+(its own queue, deadline heap and buckets: it shares its keyed gate's empty queue, and has no
+bucket), and arriving at a free slot and completing are all it does, in full, in its own few
+lines. Every field of a light key holds what a full state's would (nothing is queued, nothing
+refused, nothing failed), so reading one needs nothing; the events it does not handle (a request
+that must queue or is refused, a failure, a late or cancelled one, a change of limits, a pause, a
+hook) first *promote* it, in place: it gets a queue and a heap of its own and its keyed gate's
+hooks, and from then on it is a full state, the same object, so whatever holds it (its gate, a
+caller's local) is never out of step. A light key that is dropped folds its few counters into its
+keyed gate's totals in a few additions, with nothing else to undo.
 
-Every name of ``GateState`` that a light key lacks is a descriptor on its class that promotes it and
-reads (or writes) the full state's, so the light key needs no ``__getattr__`` (which would cost every
-attribute read on the hot path its specialisation). After a promotion the light key becomes a
-:class:`PromotedKey`, a proxy whose every attribute is the full state's (a caller may still hold it in
-a local): so it is never out of step.
+This module is compiled with mypyc where the build compiles (a native subclass of the compiled
+``GateState``, whose fields the compiled gate and permit read and write natively).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+import math
+import sys
+from collections.abc import Hashable, Sequence
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, Final, final
 
-from .._core import GateState, Status, Ticket, check_cost, note, pace_weight
+from .._core import GateState, IntArg, Status, Ticket, note, pace_weight
+from .._core._queue import WaitQueue
 
 if TYPE_CHECKING:
     from ._bounded import BoundedGate
     from ._keyed import KeyedGate
 
-__all__ = ("FRESH", "LISTED", "RETIRED", "LightKey", "PromotedKey", "light_of")
+__all__ = ("FRESH", "LISTED", "RETIRED", "KeyState", "light_of")
 
-RUNNING = Status.RUNNING
-COMPLETED = Status.COMPLETED
+RUNNING: Final[Status] = Status.RUNNING
+COMPLETED: Final[Status] = Status.COMPLETED
+CANCELLED: Final[Status] = Status.CANCELLED
+_INF: Final = math.inf
 
-FRESH, LISTED, RETIRED = "fresh", "listed", "retired"
+#: A key state's phases (see ``_keyed.py``): made, not yet its key's gate; its key's gate; dropped.
+FRESH: Final = 0
+LISTED: Final = 1
+RETIRED: Final = 2
+_PHASES: Final = ("fresh", "listed", "retired")
 
-_NOBODY: tuple[Ticket, ...] = ()
-
-#: The slots a promotion empties, so that reading them goes to the full state.
-COUNTS = (
-    "completed",
-    "limit",
-    "max_running",
-    "max_waiting",
-    "peak_running",
-    "recent_run_seconds",
-    "run_seconds_max",
-    "run_seconds_total",
-    "running",
-)
+_NOBODY: Final[tuple[Ticket, ...]] = ()
+# A light key's deadline heap: it never holds one (a light key never queues; promoted, it has its own).
+_NO_DEADLINES: Final[list[tuple[float, Ticket]]] = []
 
 
-class LightKey(GateState):
-    """A key's state of counts only; see the module docstring. The phases are ``_KeyState``'s.
+@final
+class KeyState(GateState):
+    """A key's gate state: light or full (see the module docstring); its phases are ``_keyed.py``'s."""
 
-    A ``GateState`` by type, so that the compiled permit takes it as its gate's state, but never
-    initialised as one: its counts are slots of its own (plain Python slots, cheaper to read from
-    interpreted code than a compiled state's fields), and every other name of a state promotes it.
-    """
+    __slots__ = ("_gate", "_key", "_light", "_owner", "_phase", "_told_running", "_told_waiting")
 
-    __slots__ = ("_gate", "_key", "_owner", "_pace_weight", "_phase", "_real", *COUNTS)
-
-    # What it stands for, fixed for its life: no buckets, no queue (it never holds a waiter).
-    waiting = 0
-    rate_limits: tuple[()] = ()
-    feasible = False
-
+    _owner: KeyedGate[Any]
+    _key: Hashable
+    _phase: int
+    # True while it is light (it shares its owner's empty queue, has no buckets, and no hooks).
+    _light: bool
+    # A light key's gate, once the gate around it is made, while it is listed or fresh: what it
+    # lists for its key. None once dropped (the gate and its state no longer hold each other), and
+    # for a full state.
     _gate: BoundedGate | None
-    _real: GateState
+    # The running and waiting counts the owner's totals include for this key (a light key's: all).
+    _told_running: int
+    _told_waiting: int
 
-    def __init__(self, owner: KeyedGate[Any], key: object, limit: int, max_waiting: int | None) -> None:
+    def __init__(
+        self,
+        owner: KeyedGate[Any],
+        key: Hashable,
+        max_running: int | None,
+        max_waiting: int | None,
+        empty: WaitQueue | None = None,
+    ) -> None:
         self._owner = owner
         self._key = key
         self._phase = FRESH
-        self._gate = None  # set by the keyed gate once the gate around it is made; cleared at the drop
-        self.limit = self.max_running = limit
-        self._pace_weight = pace_weight(limit)  # the core's, for a gate of this C
+        self._told_running = 0
+        self._told_waiting = 0
+        self._gate = None  # a light key's is set by the keyed gate once the gate around it is made
+        if empty is None:  # full from the start
+            self._light = False
+            rate_limits = owner._rate_limits
+            super().__init__(max_running, max_waiting, owner._priorities, owner._jump_share, rate_limits)
+            return
+        # Light: GateState.__init__ without its checks (the keyed gate checked the limits) and
+        # without a queue, a heap or buckets of its own.
+        self._light = True
+        self.max_running = self.limit = limit = sys.maxsize if max_running is None else max_running
+        self._pace_weight = pace_weight(limit)
         self.max_waiting = max_waiting
-        self.running = 0
-        self.completed = 0
-        self.peak_running = 0
-        self.run_seconds_total = 0.0
-        self.run_seconds_max = 0.0
-        self.recent_run_seconds: float | None = None
+        self._queue_limit = sys.maxsize if max_waiting is None else max_waiting
+        self._queue = empty
+        self._deadlines = _NO_DEADLINES
+        self._buckets = ()
+        self.running = self.waiting = self.peak_running = self.peak_waiting = self.admitted = 0
+        self.rejected = self.expired = self.cancelled = self.completed = self.late = self.failed = 0
+        self.leaked = self.aborted = self.disconnected = self.evicted = self.rate_limited = 0
+        self.infeasible = self.limit_changes = self.pauses = 0
+        self.feasible = False
+        self.paused_until = _INF
+        self.queue_seconds_total = self.queue_seconds_max = 0.0
+        self.run_seconds_total = self.run_seconds_max = 0.0
+        self.end_to_end_seconds_total = self.end_to_end_seconds_max = 0.0
+        self.recent_run_seconds = None
+        self.observer = None
+        self.reporter = None
 
-    @property
-    def priorities(self) -> int:
-        """The keyed gate's priority classes (they only matter to a queue: a full state's)."""
-        return self._owner._priorities
+    def full(self) -> KeyState:
+        """Promote a light key in place (a queue and a heap of its own, its owner's hooks); returns it."""
+        if self._light:
+            owner = self._owner
+            self._light = False
+            self._queue = WaitQueue(owner._priorities, owner._jump_share)
+            self._deadlines = []
+            self._told_running = self.running  # the totals count them already
+            gate = self._gate
+            self._gate = None
+            if gate is not None:  # not dropped (a dropped one's counts are folded already)
+                owner._attach(self._key, gate)
+        return self
 
-    def check_cost(self, cost: object) -> float:
-        """A declared cost, checked as ``GateState.check_cost`` does for a state without buckets."""
-        return check_cost(cost)
+    def reuse(self, gate: BoundedGate, key: Hashable, limit: int, max_waiting: int | None) -> bool:
+        """Make a dropped light key, and ``gate`` around it, new for ``key`` (False: it is not one)."""
+        if not self._light or self._phase != RETIRED:
+            return False
+        self._gate = gate
+        self._key = key
+        self._phase = FRESH
+        if self.limit != limit or self.max_waiting != max_waiting:  # an override's
+            self.max_running = self.limit = limit
+            self._pace_weight = pace_weight(limit)
+            self.max_waiting = max_waiting
+            self._queue_limit = sys.maxsize if max_waiting is None else max_waiting
+        self.completed = self.peak_running = self.admitted = 0
+        self.run_seconds_total = self.run_seconds_max = 0.0
+        self.end_to_end_seconds_total = self.end_to_end_seconds_max = 0.0
+        self.recent_run_seconds = None
+        return True
+
+    # -- events -------------------------------------------------------------------------------
 
     def arrive(self, ticket: Ticket, now: float, wait: bool = True) -> Sequence[Ticket]:
-        """Start ``ticket`` if a slot is free (listing a fresh key), else promote and arrive there."""
-        running = self.running
-        if running < self.limit and ticket.deadline > now:
-            owner = self._owner
-            phase = self._phase
-            if phase is LISTED:
-                if not running and owner._idle_keys:
-                    owner._idle_keys.pop(self._key, None)  # it was kept idle
-            elif phase is FRESH and (key := self._key) not in (gates := owner._gates):
-                gates[key] = self._gate  # type: ignore[assignment]  # set at creation
-                self._phase = LISTED
-                if (keys := len(gates)) > owner._peak_keys:
-                    owner._peak_keys = keys
-            else:  # retired, or the key listed another gate meanwhile: the full state moves it on
-                return owner._promote(self).arrive(ticket, now, wait)
-            ticket.arrival = ticket.started = now
-            ticket.status = RUNNING
-            self.running = running = running + 1
-            if running > self.peak_running:
-                self.peak_running = running
-            owner._running = total = owner._running + 1
-            if total > owner._peak_running:
-                owner._peak_running = total
-            return _NOBODY
-        return self._owner._promote(self).arrive(ticket, now, wait)
+        """Start ``ticket`` at a free slot of a light key (listing a fresh one), else as a full state."""
+        if self._light:
+            running = self.running
+            if running < self.limit and ticket.deadline > now:
+                owner = self._owner
+                phase = self._phase
+                if phase == LISTED:
+                    if not running and owner._idle_keys:
+                        owner._idle_keys.pop(self._key, None)  # it was kept idle
+                elif phase == FRESH and (key := self._key) not in (gates := owner._gates):
+                    gates[key] = self._gate  # type: ignore[assignment]  # set at creation
+                    self._phase = LISTED
+                    if (keys := len(gates)) > owner._peak_keys:
+                        owner._peak_keys = keys
+                else:  # retired, or the key listed another gate meanwhile: the full state moves it on
+                    return self.full()._arrive(ticket, now, wait)
+                ticket.arrival = ticket.started = now
+                ticket.status = RUNNING
+                self.running = running = running + 1
+                self.admitted += 1
+                if running > self.peak_running:
+                    self.peak_running = running
+                owner._running = total = owner._running + 1
+                if total > owner._peak_running:
+                    owner._peak_running = total
+                return _NOBODY
+            self.full()
+        return self._arrive(ticket, now, wait)
+
+    def _arrive(self, ticket: Ticket, now: float, wait: bool) -> Sequence[Ticket]:
+        if self.running or self.waiting:  # busy, hence listed
+            woken = super().arrive(ticket, now, wait)
+            self._owner._tell(self)
+            return woken
+        return self._owner._arrive_idle(self, ticket, now, wait)
 
     def release(self, ticket: Ticket, now: float, ending: Status | None = None) -> Sequence[Ticket]:
-        """Complete ``ticket`` (an ending of any other kind promotes first, then ends there)."""
-        if ticket.status is not RUNNING:
-            return _NOBODY
-        if ending is not None or now >= ticket.deadline:
-            return self._owner._promote(self).release(ticket, now, ending)
+        """Complete ``ticket`` (a light key's other endings promote it first, then end there)."""
+        if not self._light or ending is not None or ticket.status is not RUNNING or now >= ticket.deadline:
+            return self._end(ticket, now, ending)
+        # A light key's request completed in time: GateState.release's counts, then the keyed gate's.
         ticket.status = COMPLETED
         ticket.ended = now
         self.completed += 1
         self.running = running = self.running - 1
-        ran = now - ticket.started  # type: ignore[operator]
+        ran: float = now - ticket.started  # type: ignore[operator]
         self.run_seconds_total += ran
+        self.end_to_end_seconds_total += ran  # it started on arrival
         if ran > self.run_seconds_max:
-            self.run_seconds_max = ran
+            self.run_seconds_max = self.end_to_end_seconds_max = ran
         recent = self.recent_run_seconds
         self.recent_run_seconds = ran if recent is None else recent + self._pace_weight * (ran - recent)
         owner = self._owner
         owner._running -= 1
-        if not running and self._phase is LISTED:
+        if not running and self._phase == LISTED:
             if owner._keep_idle:
                 owner._light_idle(self)
             else:  # dropped now (KeyedGate._drop_light, spelled out for the gate made per call)
-                gate = owner._gates.pop(self._key)
+                owner._spare = owner._gates.pop(self._key)
                 self._phase = RETIRED
                 self._gate = None  # the gate and its state no longer hold each other
-                owner._spare = gate
                 owner._done += self.completed
                 ran = self.run_seconds_total
                 if ran:
@@ -157,84 +218,79 @@ class LightKey(GateState):
             owner._rested(now)
         return _NOBODY
 
+    def _end(self, ticket: Ticket, now: float, ending: Status | None) -> Sequence[Ticket]:
+        # Any ending but a light key's completion in time: as a full state's (a light key's ticket
+        # that is not running changes nothing).
+        if self._light:
+            if ticket.status is not RUNNING:
+                return _NOBODY
+            self.full()
+        woken = super().release(ticket, now, ending)
+        self._owner._freed(self, now)
+        return woken
+
+    def cancel(self, ticket: Ticket, now: float, ending: Status = CANCELLED) -> Sequence[Ticket]:
+        """As a full state's, after a promotion."""
+        self.full()
+        woken = super().cancel(ticket, now, ending)
+        self._owner._freed(self, now)
+        return woken
+
+    def advance(self, now: float) -> list[Ticket]:
+        """The driver's timer: waiters expired (the last may leave the key idle) or started on tokens."""
+        woken = super().advance(now)
+        if woken:
+            self._owner._tell(self)  # starts on accrued tokens can raise the running peak
+            self._owner._freed(self, now)
+        return woken
+
+    def set_limits(
+        self,
+        now: float,
+        max_running: IntArg | EllipsisType | None = ...,
+        max_waiting: IntArg | EllipsisType | None = ...,
+        evict: bool = False,
+    ) -> Sequence[Ticket]:
+        """As a full state's, after a promotion."""
+        self.full()
+        woken = super().set_limits(now, max_running, max_waiting, evict)
+        if woken:
+            self._owner._tell(self)  # starts can raise the running peak
+            self._owner._freed(self, now)
+        return woken
+
+    def pause(self, until: float, now: float) -> Sequence[Ticket]:
+        """As a full state's, after a promotion."""
+        self.full()
+        woken = super().pause(until, now)
+        if woken:
+            self._owner._freed(self, now)
+        return woken
+
     def settle(self, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
-        """Record a started ticket's real cost, as a state without buckets does (nothing to charge)."""
-        if ticket.started is None or cost == ticket.cost:
+        """Record a started ticket's real cost; after its key was dropped, the key's gate of now pays."""
+        if self._light and (ticket.started is None or cost == ticket.cost):
             return _NOBODY
-        if self._phase is not LISTED:  # dropped since the release: as KeyedGate._settle_retired
-            gate = self._owner._gates.get(self._key)
-            if gate is not None:  # the key's gate of now settles it
-                ticket._gate = gate  # type: ignore[attr-defined]  # a Permit
-                return gate._state.settle(ticket, cost, now)
+        if self._phase != LISTED:  # retired after the release: the key's gate now pays
+            return self._owner._settle_retired(self, ticket, cost, now)
+        if self._light:  # no buckets: nothing to charge
+            if "declared" not in getattr(ticket, "_notes", ()):
+                note(ticket, "declared", ticket.cost)
             ticket.cost = cost
             return _NOBODY
-        if "declared" not in getattr(ticket, "_notes", ()):
-            note(ticket, "declared", ticket.cost)
-        ticket.cost = cost
-        return _NOBODY
-
-    def full(self) -> GateState:
-        """The key's full state, made now: a promotion (a promoted key answers with its own)."""
-        return self._owner._promote(self)
+        woken = super().settle(ticket, cost, now)
+        if woken:  # a refund let waiters start
+            self._owner._tell(self)
+        elif not self.running and not self.waiting:
+            self._owner._charged_idle(self, now)
+        return woken
 
     def __repr__(self) -> str:
-        return f"<LightKey {self._key!r} {self._phase}>"
+        kind = "light" if self._light else "full"
+        return f"<KeyState {self._key!r} {_PHASES[self._phase]}, {kind}>"
 
 
-class _Promoting:
-    """A name of ``GateState`` that a light key lacks: reading or writing it promotes the key first."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, light: LightKey | None, owner: type | None = None) -> Any:
-        if light is None:
-            return self
-        return getattr(light.full(), self.name)
-
-    def __set__(self, light: LightKey, value: object) -> None:
-        setattr(light.full(), self.name, value)
-
-
-def _names(cls: type) -> set[str]:
-    names = set(vars(cls))
-    for klass in cls.__mro__:
-        names.update(getattr(klass, "__slots__", ()))
-    return names
-
-
-_OWN = {*vars(LightKey), *LightKey.__slots__}
-for _name in sorted(_names(GateState) - _OWN - set(vars(object))):
-    if not _name.startswith("__"):
-        setattr(LightKey, _name, _Promoting(_name))
-
-
-class PromotedKey(LightKey):
-    """A light key after its promotion: every attribute but its own few is its full state's."""
-
-    __slots__ = ()
-
-    _OWN = frozenset(("_real", "_owner", "_key", "_phase", "_gate", "__class__", "full"))
-
-    def __getattribute__(self, name: str) -> Any:
-        if name in PromotedKey._OWN:
-            return object.__getattribute__(self, name)
-        return getattr(object.__getattribute__(self, "_real"), name)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in PromotedKey._OWN:
-            object.__setattr__(self, name, value)
-        else:
-            setattr(object.__getattribute__(self, "_real"), name, value)
-
-    def full(self) -> GateState:
-        """The full state it was promoted to."""
-        return cast(GateState, object.__getattribute__(self, "_real"))
-
-
-def light_of(gate: BoundedGate) -> LightKey | None:
+def light_of(gate: BoundedGate) -> KeyState | None:
     """The light key ``gate`` drives, if it drives one (else its state is a full one)."""
     state: object = gate._state
-    return state if type(state) is LightKey else None
+    return state if type(state) is KeyState and state._light else None
