@@ -112,7 +112,6 @@ def _count_of_one_local() -> int:
 
 
 _FREE_GATE = _count_of_one_local()
-_UNLIMITED = sys.maxsize
 
 
 @final
@@ -188,6 +187,7 @@ class KeyedGate(Generic[K]):
         "_peak_keys",
         "_peak_running",
         "_peak_waiting",
+        "_plain",
         "_prefix",
         "_priorities",
         "_rate_limits",
@@ -260,6 +260,7 @@ class KeyedGate(Generic[K]):
         self._done_run_max = 0.0
         # Keys start light (see _light.py) unless something needs a full state from the start.
         self._light = not self._rate_limits and adaptive is None
+        self._plain = False  # set at the end of __init__
         # The queue every light key shares: empty, for ever (a light key never queues; promoted, it
         # has a queue of its own).
         self._empty = WaitQueue(priorities, jump_share)
@@ -273,6 +274,7 @@ class KeyedGate(Generic[K]):
         self._waiting = 0
         self._peak_running = 0
         self._peak_waiting = 0
+        self._replain()
 
     # -- public API -------------------------------------------------------------------------
 
@@ -338,7 +340,22 @@ class KeyedGate(Generic[K]):
         """
         gate = self._gates.get(key)
         if gate is None:
-            gate = self._create(key)
+            gate = self._spare
+            if gate is not None and self._plain:
+                # _create's common case spelled out: the spare gate made again for a light key with
+                # the template's limits, if nothing holds it (see there).
+                self._spare = None
+                if (
+                    _refs(gate) == _FREE_GATE
+                    and not _weakrefs(gate)
+                    and gate._state.reuse(gate, key, self._max_running, self._max_waiting)  # type: ignore[attr-defined]
+                ):
+                    self._created += 1
+                    gate._name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"  # type: ignore[operator]
+                else:
+                    gate = self._create(key)
+            else:
+                gate = self._create(key)
         if (
             deadline is None
             and max_wait is None
@@ -463,6 +480,7 @@ class KeyedGate(Generic[K]):
         probe = GateState(base.max_running, base.max_waiting)
         probe.set_limits(0.0, max_running, max_waiting)
         self._set[key] = GateLimits(None if probe.limit == sys.maxsize else probe.limit, probe.max_waiting)
+        self._plain = False
         gate = self._gates.get(key)
         if gate is not None:
             gate.set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
@@ -620,6 +638,7 @@ class KeyedGate(Generic[K]):
         """
         self._observers.add(callback)
         self._light = False  # records need full states: the keys made from now on have them
+        self._plain = False
         for key, gate in tuple(self._gates.items()):
             light = light_of(gate)
             if light is not None:
@@ -631,6 +650,7 @@ class KeyedGate(Generic[K]):
         """Stop calling ``callback``; with no callback left the keys' gates record nothing."""
         self._observers.remove(callback)
         self._light = not self._observers.callbacks and not self._rate_limits and self._adaptive is None
+        self._replain()
         for key, gate in self._gates.items():
             if light_of(gate) is None:
                 self._attach(key, gate)
@@ -642,6 +662,10 @@ class KeyedGate(Generic[K]):
         )
 
     # -- internals (used by _KeyState and admit_all) ------------------------------------------
+
+    def _replain(self) -> None:
+        # Whether a new key may be the spare gate made again by admit(): light keys, no override.
+        self._plain = self._light and self._overrides is None and self._override is None and not self._set
 
     def _gate_for(self, key: K) -> BoundedGate:
         """The key's listed gate, else a fresh one (listed at its first arrival)."""
@@ -657,7 +681,6 @@ class KeyedGate(Generic[K]):
             max_running, max_waiting = self.limits(key)
         if self._light:
             self._created += 1
-            limit = _UNLIMITED if max_running is None else max_running
             name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"  # type: ignore[operator]
             gate = self._spare
             if gate is not None:
@@ -667,9 +690,8 @@ class KeyedGate(Generic[K]):
                 if (
                     _refs(gate) == _FREE_GATE
                     and not _weakrefs(gate)
-                    and cast(KeyState, gate._state).reuse(gate, key, limit, max_waiting)
-                ):
-                    gate._max_running = max_running
+                    and gate._state.reuse(gate, key, max_running, max_waiting)  # type: ignore[attr-defined]
+                ):  # (a light key's: no cast() call on this path)
                     gate._name = name
                     return gate
             fresh = KeyState(self, key, max_running, max_waiting, self._empty)

@@ -125,14 +125,18 @@ class KeyState(GateState):
                 owner._attach(self._key, gate)
         return self
 
-    def reuse(self, gate: BoundedGate, key: Hashable, limit: int, max_waiting: int | None) -> bool:
+    def reuse(
+        self, gate: BoundedGate, key: Hashable, max_running: int | None, max_waiting: int | None
+    ) -> bool:
         """Make a dropped light key, and ``gate`` around it, new for ``key`` (False: it is not one)."""
         if not self._light or self._phase != RETIRED:
             return False
         self._gate = gate
         self._key = key
         self._phase = FRESH
+        limit = sys.maxsize if max_running is None else max_running
         if self.limit != limit or self.max_waiting != max_waiting:  # an override's
+            gate._max_running = max_running
             self.max_running = self.limit = limit
             self._pace_weight = pace_weight(limit)
             self.max_waiting = max_waiting
