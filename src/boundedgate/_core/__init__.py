@@ -11,6 +11,7 @@ from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
 from ._native import BoolArg, FloatArg, IntArg, StrArg, mypyc_attr, restore_docstrings
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
+from ._queue import WaitQueue
 from ._record import DECISIONS, RequestRecord
 from ._settings import (
     check_cost,
@@ -56,6 +57,7 @@ __all__ = (
     "Ticket",
     "TokenBucket",
     "Totals",
+    "WaitQueue",
     "check_cost",
     "check_deadline",
     "check_jump_share",

@@ -65,13 +65,13 @@ from .._core import (
     Status,
     Ticket,
     Totals,
+    WaitQueue,
     check_limits,
     check_max_running,
     check_max_waiting,
     check_name,
     total,
 )
-from .._core._queue import WaitQueue
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._bounded import BoundedGate
 from ._light import FRESH, LISTED, RETIRED, KeyState, light_of

@@ -25,8 +25,7 @@ from collections.abc import Hashable, Sequence
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Final, final
 
-from .._core import GateState, IntArg, Status, Ticket, note, pace_weight
-from .._core._queue import WaitQueue
+from .._core import GateState, IntArg, Status, Ticket, WaitQueue, note, pace_weight
 
 if TYPE_CHECKING:
     from ._bounded import BoundedGate
