@@ -142,9 +142,7 @@ class GateBase:
     @property
     def max_waiting(self) -> int | None:
         """Queue places (Q); None when the queue is unbounded."""
-        state = self._state
-        max_waiting: int | None = state.max_waiting
-        return max_waiting
+        return self._state.max_waiting
 
     @property
     def priorities(self) -> int:
@@ -154,16 +152,12 @@ class GateBase:
     @property
     def running(self) -> int:
         """Requests holding a slot now."""
-        state = self._state
-        running: int = state.running
-        return running
+        return self._state.running
 
     @property
     def waiting(self) -> int:
         """Requests in the queue now."""
-        state = self._state
-        waiting: int = state.waiting
-        return waiting
+        return self._state.waiting
 
     def admit(
         self,
