@@ -1,4 +1,5 @@
--- boundedgate: the prelude of every RedisGate script (each script is this file followed by its own).
+-- boundedgate: the prelude of every RedisGate script (each script is this file followed by its own;
+-- see begin() below for how it is run).
 --
 -- Rule 1: every decision about a cluster gate is taken here, in one atomic script per event, never
 -- by a client reading state and writing it back.
@@ -34,50 +35,72 @@
 -- and send, not seven): "C|Q|lease ms|waiter lease ms|outcome ttl ms|idle ttl ms|wake prefix" (Q
 -- -1: unbounded; the agent's id completes the wake channel's prefix). A script's own ARGV follow.
 
-if redis.replicate_commands then pcall(redis.replicate_commands) end -- effects replication (Redis < 7)
+-- The prelude defines its helpers and the per-call state they share; begin() fills that state in
+-- for one call. Sent with EVALSHA (Redis < 7, and cluster clients), the prelude runs on every call
+-- followed by begin(KEYS, ARGV) and the script's own file; loaded as a Redis 7 function library
+-- (_scripts.LIBRARY), it runs once per server, and each script is a function that calls begin()
+-- with its keys and arguments, then runs its file: the helpers are made once, not per call.
 
-local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE =
-  string.match(ARGV[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-C, Q, LEASE, WAITER_TTL = tonumber(C), tonumber(Q), tonumber(LEASE), tonumber(WAITER_TTL)
-local IDLE_TTL_ARG = IDLE_TTL -- as given: a number is formatted anew for every call it is passed to
-OUTCOME_TTL, IDLE_TTL = tonumber(OUTCOME_TTL), tonumber(IDLE_TTL)
-local PAUSE = 0 -- no request starts before this time (ms, server clock): a rate-limit reset
--- One read of meta for what every script needs: the limits set at runtime (they hold for every
--- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.
-local META_NOW = redis.call('HMGET', KEYS[1], 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak', 'touched')
-if META_NOW[1] then C = tonumber(META_NOW[1]) end
-if META_NOW[2] then Q = tonumber(META_NOW[2]) end
-if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
-local EPOCH = META_NOW[4]
-local WPEAK = tonumber(META_NOW[7] or '0')
+local KEYS, ARGV -- of the call
+local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS
+local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE
+local IDLE_TTL_ARG -- as given: a number is formatted anew for every call it is passed to
+local PAUSE -- no request starts before this time (ms, server clock): a rate-limit reset
+local META_NOW, EPOCH, WPEAK
+local clock, now
 local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per script: no long script
 local SWEEP_ARG = '100' -- SWEEP as an argument of a call (strings pass as they are; numbers are formatted)
 
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-
--- How a request ended, as the low 4 bits of its score in outcomes.
-local ENDINGS = { released = 1, reclaimed = 2, expired = 3, lapsed = 4, cancelled = 5, disconnected = 6, unavailable = 7 }
-local ENDING_NAMES = { 'released', 'reclaimed', 'expired', 'lapsed', 'cancelled', 'disconnected', 'unavailable' }
-
 -- The holders and waiters there are, from tick() on (nil before it): every step after it that
 -- adds or removes one keeps them exact, so no script counts the collections twice.
-local RUNNING, WAITING = nil, nil
+local RUNNING, WAITING
 
 -- The keys whose idle TTL this script sets as it ends: the collections it may have made anew (an
 -- emptied collection is deleted, and its next member makes it again, without a TTL), and meta,
 -- seq and stats when it created them. A collection that already had members has its TTL. Every
 -- key's TTL is refreshed every IDLE_TTL / 10 besides (meta's 'touched'), so a key that is only
 -- read or emptied keeps one.
-local WRITTEN = {}
-local SWEEP_OUTCOMES = true -- false in admit: the scripts that record outcomes forget old ones
+local WRITTEN
+local SWEEP_OUTCOMES -- false in admit: the scripts that record outcomes forget old ones
 
 -- The calling process's agent id, in scripts whose reply can tell it of its own waiters' grants
 -- (admit, release, cancel): those are listed in HANDED for the reply, not published.
-local SELF = nil
-local HANDED = {}
+local SELF, HANDED
+
+-- ARGV[1] last taken apart, and what it said: a library's calls from one gate repeat it.
+local COMMON, C0, Q0, LEASE0, WAITER_TTL0, OUTCOME_TTL0, IDLE_TTL0, WAKE0
+
+local function begin(keys, argv)
+  KEYS, ARGV = keys, argv
+  META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS =
+    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8]
+  if argv[1] ~= COMMON then
+    local c, q, lease, waiter_ttl, outcome_ttl, idle_ttl, wake =
+      string.match(argv[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    C0, Q0, LEASE0, WAITER_TTL0 = tonumber(c), tonumber(q), tonumber(lease), tonumber(waiter_ttl)
+    OUTCOME_TTL0, IDLE_TTL0, IDLE_TTL_ARG, WAKE0 = tonumber(outcome_ttl), tonumber(idle_ttl), idle_ttl, wake
+    COMMON = argv[1]
+  end
+  C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE = C0, Q0, LEASE0, WAITER_TTL0, OUTCOME_TTL0, IDLE_TTL0, WAKE0
+  PAUSE = 0
+  -- One read of meta for what every script needs: the limits set at runtime (they hold for every
+  -- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.
+  META_NOW = redis.call('HMGET', META, 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak', 'touched')
+  if META_NOW[1] then C = tonumber(META_NOW[1]) end
+  if META_NOW[2] then Q = tonumber(META_NOW[2]) end
+  if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
+  EPOCH = META_NOW[4]
+  WPEAK = tonumber(META_NOW[7] or '0')
+  clock = redis.call('TIME')
+  now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  RUNNING, WAITING = nil, nil
+  WRITTEN, HANDED = {}, {}
+  SWEEP_OUTCOMES, SELF = true, nil
+end
+
+-- How a request ended, as the low 4 bits of its score in outcomes.
+local ENDINGS = { released = 1, reclaimed = 2, expired = 3, lapsed = 4, cancelled = 5, disconnected = 6, unavailable = 7 }
+local ENDING_NAMES = { 'released', 'reclaimed', 'expired', 'lapsed', 'cancelled', 'disconnected', 'unavailable' }
 
 local function write(command, key, ...)
   WRITTEN[key] = true
