@@ -16,4 +16,4 @@ if outcome(id) ~= 'released' then
 end
 tick()
 local running, waiting = counts()
-return answer({removed, running, waiting, e, C})
+return answer({int(removed), int(running), int(waiting), e, int(C)})
