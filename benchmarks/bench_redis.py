@@ -18,7 +18,8 @@ sent, counted on the client's connections), the client's instructions per pair (
 callgrind, the difference of two runs of different lengths, when valgrind is installed), the
 server's instructions per pair (``redis-server`` itself under callgrind, the same way) and the
 server's time per pair (``INFO commandstats``, the best of three runs). ``--server-instructions``
-prints only the server's instructions, the figure the scripts' cost is judged by.
+prints only the server's instructions (per uncontended pair and per hand-off at C=1), the
+figures the scripts' cost is judged by.
 """
 
 from __future__ import annotations
@@ -274,21 +275,59 @@ async def worker(kind: str, url: str, name: str, c: int, tasks: int, seconds: fl
     return done
 
 
-def throughput(kind: str, url: str, c: int) -> float:
+def throughput(kind: str, url: str, c: int, shape: tuple[int, int] | None = None, at_go: Any = None) -> float:
+    """Hand-offs per second of ``shape`` (processes, tasks) contending for ``c`` slots.
+
+    ``at_go`` is called just before the workers are told to start.
+    """
     name = f"bench-{uuid.uuid4().hex[:8]}"
     processes, tasks = (1, PROCESSES * TASKS) if kind == "BoundedGate" else (PROCESSES, TASKS)
+    if shape is not None:
+        processes, tasks = shape
     command = [sys.executable, __file__, "--worker", kind, url, name, str(c), str(tasks)]
     workers = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
 
     async def go() -> None:
         client = redis.asyncio.Redis.from_url(url)
         await asyncio.sleep(1.5)  # let every worker import and connect
+        if at_go is not None:
+            at_go()
         await client.set(f"{name}:go", 1)
         await client.aclose()
 
     asyncio.run(go())
     counts = [int(w.communicate(timeout=60)[0]) for w in workers]
     return sum(counts) / SECONDS
+
+
+def handoff_server_instructions() -> float | None:
+    """The server's instructions per hand-off at C=1, 2 processes x 4 tasks: redis-server under callgrind.
+
+    The count is zeroed as the workers start and dumped when they end, so it holds the hand-offs
+    and what runs alongside them (the waiters' polls, wake-up messages), divided by the hand-offs.
+    """
+    if shutil.which("valgrind") is None:
+        return None
+    with tempfile.TemporaryDirectory() as out_folder:
+        out = os.path.join(out_folder, "callgrind.out")
+        wrapper = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
+        process, port, folder = start_server(wrapper, "--hz", "1")
+        url = f"redis://127.0.0.1:{port}/0"
+        control = ["callgrind_control"]
+        try:
+            asyncio.run(pairs("RedisGate", url, 1))  # the scripts loaded
+            zero = [*control, "--zero", str(process.pid)]
+            rate = throughput(
+                "RedisGate", url, 1, (2, 4), lambda: subprocess.run(zero, capture_output=True, check=True)
+            )
+            subprocess.run([*control, "--dump", str(process.pid)], capture_output=True, check=True)
+        finally:
+            process.terminate()
+            process.wait()
+            folder.cleanup()
+        with open(f"{out}.1", encoding="utf-8") as report:
+            summary = next(line for line in report if line.startswith(("summary:", "totals:")))
+    return int(summary.split()[1]) / (rate * SECONDS)
 
 
 def print_steady(steady: dict[str, tuple[float, float | None, float | None, float]]) -> None:
@@ -326,7 +365,8 @@ def main() -> None:
         return
     if args.server_instructions:
         for kind in ("RedisGate", "redis-py Lock"):
-            print(f"{kind}: {server_instructions(kind) or 0:,.0f} server instructions per pair")
+            print(f"{kind}: {server_instructions(kind) or 0:,.0f} server instructions per uncontended pair")
+        print(f"RedisGate: {handoff_server_instructions() or 0:,.0f} server instructions per hand-off at C=1")
         return
     run(args.rounds)
 
@@ -342,6 +382,7 @@ def run(rounds: int) -> None:
             trips = asyncio.run(pairs(kind, url, 200, counting=True))
             spent = asyncio.run(server_time(kind, url))
             steady[kind] = (trips, instructions(kind, url), server_instructions(kind), spent)
+        handoff = handoff_server_instructions()
         for _ in range(rounds):
             for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
                 results.setdefault(f"latency {kind}", []).append(asyncio.run(latency(kind, url)) * 1e6)
@@ -365,6 +406,8 @@ def run(rounds: int) -> None:
         print(f"| {kind} | {value:.1f} | {ratio:.2f}x its time |")
     print()
     print_steady(steady)
+    if handoff is not None:
+        print(f"\nThe server's instructions per hand-off at C=1 (2 processes x 4 tasks): {handoff:,.0f}")
     print()
     print("| hand-off throughput | C | hand-offs/s | RedisGate is |")
     print("| --- | ---: | ---: | ---: |")
