@@ -181,19 +181,20 @@ class Library:
     __slots__ = ("name", "source")
 
     def __init__(self, *scripts: Script) -> None:
-        digest = hashlib.sha1(usedforsecurity=False)
-        for part in (_PRELUDE, *(f"{script.name}\n{script.own}" for script in scripts)):
-            digest.update(part.encode())
-        #: The library's name on the server: ``boundedgate_`` and 16 hex digits of its digest.
-        self.name = f"boundedgate_{digest.hexdigest()[:16]}"
-        parts = [f"#!lua name={self.name}\n", _PRELUDE]
+        # The source with a placeholder for the name, which is the digest of that whole source.
+        parts = ["#!lua name=<name>\n", _PRELUDE]
         for script in scripts:
-            script.function = f"{self.name}_{script.name.removesuffix('.lua')}"
+            function = f"<name>_{script.name.removesuffix('.lua')}"
             parts.append(
-                f"\nredis.register_function('{script.function}', function(keys, args)\n"
+                f"\nredis.register_function('{function}', function(keys, args)\n"
                 f"begin(keys, args)\n{script.own}\nend)\n"
             )
-        self.source = "".join(parts)
+        source = "".join(parts)
+        #: The library's name on the server: ``boundedgate_`` and 16 hex digits of its source's digest.
+        self.name = "boundedgate_" + hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()[:16]
+        self.source = source.replace("<name>", self.name)
+        for script in scripts:
+            script.function = f"{self.name}_{script.name.removesuffix('.lua')}"
 
 
 class Calls:
