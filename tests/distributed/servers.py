@@ -91,10 +91,16 @@ def _ping(port: int) -> bool:
 
 
 class RedisServer:
-    """One redis-server on a loopback port, persistence off; it can be killed and restarted there."""
+    """One redis-server on a loopback port, persistence off; it can be killed and restarted there.
 
-    def __init__(self, binary: str) -> None:
+    Args:
+        binary: The redis-server to run.
+        extra: More command-line settings (``--rename-command FCALL ""``, say).
+    """
+
+    def __init__(self, binary: str, *extra: str) -> None:
         self.binary = binary
+        self.extra = extra
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="boundedgate-redis-")
@@ -124,6 +130,7 @@ class RedisServer:
             "--dir", self._dir.name,
             "--protected-mode", "yes",
             "--loglevel", "warning",
+            *self.extra,
         ]  # fmt: skip
         self.process = subprocess.Popen(
             args,

@@ -16,11 +16,13 @@ is the waiter's stored deadline and due time set to the past. The next script's 
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
 import pytest
 import redis
+import redis.exceptions
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -205,6 +207,7 @@ class Scripts(RuleBasedStateMachine):
     """Redis, the model and the core, driven by the same events."""
 
     client: redis.Redis | None = None  # one connection for every example: shrinking a failure stays quick
+    functions = False  # FCALL the library's functions, or EVALSHA the scripts
 
     def __init__(self) -> None:
         super().__init__()
@@ -227,6 +230,9 @@ class Scripts(RuleBasedStateMachine):
         self.common = _scripts.pack_common((c, q, HOUR, HOUR, HOUR, HOUR, wake_prefix("model")))
 
     def run(self, script: _scripts.Script, *args: str | int | float) -> list[Any]:
+        if self.functions:
+            call = ("FCALL", script.function, len(self.keys), *self.keys, self.common, *args)
+            return self.redis.execute_command(*call)  # type: ignore[no-any-return,no-untyped-call]
         return self.redis.evalsha(script.sha, len(self.keys), *self.keys, self.common, *args)  # type: ignore[no-any-return]
 
     def answer(self, script: _scripts.Script, *args: str | int | float) -> list[Any]:
@@ -418,12 +424,17 @@ class Scripts(RuleBasedStateMachine):
         assert (core.running, core.waiting) == (len(running), len(queued))
 
 
-def test_the_scripts_decide_as_the_model_and_the_core(redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("functions", [True, False], ids=["functions", "scripts"])
+def test_the_scripts_decide_as_the_model_and_the_core(redis_server: RedisServer, functions: bool) -> None:
+    # As functions, the prelude's state outlives a call: every call must start from its own.
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     try:
         for script in SCRIPTS:
             client.script_load(script.source)
+        with contextlib.suppress(redis.exceptions.ResponseError):  # already loaded
+            client.function_load(_scripts.LIBRARY.source)
         Scripts.client = client
+        Scripts.functions = functions
         run_state_machine_as_test(
             Scripts,
             settings=settings(
@@ -439,4 +450,5 @@ def test_the_scripts_decide_as_the_model_and_the_core(redis_server: RedisServer)
         )
     finally:
         Scripts.client = None
+        Scripts.functions = False
         client.close()

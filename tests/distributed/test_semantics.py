@@ -13,6 +13,7 @@ import redis.asyncio
 
 from boundedgate import BoundedGate, GateUnavailable, Late, QueueExpired, QueueFull, Status
 from boundedgate.redis import RedisGate, RedisPermit
+from boundedgate.redis._layout import gate_keys
 from tests.helpers import status_of
 
 from .helpers import OtherProcess, cluster, listening, make_gate, settles_empty, wait_until
@@ -435,3 +436,20 @@ async def test_this_process_never_counts_more_waiting_than_the_queue_holds(
         assert gate.stats().peak_waiting == 1
         (await asyncio.wait_for(first, 5)).release()
         (await asyncio.wait_for(second, 5)).release()
+
+
+async def test_tokens_past_ten_to_the_fourteen_stay_exact(client: redis.asyncio.Redis, name: str) -> None:
+    # A number joined into a reply as Lua formats it (%.14g) would come out as 1e+15 there.
+    await client.set(gate_keys(name)[6], 10**15)  # the sequence
+    async with make_gate(client, name, 1, 1) as gate:
+        async with gate.admit(timeout=5) as permit:
+            assert permit.token is not None
+            assert permit.token[1] == 10**15 + 1
+            waiter = asyncio.create_task(gate.admit(timeout=5).__aenter__())
+            while gate.waiting == 0:
+                await asyncio.sleep(0.01)
+        granted = await asyncio.wait_for(waiter, 5)  # told in the release's reply
+        assert granted.token is not None
+        assert granted.token[1] == 10**15 + 3  # the waiter's arrival took 10**15 + 2
+        granted.release()
+        await settles_empty(client, name)

@@ -98,6 +98,10 @@ class RedisGate:
     redis-py's own command hooks and metrics do not see them (a call that cannot reach Redis is made
     again through ``execute_command``, with the client's retries).
 
+    On Redis 7 and later the scripts run as functions of one library, loaded once per server and
+    again if the server lost it; older servers, cluster clients and clients whose ACL refuses
+    functions run them with ``EVALSHA`` (see docs/cluster.md, "How it works").
+
     Args:
         client: A ``redis.asyncio.Redis`` client (decoded responses or not).
         max_running: Running slots, cluster-wide, an int >= 1.
@@ -127,6 +131,7 @@ class RedisGate:
     __slots__ = (
         "_agent",
         "_background",
+        "_calls",
         "_client",
         "_common",
         "_controller",
@@ -181,6 +186,7 @@ class RedisGate:
         self._op_timeout = _seconds("op_timeout", op_timeout)
         self._idle_ttl = _seconds("idle_ttl", idle_ttl)
         self._client = client
+        self._calls = _scripts.Calls(client)
         self._fallback = fallback
         self._agent = agent_id()
         self._keys = gate_keys(self._name)
@@ -523,7 +529,7 @@ class RedisGate:
         common, head = self._head
         if common is not self._common:  # the settings changed (set_limits): encode them again
             self._head = common, head = self._common, _scripts.encode_head(self._keys, self._common)
-        call = functools.partial(script, self._client if client is None else client, head, args)
+        call = functools.partial(script, self._client if client is None else client, head, args, self._calls)
         return await pooled(call, seconds)
 
     def _seen(self, running: object, waiting: object, epoch: object) -> None:

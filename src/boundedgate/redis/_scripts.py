@@ -1,8 +1,25 @@
-"""The Lua scripts, loaded from the package's ``lua/`` folder and run by their SHA1.
+"""The Lua scripts, loaded from the package's ``lua/`` folder: Redis 7 functions, or EVALSHA.
 
-Each script is ``prelude.lua`` followed by its own file. They are sent with ``EVALSHA``; a server
-that does not know one (it restarted, or is another server) is sent ``SCRIPT LOAD`` once and asked
-again.
+Each script is ``prelude.lua`` and its own file. They reach a server one of two ways:
+
+* as **functions** of one library (:data:`LIBRARY`, ``FUNCTION LOAD`` once per server, ``FCALL``
+  per call), from Redis 7 on: the prelude's helpers and constants are made once when the library
+  loads, and a call only fills in its per-call state (``begin()``) and runs its own part. A server
+  that answers "Function not found" (it restarted without persistence, is another server, or had
+  ``FUNCTION FLUSH``) is sent the library and asked again. Functions are replicated and persisted
+  with the data, so a promoted replica has them; ``FLUSHALL`` keeps them.
+* as **scripts** (``EVALSHA``, the whole prelude run on every call), for servers before Redis 7,
+  which answer "unknown command" to ``FCALL``, for a client whose ACL refuses ``FCALL`` or
+  ``FUNCTION LOAD``, and for cluster clients (a library must be loaded on every primary, and a
+  cluster's nodes come and go: not done here). A server that does not know a script is sent
+  ``SCRIPT LOAD`` once and asked again.
+
+Each gate finds out once which way its server takes (:class:`Calls`), by its first ``FCALL``:
+nothing is asked beforehand. The library's name and its functions' carry a digest of its source
+(``boundedgate_<digest>``, functions ``boundedgate_<digest>_admit``, ...): two versions of
+boundedgate on one server load two libraries side by side, and neither replaces the other's
+functions while its calls are in flight (old libraries stay until ``FUNCTION DELETE``; each is
+some tens of kB).
 
 The scripts of the admission path (admit, release, cancel) are sent *directly* through a plain
 ``redis.asyncio.Redis`` client's pool: the command is packed here, from a head encoded once per gate,
@@ -23,15 +40,35 @@ from typing import Any
 
 import redis.asyncio
 import redis.exceptions
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
-__all__ = ("ADAPT", "ADMIT", "CANCEL", "LIMITS", "RELEASE", "SYNC", "Script", "encode_head", "pack_common")
+__all__ = (
+    "ADAPT",
+    "ADMIT",
+    "CANCEL",
+    "LIBRARY",
+    "LIMITS",
+    "RELEASE",
+    "SYNC",
+    "Calls",
+    "Library",
+    "Script",
+    "encode_head",
+    "pack_common",
+)
 
 
-def _source(name: str) -> str:
-    lua = resources.files(__package__).joinpath("lua")
-    return lua.joinpath("prelude.lua").read_text("utf-8") + "\n" + lua.joinpath(name).read_text("utf-8")
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath("lua").joinpath(name).read_text("utf-8")
 
+
+_PRELUDE = _read("prelude.lua")
+
+#: What an ``EVALSHA`` script runs before the prelude: its KEYS and ARGV kept (the prelude's own
+#: locals of those names hide them), and effects replication asked for (Redis < 7 needs it).
+_EVAL_OPENING = """local EVAL_KEYS, EVAL_ARGV = KEYS, ARGV
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+"""
 
 #: Errors after which a direct call is made again through ``execute_command``, with its retries.
 _RETRY_THROUGH_CLIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
@@ -52,37 +89,46 @@ def _bulk(part: bytes) -> bytes:
 
 
 class Script:
-    """One script: its source and SHA1, run against whichever client is given.
+    """One script: its ``EVALSHA`` source and SHA1, its function's name, run against any client.
 
     Args:
         name: The script's file in ``lua/``.
         direct: Sent directly through a plain client's pool (the admission path; see the module).
     """
 
-    __slots__ = ("_heads", "direct", "name", "sha", "source")
+    __slots__ = ("_heads", "direct", "function", "name", "own", "sha", "source")
 
     def __init__(self, name: str, direct: bool = False) -> None:
         self.name = name
-        self.source = _source(name)
+        #: The script's own file, after the prelude.
+        self.own = _read(name)
+        self.source = f"{_EVAL_OPENING}{_PRELUDE}\nbegin(EVAL_KEYS, EVAL_ARGV)\n{self.own}"
         self.sha = hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+        #: Its function's name in :data:`LIBRARY` (set by the library).
+        self.function = ""
         self.direct = direct
-        #: ``EVALSHA sha head...`` packed as RESP bulk strings, by head (few: one per gate and settings).
-        self._heads: dict[tuple[bytes, ...], bytes] = {}
+        #: ``EVALSHA sha head...`` (index 0) and ``FCALL function head...`` (index 1) packed as RESP
+        #: bulk strings, by head (few: one per gate and settings).
+        self._heads: tuple[dict[tuple[bytes, ...], bytes], dict[tuple[bytes, ...], bytes]] = ({}, {})
 
-    def pack(self, head: tuple[bytes, ...], args: Sequence[object]) -> bytes:
-        """``EVALSHA`` of this script with ``head`` and ``args``, as the RESP command Redis reads."""
-        packed = self._heads.get(head)
+    def pack(self, head: tuple[bytes, ...], args: Sequence[object], functions: bool = False) -> bytes:
+        """``EVALSHA`` (``FCALL`` if ``functions``) of this script with ``head`` and ``args``, as RESP."""
+        heads = self._heads[functions]
+        packed = heads.get(head)
         if packed is None:
-            if len(self._heads) >= 64:
-                self._heads.clear()
-            packed = self._heads[head] = b"".join(map(_bulk, (b"EVALSHA", self.sha.encode(), *head)))
+            if len(heads) >= 64:
+                heads.clear()
+            call = (b"FCALL", self.function.encode()) if functions else (b"EVALSHA", self.sha.encode())
+            packed = heads[head] = b"".join(map(_bulk, (*call, *head)))
         parts = [b"*%d\r\n" % (len(head) + 2 + len(args)), packed]
         for arg in args:
             parts.append(_bulk(arg.encode() if isinstance(arg, str) else repr(arg).encode()))
         return b"".join(parts)
 
-    async def __call__(self, client: Any, head: tuple[bytes, ...], args: Sequence[object]) -> Any:
-        """Run the script on ``client`` and return its reply.
+    async def __call__(
+        self, client: Any, head: tuple[bytes, ...], args: Sequence[object], calls: Calls
+    ) -> Any:
+        """Run the script on ``client``, the way ``calls`` says its server takes, and return its reply.
 
         ``head`` is what every call of the gate sends first, encoded once (:func:`encode_head`):
         the number of keys, the keys and the common ARGV; ``args`` are the script's own.
@@ -93,17 +139,103 @@ class Script:
         pool = _plain_pool(client) if self.direct else None
         if pool is not None:
             try:
-                return await _direct(pool, self.pack(head, args))
+                return await _direct(pool, self.pack(head, args, calls.functions))
             except NoScriptError:
                 await client.script_load(self.source)
             except _RETRY_THROUGH_CLIENT:
                 pass  # the client's own path, which retries and reconnects, has the last word
-            return await client.evalsha(self.sha, *head, *args)
+            except ResponseError as error:
+                if not calls.functions:
+                    raise
+                await calls.missing(client, error)
+        return await self.through(client, head, args, calls)
+
+    async def through(
+        self, client: Any, head: tuple[bytes, ...], args: Sequence[object], calls: Calls
+    ) -> Any:
+        """Run the script through ``client``'s ``execute_command``, loading what the server lacks."""
+        if calls.functions:
+            try:
+                return await client.execute_command("FCALL", self.function, *head, *args)
+            except ResponseError as error:
+                await calls.missing(client, error)
+            if calls.functions:  # the library is loaded now
+                return await client.execute_command("FCALL", self.function, *head, *args)
         try:
             return await client.evalsha(self.sha, *head, *args)
         except NoScriptError:
             await client.script_load(self.source)
             return await client.evalsha(self.sha, *head, *args)
+
+
+class Library:
+    """The scripts as one Redis 7 function library, named by a digest of its source.
+
+    Its source is the prelude, run once as the library loads, then one function per script, which
+    calls ``begin()`` with its keys and arguments and runs the script's own file.
+
+    Args:
+        scripts: The scripts it holds; each is told its function's name.
+    """
+
+    __slots__ = ("name", "source")
+
+    def __init__(self, *scripts: Script) -> None:
+        # The source with a placeholder for the name, which is the digest of that whole source.
+        parts = ["#!lua name=<name>\n", _PRELUDE]
+        for script in scripts:
+            function = f"<name>_{script.name.removesuffix('.lua')}"
+            parts.append(
+                f"\nredis.register_function('{function}', function(keys, args)\n"
+                f"begin(keys, args)\n{script.own}\nend)\n"
+            )
+        source = "".join(parts)
+        #: The library's name on the server: ``boundedgate_`` and 16 hex digits of its source's digest.
+        self.name = "boundedgate_" + hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()[:16]
+        self.source = source.replace("<name>", self.name)
+        for script in scripts:
+            script.function = f"{self.name}_{script.name.removesuffix('.lua')}"
+
+
+class Calls:
+    """How one gate's scripts reach its server: as functions of :data:`LIBRARY`, or by ``EVALSHA``.
+
+    Functions for a ``redis.asyncio.Redis`` client (and its subclasses), until the server shows it
+    has none or may not use them; ``EVALSHA`` for good for any other client (a cluster client).
+
+    Args:
+        client: The gate's client.
+    """
+
+    __slots__ = ("functions",)
+
+    def __init__(self, client: Any) -> None:
+        #: True while the scripts are sent as functions (``FCALL``).
+        self.functions = isinstance(client, redis.asyncio.Redis)
+
+    async def missing(self, client: Any, error: ResponseError) -> None:
+        """After ``FCALL`` failed with ``error``: load the library, or turn to ``EVALSHA``, or raise.
+
+        The server lacks the library ("Function not found"): it is loaded (another process may
+        load it at the same time: its "already exists" is as good). The server has no functions
+        (before Redis 7: "unknown command"), or the client's ACL refuses them: every call from now
+        on is sent by ``EVALSHA``. Any other error is the script's own, and raised.
+
+        Raises:
+            redis.exceptions.ResponseError: ``error``, or the library's load failing otherwise.
+        """
+        if isinstance(error, NoPermissionError) or "unknown command" in str(error).lower():
+            self.functions = False
+            return
+        if not str(error).startswith("Function not found"):
+            raise error
+        try:
+            await client.execute_command("FUNCTION", "LOAD", LIBRARY.source)
+        except NoPermissionError:
+            self.functions = False
+        except ResponseError as failed:
+            if "already exists" not in str(failed):
+                raise
 
 
 def _plain_pool(client: Any) -> redis.asyncio.ConnectionPool | None:
@@ -148,3 +280,5 @@ RELEASE = Script("release.lua", direct=True)
 CANCEL = Script("cancel.lua", direct=True)
 LIMITS = Script("limits.lua")
 ADAPT = Script("adapt.lua")
+#: Every script, as the one library a server with functions is sent.
+LIBRARY = Library(ADMIT, SYNC, RELEASE, CANCEL, LIMITS, ADAPT)

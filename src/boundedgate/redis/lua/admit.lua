@@ -17,28 +17,28 @@ if known then
   local _, _, _, token = parse(known)
   local running, waiting = counts()
   if token ~= '' then
-    return answer({1, token, running, waiting, e})
+    return answer({'1', token, int(running), int(waiting), e})
   end
   local order = redis.call('ZSCORE', WAITERS, id)
   if order then
-    return answer({2, order, running, waiting, e})
+    return answer({'2', order, int(running), int(waiting), e})
   end
 end
 local how = outcome(id)
 if how then
   local running, waiting = counts()
-  return answer({4, how, running, waiting, e})
+  return answer({'4', how, int(running), int(waiting), e})
 end
 local deadline = -1
 if remaining >= 0 then deadline = now + remaining end
 local running, waiting = counts()
 if running < C and waiting == 0 and now >= PAUSE then
   local token = grant(id, agent, deadline, false)
-  return answer({1, token, running + 1, waiting, e})
+  return answer({'1', int(token), int(running + 1), int(waiting), e})
 end
 if wait and (Q < 0 or waiting < Q) then
   local order = enqueue(id, agent, deadline)
-  return answer({2, order, running, waiting + 1, e})
+  return answer({'2', int(order), int(running), int(waiting + 1), e})
 end
 count('rejected')
-return answer({3, 0, running, waiting, e})
+return answer({'3', '0', int(running), int(waiting), e})

@@ -27,4 +27,4 @@ if not outcome(id) then
 end
 tick()
 local running, waiting = counts()
-return answer({removed, running, waiting, e})
+return answer({int(removed), int(running), int(waiting), e})

@@ -1,4 +1,5 @@
--- boundedgate: the prelude of every RedisGate script (each script is this file followed by its own).
+-- boundedgate: the prelude of every RedisGate script (each script is this file followed by its own;
+-- see begin() below for how it is run).
 --
 -- Rule 1: every decision about a cluster gate is taken here, in one atomic script per event, never
 -- by a client reading state and writing it back.
@@ -34,50 +35,89 @@
 -- and send, not seven): "C|Q|lease ms|waiter lease ms|outcome ttl ms|idle ttl ms|wake prefix" (Q
 -- -1: unbounded; the agent's id completes the wake channel's prefix). A script's own ARGV follow.
 
-if redis.replicate_commands then pcall(redis.replicate_commands) end -- effects replication (Redis < 7)
+-- The prelude defines its helpers and the per-call state they share; begin() fills that state in
+-- for one call. Sent with EVALSHA (Redis < 7, and cluster clients), the prelude runs on every call
+-- followed by begin(KEYS, ARGV) and the script's own file; loaded as a Redis 7 function library
+-- (_scripts.LIBRARY), it runs once per server, and each script is a function that calls begin()
+-- with its keys and arguments, then runs its file: the helpers are made once, not per call.
 
-local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE =
-  string.match(ARGV[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-C, Q, LEASE, WAITER_TTL = tonumber(C), tonumber(Q), tonumber(LEASE), tonumber(WAITER_TTL)
-local IDLE_TTL_ARG = IDLE_TTL -- as given: a number is formatted anew for every call it is passed to
-OUTCOME_TTL, IDLE_TTL = tonumber(OUTCOME_TTL), tonumber(IDLE_TTL)
-local PAUSE = 0 -- no request starts before this time (ms, server clock): a rate-limit reset
--- One read of meta for what every script needs: the limits set at runtime (they hold for every
--- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.
-local META_NOW = redis.call('HMGET', KEYS[1], 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak', 'touched')
-if META_NOW[1] then C = tonumber(META_NOW[1]) end
-if META_NOW[2] then Q = tonumber(META_NOW[2]) end
-if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
-local EPOCH = META_NOW[4]
-local WPEAK = tonumber(META_NOW[7] or '0')
+local KEYS, ARGV -- of the call
+local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS
+local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE
+local IDLE_TTL_ARG -- as given: a number is formatted anew for every call it is passed to
+local PAUSE -- no request starts before this time (ms, server clock): a rate-limit reset
+local META_NOW, EPOCH
+local WPEAK -- meta's wpeak as a number, read at the first grant (nil before)
+local clock, now
+local SECONDS, SECONDS_MS -- TIME's seconds as last taken apart, and in ms
 local SWEEP = 100 -- at most this many leases, waiters and outcomes swept per script: no long script
 local SWEEP_ARG = '100' -- SWEEP as an argument of a call (strings pass as they are; numbers are formatted)
 
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-
--- How a request ended, as the low 4 bits of its score in outcomes.
-local ENDINGS = { released = 1, reclaimed = 2, expired = 3, lapsed = 4, cancelled = 5, disconnected = 6, unavailable = 7 }
-local ENDING_NAMES = { 'released', 'reclaimed', 'expired', 'lapsed', 'cancelled', 'disconnected', 'unavailable' }
-
 -- The holders and waiters there are, from tick() on (nil before it): every step after it that
 -- adds or removes one keeps them exact, so no script counts the collections twice.
-local RUNNING, WAITING = nil, nil
+local RUNNING, WAITING
 
 -- The keys whose idle TTL this script sets as it ends: the collections it may have made anew (an
 -- emptied collection is deleted, and its next member makes it again, without a TTL), and meta,
 -- seq and stats when it created them. A collection that already had members has its TTL. Every
 -- key's TTL is refreshed every IDLE_TTL / 10 besides (meta's 'touched'), so a key that is only
 -- read or emptied keeps one.
-local WRITTEN = {}
-local SWEEP_OUTCOMES = true -- false in admit: the scripts that record outcomes forget old ones
+local WRITTEN
+local SWEEP_OUTCOMES -- false in admit: the scripts that record outcomes forget old ones
 
 -- The calling process's agent id, in scripts whose reply can tell it of its own waiters' grants
 -- (admit, release, cancel): those are listed in HANDED for the reply, not published.
-local SELF = nil
-local HANDED = {}
+local SELF, HANDED
+
+-- ARGV[1] last taken apart, and what it said: a library's calls from one gate repeat it.
+local COMMON, C0, Q0, LEASE0, WAITER_TTL0, OUTCOME_TTL0, IDLE_TTL0, WAKE0
+
+local function begin(keys, argv)
+  KEYS, ARGV = keys, argv
+  META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS =
+    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8]
+  if argv[1] ~= COMMON then
+    local c, q, lease, waiter_ttl, outcome_ttl, idle_ttl, wake =
+      string.match(argv[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    C0, Q0, LEASE0, WAITER_TTL0 = tonumber(c), tonumber(q), tonumber(lease), tonumber(waiter_ttl)
+    OUTCOME_TTL0, IDLE_TTL0, IDLE_TTL_ARG, WAKE0 = tonumber(outcome_ttl), tonumber(idle_ttl), idle_ttl, wake
+    COMMON = argv[1]
+  end
+  C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE = C0, Q0, LEASE0, WAITER_TTL0, OUTCOME_TTL0, IDLE_TTL0, WAKE0
+  PAUSE = 0
+  -- One read of meta for what every script needs: the limits set at runtime (they hold for every
+  -- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.
+  META_NOW = redis.call('HMGET', META, 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak', 'touched')
+  if META_NOW[1] then C = tonumber(META_NOW[1]) end
+  if META_NOW[2] then Q = tonumber(META_NOW[2]) end
+  if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
+  EPOCH = META_NOW[4]
+  WPEAK = nil
+  clock = redis.call('TIME')
+  if clock[1] ~= SECONDS then
+    SECONDS, SECONDS_MS = clock[1], tonumber(clock[1]) * 1000
+  end
+  now = SECONDS_MS + math.floor(tonumber(clock[2]) / 1000)
+  RUNNING, WAITING = nil, nil
+  WRITTEN, HANDED = {}, {}
+  SWEEP_OUTCOMES, SELF = true, nil
+end
+
+-- How a request ended, as the low 4 bits of its score in outcomes.
+local ENDINGS = { released = 1, reclaimed = 2, expired = 3, lapsed = 4, cancelled = 5, disconnected = 6, unavailable = 7 }
+local ENDING_NAMES = { 'released', 'reclaimed', 'expired', 'lapsed', 'cancelled', 'disconnected', 'unavailable' }
+
+-- An integer as text, for redis.call and replies: a number given to either is formatted with
+-- glibc's float printer ('%.17g', '%.14g': some 2k instructions each), '%d' is far cheaper, and
+-- small ones are formatted once (for the library's life as functions; for the call by EVALSHA).
+local DIGITS = {}
+local function int(n)
+  local text = DIGITS[n]
+  if text then return text end
+  text = string.format('%d', n)
+  if n >= -1 and n < 1024 then DIGITS[n] = text end
+  return text
+end
 
 local function write(command, key, ...)
   WRITTEN[key] = true
@@ -94,9 +134,10 @@ end
 
 -- Note the C and Q this step decided by, for inspection (written only when they changed).
 local function used(c, q)
-  if tonumber(META_NOW[5]) ~= c or tonumber(META_NOW[6]) ~= q then
+  c, q = int(c), int(q)
+  if META_NOW[5] ~= c or META_NOW[6] ~= q then
     redis.call('HSET', META, 'C', c, 'Q', q)
-    META_NOW[5], META_NOW[6] = tostring(c), tostring(q)
+    META_NOW[5], META_NOW[6] = c, q
   end
 end
 
@@ -105,7 +146,7 @@ end
 local function reply(value)
   local touched = tonumber(META_NOW[8])
   if not touched or now - touched >= IDLE_TTL / 10 or now < touched then
-    redis.call('HSET', META, 'touched', now)
+    redis.call('HSET', META, 'touched', int(now))
     for i = 1, #KEYS do
       redis.call('PEXPIRE', KEYS[i], IDLE_TTL_ARG)
     end
@@ -122,7 +163,8 @@ end
 
 -- The reply of the scripts on the admission path (admit, release, cancel): reply()'s fields as one
 -- string, "a|b|c...", which a client reads as one bulk string rather than an array, element by
--- element (no field has a '|': ids are agent ids, which have none, and '#', a serial).
+-- element (no field has a '|': ids are agent ids, which have none, and '#', a serial). Every
+-- field is text (numbers through int(): table.concat would format them with the float printer).
 local function answer(value)
   return table.concat(reply(value), '|')
 end
@@ -141,7 +183,7 @@ local function outcome(id)
 end
 
 local function record(id, how)
-  write('ZADD', OUTCOMES, now * 16 + ENDINGS[how], id)
+  write('ZADD', OUTCOMES, int(now * 16 + ENDINGS[how]), id)
 end
 
 local function count(field, n)
@@ -153,7 +195,7 @@ local function peak(field, value)
   local was = redis.call('HGET', STATS, field)
   if value > tonumber(was or '0') then
     if not was then WRITTEN[STATS] = true end
-    redis.call('HSET', STATS, field, value)
+    redis.call('HSET', STATS, field, int(value))
   end
 end
 
@@ -171,24 +213,25 @@ local function grant(id, agent, deadline, wake)
   local token = redis.call('INCR', SEQ)
   if token == 1 then WRITTEN[SEQ] = true end
   if RUNNING == 0 then WRITTEN[HOLDERS] = true end
-  redis.call('ZADD', HOLDERS, now + LEASE, id)
+  redis.call('ZADD', HOLDERS, int(now + LEASE), id)
   describe(id, string.format('%s|%d|%d|%d', agent, deadline, now, token)) -- %d: cheaper than a number's tostring
   RUNNING = RUNNING + 1
   local fresh = redis.call('HINCRBY', STATS, 'admitted', '1') == 1
   if fresh then WRITTEN[STATS] = true end
   -- wpeak never exceeds peak_running (both follow every grant; wpeak restarts lower), so a grant
   -- at or below it is no new peak; fresh counters (a new stats key) may lack the peak.
+  if not WPEAK then WPEAK = tonumber(META_NOW[7] or '0') end
   if RUNNING > WPEAK or fresh then
     peak('peak_running', RUNNING)
     if RUNNING > WPEAK then
       WPEAK = RUNNING
-      redis.call('HSET', META, 'wpeak', RUNNING)
+      redis.call('HSET', META, 'wpeak', int(RUNNING))
     end
   end
   if wake and agent == SELF then
     -- The reply of the script that made the grant tells the waiter's own process: no message.
     HANDED[#HANDED + 1] = id
-    HANDED[#HANDED + 1] = token
+    HANDED[#HANDED + 1] = int(token)
   elseif wake then
     -- A hint only: the grant is the holders entry above; a lost message costs the waiter one poll.
     redis.call('PUBLISH', WAKE .. agent, id .. ' ' .. token)
@@ -200,10 +243,10 @@ local function enqueue(id, agent, deadline)
   local order = redis.call('INCR', SEQ)
   if order == 1 then WRITTEN[SEQ] = true end
   if WAITING == 0 then WRITTEN[WAITERS], WRITTEN[WDUE] = true, true end
-  redis.call('ZADD', WAITERS, order, id)
+  redis.call('ZADD', WAITERS, int(order), id)
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
-  redis.call('ZADD', WDUE, due, id)
+  redis.call('ZADD', WDUE, int(due), id)
   describe(id, string.format('%s|%d|%d|', agent, deadline, now))
   WAITING = WAITING + 1
   peak('peak_waiting', WAITING)
@@ -224,7 +267,7 @@ local function renew_waiter(id)
   local _, deadline = parse(redis.call('HGET', INFO, id))
   local due = now + WAITER_TTL
   if deadline >= 0 and deadline < due then due = deadline end
-  write('ZADD', WDUE, due, id)
+  write('ZADD', WDUE, int(due), id)
 end
 
 -- Every script runs this first: reclaim lapsed leases, drop dead or expired waiters, and hand every
@@ -233,7 +276,7 @@ end
 local function tick()
   RUNNING = redis.call('ZCARD', HOLDERS)
   if RUNNING > 0 then
-    local lapsed = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', now, 'LIMIT', '0', SWEEP_ARG)
+    local lapsed = redis.call('ZRANGEBYSCORE', HOLDERS, '-inf', int(now), 'LIMIT', '0', SWEEP_ARG)
     for _, id in ipairs(lapsed) do
       RUNNING = RUNNING - redis.call('ZREM', HOLDERS, id)
       redis.call('HDEL', INFO, id)
@@ -244,7 +287,7 @@ local function tick()
   -- waiters and wdue hold the same ids: with no waiter there is nothing to sweep nor hand on
   WAITING = redis.call('ZCARD', WAITERS)
   if WAITING > 0 then
-    local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', now, 'LIMIT', '0', SWEEP_ARG)
+    local due = redis.call('ZRANGEBYSCORE', WDUE, '-inf', int(now), 'LIMIT', '0', SWEEP_ARG)
     for _, id in ipairs(due) do
       local _, deadline = parse(redis.call('HGET', INFO, id))
       if deadline >= 0 and deadline <= now then
@@ -274,9 +317,9 @@ local function tick()
   end
   if SWEEP_OUTCOMES then
     -- outcomes is ordered by when: its oldest are its lowest ranks
-    local old = redis.call('ZCOUNT', OUTCOMES, '-inf', (now - OUTCOME_TTL) * 16 + 15)
+    local old = redis.call('ZCOUNT', OUTCOMES, '-inf', int((now - OUTCOME_TTL) * 16 + 15))
     if old > 0 then
-      redis.call('ZREMRANGEBYRANK', OUTCOMES, 0, math.min(old, SWEEP) - 1)
+      redis.call('ZREMRANGEBYRANK', OUTCOMES, '0', int(math.min(old, SWEEP) - 1))
     end
   end
 end

@@ -7,13 +7,14 @@
 local id, how = ARGV[2], ARGV[3]
 SELF = agent_of(id)
 local e = epoch()
-local removed = 0
-if outcome(id) ~= 'released' then
-  removed = redis.call('ZREM', HOLDERS, id)
+-- A holder has no outcome (a released id is never counted again: sync does not reattach it), so
+-- only an id that held no slot is looked up among the outcomes, to tell a retry.
+local removed = redis.call('ZREM', HOLDERS, id)
+if removed == 1 or outcome(id) ~= 'released' then
   redis.call('HDEL', INFO, id)
   record(id, 'released')
   count(how)
 end
 tick()
 local running, waiting = counts()
-return answer({removed, running, waiting, e, C})
+return answer({int(removed), int(running), int(waiting), e, int(C)})

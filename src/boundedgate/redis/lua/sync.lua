@@ -20,7 +20,7 @@ for _ = 1, holders do
   local id = ARGV[i]
   i = i + 1
   if redis.call('ZSCORE', HOLDERS, id) then
-    write('ZADD', HOLDERS, now + LEASE, id)
+    write('ZADD', HOLDERS, int(now + LEASE), id)
     WRITTEN[INFO] = true -- a live holder keeps its keys alive
   else
     local how = outcome(id)
@@ -31,8 +31,8 @@ for _ = 1, holders do
         redis.call('ZREM', OUTCOMES, id)
       end
       local token = write('INCR', SEQ)
-      write('ZADD', HOLDERS, now + LEASE, id)
-      write('HSET', INFO, id, agent .. '|-1|' .. now .. '|' .. token)
+      write('ZADD', HOLDERS, int(now + LEASE), id)
+      write('HSET', INFO, id, string.format('%s|-1|%d|%d', agent, now, token))
       RUNNING = RUNNING + 1
       count('reattached')
       peak('peak_running', RUNNING)
@@ -46,7 +46,7 @@ while i < #ARGV do
   if redis.call('ZSCORE', WAITERS, id) then
     renew_waiter(id)
   elseif redis.call('ZSCORE', HOLDERS, id) then
-    write('ZADD', HOLDERS, now + LEASE, id)
+    write('ZADD', HOLDERS, int(now + LEASE), id)
     local _, _, _, token = parse(redis.call('HGET', INFO, id))
     report(id, 'granted', token)
   else
