@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
-from .._core import FloatArg, Status, Ticket, check_cost, queue_deadline
+from .._core import FloatArg, Status, Ticket, allocates_plainly, check_cost, queue_deadline
 from .._streams import GatedStream, StreamPermit, hand_over
 from ._compat import cancellation_pending, current_task, is_cancelling
 
@@ -304,10 +304,10 @@ class Permit(Ticket):
             raise RuntimeError(f"{self!r} was already used; call admit() for each request")
         gate = self._gate
         loop = gate._loop
-        if loop is None or (task := current_task(loop)) is None:
+        if loop is None or (task := _current_task(loop)) is None:
             loop = gate._bind()
-            task = current_task(loop)
-        if task is not None and is_cancelling(task) and cancellation_pending(task):
+            task = _current_task(loop)
+        if task is not None and _is_cancelling(task) and cancellation_pending(task):
             # Refused before it is counted: a cancelled caller never touches the counters.
             self.status = CANCELLED
             raise asyncio.CancelledError()
@@ -459,19 +459,8 @@ def _leaked(permit: Permit) -> None:
     )
 
 
-def _allocates_plainly() -> bool:
-    """True when ``object.__new__`` makes a permit (interpreted); compiled, the class allocates."""
-    try:
-        _new(Permit)
-    except TypeError:  # pragma: no mutate (either answer makes the same permits, interpreted)
-        return False  # pragma: no mutate
-    return True  # pragma: no mutate
-
-
 _new: Final = object.__new__
-_PLAIN_ALLOCATION: Final = _allocates_plainly()
-
-if TYPE_CHECKING:
-
-    def _is_a_stream_permit(permit: Permit) -> StreamPermit:  # mypy checks the contract here
-        return permit
+_PLAIN_ALLOCATION: Final = allocates_plainly(Permit)
+# The task facts (``_compat``, interpreted) as C statics: compiled, a plain global is a dict lookup.
+_current_task: Final = current_task
+_is_cancelling: Final = is_cancelling
