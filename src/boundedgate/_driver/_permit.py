@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
 from .._core import FloatArg, Status, Ticket, allocates_plainly, check_cost, queue_deadline
 from .._streams import GatedStream, StreamPermit, hand_over
-from ._compat import cancellation_pending, current_task, is_cancelling
+from . import _compat
+from ._compat import cancellation_pending
 
 if TYPE_CHECKING:
     from .._errors import Late
@@ -30,6 +31,10 @@ ABORTED: Final[Status] = Status.ABORTED
 LEAKED: Final[Status] = Status.LEAKED
 DISCONNECTED: Final[Status] = Status.DISCONNECTED
 _INF: Final = math.inf
+# The task facts of every arrival, as C statics: compiled, a name imported from an interpreted
+# module (``_compat``) is a lookup in the module's dict at every use.
+current_task: Final = _compat.current_task
+is_cancelling: Final = _compat.is_cancelling
 
 _T = TypeVar("_T")
 _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
@@ -304,10 +309,10 @@ class Permit(Ticket):
             raise RuntimeError(f"{self!r} was already used; call admit() for each request")
         gate = self._gate
         loop = gate._loop
-        if loop is None or (task := _current_task(loop)) is None:
+        if loop is None or (task := current_task(loop)) is None:
             loop = gate._bind()
-            task = _current_task(loop)
-        if task is not None and _is_cancelling(task) and cancellation_pending(task):
+            task = current_task(loop)
+        if task is not None and is_cancelling(task) and cancellation_pending(task):
             # Refused before it is counted: a cancelled caller never touches the counters.
             self.status = CANCELLED
             raise asyncio.CancelledError()
@@ -461,6 +466,3 @@ def _leaked(permit: Permit) -> None:
 
 _new: Final = object.__new__
 _PLAIN_ALLOCATION: Final = allocates_plainly(Permit)
-# The task facts (``_compat``, interpreted) as C statics: compiled, a plain global is a dict lookup.
-_current_task: Final = current_task
-_is_cancelling: Final = is_cancelling
