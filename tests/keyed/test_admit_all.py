@@ -536,6 +536,37 @@ async def test_a_step_whose_gate_cannot_be_made_gives_back_the_gates_taken() -> 
     assert (openai.running, openai.stats().cancelled, openai.stats().admitted) == (0, 1, 0)
 
 
+async def test_the_call_arrives_with_its_first_step_and_takes_its_deadline() -> None:
+    first, second = (BoundedGate(max_running=1, max_waiting=0, name=name) for name in "ab")
+    await asyncio.sleep(1)  # arrival at 1, so that a budget and a deadline differ
+    async with admit_all(first, second, timeout=30, max_wait=5) as combined:
+        step = combined.permits[0]
+        assert (combined.arrival, combined.deadline) == (step.arrival, step.deadline) == (1, 31)
+        assert step.max_wait == 5
+        assert combined.permits[1].deadline == 31
+
+
+@pytest.mark.parametrize("failure", ["gate cannot be made", "cancelled before arriving"])
+async def test_a_first_step_that_never_arrives_still_times_the_call(failure: str) -> None:
+    models: KeyedGate[str] = KeyedGate(
+        max_running=1, max_waiting=0, name="model", overrides=lambda key: GateLimits(0, 0)
+    )
+    openai = BoundedGate(max_running=1, max_waiting=0, name="openai")
+    await asyncio.sleep(1)
+    combined = admit_all((models, "gpt") if failure == "gate cannot be made" else openai, timeout=30)
+
+    async def enter() -> None:
+        if failure == "cancelled before arriving":
+            asyncio.current_task().cancel()  # type: ignore[union-attr]
+        await combined.__aenter__()
+
+    with pytest.raises(ValueError if failure == "gate cannot be made" else asyncio.CancelledError):
+        await asyncio.create_task(enter())
+    assert (combined.arrival, combined.deadline, combined.ended) == (1, 31, 1)
+    assert combined.status is Status.CANCELLED
+    assert openai.stats().arrived == 0
+
+
 async def test_the_priority_is_every_step_s() -> None:
     tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=2, name="tenant", priorities=2)
     openai = BoundedGate(max_running=1, max_waiting=2, name="openai", priorities=2)

@@ -136,6 +136,11 @@ RECENT_RUN_WEIGHT: Final = 0.2
 #: Dead entries tolerated in the queue and the heap beyond twice the live ones.
 _SLACK: Final = 32
 
+# The heap's operations as C statics: compiled, ``heapq.heappush`` is a module attribute lookup at
+# every queued arrival.
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
+
 
 def pace_weight(limit: int) -> float:
     """The weight of the newest run in the recent pace of a gate with ``limit`` slots.
@@ -586,7 +591,7 @@ class GateState:
         """
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].status is not QUEUED:
-            heapq.heappop(deadlines)
+            _heappop(deadlines)
         when = deadlines[0][0] if deadlines else math.inf
         if self.paused_until < when:
             when = self.paused_until
@@ -758,7 +763,7 @@ class GateState:
         expired: list[Ticket] = []
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now:
-            ticket = heapq.heappop(deadlines)[1]
+            ticket = _heappop(deadlines)[1]
             if ticket.status is QUEUED:
                 ticket.status = EXPIRED
                 self._leave_queue(ticket, now)
@@ -776,7 +781,7 @@ class GateState:
         self._queue.push(ticket)
         expires = ticket.deadline if ticket.max_wait == math.inf else queue_deadline(ticket)
         if expires != math.inf:
-            heapq.heappush(self._deadlines, (expires, ticket))
+            _heappush(self._deadlines, (expires, ticket))
         self.waiting = waiting = self.waiting + 1
         if waiting > self.peak_waiting:
             self.peak_waiting = waiting

@@ -11,23 +11,14 @@ sees the refused step's own error, which names its gate, with the whole call's `
 
 from __future__ import annotations
 
-import math
-import operator
-import sys
 from collections.abc import Hashable
 from typing import Any
 
-from .._core import Status, check_cost, check_deadline, check_max_wait, check_priority, check_timeout
 from ._bounded import BoundedGate
-from ._combined_permit import CombinedPermit
-from ._keyed import KeyedGate, _KeyState
-from ._light import light_of
-from ._order import check_order, checked_gates
+from ._combined_permit import CombinedPermit, combine
+from ._keyed import KeyedGate
 
 __all__ = ("CombinedPermit", "admit_all")
-
-NEW = Status.NEW
-_ZERO = 0  # `priority is not _ZERO`: the identity of the small int the default is
 
 
 def admit_all(
@@ -92,92 +83,4 @@ def admit_all(
             already used; both timeout and deadline; a priority or cost out of range (found when
             the step's gate is reached).
     """
-    # These gates in this order admitted before (a pair is a new tuple each call: never found)?
-    # One lookup, and the proxies compare as the gates they stand for, or fail once any is gone.
-    steps: tuple[Any, ...] = gates  # each checked here (compiled, a step is read as an object)
-    level = 0
-    try:
-        known = checked_gates.get(hash(steps))
-        again = known is not None and known[0] == steps
-    except (ReferenceError, TypeError):  # a gate gone, or a step that is no gate (unhashable)
-        again = False
-    if again:
-        families = None
-        if priority is not _ZERO:
-            level = check_priority(priority, min(gate.priorities for gate in steps))
-    else:
-        families = _families(steps)
-        if priority is not _ZERO:  # checked now against the fewest classes among the gates, not at a step
-            classes = (f.priorities if type(f) is BoundedGate else f._priorities for f in families)
-            level = check_priority(priority, min(classes))
-    if cost is not None:
-        cost = check_cost(cost)
-    if deadline is None:
-        # The common case inline; an int beyond a float's range (and inf, NaN) takes the full check.
-        if (type(timeout) is float or type(timeout) is int) and 0 <= timeout <= _MAX:
-            relative = timeout
-        else:
-            relative = check_timeout(timeout)  # inf for None: no deadline
-        absolute = _INF
-    elif timeout is not None:
-        raise ValueError("give timeout or deadline, not both")
-    else:
-        relative = None
-        absolute = check_deadline(deadline)
-    if families is not None:
-        check_order(families, all(map(operator.is_, families, steps)))  # each gate its own family?
-    if _PLAIN_ALLOCATION:  # CombinedPermit.__init__ spelled out: the type call and its frame cost more
-        permit: CombinedPermit = _new(CombinedPermit)
-        permit._steps = steps
-        permit._priority = level
-        permit._cost = cost
-        permit._handed_over = False
-        permit._timeout = relative
-        permit._permits = ()
-        permit._loop = None
-        permit.arrival = permit.started = permit.ended = None
-        permit.deadline = absolute
-        permit.status = NEW
-    else:  # compiled, the type call is the cheap way (and object.__new__ is refused for a native class)
-        permit = CombinedPermit(steps, relative, absolute, level, cost)
-    permit._max_wait = _INF if max_wait is None else check_max_wait(max_wait)
-    permit._raise_late = raise_late is True or bool(raise_late)
-    return permit
-
-
-def _families(gates: tuple[object, ...]) -> list[BoundedGate | KeyedGate[Any]]:
-    """The family of each step (a gate, or the keyed gate of a key's gate or pair), each step checked."""
-    families: list[BoundedGate | KeyedGate[Any]] = []
-    for gate in gates:
-        if type(gate) is BoundedGate:  # both classes are final: no subclass to miss
-            state = gate._state
-            light = light_of(gate)
-            if light is not None:
-                families.append(light._owner)
-            else:
-                families.append(state._owner if type(state) is _KeyState else gate)
-        elif type(gate) is tuple and len(gate) == 2 and type(gate[0]) is KeyedGate:
-            hash(gate[1])
-            families.append(gate[0])
-        else:
-            raise TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {gate!r}")
-    if not families:
-        raise ValueError("admit_all() needs at least one gate")
-    return families
-
-
-_INF = math.inf
-_MAX = sys.float_info.max
-
-
-def _allocates_plainly() -> bool:
-    """True when ``object.__new__`` makes a combined permit (interpreted); compiled, the class allocates."""
-    try:
-        _new(CombinedPermit)
-    except TypeError:  # pragma: no mutate (either answer makes the same permits, interpreted)
-        return False  # pragma: no mutate
-    return True  # pragma: no mutate
-
-
-_new = object.__new__
-_PLAIN_ALLOCATION = _allocates_plainly()
+    return combine(gates, timeout, deadline, max_wait, priority, cost, raise_late)

@@ -1,27 +1,42 @@
-"""The combined permit: one request's claim on several gates, from ``admit_all`` (``_combined``).
+"""The combined permit: one request's claim on several gates, and :func:`combine`, which makes it.
 
-Compiled with the permit in the compiled build (its entry, steps and exit are the combined
-admission's hot path); ``admit_all`` itself stays interpreted, as a public function keeps its
-docstring only there.
+Compiled with the permit in the compiled build (its making, entry, steps and exit are the combined
+admission's hot path). The public ``admit_all`` (``_combined``) stays interpreted, as a public
+function keeps its docstring only there, and is one call into :func:`combine`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import operator
+import sys
 from collections.abc import AsyncIterator, Hashable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
-from .._core import FloatArg, Status
+from .._core import (
+    BoolArg,
+    FloatArg,
+    IntArg,
+    Status,
+    allocates_plainly,
+    check_cost,
+    check_deadline,
+    check_max_wait,
+    check_priority,
+    check_timeout,
+)
 from .._errors import GateError, Late
 from .._streams import GatedStream, StreamPermit, hand_over
 from ._bounded import BoundedGate
 from ._gate import GateBase
-from ._keyed import KeyedGate
+from ._keyed import KeyedGate, _KeyState
+from ._light import light_of
+from ._order import check_order, checked_gates
 from ._permit import Permit, new_permit
 
-__all__ = ("CombinedPermit", "Step")
+__all__ = ("CombinedPermit", "Step", "combine")
 
 NEW: Final[Status] = Status.NEW
 QUEUED: Final[Status] = Status.QUEUED
@@ -34,6 +49,11 @@ ABORTED: Final[Status] = Status.ABORTED
 
 _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
 _INF: Final = math.inf
+_MAX: Final = sys.float_info.max
+_ZERO: Final = 0  # `priority is not _ZERO`: the identity of the small int the default is
+# Module globals that are not native, read as C statics (a plain global is a dict lookup, compiled).
+_CHECKED_GATES: Final = checked_gates
+_get_running_loop: Final = asyncio.get_running_loop
 
 #: A gate, or a keyed gate and the key to take in it.
 Step = BoundedGate | tuple[KeyedGate[Any], Hashable]
@@ -165,34 +185,42 @@ class CombinedPermit:
             raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
         if self.status is not NEW:
             raise RuntimeError(f"{self!r} was already used; call admit_all() for each request")
-        loop = self._loop = asyncio.get_running_loop()
-        now = self.arrival = loop.time()
-        if self._timeout is not None:
-            self.deadline = now + self._timeout
+        loop = self._loop = _get_running_loop()
+        timeout = self._timeout  # for the first step: the call arrives as it does
         deadline = self.deadline
         priority = self._priority
         cost = self._cost
-        wait_until = now + self._max_wait  # every step's queue budget ends here
+        max_wait = self._max_wait
+        wait_until = _INF
         self.status = QUEUED
         taken: list[Permit] = []
         for step in self._steps:
             permit = None
             try:
-                gate: GateBase = step if type(step) is BoundedGate else step[0]._gate_for(step[1])
+                # A step is a gate or a pair (checked when the permit was made): no global lookup.
+                gate: GateBase = step[0]._gate_for(step[1]) if type(step) is tuple else step  # type: ignore[assignment]
                 if cost is None:  # the one deadline and priority are checked already
-                    permit = new_permit(gate, None, deadline, priority, 0.0)
-                else:  # its gate checks the cost against its buckets
+                    permit = new_permit(gate, timeout, deadline, priority, 0.0)
+                elif timeout is None:  # its gate checks the cost against its buckets
                     permit = gate.admit(deadline=deadline, priority=priority, cost=cost)
-                if wait_until != _INF:
-                    permit.max_wait = max(0.0, wait_until - loop.time())
-                if permit._arrive(True) is not RUNNING:  # a step that starts at once needs no coroutine
+                else:
+                    permit = gate.admit(timeout=timeout, priority=priority, cost=cost)
+                if not taken:  # the first step: its arrival is the call's (one clock reading)
+                    permit.max_wait = max_wait
+                    status = permit._arrive(True)
+                    now: float = permit.arrival  # type: ignore[assignment]  # set by the arrival
+                    self.arrival = now
+                    deadline = self.deadline = permit.deadline
+                    wait_until = now + max_wait  # every step's queue budget ends here
+                    timeout = None
+                else:
+                    if wait_until != _INF:
+                        permit.max_wait = max(0.0, wait_until - loop.time())
+                    status = permit._arrive(True)
+                if status is not RUNNING:  # a step that starts at once needs no coroutine
                     await permit._wait()
             except BaseException as exc:
-                self._give_back(taken, permit)
-                if isinstance(exc, GateError) and permit is not None and permit.ended is not None:
-                    # The step's gate timed its own part; the caller waited for the whole call.
-                    waited = permit.ended - now
-                    exc.args = (*exc.args[:5], waited, waited, *exc.args[7:])
+                self._give_back(taken, permit, exc)
                 raise
             taken.append(permit)
         self._permits = tuple(taken)
@@ -229,14 +257,25 @@ class CombinedPermit:
         self.ended = ended
         self.status = ending if ending is not None else LATE if late else COMPLETED
 
-    def _give_back(self, taken: list[Permit], refused: Permit | None) -> None:
-        """A step failed: the gates taken give their slots back unused, and the request ends."""
+    def _give_back(self, taken: list[Permit], refused: Permit | None, exc: BaseException) -> None:
+        """A step failed with ``exc``: the gates taken give their slots back unused, and the request ends."""
+        loop: asyncio.AbstractEventLoop = self._loop  # type: ignore[assignment]
+        arrival = self.arrival
+        if arrival is None:  # the first step failed before its arrival (the call's): the call arrives now
+            arrival = refused.arrival if refused is not None else None
+            arrival = self.arrival = loop.time() if arrival is None else arrival
+            if self._timeout is not None:
+                self.deadline = arrival + self._timeout
         for permit in reversed(taken):
             permit._gate._cancel(permit)
         self._permits = (*taken, refused) if refused is not None else tuple(taken)
         status = refused.status if refused is not None else NEW
         self.status = status if status.is_final else CANCELLED
-        self.ended = self._loop.time()  # type: ignore[union-attr]
+        self.ended = loop.time()
+        if isinstance(exc, GateError) and refused is not None and refused.ended is not None:
+            # The step's gate timed its own part; the caller waited for the whole call.
+            waited = refused.ended - arrival
+            exc.args = (*exc.args[:5], waited, waited, *exc.args[7:])
 
     def _late(self) -> Late:
         """The :class:`Late` for a request that finished at or after its deadline, naming the last gate."""
@@ -245,6 +284,94 @@ class CombinedPermit:
     def __repr__(self) -> str:
         names = ", ".join(repr(gate.name) for gate in self.gates) or f"{len(self._steps)} gates"
         return f"<CombinedPermit of {names}: {self.status.value}>"
+
+
+def combine(
+    steps: tuple[Any, ...],
+    timeout: FloatArg | None,
+    deadline: FloatArg | None,
+    max_wait: FloatArg | None,
+    priority: IntArg,
+    cost: FloatArg | None,
+    raise_late: BoolArg,
+) -> CombinedPermit:
+    """What ``admit_all(*steps, ...)`` returns: its arguments checked, and the permit, not arrived."""
+    # These gates in this order admitted before (a pair is a new tuple each call: never found)?
+    # One lookup, and the proxies compare as the gates they stand for, or fail once any is gone.
+    level = 0
+    try:
+        known = _CHECKED_GATES.get(hash(steps))
+        again = known is not None and known[0] == steps
+    except (ReferenceError, TypeError):  # a gate gone, or a step that is no gate (unhashable)
+        again = False
+    if again:
+        families = None
+        if priority is not _ZERO:
+            level = check_priority(priority, min(gate.priorities for gate in steps))
+    else:
+        families = _families(steps)
+        if priority is not _ZERO:  # checked now against the fewest classes among the gates, not at a step
+            classes = (f.priorities if type(f) is BoundedGate else f._priorities for f in families)
+            level = check_priority(priority, min(classes))
+    checked_cost = None if cost is None else check_cost(cost)
+    relative: float | None
+    if deadline is None:
+        # The common case inline; an int beyond a float's range (and inf, NaN) takes the full check.
+        given: Any = timeout  # compiled, the number as passed (an object)
+        if (type(given) is float or type(given) is int) and 0 <= given <= _MAX:
+            relative = given
+        else:
+            relative = check_timeout(timeout)  # inf for None: no deadline
+        absolute = _INF
+    elif timeout is not None:
+        raise ValueError("give timeout or deadline, not both")
+    else:
+        relative = None
+        absolute = check_deadline(deadline)
+    if families is not None:
+        check_order(families, all(map(operator.is_, families, steps)))  # each gate its own family?
+    if _PLAIN_ALLOCATION:  # CombinedPermit.__init__ spelled out: the type call and its frame cost more
+        permit: CombinedPermit = _new(CombinedPermit)
+        permit._steps = steps
+        permit._priority = level
+        permit._cost = checked_cost
+        permit._handed_over = False
+        permit._timeout = relative
+        permit._permits = ()
+        permit._loop = None
+        permit.arrival = permit.started = permit.ended = None
+        permit.deadline = absolute
+        permit.status = NEW
+    else:  # compiled, the type call is the cheap way (and object.__new__ is refused for a native class)
+        permit = CombinedPermit(steps, relative, absolute, level, checked_cost)
+    permit._max_wait = _INF if max_wait is None else check_max_wait(max_wait)
+    permit._raise_late = raise_late is True or bool(raise_late)
+    return permit
+
+
+def _families(gates: tuple[Any, ...]) -> list[BoundedGate | KeyedGate[Any]]:
+    """The family of each step (a gate, or the keyed gate of a key's gate or pair), each step checked."""
+    families: list[BoundedGate | KeyedGate[Any]] = []
+    for gate in gates:
+        if type(gate) is BoundedGate:  # both classes are final: no subclass to miss
+            state = gate._state
+            light = light_of(gate)
+            if light is not None:
+                families.append(light._owner)
+            else:
+                families.append(state._owner if type(state) is _KeyState else gate)
+        elif type(gate) is tuple and len(gate) == 2 and type(gate[0]) is KeyedGate:
+            hash(gate[1])
+            families.append(gate[0])
+        else:
+            raise TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {gate!r}")
+    if not families:
+        raise ValueError("admit_all() needs at least one gate")
+    return families
+
+
+_new: Final = object.__new__
+_PLAIN_ALLOCATION: Final = allocates_plainly(CombinedPermit)
 
 
 if TYPE_CHECKING:

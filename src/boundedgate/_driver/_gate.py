@@ -491,21 +491,23 @@ class GateBase:
 
     def _wake(self, woken: Sequence[Ticket]) -> None:
         """Resolve the futures of permits that left the queue (started or expired), oldest first."""
+        permit: Permit  # every ticket of a gate is a permit (compiled: its fields read natively)
         while woken:
             passed_on: list[Ticket] = []
-            for permit in woken:
-                waiter: asyncio.Future[None] | None = permit._waiter  # type: ignore[attr-defined]
+            for permit in woken:  # type: ignore[assignment]
+                waiter = permit._waiter
                 if waiter is None:
                     continue
-                if not waiter.done():
-                    try:
-                        waiter.set_result(None)
-                        continue
-                    except RuntimeError:  # its loop is closed: nobody will ever wake on it
-                        if not self._loop.is_closed():  # type: ignore[union-attr]
-                            raise
-                        self._parked.discard(permit)
-                        permit._waiter = None  # type: ignore[attr-defined]
+                try:
+                    waiter.set_result(None)  # a future already done (cancelled) refuses it
+                    continue
+                except asyncio.InvalidStateError:
+                    pass
+                except RuntimeError:  # its loop is closed: nobody will ever wake on it
+                    if not self._loop.is_closed():  # type: ignore[union-attr]
+                        raise
+                    self._parked.discard(permit)
+                    permit._waiter = None
                 if permit.status is RUNNING:
                     # Its caller was cancelled in the turn the slot was handed to it (or its loop is
                     # gone): the slot passes on now rather than when that task wakes to find it so.

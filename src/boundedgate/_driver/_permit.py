@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
-from .._core import FloatArg, Status, Ticket, check_cost, queue_deadline
+from .._core import FloatArg, Status, Ticket, allocates_plainly, check_cost, queue_deadline
 from .._streams import GatedStream, StreamPermit, hand_over
-from ._compat import cancellation_pending, current_task, is_cancelling
+from . import _compat
+from ._compat import cancellation_pending
 
 if TYPE_CHECKING:
     from .._errors import Late
@@ -30,6 +31,10 @@ ABORTED: Final[Status] = Status.ABORTED
 LEAKED: Final[Status] = Status.LEAKED
 DISCONNECTED: Final[Status] = Status.DISCONNECTED
 _INF: Final = math.inf
+# The task facts of every arrival, as C statics: compiled, a name imported from an interpreted
+# module (``_compat``) is a lookup in the module's dict at every use.
+current_task: Final = _compat.current_task
+is_cancelling: Final = _compat.is_cancelling
 
 _T = TypeVar("_T")
 _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
@@ -459,19 +464,5 @@ def _leaked(permit: Permit) -> None:
     )
 
 
-def _allocates_plainly() -> bool:
-    """True when ``object.__new__`` makes a permit (interpreted); compiled, the class allocates."""
-    try:
-        _new(Permit)
-    except TypeError:  # pragma: no mutate (either answer makes the same permits, interpreted)
-        return False  # pragma: no mutate
-    return True  # pragma: no mutate
-
-
 _new: Final = object.__new__
-_PLAIN_ALLOCATION: Final = _allocates_plainly()
-
-if TYPE_CHECKING:
-
-    def _is_a_stream_permit(permit: Permit) -> StreamPermit:  # mypy checks the contract here
-        return permit
+_PLAIN_ALLOCATION: Final = allocates_plainly(Permit)
