@@ -168,6 +168,21 @@ async def test_a_light_keys_gate_observed_on_its_own_records() -> None:
     assert len(records) == 2
 
 
+async def test_the_dropped_gate_held_by_nothing_is_the_next_new_keys_gate() -> None:
+    # In either build: the reference count admit() reads of a gate nothing holds is the one it
+    # measured. (Its set of parked permits is held here, not the gate, which a new gate would not share.)
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
+    async with keyed.admit("a") as permit:
+        parked = permit.gate._parked
+    del permit
+    for key in ("b", "c"):
+        async with keyed.admit(key) as permit:
+            assert (permit.gate._parked is parked, permit.gate.name) == (True, f"keyed/{key}")
+        del permit
+    total = keyed.stats()
+    assert (total.created, total.dropped, total.total.completed) == (3, 3, 3)
+
+
 async def test_a_dropped_gate_is_made_again_only_when_nothing_holds_it() -> None:
     keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
     async with keyed.admit("a"):
