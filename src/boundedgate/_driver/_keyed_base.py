@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from .._core import BoolArg, FloatArg, IntArg, WaitQueue, mypyc_attr
 from ._gate import GateBase
-from ._light import KeyState
+from ._light import FRESH, RETIRED, KeyState
 from ._permit import Permit, new_permit
 
 if TYPE_CHECKING:
@@ -162,8 +162,21 @@ class KeyedBase:
                 if (
                     _refs(gate) == _FREE_GATE
                     and not _weakrefs(gate)
-                    and state.reuse(gate, key, self._max_running, self._max_waiting)
+                    and state._light
+                    and state._phase == RETIRED
                 ):
+                    if state.limit == self._max_running and state.max_waiting == self._max_waiting:
+                        # KeyState.reuse spelled out for the template's limits (the call costs the
+                        # pure build more than its lines)
+                        state._gate = gate
+                        state._key = key
+                        state._phase = FRESH
+                        state.completed = state.peak_running = state.admitted = 0
+                        state.run_seconds_total = state.run_seconds_max = 0.0
+                        state.end_to_end_seconds_total = state.end_to_end_seconds_max = 0.0
+                        state.recent_run_seconds = None
+                    else:  # no C, or the template's limits changed since the key was made
+                        state.reuse(gate, key, self._max_running, self._max_waiting)
                     self._created += 1
                     gate._name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"
                 else:

@@ -130,7 +130,10 @@ class KeyState(GateState):
         return self
 
     def reuse(self, gate: GateBase, key: Hashable, max_running: int | None, max_waiting: int | None) -> bool:
-        """Make a dropped light key, and ``gate`` around it, new for ``key`` (False: it is not one)."""
+        """Make a dropped light key, and ``gate`` around it, new for ``key`` (False: it is not one).
+
+        ``KeyedBase.admit()`` spells out its case of the template's limits: keep the two in step.
+        """
         if not self._light or self._phase != RETIRED:
             return False
         self._gate = gate
