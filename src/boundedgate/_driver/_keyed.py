@@ -7,8 +7,10 @@ A key's gate drives a :class:`KeyState` (``_light.py``), which starts *light* wh
 has no rate limits, no controller and no observers: counts only, without a queue of its own, until
 anything else is needed, when it becomes a full state in place (plain gates pay nothing for any of
 this). A light key dropped folds its few counters into ``_done*``; the gate of the last one dropped
-is kept in ``_spare`` and made again for the next new key if nothing holds it by then. Either kind
-of state goes through three phases:
+is kept in ``_spare`` and made again for the next new key if nothing holds it by then. ``admit()``
+and the fields that every arrival and release update (the listed gates, the spare, the totals) are
+those of ``KeyedGate``'s base, :class:`KeyedBase` (``_keyed_base.py``, compiled with the key state
+where the build compiles). Either kind of state goes through three phases:
 
 ``FRESH``
     Made by ``admit(key)`` for a key with no gate, and held by nothing but its permit: a permit
