@@ -31,7 +31,8 @@ except ImportError:  # `python hatch_build.py DIR`, outside a build
 #: The modules compiled, under ``src/boundedgate``: the admission path and nothing else. The rest
 #: stays interpreted: the public ``BoundedGate`` (``_driver/_bounded.py``: mypyc 2.4 gives a native
 #: class's weak references no clearing at deallocation, so the gate's weak-reference slot is an
-#: interpreted subclass's), the keyed gate (but its keys' state, ``_driver/_light.py``), the
+#: interpreted subclass's), the keyed gate (but its keys' state, ``_driver/_light.py``, and its base,
+#: ``_driver/_keyed_base.py``: ``admit()`` and the totals, the weak references again its subclass's), the
 #: streams, the errors, the simulator, the Redis gate, the settings checks; ``_core/_native.py`` must.
 COMPILED = (
     "_core/_ticket.py",
@@ -41,6 +42,7 @@ COMPILED = (
     "_driver/_gate.py",
     "_driver/_combined_permit.py",
     "_driver/_light.py",
+    "_driver/_keyed_base.py",
 )
 
 #: What compiling needs beyond hatchling (the workarounds in these modules were found with mypy 2.4).

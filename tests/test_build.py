@@ -131,3 +131,39 @@ def test_the_hot_paths_allocate_plainly_only_interpreted() -> None:
     gate = boundedgate.BoundedGate(max_running=1, max_waiting=0)
     assert type(gate.admit()) is permit.Permit
     assert type(boundedgate.admit_all(gate)) is combined.CombinedPermit
+
+
+KEYED_FREED = """
+import asyncio, gc, weakref
+from boundedgate import KeyedGate, admit_all
+
+keyed = KeyedGate(max_running=1, max_waiting=0, name="keyed")
+told = []
+ref = weakref.ref(keyed, lambda _: told.append("ref"))
+weakref.finalize(keyed, told.append, "finalize")
+proxy = weakref.proxy(keyed)
+
+
+async def main():
+    async with keyed.admit("a"), admit_all((keyed, "b")):  # the order graph holds it weakly
+        pass
+
+asyncio.run(main())
+del keyed
+gc.collect()  # its keys' states hold it: a cycle
+print(ref() is None, sorted(told), flush=True)
+try:
+    proxy.name
+except ReferenceError:
+    print("dead proxy")
+"""
+
+
+def test_a_weakly_referenced_keyed_gate_is_freed_with_its_weak_references_cleared() -> None:
+    # As for the gate: the keyed gate's weak-reference slot is its interpreted class's, not its
+    # compiled base's (KeyedBase), whose deallocator would leave them behind.
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    done = subprocess.run(
+        [sys.executable, "-c", KEYED_FREED], env=env, capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "True ['finalize', 'ref']\ndead proxy\n"), done.stderr

@@ -168,6 +168,38 @@ async def test_a_light_keys_gate_observed_on_its_own_records() -> None:
     assert len(records) == 2
 
 
+async def test_the_dropped_gate_held_by_nothing_is_the_next_new_keys_gate() -> None:
+    # In either build: the reference count admit() reads of a gate nothing holds is the one it
+    # measured. (Its set of parked permits is held here, not the gate, which a new gate would not share.)
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
+    async with keyed.admit("a") as permit:
+        parked = permit.gate._parked
+    del permit
+    for key in ("b", "c"):
+        async with keyed.admit(key) as permit:
+            assert (permit.gate._parked is parked, permit.gate.name) == (True, f"keyed/{key}")
+        del permit
+    total = keyed.stats()
+    assert (total.created, total.dropped, total.total.completed) == (3, 3, 3)
+
+
+@pytest.mark.parametrize("max_running", [1, None])
+async def test_the_gate_made_again_takes_the_template_of_now(max_running: int | None) -> None:
+    keyed: KeyedGate[str] = KeyedGate(max_running=max_running, max_waiting=0)
+    async with keyed.admit("a") as permit:
+        parked = permit.gate._parked
+    del permit
+    keyed.set_limits(max_running=2)  # no key's gate to change: the next one is made with C=2
+    async with keyed.admit("b") as permit:
+        gate = permit.gate
+        assert (gate._parked is parked, gate.name, gate.max_running) == (True, "keyed/b", 2)
+        other = keyed.try_admit("b")  # the second slot
+        with pytest.raises(QueueFull):
+            keyed.try_admit("b")
+        other.release()
+    assert (gate.stats().max_running, gate.stats().admitted, gate.stats().completed) == (2, 2, 2)
+
+
 async def test_a_dropped_gate_is_made_again_only_when_nothing_holds_it() -> None:
     keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
     async with keyed.admit("a"):

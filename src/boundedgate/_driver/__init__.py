@@ -5,10 +5,11 @@ from ._bounded import BoundedGate
 from ._combined import CombinedPermit, admit_all
 from ._gate import GateBase
 from ._keyed import KeyedGate
+from ._keyed_base import KeyedBase
 from ._observing import log_event
 from ._permit import Permit
 
 if COMPILED:
-    restore_docstrings(GateBase, Permit, CombinedPermit)
+    restore_docstrings(GateBase, KeyedBase, Permit, CombinedPermit)
 
 __all__ = ("BoundedGate", "CombinedPermit", "KeyedGate", "Permit", "admit_all", "log_event")

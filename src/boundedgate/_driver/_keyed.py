@@ -7,8 +7,10 @@ A key's gate drives a :class:`KeyState` (``_light.py``), which starts *light* wh
 has no rate limits, no controller and no observers: counts only, without a queue of its own, until
 anything else is needed, when it becomes a full state in place (plain gates pay nothing for any of
 this). A light key dropped folds its few counters into ``_done*``; the gate of the last one dropped
-is kept in ``_spare`` and made again for the next new key if nothing holds it by then. Either kind
-of state goes through three phases:
+is kept in ``_spare`` and made again for the next new key if nothing holds it by then. ``admit()``
+and the fields that every arrival and release update (the listed gates, the spare, the totals) are
+those of ``KeyedGate``'s base, :class:`KeyedBase` (``_keyed_base.py``, compiled with the key state
+where the build compiles). Either kind of state goes through three phases:
 
 ``FRESH``
     Made by ``admit(key)`` for a key with no gate, and held by nothing but its permit: a permit
@@ -48,11 +50,10 @@ import heapq
 import itertools
 import math
 import sys
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from types import EllipsisType
-from typing import Generic, TypeVar, cast, final
+from typing import TYPE_CHECKING, Generic, TypeVar, cast, final
 
 from .._core import (
     SIGNALS,
@@ -74,18 +75,15 @@ from .._core import (
 )
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._bounded import BoundedGate
+from ._gate import GateBase
+from ._keyed_base import KeyedBase
 from ._light import FRESH, LISTED, RETIRED, KeyState, light_of
 from ._observing import Observer, Observers, attach
-from ._permit import Permit, new_permit
+from ._permit import Permit
 
 CANCELLED = Status.CANCELLED
-_INF = math.inf
-_MAX = sys.float_info.max
-_ZERO = 0  # `priority is _ZERO`: the identity of the small int the default is
 
 __all__ = ("KeyedGate",)
-
-K = TypeVar("K", bound=Hashable)
 
 #: A key's limits as ``overrides`` may give them: a :class:`GateLimits`, or any pair the runtime
 #: accepts, ``(max_running, max_waiting)``.
@@ -96,26 +94,11 @@ _FRESH, _LISTED, _RETIRED = FRESH, LISTED, RETIRED
 #: The keys' state (the name ``admit_all`` and the tests know it by).
 _KeyState = KeyState
 
-# A dropped light key's gate is made again for the next new key when nothing else holds it: its
-# reference count says so. (Its light state is only ever reached through it.) What the count of an
-# object held by one local reads is measured once, the way _create reads it; with no reference count
-# to trust (another implementation, a free-threaded build) gates are never made again.
-_refs: Callable[[object], int] = getattr(sys, "getrefcount", lambda _: -1)
-_weakrefs = weakref.getweakrefcount
-
-
-def _count_of_one_local() -> int:
-    if sys.implementation.name != "cpython" or not getattr(sys, "_is_gil_enabled", lambda: True)():
-        return -2  # never equal to a count
-    probe = object()  # held by this local alone
-    return _refs(probe)
-
-
-_FREE_GATE = _count_of_one_local()
+K = TypeVar("K", bound=Hashable)
 
 
 @final
-class KeyedGate(Generic[K]):
+class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is final to mypyc alone: see there
     """One :class:`BoundedGate` per key: per provider, per tenant, per session.
 
     ::
@@ -165,39 +148,19 @@ class KeyedGate(Generic[K]):
     __slots__ = (
         "__weakref__",
         "_adaptive",
-        "_created",
-        "_done",
-        "_done_run_max",
-        "_done_run_total",
-        "_dropped",
-        "_empty",
-        "_gates",
-        "_idle_keys",
         "_jump_share",
-        "_keep_idle",
         "_learned",
         "_learned_keys",
         "_light",
-        "_max_running",
-        "_max_waiting",
         "_name",
         "_observers",
         "_override",
         "_overrides",
-        "_peak_keys",
-        "_peak_running",
-        "_peak_waiting",
-        "_plain",
-        "_prefix",
         "_priorities",
         "_rate_limits",
-        "_resting",
         "_retired",
-        "_running",
         "_set",
-        "_spare",
         "_ticks",
-        "_waiting",
     )
 
     def __init__(
@@ -247,11 +210,11 @@ class KeyedGate(Generic[K]):
         # What the controllers of keys without a gate learned, least recently dropped first.
         self._learned: OrderedDict[K, AdaptiveLimit] = OrderedDict()
         # Listed gates: every key with requests running or waiting, and the idle ones kept.
-        self._gates: dict[K, BoundedGate] = {}
+        self._gates = {}
         # The idle keys among them, least recently idle first.
-        self._idle_keys: OrderedDict[K, None] = OrderedDict()
+        self._idle_keys = OrderedDict()
         # Idle keys whose rate limits are refilling, by when they will be full: (when, tick, key).
-        self._resting: list[tuple[float, int, K]] = []
+        self._resting = []
         self._ticks = itertools.count()
         self._retired = Totals()
         # What the light keys dropped so far add to it: completions, and their run time's sum and max.
@@ -265,7 +228,7 @@ class KeyedGate(Generic[K]):
         # has a queue of its own).
         self._empty = WaitQueue(priorities, jump_share)
         # The gate of the light key dropped last, to be made again if nothing holds it (see _create).
-        self._spare: BoundedGate | None = None
+        self._spare = None
         self._created = 0
         self._dropped = 0
         self._peak_keys = 0
@@ -303,79 +266,19 @@ class KeyedGate(Generic[K]):
         """Requests queued now, over all keys."""
         return self._waiting
 
-    def admit(
-        self,
-        key: K,
-        *,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        max_wait: float | None = None,
-        priority: int = 0,
-        cost: float | None = None,
-        raise_late: bool = True,
-    ) -> Permit:
-        """A permit for one request through ``key``'s gate: :meth:`BoundedGate.admit` on that gate.
+    if TYPE_CHECKING:  # admit() is KeyedBase's, documented there: to a type checker, it takes a K
 
-        Args:
-            key: Which gate: any hashable.
-            timeout: Budget in seconds from arrival (>= 0), covering the wait and the run.
-            deadline: Absolute deadline on the running loop's clock (``loop.time()``).
-                Give at most one of the two; neither means no deadline.
-            max_wait: A queue budget in seconds from arrival, as for :meth:`BoundedGate.admit`.
-            priority: The request's priority class, as for :meth:`BoundedGate.admit`.
-            cost: The request's rate cost, as for :meth:`BoundedGate.admit`.
-            raise_late: False to count a late block without raising, as for :meth:`BoundedGate.admit`.
-
-        Raises (on entry, named after the key's gate, e.g. ``"tenant/acme"``):
-            QueueFull: Every slot of the key's gate busy and its queue full.
-            RateLimited: The key's rate limits cannot pay its cost in time.
-            QueueExpired: The deadline passed while waiting, or had passed on arrival.
-            Evicted: A more urgent arrival took its place in the key's full queue.
-            asyncio.CancelledError: The caller was cancelled while waiting, or had a cancellation
-                pending when it arrived (as for :meth:`BoundedGate.admit`).
-
-        Raises (at once):
-            TypeError, ValueError: As for :meth:`BoundedGate.admit`, or (for a key without a gate
-                yet) limits from ``overrides`` that are out of range.
-        """
-        gate = self._gates.get(key)
-        if gate is None:
-            gate = self._spare
-            if gate is not None and self._plain:
-                # _create's common case spelled out: the spare gate made again for a light key with
-                # the template's limits, if nothing holds it (see there).
-                self._spare = None
-                if (
-                    _refs(gate) == _FREE_GATE
-                    and not _weakrefs(gate)
-                    and gate._state.reuse(gate, key, self._max_running, self._max_waiting)  # type: ignore[attr-defined]
-                ):
-                    self._created += 1
-                    gate._name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"  # type: ignore[operator]
-                else:
-                    gate = self._create(key)
-            else:
-                gate = self._create(key)
-        if (
-            deadline is None
-            and max_wait is None
-            and cost is None
-            and priority is _ZERO
-            and raise_late is True
-        ):
-            # BoundedGate.admit's common case, spelled out: the keyword call costs more than the permit.
-            if timeout is None:
-                return new_permit(gate, None, _INF, 0, 0.0)
-            if (type(timeout) is float or type(timeout) is int) and 0 <= timeout <= _MAX:
-                return new_permit(gate, timeout, _INF, 0, 0.0)
-        return gate.admit(
-            timeout=timeout,
-            deadline=deadline,
-            max_wait=max_wait,
-            priority=priority,
-            cost=cost,
-            raise_late=raise_late,
-        )
+        def admit(  # type: ignore[override]  # a K is what this keyed gate's keys are
+            self,
+            key: K,
+            *,
+            timeout: float | None = None,
+            deadline: float | None = None,
+            max_wait: float | None = None,
+            priority: int = 0,
+            cost: float | None = None,
+            raise_late: bool = True,
+        ) -> Permit: ...
 
     def try_admit(
         self,
@@ -680,20 +583,10 @@ class KeyedGate(Generic[K]):
         else:
             max_running, max_waiting = self.limits(key)
         if self._light:
+            if self._spare is not None and (gate := self._reused(key, max_running, max_waiting)) is not None:
+                return gate
             self._created += 1
             name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"  # type: ignore[operator]
-            gate = self._spare
-            if gate is not None:
-                self._spare = None
-                # Held by nothing else (no permit, no caller, no weak reference), its key's light
-                # state neither promoted nor in use since: nobody can tell it from a new one.
-                if (
-                    _refs(gate) == _FREE_GATE
-                    and not _weakrefs(gate)
-                    and gate._state.reuse(gate, key, max_running, max_waiting)  # type: ignore[attr-defined]
-                ):  # (a light key's: no cast() call on this path)
-                    gate._name = name
-                    return gate
             fresh = KeyState(self, key, max_running, max_waiting, self._empty)
             gate = BoundedGate._around(fresh, name)
             fresh._gate = gate
@@ -735,7 +628,7 @@ class KeyedGate(Generic[K]):
                 self._done_run_max = light.run_seconds_max
         self._dropped += 1
 
-    def _attach(self, key: K, gate: BoundedGate) -> None:
+    def _attach(self, key: K, gate: GateBase) -> None:
         """Give a key's gate its hooks: the keyed gate's observers, and its controller's sampler."""
         if gate._controller is None:
             attach(gate._state, self._name, key, self._observers)

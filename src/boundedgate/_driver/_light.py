@@ -29,7 +29,9 @@ from .._core import GateState, IntArg, Status, Ticket, WaitQueue, note, pace_wei
 
 if TYPE_CHECKING:
     from ._bounded import BoundedGate
+    from ._gate import GateBase
     from ._keyed import KeyedGate
+    from ._keyed_base import KeyedBase
 
 __all__ = ("FRESH", "LISTED", "RETIRED", "KeyState", "light_of")
 
@@ -53,9 +55,12 @@ _NO_DEADLINES: Final[list[tuple[float, Ticket]]] = []
 class KeyState(GateState):
     """A key's gate state: light or full (see the module docstring); its phases are ``_keyed.py``'s."""
 
-    __slots__ = ("_gate", "_key", "_light", "_owner", "_phase", "_told_running", "_told_waiting")
+    __slots__ = ("_gate", "_key", "_keys", "_light", "_owner", "_phase", "_told_running", "_told_waiting")
 
     _owner: KeyedGate[Any]
+    # The owner again, as its compiled base: the fields every arrival and release update, read and
+    # written natively (``_owner`` is interpreted: its methods, off the common paths).
+    _keys: KeyedBase
     _key: Hashable
     _phase: int
     # True while it is light (it shares its owner's empty queue, has no buckets, and no hooks).
@@ -63,7 +68,7 @@ class KeyState(GateState):
     # A light key's gate, once the gate around it is made, while it is listed or fresh: what it
     # lists for its key. None once dropped (the gate and its state no longer hold each other), and
     # for a full state.
-    _gate: BoundedGate | None
+    _gate: GateBase | None
     # The running and waiting counts the owner's totals include for this key (a light key's: all).
     _told_running: int
     _told_waiting: int
@@ -76,7 +81,7 @@ class KeyState(GateState):
         max_waiting: int | None,
         empty: WaitQueue | None = None,
     ) -> None:
-        self._owner = owner
+        self._owner = self._keys = owner
         self._key = key
         self._phase = FRESH
         self._told_running = 0
@@ -124,10 +129,11 @@ class KeyState(GateState):
                 owner._attach(self._key, gate)
         return self
 
-    def reuse(
-        self, gate: BoundedGate, key: Hashable, max_running: int | None, max_waiting: int | None
-    ) -> bool:
-        """Make a dropped light key, and ``gate`` around it, new for ``key`` (False: it is not one)."""
+    def reuse(self, gate: GateBase, key: Hashable, max_running: int | None, max_waiting: int | None) -> bool:
+        """Make a dropped light key, and ``gate`` around it, new for ``key`` (False: it is not one).
+
+        ``KeyedBase.admit()`` spells out its case of the template's limits: keep the two in step.
+        """
         if not self._light or self._phase != RETIRED:
             return False
         self._gate = gate
@@ -153,7 +159,7 @@ class KeyState(GateState):
         if self._light:
             running = self.running
             if running < self.limit and ticket.deadline > now:
-                owner = self._owner
+                owner = self._keys
                 phase = self._phase
                 if phase == LISTED:
                     if not running and owner._idle_keys:
@@ -201,11 +207,11 @@ class KeyState(GateState):
             self.run_seconds_max = self.end_to_end_seconds_max = ran
         recent = self.recent_run_seconds
         self.recent_run_seconds = ran if recent is None else recent + self._pace_weight * (ran - recent)
-        owner = self._owner
+        owner = self._keys
         owner._running -= 1
         if not running and self._phase == LISTED:
             if owner._keep_idle:
-                owner._light_idle(self)
+                self._owner._light_idle(self)
             else:  # dropped now (KeyedGate._drop_light, spelled out for the gate made per call)
                 owner._spare = owner._gates.pop(self._key)
                 self._phase = RETIRED
@@ -218,7 +224,7 @@ class KeyState(GateState):
                         owner._done_run_max = self.run_seconds_max
                 owner._dropped += 1
         if owner._resting and owner._resting[0][0] <= now:
-            owner._rested(now)
+            self._owner._rested(now)
         return _NOBODY
 
     def _end(self, ticket: Ticket, now: float, ending: Status | None) -> Sequence[Ticket]:
