@@ -24,7 +24,17 @@ logger.addHandler(logging.NullHandler())
 #: What a gate calls with each request's record.
 Observer = Callable[[RequestRecord], None]
 
-_WARNED = frozenset((Status.LEAKED,))
+# The one ending logged at WARNING; the others are logged at INFO.
+_LEAKED = Status.LEAKED
+_WARNING = logging.WARNING
+_INFO = logging.INFO
+
+# True when the logger's isEnabledFor is the standard library's, which reads a per-logger level
+# cache (``_cache``, cleared whenever a level changes) after its ``disabled`` flag: the reporter
+# reads them itself. A logger class of the application's own (``logging.setLoggerClass``) is asked.
+_CACHED = type(logger).isEnabledFor is logging.Logger.isEnabledFor and isinstance(
+    getattr(logger, "_cache", None), dict
+)
 
 
 class Observers:
@@ -77,8 +87,26 @@ def _observer(
 
 
 def _reporter(state: GateState, gate: str, key: Hashable | None) -> Callable[[Ticket], None]:
+    if not _CACHED:
+        return _asking_reporter(state, gate, key)
+
     def report(ticket: Ticket) -> None:
-        level = logging.WARNING if ticket.status in _WARNED else logging.INFO
+        # logger.isEnabledFor(level), spelled out (its frame costs more than the refusal's arrival):
+        # a disabled logger logs nothing, else the level cache answers, or the method fills it.
+        # Every change of a level (setLevel, logging.disable) clears that cache.
+        level = _WARNING if ticket.status is _LEAKED else _INFO
+        if logger.disabled:
+            return
+        enabled = logger._cache.get(level)  # type: ignore[attr-defined]
+        if enabled or (enabled is None and logger.isEnabledFor(level)):
+            log_record(RequestRecord.of(ticket, state, gate, key), level)
+
+    return report
+
+
+def _asking_reporter(state: GateState, gate: str, key: Hashable | None) -> Callable[[Ticket], None]:
+    def report(ticket: Ticket) -> None:
+        level = _WARNING if ticket.status is _LEAKED else _INFO
         if logger.isEnabledFor(level):
             log_record(RequestRecord.of(ticket, state, gate, key), level)
 
