@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable, Hashable
 
 from .._core import GateState, RequestRecord, Status, Ticket
+from . import _reporting
+from ._reporting import Reporter
 
 __all__ = ("Observer", "Observers", "attach", "log_event", "logger")
 
@@ -30,11 +32,17 @@ _WARNING = logging.WARNING
 _INFO = logging.INFO
 
 # True when the logger's isEnabledFor is the standard library's, which reads a per-logger level
-# cache (``_cache``, cleared whenever a level changes) after its ``disabled`` flag: the reporter
-# reads them itself. A logger class of the application's own (``logging.setLoggerClass``) is asked.
-_CACHED = type(logger).isEnabledFor is logging.Logger.isEnabledFor and isinstance(
-    getattr(logger, "_cache", None), dict
+# cache (the instance attribute ``_cache``, cleared whenever a level changes) after its ``disabled``
+# flag: the reporter reads them itself. A logger class of the application's own
+# (``logging.setLoggerClass`` before boundedgate is imported) is asked through its method.
+_CACHED = (
+    type(logger).isEnabledFor is logging.Logger.isEnabledFor
+    and isinstance(vars(logger).get("_cache"), dict)
+    and "disabled" in vars(logger)
 )
+
+# The compiled build hands the core the compiled Reporter; the pure one, the closure (cheaper there).
+_COMPILED = not str(_reporting.__file__).endswith(".py")
 
 
 class Observers:
@@ -89,6 +97,8 @@ def _observer(
 def _reporter(state: GateState, gate: str, key: Hashable | None) -> Callable[[Ticket], None]:
     if not _CACHED:
         return _asking_reporter(state, gate, key)
+    if _COMPILED:
+        return Reporter(state, gate, key, logger, log_record)
 
     def report(ticket: Ticket) -> None:
         # logger.isEnabledFor(level), spelled out (its frame costs more than the refusal's arrival):

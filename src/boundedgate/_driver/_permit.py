@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
 from .._core import FloatArg, Status, Ticket, check_cost, queue_deadline
 from .._streams import GatedStream, StreamPermit, hand_over
 from ._compat import cancellation_pending, current_task, is_cancelling
+from ._refusing import enter_refused
 
 if TYPE_CHECKING:
     from .._errors import Late
@@ -30,6 +31,12 @@ ABORTED: Final[Status] = Status.ABORTED
 LEAKED: Final[Status] = Status.LEAKED
 DISCONNECTED: Final[Status] = Status.DISCONNECTED
 _INF: Final = math.inf
+
+# The functions the arrival calls, as module constants: compiled code reads a constant natively,
+# and looks an imported name up in the module's dict at each use.
+_CURRENT_TASK: Final = current_task
+_IS_CANCELLING: Final = is_cancelling
+_ENTER_REFUSED: Final = enter_refused
 
 _T = TypeVar("_T")
 _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
@@ -209,7 +216,33 @@ class Permit(Ticket):
             raise RuntimeError(f"{self!r} was already handed to a stream")
         self._handed_over = True
 
-    async def __aenter__(self) -> Self:  # noqa: PLR0915 - the arrival spelled out, for the hot path
+    def __aenter__(self) -> Coroutine[Any, Any, Self]:
+        # The compiled build's (the pure build's __aenter__ is _entering itself: see the module's end).
+        # An exception that leaves a compiled function gets a traceback entry made for it (a code
+        # object and a frame), which costs more than the rest of a refusal: a permit that looks bound
+        # to be refused at once, every slot busy and the queue full, enters through an interpreted
+        # coroutine, where the refusal is raised. Only a hint: either coroutine, when it runs, arrives
+        # and handles whatever the arrival gives (a start, a place in the queue, a refusal).
+        if self.status is NEW:
+            state = self._gate._state
+            if (
+                state.running >= state.max_running
+                and state.max_waiting is not None
+                and state.waiting >= state.max_waiting
+            ):
+                return _ENTER_REFUSED(self)
+        return self._entering()
+
+    def _enter(self) -> Status:
+        """Entering up to any wait: the checks, then the arrival; the status the arrival gave."""
+        if self.status is RUNNING:
+            if self._waiter is _HELD:  # from try_admit(): it holds its slot already
+                self._waiter = None
+                return RUNNING
+            raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
+        return self._arrive(True)
+
+    async def _entering(self) -> Self:  # noqa: PLR0915 - the arrival spelled out, for the hot path
         if self.status is not NEW:
             if self.status is RUNNING:
                 if self._waiter is _HELD:  # from try_admit(): it holds its slot already
@@ -221,10 +254,10 @@ class Permit(Ticket):
         # _arrive(True), spelled out: the uncontended pair makes one call into the core each way.
         gate = self._gate
         loop = gate._loop
-        if loop is None or (task := current_task(loop)) is None:
+        if loop is None or (task := _CURRENT_TASK(loop)) is None:
             loop = gate._bind()
-            task = current_task(loop)
-        if task is not None and is_cancelling(task) and cancellation_pending(task):
+            task = _CURRENT_TASK(loop)
+        if task is not None and _IS_CANCELLING(task) and cancellation_pending(task):
             self.status = CANCELLED  # refused before it is counted, as _arrive() says
             raise asyncio.CancelledError()
         now = loop.time()
@@ -304,10 +337,10 @@ class Permit(Ticket):
             raise RuntimeError(f"{self!r} was already used; call admit() for each request")
         gate = self._gate
         loop = gate._loop
-        if loop is None or (task := current_task(loop)) is None:
+        if loop is None or (task := _CURRENT_TASK(loop)) is None:
             loop = gate._bind()
-            task = current_task(loop)
-        if task is not None and is_cancelling(task) and cancellation_pending(task):
+            task = _CURRENT_TASK(loop)
+        if task is not None and _IS_CANCELLING(task) and cancellation_pending(task):
             # Refused before it is counted: a cancelled caller never touches the counters.
             self.status = CANCELLED
             raise asyncio.CancelledError()
@@ -470,6 +503,9 @@ def _allocates_plainly() -> bool:
 
 _new: Final = object.__new__
 _PLAIN_ALLOCATION: Final = _allocates_plainly()
+
+if _PLAIN_ALLOCATION:  # pure: one coroutine, as a refusal raised in it costs no more than any exception
+    setattr(Permit, "__aenter__", Permit._entering)  # noqa: B010 - a method replaced, not an attribute
 
 if TYPE_CHECKING:
 
