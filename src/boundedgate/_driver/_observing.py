@@ -35,10 +35,10 @@ _INFO = logging.INFO
 # cache (the instance attribute ``_cache``, cleared whenever a level changes) after its ``disabled``
 # flag: the reporter reads them itself. A logger class of the application's own
 # (``logging.setLoggerClass`` before boundedgate is imported) is asked through its method.
-_CACHED = (
-    type(logger).isEnabledFor is logging.Logger.isEnabledFor
-    and isinstance(vars(logger).get("_cache"), dict)
-    and "disabled" in vars(logger)
+# (Read with getattr: vars() would give the logger a dict of its own, and every attribute read of it
+# in interpreted code would then go the slow way.)
+_CACHED = type(logger).isEnabledFor is logging.Logger.isEnabledFor and isinstance(
+    getattr(logger, "_cache", None), dict
 )
 
 # The compiled build hands the core the compiled Reporter; the pure one, the closure (cheaper there).
@@ -97,7 +97,9 @@ def _observer(
 def _reporter(state: GateState, gate: str, key: Hashable | None) -> Callable[[Ticket], None]:
     if not _CACHED:
         return _asking_reporter(state, gate, key)
-    if _COMPILED:
+    if (
+        _COMPILED and {"disabled", "_cache"} <= vars(logger).keys()
+    ):  # instance attributes, as Reporter reads them
         return Reporter(state, gate, key, logger, log_record)
 
     def report(ticket: Ticket) -> None:
