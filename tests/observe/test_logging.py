@@ -19,7 +19,7 @@ def reporter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     the compiled build hands the core, and the closure the pure build hands it."""
     from boundedgate._driver import _observing
 
-    monkeypatch.setattr(_observing, "_COMPILED", request.param == "compiled reporter")
+    monkeypatch.setattr(_observing, "_NATIVE", request.param == "compiled reporter")
     return str(request.param)
 
 
@@ -246,5 +246,5 @@ def test_each_build_hands_the_core_its_own_reporter() -> None:
     from boundedgate._driver._reporting import Reporter
 
     gate = BoundedGate(max_running=1, max_waiting=0)
-    assert _observing._COMPILED is boundedgate.COMPILED
+    assert _observing._COMPILED is _observing._NATIVE is boundedgate.COMPILED
     assert isinstance(gate._state.reporter, Reporter) is boundedgate.COMPILED

@@ -43,6 +43,9 @@ _CACHED = type(logger).isEnabledFor is logging.Logger.isEnabledFor and isinstanc
 
 # The compiled build hands the core the compiled Reporter; the pure one, the closure (cheaper there).
 _COMPILED = not str(_reporting.__file__).endswith(".py")
+# The Reporter reads `disabled` and `_cache` from the logger's instance dict (vars() is only called
+# where it is used: see _CACHED).
+_NATIVE = _CACHED and _COMPILED and {"disabled", "_cache"} <= vars(logger).keys()
 
 
 class Observers:
@@ -97,9 +100,7 @@ def _observer(
 def _reporter(state: GateState, gate: str, key: Hashable | None) -> Callable[[Ticket], None]:
     if not _CACHED:
         return _asking_reporter(state, gate, key)
-    if (
-        _COMPILED and {"disabled", "_cache"} <= vars(logger).keys()
-    ):  # instance attributes, as Reporter reads them
+    if _NATIVE:
         return Reporter(state, gate, key, logger, log_record)
 
     def report(ticket: Ticket) -> None:
