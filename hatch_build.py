@@ -43,6 +43,7 @@ COMPILED = (
     "_driver/_combined_permit.py",
     "_driver/_light.py",
     "_driver/_keyed_base.py",
+    "_driver/_reporting.py",
 )
 
 #: What compiling needs beyond hatchling (the workarounds in these modules were found with mypy 2.4).

@@ -164,6 +164,24 @@ async def test_already_cancelled_caller_is_refused_before_it_is_counted() -> Non
     assert stats.admitted == stats.cancelled == 0
 
 
+async def test_already_cancelled_caller_at_a_full_gate_is_refused_before_it_is_counted() -> None:
+    # A full gate (every slot busy, the queue full): the compiled build enters such a permit through
+    # another coroutine; a pending cancellation still comes first, and nothing is counted.
+    gate = checked_gate(1, 0)
+    holder = gate.try_admit()
+
+    async def request() -> None:
+        asyncio.current_task().cancel()  # type: ignore[union-attr]
+        async with gate.admit():
+            pytest.fail("a cancelled caller must not start")
+
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.create_task(request())
+    stats = gate.stats()
+    assert (stats.arrived, stats.admitted, stats.rejected, stats.cancelled) == (1, 1, 0, 0)
+    holder.release()
+
+
 async def test_already_cancelled_caller_is_refused_by_try_admit_too() -> None:
     gate = checked_gate(1, 1)
 

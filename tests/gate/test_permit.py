@@ -335,3 +335,65 @@ def test_a_permit_is_made_by_its_gate_only() -> None:
         math.inf,
         math.inf,
     )
+
+
+# Entering a full gate: the compiled build routes an entry that looks bound to be refused (every
+# slot busy, the queue full, when __aenter__ is called) through another coroutine. The arrival is
+# when that coroutine runs, as for any entry: whatever the gate has become by then decides.
+
+
+async def test_an_entry_made_on_a_full_gate_starts_if_a_slot_is_free_when_it_runs() -> None:
+    gate = checked_gate(1, 0)
+    holder = gate.try_admit()
+    permit = gate.admit()
+    entering = permit.__aenter__()  # nothing arrives until it runs
+    assert gate.stats().rejected == 0
+    holder.release()
+    assert await entering is permit
+    assert (permit.status, gate.running, gate.stats().rejected) == (Status.RUNNING, 1, 0)
+    await permit.__aexit__(None, None, None)
+    assert gate.stats().completed == 2
+
+
+async def test_an_entry_made_on_a_full_gate_queues_if_a_place_is_free_when_it_runs() -> None:
+    gate = checked_gate(1, 1)
+    holder = gate.try_admit()
+    queued = asyncio.create_task(gate.admit().__aenter__())
+    await asyncio.sleep(0)
+    assert gate.waiting == 1  # every slot busy, the queue full
+    permit = gate.admit()
+    coroutine = permit.__aenter__()
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    entering = asyncio.create_task(coroutine)
+    await asyncio.sleep(0)
+    assert (permit.status, gate.waiting, gate.stats().rejected) == (Status.QUEUED, 1, 0)
+    holder.release()
+    assert await entering is permit
+    assert permit.status is Status.RUNNING
+    permit.release()
+
+
+async def test_an_entry_refused_at_once_is_a_task_that_raises_queue_full() -> None:
+    gate = checked_gate(1, 0, name="full")
+    holder = gate.try_admit()
+    permit = gate.admit()
+    refused = asyncio.create_task(permit.__aenter__())
+    with pytest.raises(QueueFull) as caught:
+        await refused
+    assert (caught.value.gate, caught.value.running, caught.value.waiting) == ("full", 1, 0)
+    assert (permit.status, gate.stats().rejected) == (Status.REJECTED, 1)
+    with pytest.raises(RuntimeError, match="already used"):
+        await permit.__aenter__()
+    holder.release()
+
+
+async def test_a_held_permit_enters_a_full_gate_once() -> None:
+    gate = checked_gate(1, 0)
+    held = gate.try_admit()
+    async with held:
+        assert gate.running == 1
+        with pytest.raises(RuntimeError, match="already entered"):
+            await held.__aenter__()
+    assert (held.status, gate.running) == (Status.COMPLETED, 0)

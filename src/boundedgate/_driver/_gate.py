@@ -72,6 +72,7 @@ CANCELLED: Final[Status] = Status.CANCELLED
 _INF: Final = math.inf
 _MAX: Final = sys.float_info.max
 _ZERO: Final = 0  # `priority is not _ZERO`: the identity of the small int the default is
+_QUEUE_FULL: Final = QueueFull  # read natively by compiled code, where the imported name is a dict look-up
 
 
 @final  # to mypyc: its methods are called directly (BoundedGate, the one subclass, overrides none)
@@ -606,7 +607,7 @@ class GateBase:
                 max(0.0, state.ready_at(permit) - permit.ended),  # type: ignore[operator]
             )
         if status is REJECTED:
-            return QueueFull(
+            return _QUEUE_FULL(
                 self._name,
                 self._max_running,
                 state.max_waiting,

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable, Hashable
 
 from .._core import GateState, RequestRecord, Status, Ticket
+from . import _reporting
+from ._reporting import Reporter
 
 __all__ = ("Observer", "Observers", "attach", "log_event", "logger")
 
@@ -24,7 +26,32 @@ logger.addHandler(logging.NullHandler())
 #: What a gate calls with each request's record.
 Observer = Callable[[RequestRecord], None]
 
-_WARNED = frozenset((Status.LEAKED,))
+# The one ending logged at WARNING; the others are logged at INFO.
+_LEAKED = Status.LEAKED
+_WARNING = logging.WARNING
+_INFO = logging.INFO
+
+
+def _reads_natively(logger: logging.Logger) -> bool:
+    """Whether a :class:`Reporter` may read ``logger``'s ``disabled`` flag and level cache itself.
+
+    True for the standard library's ``Logger.isEnabledFor``, which reads a per-logger level cache
+    (the instance attribute ``_cache``, cleared whenever a level changes) after that flag; a logger
+    class of the application's own (``logging.setLoggerClass`` before boundedgate is imported) is
+    asked through its method.
+    """
+    return (
+        type(logger).isEnabledFor is logging.Logger.isEnabledFor
+        and isinstance(vars(logger).get("_cache"), dict)
+        and "disabled" in vars(logger)
+    )
+
+
+# The compiled build hands the core the compiled Reporter, which reads the logger natively; the
+# pure one, a closure that asks the logger (a class's call costs more there than it saves).
+# (vars() gives the logger a dict of its own, which slows interpreted reads of its attributes:
+# only the compiled build asks for it.)
+_NATIVE = not str(_reporting.__file__).endswith(".py") and _reads_natively(logger)
 
 
 class Observers:
@@ -77,8 +104,11 @@ def _observer(
 
 
 def _reporter(state: GateState, gate: str, key: Hashable | None) -> Callable[[Ticket], None]:
+    if _NATIVE:
+        return Reporter(state, gate, key, logger, log_record)
+
     def report(ticket: Ticket) -> None:
-        level = logging.WARNING if ticket.status in _WARNED else logging.INFO
+        level = _WARNING if ticket.status is _LEAKED else _INFO
         if logger.isEnabledFor(level):
             log_record(RequestRecord.of(ticket, state, gate, key), level)
 

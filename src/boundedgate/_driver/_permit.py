@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
@@ -13,6 +13,7 @@ from .._core import FloatArg, Status, Ticket, allocates_plainly, check_cost, que
 from .._streams import GatedStream, StreamPermit, hand_over
 from . import _compat
 from ._compat import cancellation_pending
+from ._refusing import enter_refused
 
 if TYPE_CHECKING:
     from .._errors import Late
@@ -31,10 +32,11 @@ ABORTED: Final[Status] = Status.ABORTED
 LEAKED: Final[Status] = Status.LEAKED
 DISCONNECTED: Final[Status] = Status.DISCONNECTED
 _INF: Final = math.inf
-# The task facts of every arrival, as C statics: compiled, a name imported from an interpreted
-# module (``_compat``) is a lookup in the module's dict at every use.
+# What every arrival calls, as C statics: compiled, a name imported from an interpreted module
+# is a lookup in the module's dict at every use.
 current_task: Final = _compat.current_task
 is_cancelling: Final = _compat.is_cancelling
+_ENTER_REFUSED: Final = enter_refused
 
 _T = TypeVar("_T")
 _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
@@ -214,7 +216,33 @@ class Permit(Ticket):
             raise RuntimeError(f"{self!r} was already handed to a stream")
         self._handed_over = True
 
-    async def __aenter__(self) -> Self:  # noqa: PLR0915 - the arrival spelled out, for the hot path
+    def __aenter__(self) -> Coroutine[Any, Any, Self]:
+        # The compiled build's (the pure build's __aenter__ is _entering itself: see the module's end).
+        # An exception that leaves a compiled function gets a traceback entry made for it (a code
+        # object and a frame), which costs more than the rest of a refusal: a permit that looks bound
+        # to be refused at once, every slot busy and the queue full, enters through an interpreted
+        # coroutine, where the refusal is raised. Only a hint: either coroutine, when it runs, arrives
+        # and handles whatever the arrival gives (a start, a place in the queue, a refusal).
+        if self.status is NEW:
+            state = self._gate._state
+            if (
+                state.running >= state.max_running
+                and state.max_waiting is not None
+                and state.waiting >= state.max_waiting
+            ):
+                return _ENTER_REFUSED(self)
+        return self._entering()
+
+    def _enter(self) -> Status:
+        """Entering up to any wait: the checks, then the arrival; the status the arrival gave."""
+        if self.status is RUNNING:
+            if self._waiter is _HELD:  # from try_admit(): it holds its slot already
+                self._waiter = None
+                return RUNNING
+            raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
+        return self._arrive(True)
+
+    async def _entering(self) -> Self:  # noqa: PLR0915 - the arrival spelled out, for the hot path
         if self.status is not NEW:
             if self.status is RUNNING:
                 if self._waiter is _HELD:  # from try_admit(): it holds its slot already
@@ -466,3 +494,11 @@ def _leaked(permit: Permit) -> None:
 
 _new: Final = object.__new__
 _PLAIN_ALLOCATION: Final = allocates_plainly(Permit)
+
+if _PLAIN_ALLOCATION:  # pure: one coroutine, as a refusal raised in it costs no more than any exception
+    setattr(Permit, "__aenter__", Permit._entering)  # noqa: B010 - a method replaced, not an attribute
+
+if TYPE_CHECKING:
+
+    def _is_a_stream_permit(permit: Permit) -> StreamPermit:  # mypy checks the contract here
+        return permit
