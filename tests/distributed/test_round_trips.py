@@ -91,13 +91,15 @@ async def _publishes(client: redis.asyncio.Redis) -> int:
     return int(stats.get("cmdstat_publish", {}).get("calls", 0))
 
 
+@pytest.mark.parametrize("health_check_interval", [0, 30], ids=["read-directly", "through-get_message"])
 async def test_a_hand_off_is_announced_to_the_waiting_process_only(
-    own_server: RedisServer, name: str
+    own_server: RedisServer, name: str, health_check_interval: int
 ) -> None:
-    # Polls every 5 s: a waiter that starts within a second was told by a reply or a message.
+    # Polls every 5 s: a waiter that starts within a second was told by a reply or a message. The
+    # listener reads its connection directly, or through get_message when health checks are asked for.
     slow = {"poll_interval": 5.0, "waiter_ttl": 20.0}
     mine_client = redis.asyncio.Redis.from_url(own_server.url)
-    theirs_client = redis.asyncio.Redis.from_url(own_server.url)
+    theirs_client = redis.asyncio.Redis.from_url(own_server.url, health_check_interval=health_check_interval)
     try:
         async with (
             make_gate(mine_client, name, 1, 10, **slow) as mine,
@@ -175,6 +177,36 @@ async def test_uncontended_pairs_start_no_task_of_the_gate(counting: redis.async
                     pass
         finally:
             loop.set_task_factory(None)
+    assert started == []
+
+
+async def test_uncontended_pairs_start_no_task_at_all_through_a_plain_client(
+    redis_server: RedisServer, name: str
+) -> None:
+    # redis-py sends a command under its socket timeout with wait_for, a task a command: the
+    # direct path sends it itself, op_timeout bounding the call.
+    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+    loop = asyncio.get_running_loop()
+    started: list[str] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        started.append(getattr(coro, "__qualname__", repr(coro)))
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    try:
+        async with make_gate(client, name, 1, 10, **QUIET) as gate:
+            async with gate.admit(timeout=5):
+                pass
+            await asyncio.sleep(0.05)
+            loop.set_task_factory(factory)
+            try:
+                for _ in range(PAIRS):
+                    async with gate.admit(timeout=5):
+                        pass
+            finally:
+                loop.set_task_factory(None)
+    finally:
+        await client.aclose()
     assert started == []
 
 

@@ -246,15 +246,36 @@ def _plain_pool(client: Any) -> redis.asyncio.ConnectionPool | None:
     return pool if type(pool) is redis.asyncio.ConnectionPool else None
 
 
+#: redis-py's own way to send a command, which a direct call may do in fewer steps itself.
+_SEND = redis.asyncio.Connection.send_packed_command
+
+
 async def _direct(pool: redis.asyncio.ConnectionPool, command: bytes) -> Any:
     """Send ``command`` on a connection of ``pool`` and read its reply (raised if an error).
 
-    The connection's own methods disconnect it if a send or read fails or is interrupted, so it
-    never goes back to the pool with a reply pending.
+    The connection is disconnected if the send or the read fails or is interrupted (by its own
+    methods, or here), so it never goes back to the pool with a reply pending.
     """
     connection = await pool.get_connection(*_GET_CONNECTION_ARGS)  # type: ignore[no-untyped-call]
     try:
-        await connection.send_packed_command(command)
+        writer = connection._writer
+        if (
+            writer is None
+            or connection.health_check_interval
+            or type(connection).send_packed_command is not _SEND
+        ):
+            await connection.send_packed_command(command)
+        else:
+            # What send_packed_command does, less its socket timeout: that costs a task a command
+            # (its wait_for), and the caller's op_timeout bounds the call already. Taken only
+            # where send_packed_command is redis-py's own (a subclass's hook is kept) and no
+            # health check is asked for.
+            try:
+                writer.write(command)
+                await writer.drain()
+            except BaseException:
+                await connection.disconnect(nowait=True)
+                raise
         return await connection.read_response()
     finally:
         await pool.release(connection)
