@@ -210,6 +210,35 @@ async def test_uncontended_pairs_start_no_task_at_all_through_a_plain_client(
     assert started == []
 
 
+async def test_an_uncontended_call_sets_one_timer_its_op_timeout(
+    redis_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A socket timeout of 5 s cannot end a read that op_timeout (2 s) ends first: it is not set.
+    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []
+    call_at = loop.call_at
+
+    def counting_call_at(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        timers.append(when - loop.time())
+        return call_at(when, *args, **kwargs)
+
+    try:
+        async with make_gate(client, name, 1, 10, op_timeout=2.0, **QUIET) as gate:
+            async with gate.admit(timeout=5):
+                pass
+            await asyncio.sleep(0.05)
+            monkeypatch.setattr(loop, "call_at", counting_call_at)
+            for _ in range(PAIRS):
+                async with gate.admit():
+                    pass
+            monkeypatch.undo()
+    finally:
+        await client.aclose()
+    assert len(timers) == 2 * PAIRS
+    assert all(0 < seconds <= 2.0 for seconds in timers)
+
+
 class _OwnRedis(redis.asyncio.Redis):
     """A client subclass: its commands go through its own execute_command, never around it."""
 

@@ -186,7 +186,7 @@ class RedisGate:
         self._op_timeout = _seconds("op_timeout", op_timeout)
         self._idle_ttl = _seconds("idle_ttl", idle_ttl)
         self._client = client
-        self._calls = _scripts.Calls(client)
+        self._calls = _scripts.Calls(client, self._op_timeout)
         self._fallback = fallback
         self._agent = agent_id()
         self._keys = gate_keys(self._name)

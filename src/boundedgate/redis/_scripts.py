@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -139,7 +140,7 @@ class Script:
         pool = _plain_pool(client) if self.direct else None
         if pool is not None:
             try:
-                return await _direct(pool, self.pack(head, args, calls.functions))
+                return await _direct(pool, self.pack(head, args, calls.functions), calls.op_timeout)
             except NoScriptError:
                 await client.script_load(self.source)
             except _RETRY_THROUGH_CLIENT:
@@ -205,13 +206,16 @@ class Calls:
 
     Args:
         client: The gate's client.
+        op_timeout: The gate's ``op_timeout``: no call waits longer for its reply.
     """
 
-    __slots__ = ("functions",)
+    __slots__ = ("functions", "op_timeout")
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, op_timeout: float = math.inf) -> None:
         #: True while the scripts are sent as functions (``FCALL``).
         self.functions = isinstance(client, redis.asyncio.Redis)
+        #: The longest any call of the gate waits for its reply (its caller bounds it so).
+        self.op_timeout = op_timeout
 
     async def missing(self, client: Any, error: ResponseError) -> None:
         """After ``FCALL`` failed with ``error``: load the library, or turn to ``EVALSHA``, or raise.
@@ -246,15 +250,20 @@ def _plain_pool(client: Any) -> redis.asyncio.ConnectionPool | None:
     return pool if type(pool) is redis.asyncio.ConnectionPool else None
 
 
+#: What tells a connection's read_response to set no timeout (redis-py 8; before, a timer that never fires).
+_NO_TIMEOUT = math.inf
+
 #: redis-py's own way to send a command, which a direct call may do in fewer steps itself.
 _SEND = redis.asyncio.Connection.send_packed_command
 
 
-async def _direct(pool: redis.asyncio.ConnectionPool, command: bytes) -> Any:
+async def _direct(pool: redis.asyncio.ConnectionPool, command: bytes, op_timeout: float) -> Any:
     """Send ``command`` on a connection of ``pool`` and read its reply (raised if an error).
 
-    The connection is disconnected if the send or the read fails or is interrupted (by its own
-    methods, or here), so it never goes back to the pool with a reply pending.
+    The caller bounds the call by ``op_timeout`` (or less): a socket timeout that cannot end the
+    read before that is not set (it is a timer a call). The connection is disconnected if the send
+    or the read fails or is interrupted (by its own methods, or here), so it never goes back to the
+    pool with a reply pending.
     """
     connection = await pool.get_connection(*_GET_CONNECTION_ARGS)  # type: ignore[no-untyped-call]
     try:
@@ -276,6 +285,9 @@ async def _direct(pool: redis.asyncio.ConnectionPool, command: bytes) -> Any:
             except BaseException:
                 await connection.disconnect(nowait=True)
                 raise
+        socket_timeout = connection.socket_timeout
+        if socket_timeout and socket_timeout >= op_timeout:
+            return await connection.read_response(timeout=_NO_TIMEOUT)
         return await connection.read_response()
     finally:
         await pool.release(connection)
