@@ -239,6 +239,37 @@ async def test_an_uncontended_call_sets_one_timer_its_op_timeout(
     assert all(0 < seconds <= 2.0 for seconds in timers)
 
 
+async def test_an_uncontended_pair_takes_idle_connections_without_the_pools_methods(
+    client: redis.asyncio.Redis, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # get_connection and release take the pool's lock and record metrics and events, some 45
+    # Python calls a command: an idle connection is taken and given back in a few steps.
+    pool = client.connection_pool
+    used: list[str] = []
+    for method in ("get_connection", "release"):
+        original = getattr(pool, method)
+
+        async def counting(
+            *args: Any, _original: Any = original, _method: str = method, **kwargs: Any
+        ) -> Any:
+            used.append(_method)
+            return await _original(*args, **kwargs)
+
+        monkeypatch.setattr(pool, method, counting)
+    async with make_gate(client, name, 1, 10, **QUIET) as gate:
+        async with gate.admit(timeout=5):
+            pass
+        used.clear()
+        for _ in range(PAIRS):
+            async with gate.admit(timeout=5):
+                pass
+        assert used == []
+        assert len(pool._in_use_connections) == 0  # type: ignore[attr-defined]
+        await client.client_kill_filter(_type="normal", skipme=False)  # every idle connection is dead
+        async with gate.admit(timeout=5):  # ... and the next call finds out, and connects anew
+            pass
+
+
 class _OwnRedis(redis.asyncio.Redis):
     """A client subclass: its commands go through its own execute_command, never around it."""
 
