@@ -264,7 +264,7 @@ async def test_an_uncontended_pair_takes_idle_connections_without_the_pools_meth
             async with gate.admit(timeout=5):
                 pass
         assert used == []
-        assert len(pool._in_use_connections) == 0  # type: ignore[attr-defined]
+        assert len(pool._in_use_connections) == 0
         await client.client_kill_filter(_type="normal", skipme=False)  # every idle connection is dead
         async with gate.admit(timeout=5):  # ... and the next call finds out, and connects anew
             pass
