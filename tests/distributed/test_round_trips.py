@@ -91,15 +91,20 @@ async def _publishes(client: redis.asyncio.Redis) -> int:
     return int(stats.get("cmdstat_publish", {}).get("calls", 0))
 
 
-@pytest.mark.parametrize("health_check_interval", [0, 30], ids=["read-directly", "through-get_message"])
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"protocol": 2, "decode_responses": True}, {"protocol": 3}, {"health_check_interval": 30}],
+    ids=["read-directly", "resp2-decoded", "resp3", "through-get_message"],
+)
 async def test_a_hand_off_is_announced_to_the_waiting_process_only(
-    own_server: RedisServer, name: str, health_check_interval: int
+    own_server: RedisServer, name: str, settings: dict[str, Any]
 ) -> None:
     # Polls every 5 s: a waiter that starts within a second was told by a reply or a message. The
-    # listener reads its connection directly, or through get_message when health checks are asked for.
+    # listener reads its connection directly, whatever the protocol and decoding, or through
+    # get_message when health checks are asked for.
     slow = {"poll_interval": 5.0, "waiter_ttl": 20.0}
     mine_client = redis.asyncio.Redis.from_url(own_server.url)
-    theirs_client = redis.asyncio.Redis.from_url(own_server.url, health_check_interval=health_check_interval)
+    theirs_client = redis.asyncio.Redis.from_url(own_server.url, **settings)
     try:
         async with (
             make_gate(mine_client, name, 1, 10, **slow) as mine,
