@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 import pytest
 import redis.asyncio
 
+from boundedgate.redis import _scripts
+
 from .helpers import listening, make_gate, settles_empty
 from .servers import RedisServer
 
@@ -325,3 +327,19 @@ async def test_admissions_go_on_after_redis_dropped_the_clients_connections(
     finally:
         await client.aclose()
         await killer.aclose()
+
+
+async def test_a_connection_taken_from_a_pool_reset_meanwhile_is_not_given_back_to_it(
+    client: redis.asyncio.Redis,
+) -> None:
+    await client.ping()  # one idle connection in the pool
+    pool = client.connection_pool
+    connection = _scripts._take(pool)
+    assert connection is not None
+    assert connection.is_connected
+    pool.reset()  # type: ignore[no-untyped-call]
+    await _scripts._put_back(pool, connection)  # no error, as the pool's release would raise
+    assert not connection.is_connected
+    assert connection not in pool._available_connections
+    await client.ping()  # the pool works on with connections of its own, and is taken from again
+    assert _scripts._take(pool) is not None

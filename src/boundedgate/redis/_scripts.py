@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import weakref
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -307,6 +308,10 @@ _TAKES = hasattr(redis.asyncio.ConnectionPool, "ensure_connection")
 _CAN_READ = "can_read" if hasattr(redis.asyncio.Connection, "can_read") else "can_read_destructive"
 
 
+#: What a pool keeps its connections in use in (a set; a weak set after its ``reset()``).
+_SETS = (set, weakref.WeakSet)
+
+
 def _take(pool: Any) -> Any:
     """An idle connection of ``pool``, taken as its ``get_connection`` would, in fewer steps; or None.
 
@@ -316,7 +321,11 @@ def _take(pool: Any) -> Any:
     metrics do not see a connection taken so; :func:`_put_back` returns it the same way.
     """
     available = getattr(pool, "_available_connections", None)
-    if not (available and _TAKES) or type(available) is not list or type(pool._in_use_connections) is not set:
+    if (
+        not (available and _TAKES)
+        or type(available) is not list
+        or type(pool._in_use_connections) not in _SETS
+    ):
         return None
     lock = getattr(pool, "_lock", None)
     if (lock is not None and lock.locked()) or pool.connection_kwargs.get("credential_provider") is not None:
@@ -328,7 +337,11 @@ def _take(pool: Any) -> Any:
 
 async def _put_back(pool: Any, connection: Any) -> None:
     """Give back a connection :func:`_take` took, as the pool's ``release`` would, less events and metrics."""
-    pool._in_use_connections.remove(connection)
+    in_use = pool._in_use_connections
+    if connection not in in_use:  # the pool was reset meanwhile: the connection is none of its own
+        await connection.disconnect()
+        return
+    in_use.remove(connection)
     if getattr(connection, "_should_reconnect", False):  # redis-py 8: a maintenance moved the server
         await connection.disconnect()
     pool._available_connections.append(connection)
