@@ -173,14 +173,13 @@ class Background:
                     await bounded(pubsub.subscribe(channel), gate._op_timeout)
                     backoff = 0.05
                     self.kick()  # grants announced while nobody listened are found by a sync
+                    read = _reader(pubsub)
                     while True:
-                        message = await pubsub.get_message(
-                            ignore_subscribe_messages=True, timeout=gate._poll_interval
-                        )
+                        data = await read(gate._poll_interval)
                         if self._closing:
                             return
-                        if message is not None and message.get("type") == "message":
-                            permit_id, _, token = text(message["data"]).rpartition(" ")
+                        if data is not None:
+                            permit_id, _, token = text(data).rpartition(" ")
                             waiter = gate._waiters.get(permit_id)
                             if waiter is not None:
                                 waiter._granted(token)
@@ -198,6 +197,40 @@ class Background:
         finally:
             self._listener = None
             await _close_quietly(own[1])
+
+
+def _reader(pubsub: Any) -> Callable[[float], Coroutine[Any, Any, Any]]:
+    """How the listener reads the next message's data from ``pubsub`` (None: no message within the time).
+
+    Straight from its connection, once subscribed: the one channel's messages need none of
+    ``get_message``'s work (its retry wrapper, observability records, a dict per message), and a
+    broken connection raises at once, so the listener subscribes anew and a sync finds what it
+    missed. Through ``get_message`` when the client asks for health checks (its pings go that way).
+    """
+    connection = pubsub.connection
+    if connection is None or connection.health_check_interval:
+
+        async def get_message(seconds: float) -> Any:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=seconds)
+            if message is not None and message.get("type") == "message":
+                return message["data"]
+            return None
+
+        return get_message
+    read_response = connection.read_response
+
+    async def read(seconds: float) -> Any:
+        response = await read_response(timeout=seconds, disconnect_on_error=False, push_request=True)
+        # A message is [message, channel, data]; anything else (the subscription's confirmation) is not one.
+        if type(response) is list and len(response) == 3 and response[0] in _MESSAGE:
+            return response[2]
+        return None
+
+    return read
+
+
+#: The first element of a pub/sub message, whether the client decodes responses or not.
+_MESSAGE = (b"message", "message")
 
 
 async def _nothing() -> None:

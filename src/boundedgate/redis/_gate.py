@@ -95,8 +95,10 @@ class RedisGate:
     connection settings, so that the process's own traffic can never starve them. Through a plain
     ``redis.asyncio.Redis`` (no subclass, not single-connection), admissions, releases and
     cancellations are sent on its pool's connections directly, not through its ``execute_command``:
-    redis-py's own command hooks and metrics do not see them (a call that cannot reach Redis is made
-    again through ``execute_command``, with the client's retries).
+    redis-py's own command hooks and metrics do not see them, nor, for an idle connection taken and
+    given back directly, the pool's connection events and metrics (unless the pool has a credential
+    provider); a call that cannot reach Redis is made again through ``execute_command``, with the
+    client's retries.
 
     On Redis 7 and later the scripts run as functions of one library, loaded once per server and
     again if the server lost it; older servers, cluster clients and clients whose ACL refuses
@@ -186,7 +188,7 @@ class RedisGate:
         self._op_timeout = _seconds("op_timeout", op_timeout)
         self._idle_ttl = _seconds("idle_ttl", idle_ttl)
         self._client = client
-        self._calls = _scripts.Calls(client)
+        self._calls = _scripts.Calls(client, self._op_timeout)
         self._fallback = fallback
         self._agent = agent_id()
         self._keys = gate_keys(self._name)

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
+import weakref
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -139,7 +141,7 @@ class Script:
         pool = _plain_pool(client) if self.direct else None
         if pool is not None:
             try:
-                return await _direct(pool, self.pack(head, args, calls.functions))
+                return await _direct(pool, self.pack(head, args, calls.functions), calls.op_timeout)
             except NoScriptError:
                 await client.script_load(self.source)
             except _RETRY_THROUGH_CLIENT:
@@ -205,13 +207,16 @@ class Calls:
 
     Args:
         client: The gate's client.
+        op_timeout: The gate's ``op_timeout``: no call waits longer for its reply.
     """
 
-    __slots__ = ("functions",)
+    __slots__ = ("functions", "op_timeout")
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, op_timeout: float = math.inf) -> None:
         #: True while the scripts are sent as functions (``FCALL``).
         self.functions = isinstance(client, redis.asyncio.Redis)
+        #: The longest any call of the gate waits for its reply (its caller bounds it so).
+        self.op_timeout = op_timeout
 
     async def missing(self, client: Any, error: ResponseError) -> None:
         """After ``FCALL`` failed with ``error``: load the library, or turn to ``EVALSHA``, or raise.
@@ -246,18 +251,100 @@ def _plain_pool(client: Any) -> redis.asyncio.ConnectionPool | None:
     return pool if type(pool) is redis.asyncio.ConnectionPool else None
 
 
-async def _direct(pool: redis.asyncio.ConnectionPool, command: bytes) -> Any:
+#: What tells a connection's read_response to set no timeout (redis-py 8; before, a timer that never fires).
+_NO_TIMEOUT = math.inf
+
+#: redis-py's own way to send a command, which a direct call may do in fewer steps itself.
+_SEND = redis.asyncio.Connection.send_packed_command
+
+
+async def _direct(pool: redis.asyncio.ConnectionPool, command: bytes, op_timeout: float) -> Any:
     """Send ``command`` on a connection of ``pool`` and read its reply (raised if an error).
 
-    The connection's own methods disconnect it if a send or read fails or is interrupted, so it
-    never goes back to the pool with a reply pending.
+    The caller bounds the call by ``op_timeout`` (or less): a socket timeout that cannot end the
+    read before that is not set (it is a timer a call). The connection is disconnected if the send
+    or the read fails or is interrupted (by its own methods, or here), so it never goes back to the
+    pool with a reply pending.
     """
-    connection = await pool.get_connection(*_GET_CONNECTION_ARGS)  # type: ignore[no-untyped-call]
+    connection = _take(pool)
+    taken = connection is not None
+    if connection is None:
+        connection = await pool.get_connection(*_GET_CONNECTION_ARGS)  # type: ignore[no-untyped-call]
     try:
-        await connection.send_packed_command(command)
+        if taken and (not connection.is_connected or await getattr(connection, _CAN_READ)()):
+            await pool.ensure_connection(connection)  # connects it, or a new one for one left unread
+        writer = connection._writer
+        if (
+            writer is None
+            or connection.health_check_interval
+            or type(connection).send_packed_command is not _SEND
+        ):
+            await connection.send_packed_command(command)
+        else:
+            # What send_packed_command does, less its socket timeout: that costs a task a command
+            # (its wait_for), and the caller's op_timeout bounds the call already. Taken only
+            # where send_packed_command is redis-py's own (a subclass's hook is kept) and no
+            # health check is asked for.
+            try:
+                writer.write(command)
+                await writer.drain()
+            except BaseException:
+                await connection.disconnect(nowait=True)
+                raise
+        socket_timeout = connection.socket_timeout
+        if socket_timeout and socket_timeout >= op_timeout:
+            return await connection.read_response(timeout=_NO_TIMEOUT)
         return await connection.read_response()
     finally:
-        await pool.release(connection)
+        if taken:
+            await _put_back(pool, connection)
+        else:
+            await pool.release(connection)
+
+
+#: Whether this redis-py's pool can be taken from as :func:`_take` does, and how a connection
+#: tells it has data unread (``can_read``; ``can_read_destructive`` in older redis-py).
+_TAKES = hasattr(redis.asyncio.ConnectionPool, "ensure_connection")
+_CAN_READ = "can_read" if hasattr(redis.asyncio.Connection, "can_read") else "can_read_destructive"
+
+
+#: What a pool keeps its connections in use in (a set; a weak set after its ``reset()``).
+_SETS = (set, weakref.WeakSet)
+
+
+def _take(pool: Any) -> Any:
+    """An idle connection of ``pool``, taken as its ``get_connection`` would, in fewer steps; or None.
+
+    None (``get_connection`` then) when the pool has none idle, is inside its own lock, lacks the
+    lists this takes from (another redis-py), or has a credential provider (its connections may be
+    re-authenticated as they go back, by the pool's release). The pool's connection events and
+    metrics do not see a connection taken so; :func:`_put_back` returns it the same way.
+    """
+    available = getattr(pool, "_available_connections", None)
+    if (
+        not (available and _TAKES)
+        or type(available) is not list
+        or type(pool._in_use_connections) not in _SETS
+    ):
+        return None
+    lock = getattr(pool, "_lock", None)
+    if (lock is not None and lock.locked()) or pool.connection_kwargs.get("credential_provider") is not None:
+        return None
+    connection = available.pop()
+    pool._in_use_connections.add(connection)
+    return connection
+
+
+async def _put_back(pool: Any, connection: Any) -> None:
+    """Give back a connection :func:`_take` took, as the pool's ``release`` would, less events and metrics."""
+    in_use = pool._in_use_connections
+    if connection not in in_use:  # the pool was reset meanwhile: the connection is none of its own
+        await connection.disconnect()
+        return
+    in_use.remove(connection)
+    if getattr(connection, "_should_reconnect", False):  # redis-py 8: a maintenance moved the server
+        await connection.disconnect()
+    pool._available_connections.append(connection)
 
 
 def encode_head(keys: Sequence[str], common: Sequence[object]) -> tuple[bytes, ...]:
