@@ -1,7 +1,8 @@
 """The client's connection pool: a busy process is neither refused by its own pool nor loses its leases.
 
-redis-py's asyncio pool (``Redis.from_url``, as the README's examples make it) holds at most 100
-connections and raises ``MaxConnectionsError`` for the 101st command in flight. That is this
+redis-py 8's asyncio pool (``Redis.from_url``, as the README's examples make it) holds at most 100
+connections and raises ``MaxConnectionsError`` for the 101st command in flight (older redis-py's
+holds 2**31 by default, and raises a plain ``ConnectionError`` when made smaller). That is this
 process's own traffic, not an outage: the gate waits for a connection (within ``op_timeout``), and
 renews its leases over a connection of its own, which that traffic cannot take.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
@@ -22,6 +24,16 @@ from .servers import RedisServer
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 
 
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[redis.asyncio.Redis]:
+    """A client whose pool holds 100 connections: redis-py 8's default, asked for by name."""
+    connection = redis.asyncio.Redis.from_url(redis_server.url, max_connections=100)
+    try:
+        yield connection
+    finally:
+        await connection.aclose()
+
+
 async def _blpop(client: redis.asyncio.Redis, key: str, timeout: float) -> None:
     """A blocking pop on ``key``: it holds one of the pool's connections for up to ``timeout`` seconds."""
     await client.blpop([key], timeout=timeout)
@@ -30,7 +42,7 @@ async def _blpop(client: redis.asyncio.Redis, key: str, timeout: float) -> None:
 async def test_150_concurrent_admissions_through_a_100_connection_pool_are_all_admitted(
     client: redis.asyncio.Redis, name: str
 ) -> None:
-    assert client.connection_pool.max_connections == 100  # redis-py's default, which the README uses
+    assert client.connection_pool.max_connections == 100
     async with make_gate(client, name, 150, 0) as gate:
         started = 0
 
