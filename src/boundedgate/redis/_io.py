@@ -71,7 +71,7 @@ async def pooled(call: Callable[[], Coroutine[Any, Any, T]], seconds: float) -> 
     """``bounded(call(), ...)``, called again while the client's pool has no free connection.
 
     A pool at its ``max_connections`` (redis-py's pool raises ``MaxConnectionsError`` then, a plain
-    ``ConnectionError("Too many connections")`` before redis-py 7; before anything is sent) is
+    ``ConnectionError("Too many connections")`` in older ones, 6.4 among them; before anything is sent) is
     this process's own traffic, not an unreachable Redis: wait for a
     connection to come back, polling with a jittered back-off, rather than fail closed at once.
     The attempts and the pauses between them take ``seconds`` in all.
