@@ -70,10 +70,10 @@ _POOLS_OWN = frozenset(
 async def pooled(call: Callable[[], Coroutine[Any, Any, T]], seconds: float) -> T:
     """``bounded(call(), ...)``, called again while the client's pool has no free connection.
 
-    A pool at its ``max_connections`` (redis-py's pool raises ``MaxConnectionsError`` then, a plain
-    ``ConnectionError("Too many connections")`` in older ones, 6.4 among them; before anything is sent) is
-    this process's own traffic, not an unreachable Redis: wait for a
-    connection to come back, polling with a jittered back-off, rather than fail closed at once.
+    A pool at its ``max_connections`` raises before anything is sent (``MaxConnectionsError`` in
+    redis-py 7.4 and 8, a plain ``ConnectionError("Too many connections")`` in 6.4 and before):
+    that is this process's own traffic, not an unreachable Redis. Wait for a connection to come
+    back, polling with a jittered back-off, rather than fail closed at once.
     The attempts and the pauses between them take ``seconds`` in all.
 
     Raises:
