@@ -15,8 +15,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
+import redis.exceptions
 
 from boundedgate import GateUnavailable, QueueFull, Status
+from boundedgate.redis._io import pooled
 
 from .helpers import OtherProcess, cluster, make_gate, settles_empty
 from .servers import RedisServer
@@ -91,6 +93,43 @@ async def test_a_pool_that_stays_full_is_waited_for_until_op_timeout_then_reads_
     finally:
         await client.aclose()
         await blocker.aclose()
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        redis.exceptions.MaxConnectionsError("Too many connections"),
+        redis.exceptions.ConnectionError("Too many connections"),
+    ],
+    ids=["redis-py 7.4 and 8", "redis-py 6.4 and before"],
+)
+async def test_a_full_pool_s_refusal_is_waited_out_whichever_redis_py_raised_it(
+    refusal: redis.exceptions.ConnectionError,
+) -> None:
+    attempts = 0
+
+    async def call() -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise refusal
+        return "answered"
+
+    assert await pooled(call, 1.0) == "answered"
+    assert attempts == 3
+
+
+async def test_a_connection_error_other_than_a_full_pool_is_raised_at_once() -> None:
+    attempts = 0
+
+    async def call() -> str:
+        nonlocal attempts
+        attempts += 1
+        raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    with pytest.raises(redis.exceptions.ConnectionError, match="refused"):
+        await pooled(call, 1.0)
+    assert attempts == 1
 
 
 async def test_300_tasks_retrying_do_not_starve_the_lease_renewals_of_their_process(
