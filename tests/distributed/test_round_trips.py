@@ -272,7 +272,7 @@ async def test_where_an_infinite_read_timeout_sets_a_timer_the_socket_timeout_is
                     async with gate.admit():
                         pass
             pool = client.connection_pool
-            connections = [*pool._available_connections, *pool._in_use_connections]  # type: ignore[attr-defined]
+            connections = [*pool._available_connections, *pool._in_use_connections]
             assert connections
             assert {c.socket_timeout for c in connections} == {5}
     finally:
