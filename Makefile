@@ -8,7 +8,7 @@ PIP := -m pip install --quiet --disable-pip-version-check
 # Dependency groups (PEP 735, pyproject's [dependency-groups]) need pip >= 25.1.
 GROUPS_PIP := 'pip>=25.1'
 
-.PHONY: setup demo test lint typecheck docs pytest pytest-pure pytest-compiled compiled compiler bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat dist
+.PHONY: setup demo test lint typecheck docs pytest pytest-pure pytest-compiled compiled compiler bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat compat-redis dist
 
 # The development environment: the package, editable, with the `dev` group (tests, lint, docs).
 $(STAMP): pyproject.toml
@@ -162,6 +162,22 @@ compat: $(STAMP) redis-server
 	    echo "== Python $$v ($$py)"; \
 	    $$venv/bin/python -m pytest -q $(COMPAT_PYTEST_ARGS); \
 	done
+
+# tests/distributed against the oldest redis-py the package claims (pyproject's `redis` extra; the
+# test group must claim the same): that redis-py alone in a venv of its own, ahead of the dev venv's
+# on the path, so the suite's other tools stay the dev venv's. About a minute.
+REDIS_FLOOR := $(shell sed -n 's/^redis = \["redis>=\([0-9.]*\)"\]$$/\1/p' pyproject.toml)
+REDIS_VENV := .venv-redis-$(REDIS_FLOOR)
+compat-redis: $(STAMP) redis-server
+	@test -n "$(REDIS_FLOOR)" || { echo "compat-redis: no redis floor in pyproject's redis extra"; exit 1; }
+	@test "$$(grep -c '"redis>=$(REDIS_FLOOR)"' pyproject.toml)" = 2 \
+	    || { echo "compat-redis: the redis extra and the test group claim different floors"; exit 1; }
+	@if [ ! -f $(REDIS_VENV)/.installed ] || [ pyproject.toml -nt $(REDIS_VENV)/.installed ]; then \
+	    rm -rf $(REDIS_VENV) && $(PYTHON) -m venv $(REDIS_VENV) \
+	    && $(REDIS_VENV)/bin/python $(PIP) 'redis==$(REDIS_FLOOR)' && touch $(REDIS_VENV)/.installed; fi
+	@site=$$($(REDIS_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))"); \
+	    PYTHONPATH=$$site:src $(PY) -c "import redis, sys; print('== redis-py', redis.__version__); sys.exit(redis.__version__ != '$(REDIS_FLOOR)')" \
+	    && PYTHONPATH=$$site:src $(PY) -m pytest -q -p no:cacheprovider tests/distributed
 
 # Both builds in one run: the pure-Python modules, and the compiled ones when `make compiled` could build them.
 BUILDS = $(if $(wildcard $(COMPILED_DIR)/.built),--compiled ../$(COMPILED_DIR))

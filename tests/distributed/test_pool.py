@@ -1,7 +1,8 @@
 """The client's connection pool: a busy process is neither refused by its own pool nor loses its leases.
 
-redis-py's asyncio pool (``Redis.from_url``, as the README's examples make it) holds at most 100
-connections and raises ``MaxConnectionsError`` for the 101st command in flight. That is this
+redis-py 8's asyncio pool (``Redis.from_url``, as the README's examples make it) holds at most 100
+connections and raises ``MaxConnectionsError`` for the 101st command in flight (older redis-py's
+holds 2**31 by default, and raises a plain ``ConnectionError`` when made smaller). That is this
 process's own traffic, not an outage: the gate waits for a connection (within ``op_timeout``), and
 renews its leases over a connection of its own, which that traffic cannot take.
 """
@@ -10,16 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
+import redis.exceptions
 
 from boundedgate import GateUnavailable, QueueFull, Status
+from boundedgate.redis._io import pooled
 
 from .helpers import OtherProcess, cluster, make_gate, settles_empty
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+
+
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[redis.asyncio.Redis]:
+    """A client whose pool holds 100 connections: redis-py 8's default, asked for by name."""
+    connection = redis.asyncio.Redis.from_url(redis_server.url, max_connections=100)
+    try:
+        yield connection
+    finally:
+        await connection.aclose()
 
 
 async def _blpop(client: redis.asyncio.Redis, key: str, timeout: float) -> None:
@@ -30,7 +44,7 @@ async def _blpop(client: redis.asyncio.Redis, key: str, timeout: float) -> None:
 async def test_150_concurrent_admissions_through_a_100_connection_pool_are_all_admitted(
     client: redis.asyncio.Redis, name: str
 ) -> None:
-    assert client.connection_pool.max_connections == 100  # redis-py's default, which the README uses
+    assert client.connection_pool.max_connections == 100
     async with make_gate(client, name, 150, 0) as gate:
         started = 0
 
@@ -79,6 +93,43 @@ async def test_a_pool_that_stays_full_is_waited_for_until_op_timeout_then_reads_
     finally:
         await client.aclose()
         await blocker.aclose()
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        redis.exceptions.MaxConnectionsError("Too many connections"),
+        redis.exceptions.ConnectionError("Too many connections"),
+    ],
+    ids=["redis-py 7.4 and 8", "redis-py 6.4 and before"],
+)
+async def test_a_full_pool_s_refusal_is_waited_out_whichever_redis_py_raised_it(
+    refusal: redis.exceptions.ConnectionError,
+) -> None:
+    attempts = 0
+
+    async def call() -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise refusal
+        return "answered"
+
+    assert await pooled(call, 1.0) == "answered"
+    assert attempts == 3
+
+
+async def test_a_connection_error_other_than_a_full_pool_is_raised_at_once() -> None:
+    attempts = 0
+
+    async def call() -> str:
+        nonlocal attempts
+        attempts += 1
+        raise redis.exceptions.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    with pytest.raises(redis.exceptions.ConnectionError, match="refused"):
+        await pooled(call, 1.0)
+    assert attempts == 1
 
 
 async def test_300_tasks_retrying_do_not_starve_the_lease_renewals_of_their_process(

@@ -246,6 +246,41 @@ async def test_an_uncontended_call_sets_one_timer_its_op_timeout(
     assert all(0 < seconds <= 2.0 for seconds in timers)
 
 
+async def test_where_an_infinite_read_timeout_sets_a_timer_the_socket_timeout_is_cleared_for_the_read(
+    redis_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py before 8.1 reads read_response(timeout=math.inf) as a timer that never fires: the
+    # socket timeout is cleared for the read instead, and set again after it.
+    monkeypatch.setattr(_scripts, "_INF_IS_NO_TIMEOUT", False)
+    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
+    loop = asyncio.get_running_loop()
+    timers: list[float] = []
+    call_at = loop.call_at
+
+    def counting_call_at(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+        timers.append(when - loop.time())
+        return call_at(when, *args, **kwargs)
+
+    try:
+        async with make_gate(client, name, 1, 10, op_timeout=2.0, **QUIET) as gate:
+            async with gate.admit(timeout=5):
+                pass
+            await asyncio.sleep(0.05)
+            with monkeypatch.context() as patched:
+                patched.setattr(loop, "call_at", counting_call_at)
+                for _ in range(PAIRS):
+                    async with gate.admit():
+                        pass
+            pool = client.connection_pool
+            connections = [*pool._available_connections, *pool._in_use_connections]
+            assert connections
+            assert {c.socket_timeout for c in connections} == {5}
+    finally:
+        await client.aclose()
+    assert len(timers) == 2 * PAIRS
+    assert all(0 < seconds <= 2.0 for seconds in timers)
+
+
 async def test_an_uncontended_pair_takes_idle_connections_without_the_pools_methods(
     client: redis.asyncio.Redis, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

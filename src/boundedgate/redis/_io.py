@@ -70,9 +70,10 @@ _POOLS_OWN = frozenset(
 async def pooled(call: Callable[[], Coroutine[Any, Any, T]], seconds: float) -> T:
     """``bounded(call(), ...)``, called again while the client's pool has no free connection.
 
-    A pool at its ``max_connections`` (redis-py's default pool raises ``MaxConnectionsError`` then,
-    before anything is sent) is this process's own traffic, not an unreachable Redis: wait for a
-    connection to come back, polling with a jittered back-off, rather than fail closed at once.
+    A pool at its ``max_connections`` raises before anything is sent (``MaxConnectionsError`` in
+    redis-py 7.4 and 8, a plain ``ConnectionError("Too many connections")`` in 6.4 and before):
+    that is this process's own traffic, not an unreachable Redis. Wait for a connection to come
+    back, polling with a jittered back-off, rather than fail closed at once.
     The attempts and the pauses between them take ``seconds`` in all.
 
     Raises:
@@ -85,12 +86,21 @@ async def pooled(call: Callable[[], Coroutine[Any, Any, T]], seconds: float) -> 
     while True:
         try:
             return await bounded(call(), max(0.0, give_up - loop.time()))
-        except redis.exceptions.MaxConnectionsError as error:
+        except redis.exceptions.ConnectionError as error:
+            if not _pool_full(error):
+                raise
             left = give_up - loop.time()
             if left <= 0:
                 raise TimeoutError(f"the client's pool had no free connection for {seconds:.3f}s") from error
             await asyncio.sleep(min(left, delay * (0.5 + random.random())))
             delay = min(2 * delay, 0.05)
+
+
+def _pool_full(error: redis.exceptions.ConnectionError) -> bool:
+    """Whether ``error`` is a pool's refusal of one more connection, not a failure to reach Redis."""
+    if isinstance(error, redis.exceptions.MaxConnectionsError):
+        return True
+    return type(error) is redis.exceptions.ConnectionError and error.args == ("Too many connections",)
 
 
 def own_client(client: Any) -> tuple[Any, Callable[[], Coroutine[Any, Any, None]]] | None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import re
 import weakref
 from collections.abc import Sequence
 from importlib import resources
@@ -251,8 +252,17 @@ def _plain_pool(client: Any) -> redis.asyncio.ConnectionPool | None:
     return pool if type(pool) is redis.asyncio.ConnectionPool else None
 
 
-#: What tells a connection's read_response to set no timeout (redis-py 8; before, a timer that never fires).
+#: What tells a connection's read_response to set no timeout (redis-py 8.1 on).
 _NO_TIMEOUT = math.inf
+
+
+def _takes_inf_as_no_timeout() -> bool:
+    # Before redis-py 8.1, read_response(timeout=math.inf) sets a timer (one that never fires).
+    version = re.match(r"(\d+)\.(\d+)", redis.__version__)
+    return version is not None and (int(version[1]), int(version[2])) >= (8, 1)
+
+
+_INF_IS_NO_TIMEOUT = _takes_inf_as_no_timeout()
 
 #: redis-py's own way to send a command, which a direct call may do in fewer steps itself.
 _SEND = redis.asyncio.Connection.send_packed_command
@@ -293,7 +303,13 @@ async def _direct(pool: redis.asyncio.ConnectionPool, command: bytes, op_timeout
                 raise
         socket_timeout = connection.socket_timeout
         if socket_timeout and socket_timeout >= op_timeout:
-            return await connection.read_response(timeout=_NO_TIMEOUT)
+            if _INF_IS_NO_TIMEOUT:
+                return await connection.read_response(timeout=_NO_TIMEOUT)
+            connection.socket_timeout = None  # for this read only: the connection is ours meanwhile
+            try:
+                return await connection.read_response()
+            finally:
+                connection.socket_timeout = socket_timeout
         return await connection.read_response()
     finally:
         if taken:
