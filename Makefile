@@ -195,4 +195,4 @@ mutation: $(STAMP)
 	$(VENV)/bin/mutmut results
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .venv-3.* .venv-wheel .venv-sdist build dist site mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) .venv-3.* .venv-redis-* .venv-wheel .venv-sdist build dist site mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis
