@@ -217,41 +217,11 @@ async def test_uncontended_pairs_start_no_task_at_all_through_a_plain_client(
     assert started == []
 
 
-async def test_an_uncontended_call_sets_one_timer_its_op_timeout(
+async def _timers_of_uncontended_pairs(
     redis_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A socket timeout of 5 s cannot end a read that op_timeout (2 s) ends first: it is not set.
-    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
-    loop = asyncio.get_running_loop()
-    timers: list[float] = []
-    call_at = loop.call_at
-
-    def counting_call_at(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-        timers.append(when - loop.time())
-        return call_at(when, *args, **kwargs)
-
-    try:
-        async with make_gate(client, name, 1, 10, op_timeout=2.0, **QUIET) as gate:
-            async with gate.admit(timeout=5):
-                pass
-            await asyncio.sleep(0.05)
-            monkeypatch.setattr(loop, "call_at", counting_call_at)
-            for _ in range(PAIRS):
-                async with gate.admit():
-                    pass
-            monkeypatch.undo()
-    finally:
-        await client.aclose()
-    assert len(timers) == 2 * PAIRS
-    assert all(0 < seconds <= 2.0 for seconds in timers)
-
-
-async def test_where_an_infinite_read_timeout_sets_a_timer_the_socket_timeout_is_cleared_for_the_read(
-    redis_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # redis-py before 8.1 reads read_response(timeout=math.inf) as a timer that never fires: the
-    # socket timeout is cleared for the read instead, and set again after it.
-    monkeypatch.setattr(_scripts, "_INF_IS_NO_TIMEOUT", False)
+) -> list[float]:
+    """The timers (seconds ahead) that PAIRS uncontended pairs set, through a client whose socket
+    timeout (5 s) cannot end a read that op_timeout (2 s) ends first; its connections keep it."""
     client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
     loop = asyncio.get_running_loop()
     timers: list[float] = []
@@ -277,6 +247,25 @@ async def test_where_an_infinite_read_timeout_sets_a_timer_the_socket_timeout_is
             assert {c.socket_timeout for c in connections} == {5}
     finally:
         await client.aclose()
+    return timers
+
+
+async def test_an_uncontended_call_sets_one_timer_its_op_timeout(
+    redis_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The socket timeout that cannot end a read before op_timeout does is not set for it.
+    timers = await _timers_of_uncontended_pairs(redis_server, name, monkeypatch)
+    assert len(timers) == 2 * PAIRS
+    assert all(0 < seconds <= 2.0 for seconds in timers)
+
+
+async def test_where_an_infinite_read_timeout_sets_a_timer_the_socket_timeout_is_cleared_for_the_read(
+    redis_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py before 8.1 reads read_response(timeout=math.inf) as a timer that never fires: the
+    # socket timeout is cleared for the read instead, and set again after it.
+    monkeypatch.setattr(_scripts, "_INF_IS_NO_TIMEOUT", False)
+    timers = await _timers_of_uncontended_pairs(redis_server, name, monkeypatch)
     assert len(timers) == 2 * PAIRS
     assert all(0 < seconds <= 2.0 for seconds in timers)
 
