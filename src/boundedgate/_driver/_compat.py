@@ -1,4 +1,9 @@
-"""The two task facts the driver needs on every admission, at the lowest cost each Python offers.
+"""The loop's clock and two task facts, which the driver reads on every admission, at the lowest cost.
+
+``clock_of(loop)`` is what reads ``loop.time()``: asyncio's own loops answer it with
+``time.monotonic()`` through a method of their own, a Python frame on every read, so for them it is
+``time.monotonic`` itself, the same reading; any other clock (uvloop's, a test loop's that
+fast-forwards, a ``time`` set on the loop) is read through ``loop.time``.
 
 ``current_task(loop)`` answers the task running on ``loop`` (None when ``loop`` is not running a
 task in this thread), without the cost of ``asyncio.get_running_loop()`` that the public
@@ -23,10 +28,11 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ("cancellation_pending", "current_task", "is_cancelling")
+__all__ = ("cancellation_pending", "clock_of", "current_task", "is_cancelling")
 
 current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]
 is_cancelling: Callable[[asyncio.Task[Any]], object]
@@ -38,6 +44,19 @@ else:
     current_task = asyncio.current_task  # implemented in C from 3.12
 
 is_cancelling = asyncio.Task.cancelling
+
+_ASYNCIO_TIME = asyncio.BaseEventLoop.time  # `return time.monotonic()`, on every Python we support
+
+
+def clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """What reads ``loop``'s clock: ``time.monotonic`` where that is all ``loop.time()`` does."""
+    # Asked of the bound method, which a `time` set on the loop or its class replaces: reading the
+    # loop's __dict__ instead would give it a dict of its own, and slow every attribute read of
+    # asyncio's own loop code from then on.
+    read = loop.time
+    if getattr(read, "__func__", None) is _ASYNCIO_TIME and getattr(read, "__self__", None) is loop:
+        return time.monotonic
+    return read
 
 
 def cancellation_pending(task: asyncio.Task[Any]) -> bool:

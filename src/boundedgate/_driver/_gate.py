@@ -25,7 +25,8 @@ import contextlib
 import logging
 import math
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Final, cast, final
 
@@ -52,6 +53,7 @@ from .._core import (
 )
 from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource, StreamT
+from ._compat import clock_of
 from ._observing import Observer, Observers, attach, log_event
 from ._permit import _HELD, Permit, new_held_permit, new_permit
 
@@ -81,6 +83,7 @@ class GateBase:
     """A gate without its weak references: see ``BoundedGate`` (``_bounded.py``), its one subclass."""
 
     __slots__ = (
+        "_clock",
         "_controller",
         "_loop",
         "_max_running",
@@ -101,6 +104,8 @@ class GateBase:
     _name: str
     _observers: Observers
     _loop: asyncio.AbstractEventLoop | None
+    # What reads the loop's clock (see clock_of): set with _loop, read by every admission.
+    _clock: Callable[[], float]
     # The one loop timer, armed at the earliest queued deadline (`inf`: not armed).
     _timer: asyncio.TimerHandle | None
     _timer_at: float
@@ -118,6 +123,7 @@ class GateBase:
         if attached:
             attach(state, self._name, None, self._observers)
         self._loop = None
+        self._clock = time.monotonic  # until it is bound: read by nothing before
         self._timer = None
         self._timer_at = math.inf
         self._parked = set()
@@ -297,7 +303,7 @@ class GateBase:
     def stats(self) -> GateStatistics:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
         loop = self._loop
-        return self._state.snapshot(self._name, None if loop is None else loop.time())
+        return self._state.snapshot(self._name, None if loop is None else self._clock())
 
     def observe(self, callback: Observer) -> None:
         """Call ``callback`` with the :class:`RequestRecord` of every request that ends from now on.
@@ -341,7 +347,7 @@ class GateBase:
         state = self._state
         before = (state.limit, state.max_waiting)
         loop = self._loop
-        now = 0.0 if loop is None else loop.time()
+        now = 0.0 if loop is None else self._clock()
         woken = state.set_limits(now, max_running, max_waiting, evict)
         self._max_running = None if state.limit == sys.maxsize else state.limit
         if before != (state.limit, state.max_waiting):
@@ -367,8 +373,9 @@ class GateBase:
         on the gate's event loop (it binds the gate to the running loop if it has none yet).
         """
         seconds = check_timeout(seconds)
-        loop = self._bind() if self._loop is None else self._loop
-        now = loop.time()
+        if self._loop is None:
+            self._bind()
+        now = self._clock()
         woken = self._state.pause(now + seconds, now)
         if woken:
             self._wake(woken)
@@ -395,8 +402,9 @@ class GateBase:
             if kind not in ("overloaded", "ignored"):
                 raise ValueError(f"unknown signal {kind!r}; expected rate_limited, overloaded or ignored")
             return
-        loop = self._bind() if self._loop is None else self._loop
-        wanted = controller.signal(cast(Any, kind), loop.time())  # compiled: an object
+        if self._loop is None:
+            self._bind()
+        wanted = controller.signal(cast(Any, kind), self._clock())  # compiled: an object
         state = self._state
         if wanted != state.limit:
             self.set_limits(max_running=wanted)
@@ -408,8 +416,9 @@ class GateBase:
         provider's remaining count, e.g. from ``x-ratelimit-remaining-*`` headers. Returns how many
         buckets were lowered.
         """
-        loop = self._bind() if self._loop is None else self._loop
-        lowered = self._state.sync_rate_limits(dict(remaining), loop.time())
+        if self._loop is None:
+            self._bind()
+        lowered = self._state.sync_rate_limits(dict(remaining), self._clock())
         state = self._state
         if lowered and state.waiting:
             self._rearm()
@@ -478,6 +487,7 @@ class GateBase:
             if self._timer is not None:
                 self._timer.cancel()
             self._loop = loop
+            self._clock = clock_of(loop)
             self._timer = None
             self._timer_at = math.inf
         return loop
@@ -512,7 +522,7 @@ class GateBase:
                 if permit.status is RUNNING:
                     # Its caller was cancelled in the turn the slot was handed to it (or its loop is
                     # gone): the slot passes on now rather than when that task wakes to find it so.
-                    passed_on += self._state.cancel(permit, self._loop.time())  # type: ignore[union-attr]
+                    passed_on += self._state.cancel(permit, self._clock())
             woken = passed_on
 
     def _core_failed(self) -> None:
@@ -535,7 +545,7 @@ class GateBase:
 
     def _cancel(self, permit: Permit, ending: Status = CANCELLED) -> None:
         try:
-            woken = self._state.cancel(permit, self._loop.time(), ending)  # type: ignore[union-attr]
+            woken = self._state.cancel(permit, self._clock(), ending)
         except BaseException:
             self._core_failed()
             raise
@@ -565,7 +575,7 @@ class GateBase:
     def _on_timer(self) -> None:
         # The loop fires a timer once it judges its time reached, which may be a clock tick before
         # the float it was armed at: take the deadline as reached, or the timer would re-arm forever.
-        now = max(self._loop.time(), self._timer_at)  # type: ignore[union-attr]
+        now = max(self._clock(), self._timer_at)
         self._timer = None
         self._timer_at = math.inf
         try:

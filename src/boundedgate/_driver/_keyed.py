@@ -413,7 +413,7 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             state = cast(_KeyState, gate._state)
             if not state.running and not state.waiting:
                 self._idle_keys.pop(key, None)
-                self._idle(key, state, gate._loop.time())  # type: ignore[union-attr]  # it rests
+                self._idle(key, state, gate._clock())  # it rests
             return
         if gate is not None:
             gate.signal(kind)
@@ -685,7 +685,9 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
                 return ()
             gate = self._create(key)
             self._list(key, gate)
-            gate._loop = cast(Permit, ticket)._gate._loop
+            origin = cast(Permit, ticket)._gate
+            gate._loop = origin._loop
+            gate._clock = origin._clock
             live = cast(_KeyState, gate._state)
             GateState.settle(live, ticket, cost, now)
             self._idle(key, live, now)  # rests until its buckets refill

@@ -171,11 +171,10 @@ class Permit(Ticket):
         """
         value = check_cost(cost)
         gate = self._gate
-        loop = gate._loop
-        if loop is None:
+        if gate._loop is None:
             return
         try:
-            woken = gate._state.settle(self, value, loop.time())
+            woken = gate._state.settle(self, value, gate._clock())
         except BaseException:
             gate._core_failed()
             raise
@@ -260,7 +259,7 @@ class Permit(Ticket):
         if task is not None and is_cancelling(task) and cancellation_pending(task):
             self.status = CANCELLED  # refused before it is counted, as _arrive() says
             raise asyncio.CancelledError()
-        now = loop.time()
+        now = gate._clock()
         timeout = self._timeout
         if timeout is not None:
             self.deadline = now + timeout
@@ -276,7 +275,7 @@ class Permit(Ticket):
             return self
         gate = self._gate  # the gate it arrived at (a keyed gate may have moved it)
         if status is QUEUED:
-            waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]
+            waiter = self._waiter = loop.create_future()
             parked = gate._parked
             parked.add(self)
             expires = self.deadline if self.max_wait == _INF else queue_deadline(self)
@@ -318,7 +317,7 @@ class Permit(Ticket):
             try:
                 woken = gate._state.release(
                     self,
-                    gate._loop.time(),  # type: ignore[union-attr]
+                    gate._clock(),
                     None if exc_type is None else FAILED,
                 )
             except BaseException:
@@ -344,7 +343,7 @@ class Permit(Ticket):
             # Refused before it is counted: a cancelled caller never touches the counters.
             self.status = CANCELLED
             raise asyncio.CancelledError()
-        now = loop.time()
+        now = gate._clock()
         timeout = self._timeout
         if timeout is not None:
             self.deadline = now + timeout
@@ -394,7 +393,7 @@ class Permit(Ticket):
         if self.status is RUNNING:
             gate = self._gate
             try:
-                woken = gate._state.release(self, gate._loop.time(), ending)  # type: ignore[union-attr]
+                woken = gate._state.release(self, gate._clock(), ending)
             except BaseException:
                 gate._core_failed()
                 raise
