@@ -164,8 +164,11 @@ class KeyState(GateState):
                 if phase == LISTED:
                     if not running and owner._idle_keys:
                         owner._idle_keys.pop(self._key, None)  # it was kept idle
-                elif phase == FRESH and (key := self._key) not in (gates := owner._gates):
-                    gates[key] = self._gate  # type: ignore[assignment]  # set at creation
+                elif (
+                    phase == FRESH
+                    # listed now, unless the key listed another gate meanwhile (set at creation)
+                    and (gates := owner._gates).setdefault(self._key, self._gate) is self._gate  # type: ignore[arg-type]
+                ):
                     self._phase = LISTED
                     if (keys := len(gates)) > owner._peak_keys:
                         owner._peak_keys = keys
