@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import weakref
+from collections.abc import Callable
 
 import pytest
 
@@ -181,6 +182,37 @@ async def test_the_dropped_gate_held_by_nothing_is_the_next_new_keys_gate() -> N
         del permit
     total = keyed.stats()
     assert (total.created, total.dropped, total.total.completed) == (3, 3, 3)
+
+
+def _refused_by(gate: BoundedGate) -> str:
+    with pytest.raises(QueueFull) as refused:
+        gate.try_admit()
+    return refused.value.gate
+
+
+@pytest.mark.parametrize(
+    ("key", "read"),
+    [
+        (7, _refused_by),
+        (("x", 1), lambda gate: gate.stats().name),
+        ("b", lambda gate: repr(gate).split("'")[1]),
+        (2.5, lambda gate: gate.name),
+    ],
+)
+async def test_a_gate_made_again_is_named_after_its_new_key_wherever_the_name_is_first_read(
+    key: object, read: Callable[[BoundedGate], str]
+) -> None:
+    # A gate made again for another key is named from that key only when something reads the name
+    # (a refusal, its statistics, its repr, its property), for a key of any hashable type.
+    keyed: KeyedGate[object] = KeyedGate(max_running=1, max_waiting=0, name="t")
+    async with keyed.admit("a") as permit:
+        parked = permit.gate._parked
+    del permit
+    async with keyed.admit(key) as permit:
+        gate = permit.gate
+        assert gate._parked is parked  # the same gate, made again
+        assert read(gate) == f"t/{key}"
+        assert gate.name == f"t/{key}"
 
 
 @pytest.mark.parametrize("max_running", [1, None])

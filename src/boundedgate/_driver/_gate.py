@@ -54,11 +54,13 @@ from .._core import (
 from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._compat import clock_of
+from ._light import key_gate_name
 from ._observing import Observer, Observers, attach, log_event
 from ._permit import _HELD, Permit, new_held_permit, new_permit
 
 if TYPE_CHECKING:
     from ._combined import CombinedPermit
+    from ._light import KeyState
 
 __all__ = ("GateBase",)
 
@@ -101,7 +103,8 @@ class GateBase:
     _max_running: int | None
     # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
     _rated: bool
-    _name: str
+    # None for a key's gate made again for another key (see KeyedBase.admit): named when first read.
+    _name: str | None
     _observers: Observers
     _loop: asyncio.AbstractEventLoop | None
     # What reads the loop's clock (see clock_of): set with _loop, read by every admission.
@@ -118,10 +121,10 @@ class GateBase:
         self._state = state
         self._max_running = None if state.max_running == sys.maxsize else state.max_running
         self._rated = bool(state.rate_limits)
-        self._name = check_name(name)
+        self._name = name = check_name(name)
         self._observers = Observers()
         if attached:
-            attach(state, self._name, None, self._observers)
+            attach(state, name, None, self._observers)
         self._loop = None
         self._clock = time.monotonic  # until it is bound: read by nothing before
         self._timer = None
@@ -134,7 +137,11 @@ class GateBase:
     @property
     def name(self) -> str:
         """The gate's name."""
-        return self._name
+        name = self._name
+        if name is None:  # a key's gate, made again for another key: named on first reading
+            state = cast("KeyState", self._state)
+            name = self._name = key_gate_name(state._keys._prefix, state._key)
+        return name
 
     @property
     def max_running(self) -> int | None:
@@ -303,7 +310,7 @@ class GateBase:
     def stats(self) -> GateStatistics:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
         loop = self._loop
-        return self._state.snapshot(self._name, None if loop is None else self._clock())
+        return self._state.snapshot(self.name, None if loop is None else self._clock())
 
     def observe(self, callback: Observer) -> None:
         """Call ``callback`` with the :class:`RequestRecord` of every request that ends from now on.
@@ -312,12 +319,12 @@ class GateBase:
         gate; an exception it raises is logged to the ``boundedgate`` logger and goes no further.
         """
         self._observers.add(callback)
-        attach(self._state, self._name, None, self._observers)
+        attach(self._state, self.name, None, self._observers)
 
     def unobserve(self, callback: Observer) -> None:
         """Stop calling ``callback``; with no callback left the gate records nothing."""
         self._observers.remove(callback)
-        attach(self._state, self._name, None, self._observers)
+        attach(self._state, self.name, None, self._observers)
 
     @property
     def controller(self) -> AdaptiveLimit | None:
@@ -352,7 +359,7 @@ class GateBase:
         self._max_running = None if state.limit == sys.maxsize else state.limit
         if before != (state.limit, state.max_waiting):
             log_event(
-                self._name,
+                self.name,
                 "limit_changed",
                 f"limits changed to running {self._max_running}, waiting {state.max_waiting}",
                 logging.INFO,
@@ -466,7 +473,7 @@ class GateBase:
         running = "unbounded" if self._max_running is None else self._max_running
         waiting = "unbounded" if state.max_waiting is None else state.max_waiting
         return (
-            f"<BoundedGate {self._name!r} [running {state.running}/{running}, "
+            f"<BoundedGate {self.name!r} [running {state.running}/{running}, "
             f"waiting {state.waiting}/{waiting}]>"
         )
 
@@ -594,7 +601,7 @@ class GateBase:
         if status is INFEASIBLE:
             ended: float = permit.ended  # type: ignore[assignment]
             return Infeasible(
-                self._name,
+                self.name,
                 self._max_running,
                 state.max_waiting,
                 state.running,
@@ -606,7 +613,7 @@ class GateBase:
             )
         if status is RATE_LIMITED:
             return RateLimited(
-                self._name,
+                self.name,
                 self._max_running,
                 state.max_waiting,
                 state.running,
@@ -618,7 +625,7 @@ class GateBase:
             )
         if status is REJECTED:
             return _QUEUE_FULL(
-                self._name,
+                self.name,
                 self._max_running,
                 state.max_waiting,
                 state.running,
@@ -630,7 +637,7 @@ class GateBase:
         waited = permit.ended - permit.arrival  # type: ignore[operator]
         if status is EVICTED:
             return Evicted(
-                self._name,
+                self.name,
                 self._max_running,
                 state.max_waiting,
                 state.running,
@@ -641,7 +648,7 @@ class GateBase:
                 state.recent_run_seconds,
             )
         return QueueExpired(
-            self._name,
+            self.name,
             self._max_running,
             state.max_waiting,
             state.running,
@@ -658,7 +665,7 @@ class GateBase:
         ended: float = permit.ended  # type: ignore[assignment]
         arrival: float = permit.arrival  # type: ignore[assignment]
         return Late(
-            self._name,
+            self.name,
             self._max_running,
             state.max_waiting,
             state.running,

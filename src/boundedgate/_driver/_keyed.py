@@ -77,7 +77,7 @@ from .._streams import StreamOpener, StreamSource, StreamT
 from ._bounded import BoundedGate
 from ._gate import GateBase
 from ._keyed_base import KeyedBase
-from ._light import FRESH, LISTED, RETIRED, KeyState, light_of
+from ._light import FRESH, LISTED, RETIRED, KeyState, key_gate_name, light_of
 from ._observing import Observer, Observers, attach
 from ._permit import Permit
 
@@ -586,9 +586,8 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             if self._spare is not None and (gate := self._reused(key, max_running, max_waiting)) is not None:
                 return gate
             self._created += 1
-            name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"  # type: ignore[operator]
             fresh = KeyState(self, key, max_running, max_waiting, self._empty)
-            gate = BoundedGate._around(fresh, name)
+            gate = BoundedGate._around(fresh, key_gate_name(self._prefix, key))
             fresh._gate = gate
             return gate
         controller = None
@@ -597,7 +596,8 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             if controller is None:
                 controller = AdaptiveLimit(self._adaptive, max_running)
             max_running = controller.limit
-        gate = BoundedGate._around(_KeyState(self, key, max_running, max_waiting), f"{self._name}/{key}")
+        state = _KeyState(self, key, max_running, max_waiting)
+        gate = BoundedGate._around(state, key_gate_name(self._prefix, key))
         if controller is not None:
             gate._controller = controller
         self._attach(key, gate)

@@ -178,7 +178,7 @@ class KeyedBase:
                     else:  # no C, or the template's limits changed since the key was made
                         state.reuse(gate, key, self._max_running, self._max_waiting)
                     self._created += 1
-                    gate._name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"
+                    gate._name = None  # named from its key when first read: most never are
                 else:
                     interpreted: Any = self  # KeyedGate's _create, off the common path
                     gate = interpreted._create(key)
@@ -220,5 +220,5 @@ class KeyedBase:
         if not state.reuse(gate, key, max_running, max_waiting):
             return None
         self._created += 1
-        gate._name = self._prefix + key if type(key) is str else f"{self._prefix}{key}"
+        gate._name = None  # named from its key when first read
         return gate

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ._keyed import KeyedGate
     from ._keyed_base import KeyedBase
 
-__all__ = ("FRESH", "LISTED", "RETIRED", "KeyState", "light_of")
+__all__ = ("FRESH", "LISTED", "RETIRED", "KeyState", "key_gate_name", "light_of")
 
 RUNNING: Final[Status] = Status.RUNNING
 COMPLETED: Final[Status] = Status.COMPLETED
@@ -306,3 +306,8 @@ def light_of(gate: BoundedGate) -> KeyState | None:
     """The light key ``gate`` drives, if it drives one (else its state is a full one)."""
     state: object = gate._state
     return state if type(state) is KeyState and state._light else None
+
+
+def key_gate_name(prefix: str, key: Hashable) -> str:
+    """The name of a key's gate: its keyed gate's name and ``/`` (``prefix``), then the key."""
+    return prefix + key if type(key) is str else f"{prefix}{key}"
