@@ -280,6 +280,10 @@ class Scripts(RuleBasedStateMachine):
         assert (state, str(value)) == model.admit(permit_id, wait)
         assert (running, waiting) == (len(model.holders), len(model.waiters))
         self.handed_are_grants(handed)
+        # The process knows this answer only (a retry is sent when the first reply was lost): it
+        # holds, or waits, or neither, never both, as the driver's own holders and waiters are.
+        self.holding.discard(permit_id)
+        self.queued.discard(permit_id)
         if state == 1:
             self.holding.add(permit_id)
         elif state == 2:
