@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit
+from boundedgate import BoundedGate, KeyedGate, Late, QueueFull, RateLimit
 from boundedgate._driver._light import light_of
 from tests.helpers import live_gate
 
@@ -213,6 +213,18 @@ async def test_a_gate_made_again_is_named_after_its_new_key_wherever_the_name_is
         assert gate._parked is parked  # the same gate, made again
         assert read(gate) == f"t/{key}"
         assert gate.name == f"t/{key}"
+
+
+async def test_a_gate_made_again_names_its_new_key_in_the_late_it_raises() -> None:
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, name="t")
+    async with keyed.admit("a") as permit:
+        parked = permit.gate._parked
+    del permit
+    with pytest.raises(Late) as late:
+        async with keyed.admit("slow", timeout=1) as permit:
+            assert permit.gate._parked is parked  # the same gate, made again, not named yet
+            await asyncio.sleep(2)  # virtual time
+    assert late.value.gate == "t/slow"
 
 
 @pytest.mark.parametrize("max_running", [1, None])

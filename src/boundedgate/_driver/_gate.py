@@ -598,10 +598,11 @@ class GateBase:
         """The error for a permit the state refused at arrival, or that left the queue unstarted."""
         state = self._state
         status = permit.status
+        name = self._name or self.name  # the property only for a key's gate not named yet (a call)
         if status is INFEASIBLE:
             ended: float = permit.ended  # type: ignore[assignment]
             return Infeasible(
-                self.name,
+                name,
                 self._max_running,
                 state.max_waiting,
                 state.running,
@@ -613,7 +614,7 @@ class GateBase:
             )
         if status is RATE_LIMITED:
             return RateLimited(
-                self.name,
+                name,
                 self._max_running,
                 state.max_waiting,
                 state.running,
@@ -625,7 +626,7 @@ class GateBase:
             )
         if status is REJECTED:
             return _QUEUE_FULL(
-                self.name,
+                name,
                 self._max_running,
                 state.max_waiting,
                 state.running,
@@ -637,7 +638,7 @@ class GateBase:
         waited = permit.ended - permit.arrival  # type: ignore[operator]
         if status is EVICTED:
             return Evicted(
-                self.name,
+                name,
                 self._max_running,
                 state.max_waiting,
                 state.running,
@@ -648,7 +649,7 @@ class GateBase:
                 state.recent_run_seconds,
             )
         return QueueExpired(
-            self.name,
+            name,
             self._max_running,
             state.max_waiting,
             state.running,
@@ -662,10 +663,11 @@ class GateBase:
     def _late(self, permit: Permit | CombinedPermit) -> Late:
         """The :class:`Late` for a request that finished at or after its deadline, naming this gate."""
         state = self._state
+        name = self._name or self.name  # as in _refusal
         ended: float = permit.ended  # type: ignore[assignment]
         arrival: float = permit.arrival  # type: ignore[assignment]
         return Late(
-            self.name,
+            name,
             self._max_running,
             state.max_waiting,
             state.running,
