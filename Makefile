@@ -190,7 +190,7 @@ bench-instructions: $(STAMP) compiled
 
 # Mutation testing of the decision core and the driver (slow; installs mutmut on first use).
 mutation: $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check 'mutmut>=3.2,<4'
+	$(PY) -m pip install --quiet --disable-pip-version-check 'mutmut>=3.8,<4'
 	BOUNDEDGATE_NO_EXTENSIONS=1 HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2
 	$(VENV)/bin/mutmut results
 
