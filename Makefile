@@ -5,19 +5,26 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 CHECKED := src tests benchmarks examples hatch_build.py
 PIP := -m pip install --quiet --disable-pip-version-check
-# Dependency groups (PEP 735, pyproject's [dependency-groups]) need pip >= 25.1.
-GROUPS_PIP := 'pip>=25.1'
+# The venvs of the development tools are filled by uv (from PyPI into the dev venv, a few seconds):
+# it installs the test group into a fresh venv in seconds where pip takes minutes, and reads the
+# dependency groups (PEP 735, pyproject's [dependency-groups]).
+UV := $(VENV)/bin/uv
+UV_INSTALL := $(UV) pip install --quiet --python
 
-.PHONY: setup demo test lint typecheck docs pytest pytest-pure pytest-compiled compiled compiler bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat compat-redis dist
+.PHONY: setup uv demo test lint typecheck docs pytest pytest-pure pytest-compiled compiled compiler bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat compat-redis dist
 
 # The development environment: the package, editable, with the `dev` group (tests, lint, docs).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) $(PIP) --upgrade $(GROUPS_PIP)
-	$(PY) $(PIP) -e . --group dev
+	$(PY) $(PIP) uv
+	$(UV_INSTALL) $(PY) -e . --group dev
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# uv in a dev venv made before it was part of the setup.
+uv: $(STAMP)
+	@test -x $(UV) || $(PY) $(PIP) uv
 
 # The demo needs the package alone (anyio and typing-extensions): a venv of its own, a few seconds
 # to make, so a fresh clone runs it without installing the development tools.
@@ -94,7 +101,7 @@ compiled: compiler
 pytest-compiled: compiled redis-server chromium promtool
 	@if [ -f $(COMPILED_DIR)/.built ] || [ "$$CI" = true ]; then \
 	    PYTHONPATH=$(COMPILED_DIR) $(PY) -c "import boundedgate, sys; sys.exit(0 if boundedgate.COMPILED else 'build/compiled is not compiled')" \
-	    && PYTHONPATH=$(COMPILED_DIR) $(PY) -m pytest -p no:cacheprovider; \
+	    && HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} PYTHONPATH=$(COMPILED_DIR) $(PY) -m pytest -p no:cacheprovider; \
 	else echo "pytest-compiled: no compiled build, skipped"; fi
 
 # A real redis-server for tests/distributed, only when none is found: Debian's package when we are
@@ -137,15 +144,15 @@ bench-redis: $(STAMP) redis-server
 # skipped with a note, and fails the run under CI=true.
 COMPAT_PYTHONS ?= 3.12 3.13
 COMPAT_PYTEST_ARGS ?=
-compat: $(STAMP) redis-server
+compat: uv redis-server
 	@set -e; for v in $(COMPAT_PYTHONS); do \
 	    find_python() { for c in python$$v $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v*/bin/python$$v \
-	            $$($(VENV)/bin/uv python find $$v 2>/dev/null); do \
+	            $$($(UV) python find $$v 2>/dev/null); do \
 	        if $$c -c "" >/dev/null 2>&1; then echo $$c; break; fi; done; }; \
 	    py=$$(find_python); \
 	    if [ -z "$$py" ]; then \
 	        echo "compat: python$$v not found; trying uv python install $$v"; \
-	        $(PY) $(PIP) uv && $(VENV)/bin/uv python install $$v >/dev/null 2>&1 || true; \
+	        $(UV) python install $$v >/dev/null 2>&1 || true; \
 	        py=$$(find_python); \
 	    fi; \
 	    if [ -z "$$py" ]; then \
@@ -155,12 +162,11 @@ compat: $(STAMP) redis-server
 	    venv=.venv-$$v; \
 	    if [ ! -f $$venv/.installed ] || [ pyproject.toml -nt $$venv/.installed ]; then \
 	        $$py -m venv $$venv; \
-	        $$venv/bin/python $(PIP) --upgrade $(GROUPS_PIP); \
-	        $$venv/bin/python $(PIP) -e . --group test; \
+	        $(UV_INSTALL) $$venv/bin/python -e . --group test; \
 	        touch $$venv/.installed; \
 	    fi; \
 	    echo "== Python $$v ($$py)"; \
-	    $$venv/bin/python -m pytest -q $(COMPAT_PYTEST_ARGS); \
+	    HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $$venv/bin/python -m pytest -q $(COMPAT_PYTEST_ARGS); \
 	done
 
 # tests/distributed against the oldest redis-py the package claims (pyproject's `redis` extra; the
@@ -168,16 +174,16 @@ compat: $(STAMP) redis-server
 # on the path, so the suite's other tools stay the dev venv's. About a minute.
 REDIS_FLOOR := $(shell sed -n 's/^redis = \["redis>=\([0-9.]*\)"\]$$/\1/p' pyproject.toml)
 REDIS_VENV := .venv-redis-$(REDIS_FLOOR)
-compat-redis: $(STAMP) redis-server
+compat-redis: uv redis-server
 	@test -n "$(REDIS_FLOOR)" || { echo "compat-redis: no redis floor in pyproject's redis extra"; exit 1; }
 	@test "$$(grep -c '"redis>=$(REDIS_FLOOR)"' pyproject.toml)" = 2 \
 	    || { echo "compat-redis: the redis extra and the test group claim different floors"; exit 1; }
 	@if [ ! -f $(REDIS_VENV)/.installed ] || [ pyproject.toml -nt $(REDIS_VENV)/.installed ]; then \
 	    rm -rf $(REDIS_VENV) && $(PYTHON) -m venv $(REDIS_VENV) \
-	    && $(REDIS_VENV)/bin/python $(PIP) 'redis==$(REDIS_FLOOR)' && touch $(REDIS_VENV)/.installed; fi
+	    && $(UV_INSTALL) $(REDIS_VENV)/bin/python 'redis==$(REDIS_FLOOR)' && touch $(REDIS_VENV)/.installed; fi
 	@site=$$($(REDIS_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))"); \
 	    PYTHONPATH=$$site:src $(PY) -c "import redis, sys; print('== redis-py', redis.__version__); sys.exit(redis.__version__ != '$(REDIS_FLOOR)')" \
-	    && PYTHONPATH=$$site:src $(PY) -m pytest -q -p no:cacheprovider tests/distributed
+	    && HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} PYTHONPATH=$$site:src $(PY) -m pytest -q -p no:cacheprovider tests/distributed
 
 # Both builds in one run: the pure-Python modules, and the compiled ones when `make compiled` could build them.
 BUILDS = $(if $(wildcard $(COMPILED_DIR)/.built),--compiled ../$(COMPILED_DIR))
