@@ -82,6 +82,7 @@ Invariants (checked by :meth:`GateState.check` in the tests after every step)::
     0 <= running <= max_running, unless C was lowered or paused (the excess drains)
     0 <= waiting <= max_waiting, unless Q was lowered below the queue (it drains)
     waiting > 0 implies running >= max_running, or the next ticket's tokens are not there yet
+    the queued sums (per class with several) are the counts and costs of the queued tickets
 """
 
 from __future__ import annotations
@@ -163,10 +164,12 @@ class GateState:
 
     __slots__ = (
         "_buckets",
+        "_class_queued",
         "_deadlines",
         "_pace_weight",
         "_queue",
         "_queue_limit",
+        "_queued_cost",
         "aborted",
         "admitted",
         "cancelled",
@@ -224,6 +227,12 @@ class GateState:
             if not isinstance(limit, RateLimit):
                 raise TypeError(f"rate_limits must hold RateLimit objects, got {limit!r}")
         self._buckets = tuple(TokenBucket(limit) for limit in rate_limits)
+        # What the queued tickets will take from the buckets, kept with rate limits only: with one
+        # class, the sum of their costs (their number is `waiting`); with several, per class in
+        # the queue, [tickets, sum of their costs].
+        self._queued_cost = 0.0
+        several = bool(self._buckets) and self._queue.classes > 1
+        self._class_queued: dict[int, list[float]] | None = {} if several else None
         self.running = 0
         self.waiting = 0
         self.peak_running = 0
@@ -750,6 +759,8 @@ class GateState:
                 break  # the next in line waits for its tokens, and everyone behind it too
             ticket = queue.take()
             self.waiting -= 1
+            if buckets:
+                self._unqueue_cost(ticket)
             waited = now - ticket.arrival  # type: ignore[operator]
             self.queue_seconds_total += waited
             if waited > self.queue_seconds_max:
@@ -779,6 +790,8 @@ class GateState:
     def _enqueue(self, ticket: Ticket) -> None:
         ticket.status = QUEUED
         self._queue.push(ticket)
+        if self._buckets:
+            self._queue_cost(ticket)
         expires = ticket.deadline if ticket.max_wait == math.inf else queue_deadline(ticket)
         if expires != math.inf:
             _heappush(self._deadlines, (expires, ticket))
@@ -787,12 +800,42 @@ class GateState:
             self.peak_waiting = waiting
 
     def _leave_queue(self, ticket: Ticket, now: float) -> None:
+        # Every way out of the queue but a start (that is _fill's): expired, cancelled, evicted.
         ticket.ended = now
         self.waiting -= 1
+        if self._buckets:
+            self._unqueue_cost(ticket)
         waited = now - ticket.arrival  # type: ignore[operator]
         self.queue_seconds_total += waited
         if waited > self.queue_seconds_max:
             self.queue_seconds_max = waited
+
+    def _queue_cost(self, ticket: Ticket) -> None:
+        # A ticket joined the queue: what it will take from the buckets is owed ahead of newcomers.
+        by_class = self._class_queued
+        if by_class is None:
+            self._queued_cost += ticket.cost
+            return
+        queued = by_class.get(ticket.priority)
+        if queued is None:
+            by_class[ticket.priority] = [1.0, ticket.cost]
+        else:
+            queued[0] += 1.0
+            queued[1] += ticket.cost
+
+    def _unqueue_cost(self, ticket: Ticket) -> None:
+        # A ticket left the queue (`waiting` no longer counts it). An empty queue owes exactly
+        # nothing, whatever the rounding of the sums was.
+        by_class = self._class_queued
+        if by_class is None:
+            self._queued_cost = self._queued_cost - ticket.cost if self.waiting else 0.0
+            return
+        queued = by_class[ticket.priority]
+        if queued[0] == 1.0:
+            del by_class[ticket.priority]
+        else:
+            queued[0] -= 1.0
+            queued[1] -= ticket.cost
 
     def _compact(self) -> None:
         # In place, so that callers holding the queue or the heap in a local stay in step.
