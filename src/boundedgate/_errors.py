@@ -179,8 +179,11 @@ class RateLimited(GateError):
     """Raised at arrival when the request's rate cost cannot be paid in time.
 
     Either the caller asked not to wait (``try_admit()``) and the tokens are not there now, or
-    the tokens could not arrive before the request's deadline even with the bucket to itself.
-    Nothing was queued and nothing was taken from any bucket.
+    the tokens could not arrive before the request's deadline (or its ``max_wait``) behind the
+    requests queued ahead of it, which take theirs first: waiting would only have ended in
+    :class:`QueueExpired`. That counts the declared costs, as if nothing were refunded (a
+    ``settle`` below the estimate) and everyone ahead started. Nothing was queued and nothing
+    was taken from any bucket.
 
     Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed, limit,
     retry_after`` (``limit`` names the rate limit that refused; ``retry_after`` is exact).
@@ -214,7 +217,11 @@ class RateLimited(GateError):
 
     @property
     def retry_after(self) -> float:
-        """Seconds until the bucket holds the request's cost, computed from the bucket itself."""
+        """Seconds until the rate limits could pay the request's cost, behind the queue ahead of it.
+
+        Computed from the buckets and the declared costs queued ahead, not estimated: a retry
+        this much later finds its tokens there, if nothing else arrives ahead of it meanwhile.
+        """
         return self.args[8]  # type: ignore[no-any-return]
 
     def to_dict(self) -> dict[str, Any]:

@@ -30,6 +30,23 @@ def check_invariants(state: GateState, now: float | None = None) -> None:
     assert len(live) == state.waiting, (len(live), state.waiting)
     assert len(set(map(id, live))) == len(live)
     assert all(t.status is Status.QUEUED for t in live)
+    if state._buckets:
+        # What the queue owes the buckets, kept as tickets join and leave: the live queue's sums.
+        by_class = state._class_queued
+        if by_class is None:
+            assert state._queue.classes == 1
+            assert math.isclose(state._queued_cost, sum(t.cost for t in live), abs_tol=1e-9), (
+                state._queued_cost,
+                [t.cost for t in live],
+            )
+        else:
+            classes = {t.priority for t in live}
+            assert set(by_class) == classes, (by_class, classes)
+            for priority in classes:
+                mine = [t.cost for t in live if t.priority == priority]
+                count, cost = by_class[priority]
+                assert count == len(mine), (priority, count, mine)
+                assert math.isclose(cost, sum(mine), abs_tol=1e-9), (priority, cost, mine)
     if now is not None:
         for bucket in state._buckets:
             tokens = bucket.tokens(now)

@@ -151,8 +151,8 @@ def test_GateState_takes_from_all_buckets_or_from_none() -> None:
     state.arrive(big, 0, wait=False)
     assert big.status is Status.RATE_LIMITED
     assert state.tokens(0) == (9, 40)  # the requests bucket was not charged for the refused one
-    assert state.ready_at(big) == 50
-    assert state.limiting(big) is tpm
+    assert state.ready_at(big) == state.tokens_ready_at(big, 0) == 50
+    assert state.limiting(big, 0) is tpm
 
 
 def test_GateState_refuses_a_request_whose_tokens_cannot_come_before_its_deadline() -> None:
@@ -289,9 +289,9 @@ def test_GateState_an_urgent_newcomer_that_jumps_can_let_the_oldest_start_behind
 
 def test_GateState_without_rate_limits_is_never_waiting_for_tokens() -> None:
     state = GateState(1, 1)
-    assert state.ready_at(Ticket()) == -math.inf
+    assert state.ready_at(Ticket()) == state.tokens_ready_at(Ticket(), 0) == -math.inf
     assert state.full_at() == -math.inf
-    assert state.limiting(Ticket()) is None
+    assert state.limiting(Ticket(), 0) is None
 
 
 def test_GateState_settling_a_little_more_charges_it_even_from_a_full_bucket() -> None:

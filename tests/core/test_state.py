@@ -66,14 +66,24 @@ def test_GateState_arrival_expires_due_waiters_to_free_their_places() -> None:
     assert newcomer.status is Status.QUEUED
 
 
-def test_GateState_arrival_expires_due_waiters_first_with_rate_limits_too() -> None:
-    # One token every 10 s. b takes the token due at 10; c, whose own is due at 20, waits with a
-    # deadline of 15; d arrives at 15, when c's deadline is reached: c expires first.
-    state = GateState(None, 2, rate_limits=[RateLimit(0.1, 1)])
-    a, b, c, d = ticket(), ticket(100), ticket(15), ticket()
+def late_charge() -> tuple[GateState, list[Ticket]]:
+    """A token a second: b starts at 10 on the tokens a left; c's 4, due at 14 behind it, are
+    pushed past c's deadline of 15 by the 4 more b settles at 10 (a charge nobody could foresee)."""
+    state = GateState(None, 2, rate_limits=[RateLimit(1, 10, unit="tokens")])
+    a, b, c = Ticket(cost=10), Ticket(100, cost=10), Ticket(15, cost=4)
     for t in (a, b, c):
         state.arrive(t, 0)
+    assert (b.status, c.status) == (Status.QUEUED, Status.QUEUED)
     assert state.advance(10) == [b]
+    state.settle(b, 14, 10)
+    assert state.next_wakeup() == 15
+    return state, [a, b, c]
+
+
+def test_GateState_arrival_expires_due_waiters_first_with_rate_limits_too() -> None:
+    # d arrives at 15, when c's deadline is reached: c expires first.
+    state, (_, _, c) = late_charge()
+    d = Ticket(cost=2)  # its tokens come at 16
     assert state.arrive(d, 15) == [c]
     assert (c.status, d.status, state.waiting) == (Status.EXPIRED, Status.QUEUED, 1)
 
@@ -380,14 +390,11 @@ def test_GateState_an_evicting_arrival_that_can_pay_starts_at_once() -> None:
 
 @pytest.mark.parametrize("wait", [True, False])
 def test_GateState_a_refused_arrival_still_reports_the_waiters_it_expired(wait: bool) -> None:
-    # One token every 10 s: b takes the one due at 10, and c, waiting for the one at 20, is due to
-    # expire at 15, when d arrives and is refused (its token cannot come before its deadline, or
-    # it may not wait): c's expiry must not be lost with d's refusal.
-    state = GateState(None, 2, rate_limits=[RateLimit(0.1, 1)])
-    a, b, c, d = ticket(), ticket(100), ticket(15), ticket(16)
-    for t in (a, b, c):
-        state.arrive(t, 0)
-    assert state.advance(10) == [b]
+    # c, waiting for tokens due at 18, is due to expire at 15, when d arrives and is refused (its
+    # tokens cannot come before its deadline, or it may not wait): c's expiry must not be lost
+    # with d's refusal.
+    state, (_, _, c) = late_charge()
+    d = Ticket(16, cost=4)
     assert list(state.arrive(d, 15, wait=wait)) == [c]
     assert (c.status, d.status) == (Status.EXPIRED, Status.RATE_LIMITED)
 

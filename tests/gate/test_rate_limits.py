@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundedgate import BoundedGate, Late, QueueExpired, QueueFull, RateLimit, RateLimited, Status
+from boundedgate.asgi import retry_after_seconds
 from tests.helpers import checked_gate, run_virtual
 
 
@@ -26,11 +27,14 @@ async def test_L01_100_calls_in_a_minute_against_60_rpm() -> None:
 
     results = await asyncio.gather(*(call() for _ in range(100)), return_exceptions=True)
     stats = gate.stats()
-    # The burst at once, then one a second until the budgets run out at 60: about the RPM.
+    # The burst at once, then one a second until the budgets run out at 60: about the RPM. The
+    # 70th and later would get their tokens at 60 s or after: refused at once, not queued to expire.
     assert starts == [0.0] * 10 + [float(s) for s in range(1, 60)]
     assert stats.admitted == 69 <= 60 + 10  # never more than rate x window + burst
-    assert stats.expired == 31
-    assert all(isinstance(r, QueueExpired) for r in results if r is not None)
+    assert (stats.rate_limited, stats.expired) == (31, 0)
+    refused = [r for r in results if isinstance(r, RateLimited)]
+    assert len(refused) == len([r for r in results if r is not None]) == 31
+    assert [r.retry_after for r in refused] == [60.0] * 31  # theirs by 59 for the 59 queued, its own at 60
 
 
 async def test_L02_a_burst_on_a_write_tool_does_not_exceed_its_quota() -> None:
@@ -95,6 +99,50 @@ async def test_tokens_that_cannot_come_before_the_deadline_are_refused_at_once()
     async with gate.admit(cost=50, timeout=6) as permit:  # this one can make it
         assert permit.started == 5
     assert gate.stats().rate_limited == 1
+
+
+@pytest.mark.parametrize(("burst", "admitted"), [(5, 4), (10, 5)])
+async def test_tokens_the_queue_ahead_takes_first_are_counted_at_arrival(burst: int, admitted: int) -> None:
+    # Issue 26, item 7: 10 tokens a second, 20 requests of 5 tokens at once, each willing to queue
+    # 2 s. The k-th (from 1) has its tokens once the bucket has supplied 5k: at (5k - burst) / 10 s.
+    # Those that cannot start before 2 s are refused at once (429), each with the exact wait for
+    # its cost behind the ones queued ahead of it; none is queued only to expire.
+    tpm = RateLimit.per_second(10, burst=burst, unit="tokens", name="tpm")
+    gate = checked_gate(None, None, rate_limits=[tpm])
+    loop = asyncio.get_running_loop()
+    starts: list[float] = []
+    refused: list[tuple[float, RateLimited]] = []
+
+    async def call() -> None:
+        try:
+            async with gate.admit(cost=5, max_wait=2):
+                starts.append(loop.time())
+        except RateLimited as error:
+            refused.append((loop.time(), error))
+
+    await asyncio.gather(*(call() for _ in range(20)))
+    stats = gate.stats()
+    assert starts == [max(0.0, (5 * k - burst) / 10) for k in range(1, admitted + 1)]
+    assert (stats.admitted, stats.rate_limited, stats.expired) == (admitted, 20 - admitted, 0)
+    assert [at for at, _ in refused] == [0.0] * (20 - admitted)  # at arrival, not after 2 s
+    for _, error in refused:
+        # Behind the admitted ones still queued: the bucket supplies their 5 tokens each and its
+        # own 5 at 2.0 s, which is its queue budget (a deadline of now never starts).
+        assert (error.retry_after, error.limit, error.waiting) == (2.0, "tpm", 3)
+        assert error.headers() == {"Retry-After": "2"}
+        assert retry_after_seconds(error, fallback=1) == 2  # what the ASGI edge sends
+    # Exact both ways: once the queue ahead has taken its tokens (the last at 1.5 s), a request
+    # with the same cost is admitted at once at 2.0 s; earlier it still lacks tokens, and is told
+    # how long.
+    assert loop.time() == 1.5
+    await asyncio.sleep(0.25)
+    with pytest.raises(RateLimited) as early:
+        gate.try_admit(cost=5)
+    assert early.value.retry_after == 0.25
+    await asyncio.sleep(0.25)
+    permit = gate.try_admit(cost=5)
+    assert permit.started == 2.0
+    permit.release()
 
 
 async def test_a_cost_above_the_burst_is_refused_with_a_clear_error() -> None:
@@ -190,13 +238,17 @@ async def test_try_admit_with_a_busy_slot_is_queue_full_not_rate_limited() -> No
 
 
 async def test_waiters_for_tokens_expire_at_their_deadline() -> None:
-    gate = checked_gate(None, 5, rate_limits=[RateLimit.per_second(0.1, burst=1)])
-    gate.try_admit().release()
-    first = asyncio.create_task(gate.admit(timeout=20).__aenter__())
-    second = asyncio.create_task(gate.admit(timeout=15).__aenter__())
-    (await first).release()  # its token comes at 10
+    # Queued, a request's tokens were due before its deadline; a charge settled meanwhile pushes
+    # them past it: it leaves the queue at its deadline, never started.
+    gate = checked_gate(None, 5, rate_limits=[RateLimit.per_second(1, burst=10, unit="tokens")])
+    gate.try_admit(cost=10).release()
+    first = asyncio.create_task(gate.admit(cost=10, timeout=20).__aenter__())
+    second = asyncio.create_task(gate.admit(cost=4, timeout=15).__aenter__())
+    permit = await first  # its tokens come at 10; the second's would at 14
+    permit.settle(14)  # 4 more: the second's now come at 18
+    permit.release()
     with pytest.raises(QueueExpired):
-        await second  # its own token would come at 20, past its deadline of 15
+        await second
     assert asyncio.get_running_loop().time() == 15
 
 

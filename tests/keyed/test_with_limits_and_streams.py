@@ -43,22 +43,55 @@ async def test_a_key_whose_last_waiter_expires_waiting_for_tokens_goes_idle() ->
     # With rate limits a key's gate can have a waiter and nothing running; when that waiter expires
     # (the timer, not a release), the key is idle, and rests until its bucket is full.
     keyed: KeyedGate[str] = KeyedGate(
-        max_running=None, max_waiting=5, name="k", rate_limits=[RateLimit.per_second(0.1, burst=1)]
+        max_running=None,
+        max_waiting=5,
+        name="k",
+        rate_limits=[RateLimit.per_second(1, burst=10, unit="tokens")],
     )
-    keyed.try_admit("a").release()  # the token is spent: the next comes at 10
-    first = asyncio.create_task(keyed.admit("a", timeout=15).__aenter__())
-    second = asyncio.create_task(keyed.admit("a", timeout=12).__aenter__())  # its own token: 20
+    keyed.try_admit("a", cost=10).release()  # the bucket is empty: 10 tokens come at 10
+    first = asyncio.create_task(keyed.admit("a", cost=10, timeout=15).__aenter__())
+    second = asyncio.create_task(keyed.admit("a", cost=1, timeout=12).__aenter__())  # due at 11
     await asyncio.sleep(0)
     assert (keyed.running, keyed.waiting) == (0, 2)
-    (await first).release()  # at 10
+    permit = await first  # at 10
+    permit.settle(12)  # 2 more: the second's token now comes at 13, after its deadline
+    permit.release()
     with pytest.raises(QueueExpired):
         await second  # at 12, by the timer
     assert (keyed.running, keyed.waiting) == (0, 0)
-    assert "a" in keyed  # resting until its bucket is full, at 20
+    assert "a" in keyed  # resting until its bucket is full, at 22
     await asyncio.sleep(10)
     keyed.try_admit("b").release()
     assert "a" not in keyed
     assert keyed.stats().total.expired == 1
+
+
+async def test_a_key_refuses_at_arrival_what_its_queue_ahead_leaves_no_time_for() -> None:
+    # A key's state is a GateState too: its newcomers count the tokens its queued requests take
+    # first (another key's queue is not theirs). 10 tokens a second, burst 5, 20 requests of 5
+    # tokens to one key with 2 s to queue: 4 are admitted, 16 refused at once, told 2 s.
+    keyed: KeyedGate[str] = KeyedGate(
+        max_running=None,
+        max_waiting=None,
+        name="k",
+        rate_limits=[RateLimit.per_second(10, burst=5, unit="tokens", name="tpm")],
+    )
+    loop = asyncio.get_running_loop()
+
+    async def call(key: str) -> RateLimited | float:
+        try:
+            async with keyed.admit(key, cost=5, max_wait=2):
+                return loop.time()
+        except RateLimited as error:
+            return error
+
+    results = await asyncio.gather(*(call("a") for _ in range(20)), *(call("b") for _ in range(2)))
+    refused = [r for r in results[:20] if isinstance(r, RateLimited)]
+    assert results[:4] == [0.0, 0.5, 1.0, 1.5]
+    assert [(r.gate, r.retry_after, r.limit) for r in refused] == [("k/a", 2.0, "tpm")] * 16
+    assert results[20:] == [0.0, 0.5]  # key b: a queue and a bucket of its own
+    total = keyed.stats().total
+    assert (total.rate_limited, total.expired) == (16, 0)
 
 
 async def test_token_starts_raise_the_running_peak() -> None:

@@ -498,10 +498,12 @@ def test_simulate_with_rate_limits_shows_outcomes_balances_and_settles(
     assert err == ""
     lines = out.splitlines()
     assert lines[0].endswith("through max_running=2, max_waiting=3, 60 rpm (burst 2), 6000 tpm (burst 6000)")
+    assert "e   rate_limited        0      -     0      -           0" in lines
     assert "f   rate_limited     1200      -  1200      -           0" in lines
+    assert "d   completed           0   2000  3500   2000        3500" in lines  # refunds let it in
     assert "time  event         id  running  waiting  60 rpm  6000 tpm" in lines
-    assert "1500  settled       a         2        3     1.5      3350" in lines
-    assert "rate limited at once         1  16.7%" in lines
+    assert "1500  settled       a         2        2     1.5      3350" in lines
+    assert "rate limited at once         2  33.3%" in lines
 
 
 @pytest.mark.usefixtures("repository")
@@ -512,7 +514,7 @@ def test_simulate_json_with_rate_limits(capsys: pytest.CaptureFixture[str]) -> N
         {"name": "60 rpm", "unit": "requests", "per_second": 1.0, "burst": 2.0, "floor": -2.0},
         {"name": "6000 tpm", "unit": "tokens", "per_second": 100.0, "burst": 6000.0, "floor": -6000.0},
     ]
-    assert data["summary"]["rate_limited"] == 1
+    assert data["summary"]["rate_limited"] == 2
     assert data["trace"][0] == {
         "time_ms": 0,
         "event": "started",
@@ -529,12 +531,12 @@ def test_simulate_a_pure_rate_limiter(capsys: pytest.CaptureFixture[str], seed: 
     )
     assert status == 0
     assert "through max_running=none, max_waiting=2, 600 rpm (burst 2)" in out
-    # Ten a second, two at once: C's token comes at 100, D's after its deadline (refused at once),
-    # E's at its deadline, 200 (it expires then).
+    # Ten a second, two at once: C's token comes at 100; behind it, D's would come after its
+    # deadline and E's at its deadline, 200: both are refused at once, rather than queued to expire.
     assert [line.split()[:4] for line in out.splitlines()[6:9]] == [
         ["C", "completed", "0", "100"],
         ["D", "rate_limited", "0", "-"],
-        ["E", "expired", "0", "-"],
+        ["E", "rate_limited", "0", "-"],
     ]
 
 

@@ -155,6 +155,16 @@ class TokenBucket:
         """When the balance will pay ``amount``, if nothing else takes from it."""
         return self.empty + amount * self.period
 
+    def supplied_at(self, amount: float, now: float) -> float:
+        """When the bucket will have supplied ``amount`` counted from ``now``, if nothing settles.
+
+        What it holds at ``now`` (at most its burst: what accrued while it was full is gone), then
+        what accrues. ``amount`` may exceed the burst: the costs of requests that take their turns
+        one after another. For one request's cost that it does not hold at ``now``, this is
+        ``ready_at(cost)``.
+        """
+        return max(self.empty, now - self.window) + amount * self.period
+
     def covers(self, amount: float, now: float) -> bool:
         """True if the balance at ``now`` pays ``amount``."""
         return now >= self.empty + amount * self.period

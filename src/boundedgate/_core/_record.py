@@ -29,7 +29,8 @@ DECISIONS = ("allow", "queue", "reject")
 def _retry_after(state: GateState, ticket: Ticket, status: Status) -> float | None:
     # As the refusals compute it (boundedgate._errors): exact for a rate limit, else an estimate.
     if status is Status.RATE_LIMITED:
-        return max(0.0, state.ready_at(ticket) - ticket.ended)  # type: ignore[operator]
+        ready: float = ticket._notes["ready_at"]  # noted as it was refused
+        return max(0.0, ready - ticket.ended)  # type: ignore[operator]
     if status is Status.INFEASIBLE:
         return max(0.0, state.predicted_start(ticket.ended) - ticket.ended)  # type: ignore[arg-type, operator]
     recent = state.recent_run_seconds

@@ -19,10 +19,11 @@ its rate cost is paid, all buckets at once or none. These events change it:
 ``arrive(t, now)``
     A ticket whose deadline has passed is refused before it is counted. Otherwise it starts at once
     if a slot is free, nobody is queued (no barging) and its tokens are there; else, if its tokens
-    could not arrive before its deadline even with the bucket to itself, it is refused as
-    ``RATE_LIMITED``; else it joins the queue if there is room; else, if a less urgent ticket
-    waits, the newest of the least urgent class is evicted to make room; else it is rejected.
-    Queued tickets that are due expire first, so a place whose deadline is ``now`` is free.
+    could not come before its queue deadline behind those the tickets queued ahead of it take
+    first (see *Tokens behind the queue*), it is refused as ``RATE_LIMITED``; else it joins the
+    queue if there is room; else, if a less urgent ticket waits, the newest of the least urgent
+    class is evicted to make room; else it is rejected. Queued tickets that are due expire first,
+    so a place whose deadline is ``now`` is free.
 
 ``release(t, now, ending)``
     A running ticket ends: as ``ending`` says when it did not end normally (``FAILED``: it
@@ -60,6 +61,31 @@ Removal from the middle of the queue and the heap is lazy: a ticket that leaves 
 skipped when it reaches the front. Both are rebuilt when dead entries outnumber live ones, so every
 operation is O(log n) amortised and memory stays proportional to the live queue.
 
+Tokens behind the queue
+=======================
+
+Waiting for tokens is FIFO, so an arrival's tokens come only after every bucket has supplied
+what the tickets queued ahead of it take: their costs (one each for a limit counted in
+requests), then its own. A bucket supplies its balance at ``now`` (at most its burst) and then
+its rate, so the earliest it can start is, over the buckets,
+``max(empty, now - window) + (ahead + need) * period`` (:meth:`GateState.tokens_ready_at`). At
+or after its queue deadline it is refused as ``RATE_LIMITED`` at once, with that moment as its
+``retry_after``, rather than queued to expire. Ahead of it are the queued tickets of its class
+and of the more urgent ones; an older one of a less urgent class may yield it its turn (a jump,
+an eviction) and is not counted.
+
+It is a bound, never an overestimate, if nothing is refunded and none of those ahead leaves the
+queue unstarted (cancelled, or expired waiting for a slot or a pause): they all take their costs
+before it can start, and no bucket supplies more than its balance and its rate. With one class
+and one bucket, while slots are free, it is exact: a queued ticket starts then, so none is
+queued that cannot start in time. Slots are not counted (a ticket may also wait for one: that
+is what deadline-feasible admission predicts), and neither is a settle yet to come.
+
+The sums are kept as tickets join and leave the queue, whichever way they leave (started,
+expired, cancelled, evicted): with one class the sum of the queued costs (the count is
+``waiting``), with several the count and the sum per class in the queue, so an arrival costs
+O(1), or O(classes in use).
+
 Limits that move
 ================
 
@@ -82,6 +108,7 @@ Invariants (checked by :meth:`GateState.check` in the tests after every step)::
     0 <= running <= max_running, unless C was lowered or paused (the excess drains)
     0 <= waiting <= max_waiting, unless Q was lowered below the queue (it drains)
     waiting > 0 implies running >= max_running, or the next ticket's tokens are not there yet
+    the queued sums (per class with several) are the counts and costs of the queued tickets
 """
 
 from __future__ import annotations
@@ -152,6 +179,12 @@ def pace_weight(limit: int) -> float:
     return RECENT_RUN_WEIGHT if limit == sys.maxsize else RECENT_RUN_WEIGHT / limit
 
 
+def _ready_behind(bucket: TokenBucket, cost: float, tickets: float, tokens: float, now: float) -> float:
+    # When `bucket` has supplied what `tickets` queued ahead, costing `tokens`, take, then `cost`.
+    ahead = tickets if bucket.per_request else tokens
+    return bucket.supplied_at(ahead + bucket.need(cost), now)
+
+
 def queue_deadline(ticket: Ticket) -> float:
     """When an arrived ticket leaves the queue unstarted: ``min(deadline, arrival + max_wait)``."""
     return min(ticket.deadline, ticket.arrival + ticket.max_wait)  # type: ignore[operator]
@@ -163,10 +196,12 @@ class GateState:
 
     __slots__ = (
         "_buckets",
+        "_class_queued",
         "_deadlines",
         "_pace_weight",
         "_queue",
         "_queue_limit",
+        "_queued_cost",
         "aborted",
         "admitted",
         "cancelled",
@@ -224,6 +259,12 @@ class GateState:
             if not isinstance(limit, RateLimit):
                 raise TypeError(f"rate_limits must hold RateLimit objects, got {limit!r}")
         self._buckets = tuple(TokenBucket(limit) for limit in rate_limits)
+        # What the queued tickets will take from the buckets, kept with rate limits only (see
+        # tokens_ready_at): with one class, the sum of their costs (their number is `waiting`);
+        # with several, per class in the queue, [tickets, sum of their costs].
+        self._queued_cost = 0.0
+        several = bool(self._buckets) and self._queue.classes > 1
+        self._class_queued: dict[int, list[float]] | None = {} if several else None
         self.running = 0
         self.waiting = 0
         self.peak_running = 0
@@ -306,15 +347,15 @@ class GateState:
             note(ticket, "depth", self.waiting)
         if not wait:
             if buckets and self.running < self.max_running and not self.waiting:
-                return self._rate_limit(ticket, now, woken)
-        elif buckets and self.ready_at(ticket) >= queue_deadline(ticket):
-            return self._rate_limit(ticket, now, woken)
+                return self._rate_limit(ticket, now, woken, self.tokens_ready_at(ticket, now))
+        elif buckets and (due := self.tokens_ready_at(ticket, now)) >= queue_deadline(ticket):
+            return self._rate_limit(ticket, now, woken, due)
         elif self.feasible and self._infeasible(ticket, now):
             return self._refuse_infeasible(ticket, now, woken)
         elif self.waiting < self._queue_limit:
-            self._enqueue(ticket)
             if buckets and self.observer is not None and self.running < self.max_running:
-                note(ticket, "limited_by", self.limiting(ticket).name)  # type: ignore[union-attr]
+                note(ticket, "limited_by", self.limiting(ticket, now).name)  # type: ignore[union-attr]
+            self._enqueue(ticket)
             return self._jumped(ticket, now, woken) if buckets else woken
         elif self._queue.classes > 1 and (victim := self._queue.evict_for(ticket.priority)) is not None:
             victim.status = EVICTED
@@ -603,11 +644,40 @@ class GateState:
         """When the buckets will hold ``ticket``'s cost, if nothing else takes from them."""
         return max((b.ready_at(b.need(ticket.cost)) for b in self._buckets), default=-math.inf)
 
-    def limiting(self, ticket: Ticket) -> RateLimit | None:
-        """The rate limit that makes ``ticket`` wait longest (None without rate limits)."""
+    def tokens_ready_at(self, ticket: Ticket, now: float) -> float:
+        """When the rate limits could pay ``ticket``'s cost, arriving at ``now``, behind the queue.
+
+        Each bucket must first supply what the tickets queued ahead of it take (their costs, or
+        one each for a limit counted in requests), then its own cost, from its balance at ``now``
+        and what accrues (:meth:`TokenBucket.supplied_at`); the latest of the buckets. ``-inf``
+        without rate limits. Ahead of it are the queued tickets of its own class and of the more
+        urgent ones: they start before it, unless they leave the queue first. An older ticket of
+        a less urgent class may start after it (a jump), or be evicted for it, so it is not
+        counted, and a more urgent one arriving later may still jump ahead of it.
+
+        So if nothing is refunded (``settle`` below a declared cost) and none of those ahead
+        leaves the queue unstarted (cancelled, or expired waiting for a slot or a pause), ticket
+        cannot start before this: a refusal on it refuses no request that could have started in
+        time. With one class and one bucket, while slots are free, it is exactly when the ticket
+        starts, queued, unless something settles or leaves.
+        """
+        requests, tokens = self._ahead(ticket.priority)
+        due = -math.inf
+        for bucket in self._buckets:
+            ready = _ready_behind(bucket, ticket.cost, requests, tokens, now)
+            if ready > due:
+                due = ready
+        return due
+
+    def limiting(self, ticket: Ticket, now: float) -> RateLimit | None:
+        """The rate limit whose tokens ``ticket`` waits for longest behind the queue (None without).
+
+        Its bucket is the one that decides :meth:`tokens_ready_at`.
+        """
         if not self._buckets:
             return None
-        return max(self._buckets, key=lambda b: b.ready_at(b.need(ticket.cost))).limit
+        requests, tokens = self._ahead(ticket.priority)
+        return max(self._buckets, key=lambda b: _ready_behind(b, ticket.cost, requests, tokens, now)).limit
 
     def check_cost(self, cost: object) -> float:
         """Return ``cost`` as a request's declared cost, or raise.
@@ -710,12 +780,14 @@ class GateState:
         return [*woken, *(t for t in started if t is not ticket)] if started else woken
 
     def _rate_limit(
-        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...]
+        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...], due: float
     ) -> Sequence[Ticket]:
+        # `due`: its tokens_ready_at(now), the moment its retry_after counts to.
         ticket.status = RATE_LIMITED
         ticket.ended = now
         self.rate_limited += 1
-        note(ticket, "limited_by", self.limiting(ticket).name)  # type: ignore[union-attr]
+        note(ticket, "limited_by", self.limiting(ticket, now).name)  # type: ignore[union-attr]
+        note(ticket, "ready_at", due)
         self._ended(ticket)
         return woken
 
@@ -750,6 +822,8 @@ class GateState:
                 break  # the next in line waits for its tokens, and everyone behind it too
             ticket = queue.take()
             self.waiting -= 1
+            if buckets:
+                self._unqueue_cost(ticket)
             waited = now - ticket.arrival  # type: ignore[operator]
             self.queue_seconds_total += waited
             if waited > self.queue_seconds_max:
@@ -779,6 +853,8 @@ class GateState:
     def _enqueue(self, ticket: Ticket) -> None:
         ticket.status = QUEUED
         self._queue.push(ticket)
+        if self._buckets:
+            self._queue_cost(ticket)
         expires = ticket.deadline if ticket.max_wait == math.inf else queue_deadline(ticket)
         if expires != math.inf:
             _heappush(self._deadlines, (expires, ticket))
@@ -787,12 +863,55 @@ class GateState:
             self.peak_waiting = waiting
 
     def _leave_queue(self, ticket: Ticket, now: float) -> None:
+        # Every way out of the queue but a start (that is _fill's): expired, cancelled, evicted.
         ticket.ended = now
         self.waiting -= 1
+        if self._buckets:
+            self._unqueue_cost(ticket)
         waited = now - ticket.arrival  # type: ignore[operator]
         self.queue_seconds_total += waited
         if waited > self.queue_seconds_max:
             self.queue_seconds_max = waited
+
+    def _queue_cost(self, ticket: Ticket) -> None:
+        # A ticket joined the queue: what it will take from the buckets is owed ahead of newcomers.
+        by_class = self._class_queued
+        if by_class is None:
+            self._queued_cost += ticket.cost
+            return
+        queued = by_class.get(ticket.priority)
+        if queued is None:
+            by_class[ticket.priority] = [1.0, ticket.cost]
+        else:
+            queued[0] += 1.0
+            queued[1] += ticket.cost
+
+    def _unqueue_cost(self, ticket: Ticket) -> None:
+        # A ticket left the queue (`waiting` no longer counts it). An empty queue owes exactly
+        # nothing, whatever the rounding of the sums was.
+        by_class = self._class_queued
+        if by_class is None:
+            self._queued_cost = self._queued_cost - ticket.cost if self.waiting else 0.0
+            return
+        queued = by_class[ticket.priority]
+        if queued[0] == 1.0:
+            del by_class[ticket.priority]
+        else:
+            queued[0] -= 1.0
+            queued[1] -= ticket.cost
+
+    def _ahead(self, priority: int) -> tuple[float, float]:
+        # The tickets and the tokens queued ahead of a newcomer of class `priority` (see
+        # tokens_ready_at): the whole queue with one class, else its class and the more urgent ones.
+        by_class = self._class_queued
+        if by_class is None:
+            return float(self.waiting), self._queued_cost
+        tickets = tokens = 0.0
+        for cls, queued in by_class.items():
+            if cls <= priority:
+                tickets += queued[0]
+                tokens += queued[1]
+        return tickets, tokens
 
     def _compact(self) -> None:
         # In place, so that callers holding the queue or the heap in a local stay in step.

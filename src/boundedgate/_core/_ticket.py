@@ -97,13 +97,16 @@ class Ticket:
         "status",
     )
 
-    #: What only a request's record reads, noted off the uncontended path by :func:`note` (unset
-    #: until the first note, so that making and ending a ticket costs nothing for it):
+    #: What only a request's record and its refusal read, noted off the uncontended path by
+    #: :func:`note` (unset until the first note, so that making and ending a ticket costs nothing
+    #: for it):
     #: ``depth`` (the queue depth it met on arrival, noted while observed), ``declared`` (its
     #: declared cost, once a settle changed it), ``first_item`` (when the stream holding its slot
     #: gave its first item), ``limited_by`` (the rate limit that refused it, or made it wait while
     #: observed), ``borrowed`` (it started while a bucket was below its burst, noted while observed),
-    #: ``granted`` (when it was handed the slot it gave back unused, noted while observed).
+    #: ``granted`` (when it was handed the slot it gave back unused, noted while observed),
+    #: ``ready_at`` (when the rate limits that refused it could have paid its cost, behind the
+    #: queue: what its ``retry_after`` counts to).
     _notes: dict[str, Any]
 
     def __init__(

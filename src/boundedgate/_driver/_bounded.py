@@ -58,9 +58,10 @@ class BoundedGate(GateBase):  # type: ignore[misc]  # GateBase is final to mypyc
     slot *and* every bucket holds its cost; it takes from all of them at once, or from none.
     Waiting for tokens is waiting: it takes a place in the queue, honours the deadline and keeps
     FIFO order (a large request at the head makes the smaller ones behind it wait rather than
-    being starved by them). A request whose tokens could not arrive before its deadline even with
-    the buckets to itself is refused at once with :class:`RateLimited`, whose ``retry_after`` is
-    computed from the bucket. A gate with ``max_running=None`` and rate limits is a rate limiter.
+    being starved by them). A request whose tokens could not arrive before its deadline (or
+    ``max_wait``), behind those the requests queued ahead of it take first, is refused at once
+    with :class:`RateLimited`, whose ``retry_after`` is computed from the buckets. A gate with
+    ``max_running=None`` and rate limits is a rate limiter.
 
     The gate binds to the event loop that first uses it. It may move to another loop while it is
     idle (nothing running or waiting), or once its loop is closed; using it from another loop while

@@ -206,7 +206,8 @@ class GateBase:
 
         Raises (on entry):
             QueueFull: Every slot busy and the queue full, at once, before any suspension.
-            RateLimited: Its tokens could not arrive before its deadline, at once.
+            RateLimited: Its tokens could not arrive before its deadline or ``max_wait``, behind
+                those the requests queued ahead of it take first: at once, not after waiting.
             QueueExpired: The deadline passed while waiting, or had passed on arrival.
             Evicted: A more urgent arrival took its place in a full queue.
             asyncio.CancelledError: The caller was cancelled while waiting, or had a cancellation
@@ -613,6 +614,8 @@ class GateBase:
                 queue_deadline(permit) - ended,
             )
         if status is RATE_LIMITED:
+            notes = permit._notes  # noted as it was refused
+            ready: float = notes["ready_at"]
             return RateLimited(
                 name,
                 self._max_running,
@@ -621,8 +624,8 @@ class GateBase:
                 state.waiting,
                 0.0,
                 0.0,
-                state.limiting(permit).name,  # type: ignore[union-attr]
-                max(0.0, state.ready_at(permit) - permit.ended),  # type: ignore[operator]
+                notes["limited_by"],
+                max(0.0, ready - permit.ended),  # type: ignore[operator]
             )
         if status is REJECTED:
             return _QUEUE_FULL(

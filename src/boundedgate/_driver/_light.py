@@ -102,6 +102,8 @@ class KeyState(GateState):
         self._queue = empty
         self._deadlines = _NO_DEADLINES
         self._buckets = ()
+        self._queued_cost = 0.0  # (what the queue owes the buckets: it has none)
+        self._class_queued = None
         self.running = self.waiting = self.peak_running = self.peak_waiting = self.admitted = 0
         self.rejected = self.expired = self.cancelled = self.completed = self.late = self.failed = 0
         self.leaked = self.aborted = self.disconnected = self.evicted = self.rate_limited = 0
