@@ -17,6 +17,7 @@ from tests.first_call import first_call_imports
 
 HELPERS = """
 from boundedgate import *
+from tests.streams.sources import SdkLike
 
 async def ticks(n=3):
     for i in range(n):
@@ -122,6 +123,12 @@ CORE = {
         await asyncio.sleep(0)
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
+    """,
+    "an SDK-shaped stream's helpers (text_stream, get_final_message())": """
+        async with gate.stream(lambda: SdkLike(3)) as stream:
+            async for _ in stream.text_stream: pass
+        async with gate.stream(lambda: SdkLike(3)) as stream:
+            await stream.get_final_message()
     """,
     "permit.hand_to()": """
         async with gate.admit() as permit:
