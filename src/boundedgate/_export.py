@@ -22,6 +22,7 @@ __all__ = (
     "Gates",
     "HistogramSpec",
     "Snapshot",
+    "refusal",
 )
 
 #: The GenAI semantic conventions' advisory buckets (seconds): powers of two from 10 ms to 82 s.
@@ -91,13 +92,42 @@ class Snapshot:
     limits: tuple[str, ...]
 
 
-class Gates:
-    """The gates an export reads, held weakly: a gate nobody else holds drops out of the export."""
+def refusal(export: str, given: object) -> TypeError:
+    """Why ``export`` (``"GateCollector"``, ``"instrument"``) takes no ``given``, and what to do instead."""
+    kind = type(given)
+    if kind.__name__ == "RedisGate" and kind.__module__.startswith("boundedgate.redis"):
+        return TypeError(
+            f"{export}() takes in-process gates (BoundedGate, KeyedGate): a RedisGate has no observer "
+            "hook to export yet; read this process's gate.stats() and the cluster's await "
+            'gate.cluster_stats() instead (see docs/cluster.md, "What RedisGate does not have")'
+        )
+    if isinstance(given, tuple) and len(given) == 2 and isinstance(given[0], KeyedGate):
+        return TypeError(
+            f"{export}() exports a KeyedGate whole (all its keys together, one series per outcome): "
+            f"pass the KeyedGate itself, not a (KeyedGate, key) pair"
+        )
+    if isinstance(given, list | tuple | set | frozenset):
+        return TypeError(
+            f"{export}() takes each gate as an argument, {export}(*gates), not a {kind.__name__} of them"
+        )
+    return TypeError(
+        f"{export}() takes BoundedGate and KeyedGate objects, got {given!r} "
+        '(see docs/metrics.md, "Metrics, traces and logs")'
+    )
 
-    def __init__(self, gates: tuple[Gate, ...]) -> None:
+
+class Gates:
+    """The gates an export reads, held weakly: a gate nobody else holds drops out of the export.
+
+    Args:
+        gates: The gates, each a ``BoundedGate`` or a ``KeyedGate``.
+        export: The export's name, for the error that refuses anything else (see :func:`refusal`).
+    """
+
+    def __init__(self, gates: tuple[Gate, ...], export: str) -> None:
         for gate in gates:
             if not isinstance(gate, BoundedGate | KeyedGate):
-                raise TypeError(f"expected a BoundedGate or a KeyedGate, got {gate!r}")
+                raise refusal(export, gate)
         self._refs = [weakref.ref(gate) for gate in gates]
 
     def alive(self) -> Iterator[Gate]:

@@ -58,7 +58,7 @@ class Instrumentation:
         spans: bool,
         key_attribute: bool,
     ) -> None:
-        self._gates = Gates(gates)
+        self._gates = Gates(gates, "instrument")
         self._closed = False
         self._key_attribute = key_attribute
         meter = metrics.get_meter("boundedgate", _version(), meter_provider)
@@ -200,6 +200,10 @@ def instrument(
         spans: Add a ``boundedgate.admission`` event (the request's admission fields) to the current span of
             each request whose ending its own task decides (started, refused at arrival).
         key_attribute: Put ``boundedgate.key`` on the histograms (only for a bounded key set).
+
+    Raises:
+        TypeError: Something other than a ``BoundedGate`` or a ``KeyedGate`` (a ``RedisGate``, a
+            list of gates, a key), with what to pass instead.
     """
     return Instrumentation(gates, meter_provider, histograms, spans, key_attribute)
 

@@ -52,6 +52,10 @@ class GateCollector(Collector):
         key_label: Put the key in a ``key`` label on the histograms (only for a bounded key set).
         queue_timeouts: The queue timeout each gate's callers use, by gate name, exported as
             ``boundedgate_queue_timeout_seconds`` for the alert on p99 time in queue.
+
+    Raises:
+        TypeError: Something other than a ``BoundedGate`` or a ``KeyedGate`` (a ``RedisGate``, a
+            list of gates, a key), with what to pass instead.
     """
 
     def __init__(
@@ -62,7 +66,7 @@ class GateCollector(Collector):
         key_label: bool = False,
         queue_timeouts: Mapping[str, float] | None = None,
     ) -> None:
-        self._gates = Gates(gates)
+        self._gates = Gates(gates, "GateCollector")
         self._key_label = key_label
         self._queue_timeouts = dict(queue_timeouts or {})
         self._histograms = histograms

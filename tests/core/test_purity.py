@@ -29,9 +29,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     # The decision core: nothing of boundedgate, and nothing that knows the time or does I/O.
     "_core": set(),
     "_errors": set(),
-    "_streams": {"_core", "_errors"},
+    # anyio's cancel scopes, asked about only where one can exist.
+    "_scopes": set(),
+    "_streams": {"_core", "_errors", "_scopes"},
     # The asyncio driver.
-    "_driver": {"_core", "_errors", "_streams"},
+    "_driver": {"_core", "_errors", "_scopes", "_streams"},
     "redis": {"_core", "_errors", "_streams", "_driver"},
     # The edges: the HTTP server and client sides, over any gate.
     "asgi": {"_core", "_errors", "_streams", "_driver"},

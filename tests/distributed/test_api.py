@@ -1,4 +1,5 @@
-"""What RedisGate lacks compared with BoundedGate, as the README lists it: refused at once, never ignored."""
+"""What RedisGate lacks compared with BoundedGate, as docs/cluster.md lists it: refused at once, never
+ignored, with an error that names the feature, what to do instead, and where the docs say so."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ def _public(cls: type) -> set[str]:
 
 
 def _arguments(function: object) -> set[str]:
-    return set(inspect.signature(function).parameters) - {"self"}  # type: ignore[arg-type]
+    parameters = inspect.signature(function).parameters  # type: ignore[arg-type]
+    return {name for name, p in parameters.items() if name != "self" and p.kind is not p.VAR_KEYWORD}
+
+
+#: Where every refusal below sends its reader.
+DOCS = 'docs/cluster.md, "What RedisGate does not have"'
 
 
 @pytest.mark.parametrize("setting", [{"priorities": 2}, {"jump_share": 0.5}, {"rate_limits": ()}])
@@ -47,18 +53,86 @@ def test_priority_and_cost_are_refused_not_ignored(method: str, argument: dict[s
 
 async def test_try_admit_takes_no_cost() -> None:
     with pytest.raises(TypeError, match="cost"):
-        await _gate().try_admit(cost=10)  # type: ignore[call-arg]
+        await _gate().try_admit(cost=10)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", ["priorities", "rate_limits"])
-def test_the_properties_of_priorities_and_rate_limits_are_absent(name: str) -> None:
-    with pytest.raises(AttributeError):
-        getattr(_gate(), name)
+@pytest.mark.parametrize("name", ["priorities", "rate_limits", "sync_rate_limits"])
+def test_the_attributes_it_lacks_are_absent_and_say_why(name: str) -> None:
+    gate = _gate()
+    with pytest.raises(AttributeError, match=f"RedisGate has no {name}") as refused:
+        getattr(gate, name)
+    assert DOCS in str(refused.value)
+    assert (refused.value.name, refused.value.obj) == (name, gate)
+    assert not hasattr(gate, name)  # absent for whoever asks before using it (follow_provider)
 
 
-def test_admit_all_refuses_a_redis_gate() -> None:
-    with pytest.raises(TypeError, match="admit_all"):
+def test_an_attribute_nobody_has_is_refused_as_python_refuses_it() -> None:
+    with pytest.raises(AttributeError, match=r"^'RedisGate' object has no attribute 'max_runing'$"):
+        _gate().max_runing  # type: ignore[attr-defined]  # noqa: B018
+
+
+WAYS_OUT = {
+    "priorities": "one FIFO",
+    "jump_share": "one FIFO",
+    "rate_limits": "BoundedGate(rate_limits=..., max_running=None)",
+    "feasible": "in-process gates only",
+}
+
+
+@pytest.mark.parametrize(("argument", "way_out"), WAYS_OUT.items())
+def test_a_setting_it_lacks_is_refused_with_the_way_out(argument: str, way_out: str) -> None:
+    with pytest.raises(TypeError, match=rf"^RedisGate\(\) takes no {argument}=") as refused:
+        RedisGate(None, max_running=1, max_waiting=1, **{argument: 1})  # type: ignore[arg-type]
+    assert way_out in str(refused.value)
+    assert DOCS in str(refused.value)
+
+
+@pytest.mark.parametrize("method", ["admit", "try_admit", "stream"])
+@pytest.mark.parametrize(("argument", "way_out"), [("priority", "one FIFO"), ("cost", "max_running=None")])
+async def test_an_argument_it_lacks_is_refused_with_the_way_out(
+    method: str, argument: str, way_out: str
+) -> None:
+    gate = _gate()
+    with pytest.raises(TypeError, match=rf"^RedisGate\.{method}\(\) takes no {argument}=") as refused:
+        if method == "stream":
+            gate.stream(lambda: None, **{argument: 1})  # type: ignore[arg-type, type-var]
+        elif method == "try_admit":
+            await gate.try_admit(**{argument: 1})  # type: ignore[arg-type]
+        else:
+            gate.admit(**{argument: 1})  # type: ignore[arg-type]
+    assert way_out in str(refused.value)
+    assert DOCS in str(refused.value)
+
+
+def test_an_argument_nobody_takes_is_refused_as_python_refuses_it() -> None:
+    with pytest.raises(
+        TypeError, match=r"^RedisGate\.admit\(\) got an unexpected keyword argument 'timout'$"
+    ):
+        _gate().admit(timout=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^RedisGate\.__init__\(\) got an unexpected keyword argument 'a'$"):
+        RedisGate(None, max_running=1, max_waiting=1, a=1, b=2)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("method", "way_out"),
+    [
+        ("observe", "stats()"),
+        ("unobserve", "stats()"),
+        ("adapt", "RedisGate(..., adaptive=Adaptive(...))"),
+    ],
+)
+def test_a_method_it_lacks_raises_not_implemented_with_the_way_out(method: str, way_out: str) -> None:
+    with pytest.raises(NotImplementedError, match=rf"^RedisGate has no {method}\(\)") as refused:
+        getattr(_gate(), method)(lambda record: None) if method != "adapt" else _gate().adapt()
+    assert way_out in str(refused.value)
+    assert DOCS in str(refused.value)
+
+
+def test_admit_all_refuses_a_redis_gate_with_the_way_out() -> None:
+    with pytest.raises(TypeError, match=r"^admit_all\(\) takes in-process gates") as refused:
         admit_all(_gate())  # type: ignore[arg-type]
+    assert "async with admit_all(...): async with cluster_gate.admit(...)" in str(refused.value)
+    assert DOCS in str(refused.value)
 
 
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
@@ -66,10 +140,8 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction,
     # and it has no rate limits to bring in line with the provider's.)
     adaptive = {"adapt", "sync_rate_limits"}
-    assert (
-        _public(BoundedGate) - _public(RedisGate)
-        == {"priorities", "rate_limits", "observe", "unobserve"} | adaptive
-    )
+    # (observe, unobserve and adapt are there, and raise NotImplementedError: see above.)
+    assert _public(BoundedGate) - _public(RedisGate) == {"priorities", "rate_limits"} | adaptive - {"adapt"}
     assert _public(RedisGate) - _public(BoundedGate) == {"aclose", "client", "cluster_stats", "process"}
     assert _arguments(BoundedGate.__init__) - _arguments(RedisGate.__init__) == {
         "priorities",

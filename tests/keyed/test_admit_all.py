@@ -281,14 +281,21 @@ def test_combined_permit_is_final_and_slotted() -> None:
 # -- arguments and the order ---------------------------------------------------------------------
 
 
+#: Where the refusals of admit_all() send their reader.
+DOCS = 'docs/keys.md, "Several gates for one call"'
+
+
 def test_arguments_are_checked_at_once() -> None:
     tenants, openai = _gates()
-    with pytest.raises(ValueError, match=r"^admit_all\(\) needs at least one gate$"):
+    with pytest.raises(ValueError, match=r"^admit_all\(\) needs at least one gate: pass the gates") as empty:
         admit_all()
-    with pytest.raises(TypeError, match=r"takes gates and \(KeyedGate, key\) pairs, got 'openai'"):
+    assert "admit_all((tenants, tenant_id), provider)" in str(empty.value)
+    with pytest.raises(TypeError, match=r"takes gates and \(KeyedGate, key\) pairs, got 'openai'") as odd:
         admit_all("openai")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="pairs"):
+    assert DOCS in str(odd.value)
+    with pytest.raises(TypeError, match=r"^admit_all\(\) takes a key with a KeyedGate only") as keyed:
         admit_all((openai, "x"))  # type: ignore[arg-type]
+    assert "pass the BoundedGate 'openai' alone" in str(keyed.value)
     with pytest.raises(TypeError, match="unhashable"):
         admit_all((tenants, ["acme"]))  # type: ignore[arg-type]  # unhashable on purpose
     with pytest.raises(ValueError, match=r"^give timeout or deadline, not both$"):
@@ -297,6 +304,21 @@ def test_arguments_are_checked_at_once() -> None:
         admit_all(openai, timeout=-1)
     with pytest.raises(TypeError, match="deadline must be a number"):
         admit_all(openai, deadline="soon")  # type: ignore[arg-type]
+
+
+def test_a_keyed_gate_without_its_key_is_refused_with_how_to_give_it() -> None:
+    tenants, openai = _gates()
+    with pytest.raises(TypeError, match=r"^admit_all\(\) takes a KeyedGate with its key") as refused:
+        admit_all(tenants, openai)  # type: ignore[arg-type]
+    assert "admit_all((keyed_gate, key), ...)" in str(refused.value)
+
+
+@pytest.mark.parametrize("given", [list, tuple])
+def test_gates_in_a_list_are_refused_with_how_to_pass_them(given: type) -> None:
+    gates = given(BoundedGate(max_running=1, max_waiting=0, name=name) for name in "ab")
+    with pytest.raises(TypeError, match=r"^admit_all\(\) takes each gate as an argument") as refused:
+        admit_all(gates)
+    assert "admit_all(*gates)" in str(refused.value)
 
 
 def test_a_gate_twice_is_refused() -> None:
@@ -341,7 +363,8 @@ def test_the_refusal_names_the_pair_that_contradicts_the_order() -> None:
         admit_all(a, c, b)
     assert str(refused.value) == (
         "admit_all() takes 'c' before 'b' here, but another admission took 'b' before 'c' (directly or "
-        "through other gates): taking gates in opposite orders can deadlock, so use one order everywhere"
+        "through other gates): taking gates in opposite orders can deadlock, so use one order everywhere, "
+        f"the scarce shared gate last (see {DOCS})"
     )
 
 
@@ -350,7 +373,8 @@ def test_a_gate_twice_is_refused_with_the_reason() -> None:
     with pytest.raises(ValueError, match="appears twice") as refused:
         admit_all(gate, gate)
     assert str(refused.value) == (
-        "'g' appears twice in one admission; each gate (each keyed gate, with one key) may be taken once"
+        "'g' appears twice in one admission; each gate (each keyed gate, with one key) may be taken "
+        f"once: take it once, or make two gates (see {DOCS})"
     )
 
 
@@ -370,7 +394,7 @@ def test_an_order_checked_once_is_not_checked_again(monkeypatch: pytest.MonkeyPa
 async def test_gates_admitted_again_in_one_order_are_still_checked_as_what_they_are() -> None:
     tenants, openai = _gates()
     admit_all((tenants, "acme"), openai)
-    with pytest.raises(TypeError, match="takes gates and"):
+    with pytest.raises(TypeError, match="takes a KeyedGate with its key"):
         admit_all(tenants, openai)  # type: ignore[arg-type]  # the keyed gate itself is no step
     async with tenants.admit("acme") as held:
         key_gate = held.gate  # a key's gate is its keyed gate's family, even when seen again

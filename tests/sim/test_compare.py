@@ -182,3 +182,17 @@ def test_several_gates_share_the_provider_each_with_its_own_traffic() -> None:
     for when, c in adaptive.result.limits:
         assert c == sum(limit_at(key, when) for key in adaptive.keys)
     assert compare_admission(a, PROVIDER, max_running=10, max_waiting=15).best.keys == ()
+
+
+def test_requests_the_provider_never_answered_are_counted_for_each_gate_and_in_the_total() -> None:
+    # The provider goes down at 8 s for good: what waits at it, or in a gate behind it, stays
+    # unanswered, and every request is counted once, in each gate and in the contender's total.
+    jobs = traffic()
+    down = Provider(steps(20, (8.0, 0)), overload="queue")
+    comparison = compare_admission({"a": jobs[0::2], "b": jobs[1::2]}, down, max_running=10, max_waiting=15)
+    for contender in comparison.contenders:
+        total = contender.result
+        assert total.unanswered == sum(key.unanswered for key in contender.keys) > 0
+        ends = ("on_time", "late", "provider_refused", "rejected", "infeasible", "expired", "unanswered")
+        assert sum(getattr(total, end) for end in ends) == total.requests == len(jobs)
+        assert contender.to_dict()["unanswered"] == total.unanswered

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from boundedgate import Adaptive, AdaptiveLimit
 from boundedgate.sim import (
@@ -139,3 +141,95 @@ def test_deadline_feasible_admission_refuses_at_arrival_what_would_expire() -> N
     assert feasible.mean_refusal_seconds is not None
     assert queued.mean_refusal_seconds is not None
     assert feasible.mean_refusal_seconds < 0.25 * queued.mean_refusal_seconds
+
+
+# -- outages and capacity that comes back (issue 26) ------------------------------------------------
+
+
+def counted(result: ClientResult) -> int:
+    """Every request's one ending: answered (on time or late), refused, or never answered."""
+    return (
+        result.on_time + result.late + result.provider_refused + result.rejected + result.infeasible
+        + result.expired + result.unanswered
+    )  # fmt: skip
+
+
+def test_an_outage_with_overload_queue_serves_what_queued_once_capacity_returns() -> None:
+    # K = 4, then 0 (an outage) from 10 s to 20 s, then 4 again. The four requests of the outage
+    # queue at the provider and start the moment it comes back; a fifth waits in the gate (C=4).
+    provider = Provider(steps(4, (10.0, 0), (20.0, 4)), overload="queue")
+    jobs = [(t, 1.0, 60.0) for t in (1.0, 2.0, 12.0, 13.0, 14.0, 15.0, 16.0, 25.0, 26.0)]
+    [result] = simulate_provider([Client("a", jobs, 4, 10)], provider)
+    assert result.on_time_at == [2.0, 3.0, 21.0, 21.0, 21.0, 21.0, 22.0, 26.0, 27.0]
+    assert (result.on_time, result.over_capacity, counted(result)) == (9, 4, 9)
+
+
+def test_an_outage_with_overload_refuse_answers_529_then_serves_again() -> None:
+    provider = Provider(steps(4, (10.0, 0), (20.0, 4)), overload="refuse", refuse_seconds=0.5)
+    jobs = [(t, 1.0, 60.0) for t in (1.0, 12.0, 13.0, 25.0)]
+    [result] = simulate_provider([Client("a", jobs, 4, 10)], provider)
+    assert result.on_time_at == [2.0, 26.0]
+    assert (result.provider_refused, counted(result)) == (2, 4)
+
+
+def test_a_request_queued_at_the_provider_starts_when_K_rises_not_at_the_next_answer() -> None:
+    provider = Provider(steps(1, (5.0, 2)), overload="queue")
+    jobs = [(0.0, 10.0, None), (1.0, 1.0, None)]  # the second waits at the provider from 1 s
+    [result] = simulate_provider([Client("a", jobs, 2, 0)], provider)
+    assert result.on_time_at == [6.0, 10.0]
+
+
+def test_a_drift_starts_what_queued_at_the_provider_as_K_exceeds_what_it_serves() -> None:
+    provider = Provider(drift(0.5, 2.5, over=10), overload="queue")  # K > 1 from 2.5 s on
+    jobs = [(0.0, 20.0, None), (1.0, 1.0, None)]
+    [result] = simulate_provider([Client("a", jobs, 2, 0)], provider)
+    assert result.on_time_at[0] == pytest.approx(3.5)
+
+
+def test_a_capacity_function_of_ones_own_is_asked_again_while_requests_wait_at_the_provider() -> None:
+    provider = Provider(lambda t: 0.0 if 10 <= t < 20 else 4.0, overload="queue")
+    jobs = [(12.0, 1.0, 60.0), (25.0, 1.0, 60.0)]
+    [result] = simulate_provider([Client("a", jobs, 4, 10)], provider)
+    first, second = result.on_time_at
+    assert 21.0 <= first <= 21.0 + 0.1 + 1e-9  # asked again every 0.1 s of the outage
+    assert second == 26.0
+
+
+def test_requests_still_at_the_provider_when_it_never_comes_back_are_counted_unanswered() -> None:
+    provider = Provider(steps(2, (10.0, 0)), overload="queue")
+    jobs: list[tuple[float, float, float | None]] = [(1.0, 1.0, 60.0), (12.0, 1.0, 60.0), (13.0, 1.0, 60.0)]
+    jobs += [(14.0, 1.0, 60.0), (15.0, 1.0, None)]  # these two wait in the gate (C=2)
+    [result] = simulate_provider([Client("a", jobs, 2, 10)], provider)
+    # Two wait at the provider for ever, and one in the gate with no deadline; one expires there.
+    assert (result.on_time, result.unanswered, result.expired, counted(result)) == (1, 3, 1, 5)
+
+
+@given(
+    arrivals=st.lists(st.tuples(st.floats(0, 30), st.floats(0.01, 5), st.floats(0.1, 20)), max_size=40),
+    levels=st.lists(st.tuples(st.floats(0.5, 30), st.sampled_from([0.0, 1.0, 2.0, 3.5])), max_size=4),
+    overload=st.sampled_from(["refuse", "queue"]),
+    rpm=st.sampled_from([None, 60.0, 600.0]),
+    max_running=st.integers(1, 4),
+    max_waiting=st.sampled_from([0, 2, None]),
+    adaptive=st.booleans(),
+    deadlines=st.booleans(),
+)
+def test_every_request_is_answered_or_counted_whatever_the_capacity_does(
+    arrivals: list[tuple[float, float, float]],
+    levels: list[tuple[float, float]],
+    overload: str,
+    rpm: float | None,
+    max_running: int,
+    max_waiting: int | None,
+    adaptive: bool,
+    deadlines: bool,
+) -> None:
+    changes = dict(levels)  # one level per time
+    provider = Provider(steps(2, *changes.items()), overload=overload, rpm=rpm)
+    controller = Adaptive() if adaptive else None
+    client = Client("a", sorted(arrivals), max_running, max_waiting, controller, deadlines=deadlines)
+    [result] = simulate_provider([client], provider)
+    assert counted(result) == result.requests == len(arrivals)
+    comes_back = not changes or changes[max(changes)] > 0
+    if comes_back or overload == "refuse":
+        assert result.unanswered == 0

@@ -2,6 +2,9 @@
 
 The close of the wrapped stream (the SDK's HTTP response) runs to its end whatever is cancelled
 around it, and only then does the cancellation go on propagating; the slot is given back once.
+Each test runs twice: with anyio's asyncio backend loaded (as in this process, and wherever anyio
+runs scopes: the close then shields itself with one), and as in a process that never loaded it
+(there the close asks nothing of anyio: see ``boundedgate._scopes``).
 """
 
 from __future__ import annotations
@@ -13,9 +16,17 @@ from typing import Any
 
 import pytest
 
-from boundedgate import GatedStream
+from boundedgate import GatedStream, _scopes
 from tests.helpers import checked_gate
 from tests.streams.sources import outcomes
+
+
+@pytest.fixture(autouse=True, params=["anyio's backend loaded", "anyio's backend never loaded"])
+def _anyio(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.param == "anyio's backend never loaded":
+        monkeypatch.setattr(_scopes, "_ASYNCIO_BACKEND", "anyio._backends._never_loaded")
+        assert _scopes.anyio_in_use() is None
+
 
 #: How many awaits closing the source takes: a cancellation is delivered at each in turn.
 AWAITS = 4

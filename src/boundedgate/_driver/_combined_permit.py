@@ -364,10 +364,44 @@ def _families(gates: tuple[Any, ...]) -> list[BoundedGate | KeyedGate[Any]]:
             hash(gate[1])
             families.append(gate[0])
         else:
-            raise TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {gate!r}")
+            raise _not_a_step(gate)
     if not families:
-        raise ValueError("admit_all() needs at least one gate")
+        raise ValueError(
+            "admit_all() needs at least one gate: pass the gates in the order to take them, "
+            "e.g. admit_all((tenants, tenant_id), provider)"
+        )
     return families
+
+
+#: Where the docs explain admit_all().
+_DOCS = 'see docs/keys.md, "Several gates for one call"'
+
+
+def _not_a_step(given: object) -> TypeError:
+    """Why admit_all() takes no ``given`` as a step, and what to pass instead."""
+    kind = type(given)
+    if kind.__name__ == "RedisGate" and kind.__module__.startswith("boundedgate.redis"):
+        return TypeError(
+            "admit_all() takes in-process gates (BoundedGate, (KeyedGate, key)), not a RedisGate: admit "
+            "through it inside the block, the scarce shared gate last, "
+            "async with admit_all(...): async with cluster_gate.admit(...) "
+            '(see docs/cluster.md, "What RedisGate does not have")'
+        )
+    if isinstance(given, KeyedGate):
+        return TypeError(
+            "admit_all() takes a KeyedGate with its key: admit_all((keyed_gate, key), ...), "
+            f"not the KeyedGate {given.name!r} alone ({_DOCS})"
+        )
+    if isinstance(given, list | tuple) and all(isinstance(g, BoundedGate | KeyedGate | tuple) for g in given):
+        return TypeError(
+            f"admit_all() takes each gate as an argument, admit_all(*gates), not a {kind.__name__} of them"
+        )
+    if isinstance(given, tuple) and len(given) == 2 and isinstance(given[0], BoundedGate):
+        return TypeError(
+            f"admit_all() takes a key with a KeyedGate only: pass the BoundedGate {given[0].name!r} "
+            f"alone ({_DOCS})"
+        )
+    return TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {given!r} ({_DOCS})")
 
 
 _new: Final = object.__new__

@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._scopes import anyio_in_use
+
 __all__ = ("cancellation_pending", "clock_of", "current_task", "is_cancelling")
 
 current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]
@@ -67,8 +69,8 @@ def cancellation_pending(task: asyncio.Task[Any]) -> bool:
     """
     if getattr(task, "_must_cancel", False):
         return True
-    anyio = sys.modules.get("anyio")
-    if anyio is None:
+    anyio = anyio_in_use()
+    if anyio is None:  # no anyio scope can exist: asking anyio would load its backend
         return False
     try:
         return bool(anyio.current_effective_deadline() == -math.inf)  # -inf: a cancelled, unshielded scope

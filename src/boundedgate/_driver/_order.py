@@ -135,13 +135,17 @@ def _clear_cache() -> None:
     _stale.clear()
 
 
+#: Where the docs explain admit_all() and its order.
+_DOCS = 'see docs/keys.md, "Several gates for one call"'
+
+
 def _check(nodes: list[_Node], names: Sequence[str]) -> None:
     seen: set[_Node] = set()
     for i, node in enumerate(nodes):
         if node in seen:
             raise ValueError(
                 f"{names[i]!r} appears twice in one admission; each gate (each keyed gate, with one key) "
-                "may be taken once"
+                f"may be taken once: take it once, or make two gates ({_DOCS})"
             )
         seen.add(node)
     added: list[tuple[_Node, _Node]] = []
@@ -154,7 +158,8 @@ def _check(nodes: list[_Node], names: Sequence[str]) -> None:
                 raise ValueError(
                     f"admit_all() takes {names[i]!r} before {names[i + 1]!r} here, but another admission "
                     f"took {names[i + 1]!r} before {names[i]!r} (directly or through other gates): taking "
-                    "gates in opposite orders can deadlock, so use one order everywhere"
+                    f"gates in opposite orders can deadlock, so use one order everywhere, the scarce shared "
+                    f"gate last ({_DOCS})"
                 )
             first.after.add(then)
             then.before.add(first)

@@ -55,9 +55,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, final, overload
 
-import anyio
-
 from .._core import Status, Ticket, note
+from .._scopes import shield_from_anyio
 from ._protocol import StreamPermit
 
 if TYPE_CHECKING:
@@ -558,7 +557,7 @@ class _Interruption:
 async def _outlast(task: asyncio.Task[_R]) -> _R:
     """Wait for ``task`` to finish even if the waiting task is cancelled, then raise that cancellation."""
     cancelled: asyncio.CancelledError | None = None
-    with anyio.CancelScope(shield=True):  # else an anyio scope cancels again at every loop turn
+    with shield_from_anyio():  # else an anyio scope cancels again at every loop turn
         while not task.done():
             try:
                 await asyncio.shield(task)

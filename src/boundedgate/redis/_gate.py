@@ -14,7 +14,7 @@ import math
 import weakref
 from collections.abc import Coroutine, Sequence
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Never, NoReturn, final
 
 from .._core import (
     SIGNALS,
@@ -35,6 +35,7 @@ from ._adaptive import ClusterController
 from ._background import Background
 from ._inspect import read_cluster
 from ._io import UNREACHABLE, fields, pooled, text
+from ._lacking import no_attribute, not_implemented, refuse_arguments
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._permit import RedisPermit
 from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
@@ -122,12 +123,19 @@ class RedisGate:
             ``GateUnavailable``; each such admission is counted in ``stats().fallbacks``.
         adaptive: Learn the cluster's C from provider signals and latency (see :meth:`signal`
             and docs/adaptive.md): every process's controller proposes, Redis applies, as one.
+        **lacking: A ``BoundedGate``'s setting that a RedisGate lacks (``priorities=``,
+            ``rate_limits=``...): refused, with the way out.
 
     Raises:
         TypeError: A limit that is not an int, a duration that is not a number, a name that is
             not a str.
         ValueError: A limit out of range, a duration <= 0 or infinite, or ``waiter_ttl`` not
             above ``poll_interval``.
+
+    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, rate limits, observers,
+    ``adapt()``) is refused with the way out: a ``TypeError`` for an argument, a
+    ``NotImplementedError`` for a method, an ``AttributeError`` for an attribute (see
+    docs/cluster.md, "What RedisGate does not have").
     """
 
     __slots__ = (
@@ -174,7 +182,10 @@ class RedisGate:
         idle_ttl: float = 86400.0,
         fallback: BoundedGate | None = None,
         adaptive: Adaptive | None = None,
+        **lacking: Never,
     ) -> None:
+        if lacking:  # a BoundedGate's setting it has not (priorities=, rate_limits=...): say so
+            raise refuse_arguments("RedisGate.__init__", lacking)
         self._max_running = check_max_running(max_running)
         self._max_waiting = check_max_waiting(max_waiting)
         self._name = check_name(name)
@@ -270,6 +281,7 @@ class RedisGate:
         deadline: float | None = None,
         max_wait: float | None = None,
         raise_late: bool = True,
+        **lacking: Never,
     ) -> RedisPermit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
 
@@ -287,6 +299,7 @@ class RedisGate:
                 request still queued at ``min(deadline, arrival + max_wait)`` leaves with
                 :class:`~boundedgate.QueueExpired`; once it runs only the deadline counts.
             raise_late: False to count a block that finished late without raising ``Late``.
+            **lacking: A ``BoundedGate``'s ``priority=`` or ``cost=``: refused, with the way out.
 
         Raises (on entry):
             QueueFull: Every slot busy and the queue full, after one round trip to Redis.
@@ -297,8 +310,11 @@ class RedisGate:
                 cancelled on arrival (then nothing was counted).
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout or deadline, or both given.
+            TypeError, ValueError: A malformed timeout or deadline, or both given; a
+                ``BoundedGate``'s ``priority=`` or ``cost=``, which a RedisGate lacks.
         """
+        if lacking:
+            raise refuse_arguments("RedisGate.admit", lacking)
         if deadline is None:
             permit = RedisPermit(self, None if timeout is None else check_timeout(timeout), _INF)
         elif timeout is not None:
@@ -310,7 +326,9 @@ class RedisGate:
         permit._raise_late = bool(raise_late)
         return permit
 
-    async def try_admit(self, *, timeout: float | None = None, deadline: float | None = None) -> RedisPermit:
+    async def try_admit(
+        self, *, timeout: float | None = None, deadline: float | None = None, **lacking: Never
+    ) -> RedisPermit:
         """A permit that holds a slot now, or :class:`~boundedgate.QueueFull` now; it never waits.
 
         The one difference from :meth:`BoundedGate.try_admit <boundedgate.BoundedGate.try_admit>`:
@@ -322,7 +340,10 @@ class RedisGate:
             QueueExpired: The deadline had already passed (nothing was counted).
             GateUnavailable: Redis could not be reached in time (and no fallback was given).
             asyncio.CancelledError: The calling task is being cancelled.
+            TypeError: A ``BoundedGate``'s ``cost=``, which a RedisGate lacks.
         """
+        if lacking:
+            raise refuse_arguments("RedisGate.try_admit", lacking)
         permit = self.admit(timeout=timeout, deadline=deadline)
         await permit._arrive(False)
         permit._from_try_admit = True
@@ -336,6 +357,7 @@ class RedisGate:
         deadline: float | None = None,
         max_wait: float | None = None,
         raise_late: bool = True,
+        **lacking: Never,
     ) -> StreamOpener[StreamT]:
         """Admit a request, open a stream, and hand the stream the cluster slot.
 
@@ -349,8 +371,11 @@ class RedisGate:
             Exception: Whatever opening the stream raised; the slot was released as failed.
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout or deadline, or both given.
+            TypeError, ValueError: A malformed timeout or deadline, or both given; a
+                ``BoundedGate``'s ``priority=`` or ``cost=``, which a RedisGate lacks.
         """
+        if lacking:
+            raise refuse_arguments("RedisGate.stream", lacking)
         permit = self.admit(timeout=timeout, deadline=deadline, max_wait=max_wait)
         return StreamOpener(permit, source, raise_late)
 
@@ -465,6 +490,26 @@ class RedisGate:
             return await pooled(call, self._op_timeout)
         except UNREACHABLE as error:
             raise self._unavailable(0.0, 0.0, "unreachable") from error
+
+    def observe(self, callback: Any) -> NoReturn:
+        """Not there yet: no observer hook; raises ``NotImplementedError`` with the way out."""
+        raise not_implemented("observe")
+
+    def unobserve(self, callback: Any) -> NoReturn:
+        """Not there yet, as :meth:`observe`; raises ``NotImplementedError`` with the way out."""
+        raise not_implemented("unobserve")
+
+    def adapt(self, settings: Adaptive | None = None) -> NoReturn:
+        """Not here: give the controller at construction, ``RedisGate(..., adaptive=Adaptive(...))``.
+
+        Raises ``NotImplementedError`` saying so.
+        """
+        raise not_implemented("adapt")
+
+    if not TYPE_CHECKING:  # at run time only: a type checker still flags a misspelt attribute
+
+        def __getattr__(self, name: str) -> NoReturn:
+            raise no_attribute(self, name)  # what a BoundedGate has and this lacks says the way out
 
     async def aclose(self) -> None:
         """Stop the gate's background work, after the releases and cancellations still in flight.

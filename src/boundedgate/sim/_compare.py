@@ -98,6 +98,7 @@ def _counts(r: ClientResult) -> dict[str, Any]:
         "rejected": r.rejected,
         "infeasible": r.infeasible,
         "expired": r.expired,
+        "unanswered": r.unanswered,
         "mean_refusal_seconds": r.mean_refusal_seconds,
         "over_capacity": r.over_capacity,
         "limits": [[t, c] for t, c in r.limits],
@@ -162,7 +163,7 @@ def _total(name: str, results: Sequence[ClientResult]) -> ClientResult:
     total = ClientResult(name)
     for count in (
         "requests", "on_time", "late", "provider_refused", "rejected", "infeasible", "expired",
-        "refusal_seconds", "over_capacity",
+        "unanswered", "refusal_seconds", "over_capacity",
     ):  # fmt: skip
         setattr(total, count, sum(getattr(result, count) for result in results))
     total.on_time_at = list(heapq.merge(*(result.on_time_at for result in results)))

@@ -13,6 +13,15 @@ Beyond its capacity the provider answers at once (after ``refuse_seconds``) with
 grows with the wait (``overload="queue"``). With ``rpm`` it also has a request bucket and answers
 429 with a reset when it is empty. A refused call fails (our caller gets an error, like a 500):
 only answers before the caller's deadline count as goodput. Times are in seconds.
+
+The provider serves a request while fewer than ``K(t)`` run (a K of 2.5 serves a third request, not
+a fourth); K may be 0, an outage. Its queue (``overload="queue"``) is FIFO, and starts its oldest
+request the moment there is room: when a request it serves ends, or when K rises. ``steps()`` and
+``drift()`` say when that is exactly; a capacity function of one's own is asked again every 0.1 s
+while requests wait at the provider, for up to an hour after the oldest of them came. Every request
+ends counted once in its :class:`ClientResult`: answered (on time or late), refused by the provider
+or by the gate, expired, or ``unanswered``, still waiting (at the provider, or in a gate behind it)
+when nothing else was left to happen, because the provider's capacity never came back.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -33,27 +43,60 @@ EVICTED = Status.EVICTED
 FAILED = Status.FAILED
 
 
+#: How often a capacity function of one's own is asked again while requests wait at the provider.
+_RECHECK = 0.1
+#: How long after the oldest request waiting at the provider came it is still asked (then: unanswered).
+_PATIENCE = 3600.0
+
+
 def steps(initial: float, *changes: tuple[float, float]) -> Callable[[float], float]:
-    """A capacity of ``initial``, becoming ``k`` at each ``(time, k)`` of ``changes`` (in time order)."""
-    ordered = sorted(changes)
-
-    def capacity(now: float) -> float:
-        k = initial
-        for at, value in ordered:
-            if now >= at:
-                k = value
-        return k
-
-    return capacity
+    """A capacity of ``initial``, becoming ``k`` at each ``(time, k)`` of ``changes`` (0: an outage)."""
+    return _Steps(initial, tuple(sorted(changes)))
 
 
 def drift(start: float, end: float, over: float) -> Callable[[float], float]:
     """A capacity moving linearly from ``start`` to ``end`` over ``over`` seconds, then staying."""
+    return _Drift(start, end, over)
 
-    def capacity(now: float) -> float:
-        return start + (end - start) * min(1.0, max(0.0, now / over))
 
-    return capacity
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    initial: float
+    changes: tuple[tuple[float, float], ...]
+
+    def __call__(self, now: float) -> float:
+        k = self.initial
+        for at, value in self.changes:
+            if now >= at:
+                k = value
+        return k
+
+    def above(self, level: float, now: float) -> float:
+        """The earliest time from ``now`` on at which the capacity exceeds ``level`` (inf: never)."""
+        if self(now) > level:
+            return now
+        return next((at for at, k in self.changes if at > now and k > level), math.inf)
+
+
+@dataclass(frozen=True, slots=True)
+class _Drift:
+    start: float
+    end: float
+    over: float
+
+    def __call__(self, now: float) -> float:
+        return self.start + (self.end - self.start) * min(1.0, max(0.0, now / self.over))
+
+    def above(self, level: float, now: float) -> float:
+        """The earliest time from ``now`` on at which the capacity exceeds ``level`` (inf: never)."""
+        if self(now) > level:
+            return now
+        if self.end <= level:  # it only moves towards `end`
+            return math.inf
+        when = max(now, self.over * (level - self.start) / (self.end - self.start))  # where it is `level`
+        while self(when) <= level:  # just past it, as the capacity computes it
+            when = math.nextafter(when, math.inf)
+        return when
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +104,11 @@ class Provider:
     """The provider every client calls: its capacity and how it answers beyond it.
 
     Args:
-        capacity: Concurrent requests it serves, a number or a function of time ``K(t)``.
+        capacity: Concurrent requests it serves, a number or a function of time ``K(t)`` (0: an
+            outage).
         overload: ``"refuse"``: beyond K it answers an overload (529) after ``refuse_seconds``;
-            ``"queue"``: beyond K it queues the request, its first token coming after the wait.
+            ``"queue"``: beyond K it queues the request, its first token coming after the wait
+            (the queue starts as soon as there is room: see the module).
         refuse_seconds: How long an overload (or rate-limit) answer takes.
         first_token: The share of a request's service time before its first token (prefill).
         rpm: Requests per minute its bucket allows (None: no rate limit); an empty bucket answers
@@ -79,6 +124,15 @@ class Provider:
     def k(self, now: float) -> float:
         """The capacity at ``now``."""
         return self.capacity(now) if callable(self.capacity) else float(self.capacity)
+
+    def _room_at(self, running: int, now: float) -> float | None:
+        """When it may next serve one more than ``running``: the time K exceeds it, if known, else None."""
+        capacity = self.capacity
+        if isinstance(capacity, _Steps | _Drift):
+            return capacity.above(running, now)
+        if not callable(capacity):
+            return now if capacity > running else math.inf
+        return now if capacity(now) > running else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +181,9 @@ class ClientResult:
     refusal_seconds: float = 0.0
     #: Requests sent to the provider while it was over capacity or rate limited.
     over_capacity: int = 0
+    #: Still waiting, at the provider or in the gate, when nothing else was left to happen: the
+    #: provider's capacity never came back (see the module).
+    unanswered: int = 0
     #: ``(time, C)`` at the start and at each change.
     limits: list[tuple[float, int]] = field(default_factory=list)
     #: When each answer on time came, in time order (for goodput over time).
@@ -160,7 +217,8 @@ class _Sim:
         self.events: list[tuple[float, int, str, object]] = []
         self.seq = itertools.count()
         self.active = 0  # requests the provider is serving
-        self.backlog: list[tuple[_Call, float]] = []  # its own queue (overload="queue"), FIFO
+        self.backlog: deque[tuple[_Call, float]] = deque()  # its own queue (overload="queue"), FIFO
+        self.room_at = math.inf  # when the provider is next looked at for room for its queue
         self.tokens = provider.rpm / 60.0 if provider.rpm else 0.0
         self.bucket_at = 0.0
         for index, client in enumerate(clients):
@@ -194,7 +252,11 @@ class _Sim:
                 answer: tuple[_Call, bool, str | None, float] = payload  # type: ignore[assignment]
                 self.answered(*answer, now)
             elif kind == "served":
-                self.served(now)
+                self.drain(now)
+            elif kind == "room" and self.room_at == now:
+                self.room_at = math.inf
+                self.drain(now)
+        self.count_unanswered()
         return self.results
 
     def woken(self, index: int, tickets: Sequence[Ticket], now: float) -> None:
@@ -238,12 +300,15 @@ class _Sim:
                 self.push(now + provider.refuse_seconds, "answer", (call, False, "rate_limited", retry))
                 return
             self.tokens -= 1
+        if self.backlog:
+            self.drain(now)  # the provider's queue first: it is FIFO
         if self.active >= provider.k(now):
             self.results[call.client].over_capacity += 1
             if provider.overload == "refuse":
                 self.push(now + provider.refuse_seconds, "answer", (call, False, "overloaded", 0.0))
                 return
             self.backlog.append((call, now))
+            self.watch(now)
             return
         self.serve(call, now, now)
 
@@ -252,10 +317,34 @@ class _Sim:
         first = (now - sent) + call.service * self.provider.first_token
         self.push(now + call.service, "answer", (call, True, None, first))
 
-    def served(self, now: float) -> None:
+    def drain(self, now: float) -> None:
+        """Start the provider's queue, oldest first, while it has room; then watch for more room."""
         while self.backlog and self.active < self.provider.k(now):
-            call, sent = self.backlog.pop(0)
+            call, sent = self.backlog.popleft()
             self.serve(call, sent, now)
+        if self.backlog:
+            self.watch(now)
+
+    def watch(self, now: float) -> None:
+        """Look at the provider again when it may have room for its queue (K rises, say after an outage).
+
+        An answer looks anyway; this covers room that comes with K alone. A capacity function of
+        one's own is asked every ``_RECHECK`` seconds, for up to ``_PATIENCE`` after the oldest
+        request of the queue came.
+        """
+        when = self.provider._room_at(self.active, now)
+        if when is None:
+            when = now + _RECHECK if now - self.backlog[0][1] < _PATIENCE else math.inf
+        if when < self.room_at:
+            self.room_at = when
+            self.push(when, "room", None)
+
+    def count_unanswered(self) -> None:
+        """What still waits when nothing is left to happen: the provider never came back for it."""
+        for call, _ in self.backlog:
+            self.results[call.client].unanswered += 1
+        for result, state in zip(self.results, self.states, strict=True):
+            result.unanswered += state.waiting
 
     def answered(self, call: _Call, ok: bool, signal: str | None, extra: float, now: float) -> None:
         index = call.client

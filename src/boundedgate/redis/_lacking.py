@@ -1,0 +1,69 @@
+"""What a RedisGate lacks beside a BoundedGate: each refused at once, with the way out.
+
+:data:`LACKING` says, for each argument, method and attribute of a ``BoundedGate`` that a
+``RedisGate`` does not have, why and what to do instead; docs/cluster.md lists the same under
+"What RedisGate does not have". An argument it lacks is a ``TypeError`` (:func:`refuse_arguments`),
+a method a ``NotImplementedError`` (:func:`not_implemented`), an attribute an ``AttributeError``
+(:func:`no_attribute`: ``hasattr()`` stays false, so code that asks first, as ``follow_provider``
+does for ``sync_rate_limits``, leaves the gate alone). When the cluster gate gains one of them,
+its line goes, with the parameter or method that stood in for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ("DOCS", "LACKING", "no_attribute", "not_implemented", "refuse_arguments")
+
+#: Where the docs list what a RedisGate lacks.
+DOCS = 'see docs/cluster.md, "What RedisGate does not have"'
+
+_PRIORITIES = "its queue is one FIFO, cluster-wide, with no priority classes: leave it out"
+_RATE_LIMITS = (
+    "it has no rate limits (no buckets in Redis); to keep one, admit through a "
+    "BoundedGate(rate_limits=..., max_running=None) in each process as well, each with its share "
+    "of the quota"
+)
+_OBSERVERS = (
+    "it has no observer hook yet, so no per-request records: read this process's gate.stats() and "
+    "the cluster's await gate.cluster_stats()"
+)
+
+#: Why a RedisGate lacks each, and the way out, by the name a BoundedGate gives it.
+LACKING: Mapping[str, str] = {
+    "priority": _PRIORITIES,
+    "priorities": _PRIORITIES,
+    "jump_share": _PRIORITIES,
+    "cost": _RATE_LIMITS,
+    "rate_limits": _RATE_LIMITS,
+    "feasible": "deadline-feasible admission is for in-process gates only: leave it out",
+    "observe": _OBSERVERS,
+    "unobserve": _OBSERVERS,
+    "adapt": "give its controller at construction, RedisGate(..., adaptive=Adaptive(...)), shared by "
+    "every process",
+    "sync_rate_limits": "it has no rate limits to bring in line with the provider's remaining quota",
+}
+
+
+def refuse_arguments(where: str, arguments: Mapping[str, object]) -> TypeError:
+    """The error for keyword ``arguments`` that ``where`` (``"RedisGate.admit"``) does not take."""
+    name = next(iter(arguments))
+    for lacking in arguments:
+        if lacking in LACKING:
+            shown = "RedisGate" if where.endswith(".__init__") else where
+            return TypeError(f"{shown}() takes no {lacking}=: {LACKING[lacking]} ({DOCS})")
+    return TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+
+
+def not_implemented(method: str) -> NotImplementedError:
+    """The error of a method a RedisGate lacks (``observe``), with the way out."""
+    return NotImplementedError(f"RedisGate has no {method}(): {LACKING[method]} ({DOCS})")
+
+
+def no_attribute(gate: object, name: str) -> AttributeError:
+    """The error for an attribute ``gate`` lacks: Python's own, or, for a feature it lacks, the way out."""
+    if name in LACKING:
+        message = f"RedisGate has no {name}: {LACKING[name]} ({DOCS})"
+    else:
+        message = f"{type(gate).__name__!r} object has no attribute {name!r}"
+    return AttributeError(message, name=name, obj=gate)
