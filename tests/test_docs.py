@@ -23,7 +23,7 @@ import pytest
 from tests.fake_provider import fake_provider
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 #: (page, block): every block fenced as ```python, on every page.
 BLOCKS = [
     (page.relative_to(ROOT).as_posix(), block)
