@@ -41,9 +41,19 @@ demo: $(DEMO_STAMP)
 test: lint typecheck docs pytest
 
 # The site (mkdocs.yml, docs/), with every warning an error: a broken link or anchor, a page left
-# out of the navigation, a docstring that does not parse.
-docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+# out of the navigation, a docstring that does not parse. It needs the `docs` group alone (the API
+# reference is read from src/, the package is not imported): a venv of its own, a few seconds
+# to make, so building the site does not install the development tools.
+DOCS_VENV ?= .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
+$(DOCS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python $(PIP) uv
+	$(DOCS_VENV)/bin/uv pip install --quiet --python $(DOCS_VENV)/bin/python --group docs
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 # The sdist and the wheel, then the wheel alone in a clean venv, running the README's quick start.
 dist: $(STAMP)
@@ -201,4 +211,4 @@ mutation: $(STAMP)
 	$(VENV)/bin/mutmut results
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) .venv-3.* .venv-redis-* .venv-wheel .venv-sdist build dist site mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) $(DOCS_VENV) .venv-3.* .venv-redis-* .venv-wheel .venv-sdist build dist site mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis

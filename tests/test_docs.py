@@ -3,19 +3,25 @@ the worked example's answers, in virtual time, and the docs site builds with war
 
 A ```` ```python ```` block runs on its own; a ```` ```py ```` block is a fragment shown, not run (the
 larger program it belongs to is tested elsewhere, or it needs a service the docs cannot start).
+
+Each block runs on two clocks, both virtual (no test sleeps): an exact one, which starts at 0 and
+fires every timer on time, and a late one, which behaves as a real loop's clock does: it reads an
+arbitrary time, and every timer fires late by ``LATENESS`` (the time the loop's other callbacks
+take). What a block prints and asserts must hold on both, so it holds on a reader's real loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 import runpy
 import socket
 import sys
 import warnings
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVarTuple, Unpack
 
 import looptime
 import pytest
@@ -23,7 +29,7 @@ import pytest
 from tests.fake_provider import fake_provider
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 #: (page, block): every block fenced as ```python, on every page.
 BLOCKS = [
     (page.relative_to(ROOT).as_posix(), block)
@@ -34,8 +40,38 @@ BLOCKS = [
 SDK_CLIENT = re.compile(r"\bAsync(OpenAI|Anthropic)\(")
 
 
-def run_on_virtual_time(coro: Coroutine[Any, Any, Any]) -> Any:
-    loop = looptime.new_event_loop(start=0)
+#: How late every timer fires on the late clock: a real loop's timers fire late by what its other
+#: callbacks take, a millisecond or two on an idle machine, tens of them on a loaded one.
+LATENESS = 0.02
+#: Where the late clock starts: a real loop's clock reads the time since boot, never 0.
+BOOTED = 86_400.123
+Ts = TypeVarTuple("Ts")
+
+
+class _LateTimers(asyncio.SelectorEventLoop):
+    """asyncio's loop, every timer of which fires ``LATENESS`` after its time."""
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[Unpack[Ts]], object],
+        *args: *Ts,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        return super().call_at(when + LATENESS, callback, *args, context=context)
+
+
+_LateLoop = looptime.make_event_loop_class(_LateTimers)
+
+#: The clocks a block runs on, by name: a function making a loop on it.
+CLOCKS = {
+    "exact": lambda: looptime.new_event_loop(start=0),
+    "late": lambda: _LateLoop(start=BOOTED),
+}
+
+
+def run_on_virtual_time(coro: Coroutine[Any, Any, Any], clock: str = "exact") -> Any:
+    loop = CLOCKS[clock]()
     try:
         return loop.run_until_complete(coro)
     finally:
@@ -47,8 +83,14 @@ def run_on_virtual_time(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 @pytest.fixture
-def virtual_asyncio_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(asyncio, "run", run_on_virtual_time)
+def clock() -> str:
+    """The clock ``asyncio.run`` runs on (a test parametrizes it)."""
+    return "exact"
+
+
+@pytest.fixture
+def virtual_asyncio_run(monkeypatch: pytest.MonkeyPatch, clock: str) -> None:
+    monkeypatch.setattr(asyncio, "run", lambda coro: run_on_virtual_time(coro, clock))
 
 
 def test_the_readme_and_every_concept_page_have_python_blocks() -> None:
@@ -68,7 +110,7 @@ def test_the_readme_and_every_concept_page_have_python_blocks() -> None:
 
 
 @pytest.fixture
-def fake_llm_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def fake_llm_provider(monkeypatch: pytest.MonkeyPatch, clock: str) -> Iterator[None]:
     """The SDKs' environment points at a fake provider that ``asyncio.run`` starts on its loop."""
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
@@ -82,7 +124,7 @@ def fake_llm_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         async with fake_provider(sock=listening):
             return await coro
 
-    monkeypatch.setattr(asyncio, "run", lambda coro: run_on_virtual_time(serving(coro)))
+    monkeypatch.setattr(asyncio, "run", lambda coro: run_on_virtual_time(serving(coro), clock))
     with warnings.catch_warnings():
         # The examples name real models; an SDK release that retires one must not fail the docs.
         warnings.filterwarnings("ignore", message="The model .* is deprecated", category=DeprecationWarning)
@@ -118,6 +160,7 @@ def _block_ids() -> list[str]:
     return ids
 
 
+@pytest.mark.parametrize("clock", CLOCKS)
 @pytest.mark.parametrize(("page", "block"), BLOCKS, ids=_block_ids())
 @pytest.mark.usefixtures("virtual_asyncio_run")
 def test_every_block_runs_and_prints_what_it_says(

@@ -10,6 +10,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ._core import OUTCOMES, GateStatistics, Outcome, RequestRecord
 from ._driver import BoundedGate, KeyedGate
@@ -33,7 +34,7 @@ GENAI_BUCKETS: tuple[float, ...] = (
 #: The outcomes that are refusals: the caller got one of the gate's errors and never ran.
 REFUSALS: tuple[Outcome, ...] = tuple(o for o in OUTCOMES if o.error_code is not None and not o.ran)
 
-Gate = BoundedGate | KeyedGate  # type: ignore[type-arg]
+Gate = BoundedGate | KeyedGate[Any]
 
 
 @dataclass(frozen=True, slots=True)

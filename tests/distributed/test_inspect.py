@@ -57,12 +57,12 @@ async def test_a_gate_without_state_says_so(client: redis.asyncio.Redis, name: s
     assert "no state in Redis" in format_cluster(view)
 
 
-def test_the_cluster_page_example_runs_against_a_real_server(redis_server: RedisServer) -> None:
+def test_the_several_workers_recipe_runs_against_a_real_server(redis_server: RedisServer) -> None:
     import os
     import re
     from pathlib import Path
 
-    section = (Path(__file__).resolve().parents[2] / "docs" / "cluster.md").read_text()
+    section = (Path(__file__).resolve().parents[2] / "docs" / "recipes" / "several-workers.md").read_text()
     block = re.search(r"```py\n(.*?)```", section, flags=re.DOTALL)
     assert block is not None
     env = {**os.environ, "REDIS_URL": redis_server.url}

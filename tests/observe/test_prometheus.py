@@ -4,8 +4,11 @@ and a scrape over a real HTTP server on loopback."""
 from __future__ import annotations
 
 import gc
+import re
 import urllib.request
 import weakref
+from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
@@ -129,6 +132,29 @@ def test_a_scrape_over_http_gives_the_same_text() -> None:
         server.server_close()
     assert body == generate_latest(registry).decode()
     assert 'boundedgate_limit_waiting{gate="served"} 7.0' in body
+
+
+async def test_the_recipe_serves_the_registry_to_scrapes_past_the_gate() -> None:
+    httpx2 = pytest.importorskip("httpx2")
+    pytest.importorskip("fastapi")
+    page = (Path(__file__).resolve().parents[2] / "docs" / "recipes" / "prometheus.md").read_text()
+    (recipe,) = [b for b in re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL) if "FastAPI()" in b]
+    namespace: dict[str, Any] = {"__name__": "recipe"}
+    exec(compile(recipe, "prometheus.md", "exec"), namespace)
+    gate = namespace["gate"]
+    held = gate.try_admit()  # the only thing a scrape could wait for, were it gated
+    try:
+        transport = httpx2.ASGITransport(app=namespace["app"])
+        async with httpx2.AsyncClient(transport=transport, base_url="http://service") as client:
+            response = await client.get("/metrics")
+        now = generate_latest(namespace["registry"]).decode()
+    finally:
+        held.release()
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    assert response.text == now
+    assert 'boundedgate_request_active{gate="openai"} 1.0' in response.text
+    assert gate.stats().admitted == 1  # the scrape was not
 
 
 async def test_a_gates_rate_limits_show_their_balances() -> None:

@@ -1,8 +1,8 @@
-"""User code over the SDKs' streams through a gate: mypy --strict accepts all of it (tests/typed)."""
+"""User code over the SDKs' streams through a gate, and keyed gates: mypy --strict accepts it all."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from typing import assert_type
 
 import httpx2
@@ -13,7 +13,7 @@ from openai import AsyncOpenAI, AsyncStream
 from openai.lib.streaming.chat import AsyncChatCompletionStream
 from openai.types.chat import ChatCompletionChunk, ParsedChatCompletion
 
-from boundedgate import BoundedGate, GatedStream
+from boundedgate import BoundedGate, GatedStream, GateLimits, KeyedGate
 
 gate = BoundedGate(max_running=4, max_waiting=8, name="llm")
 
@@ -63,3 +63,15 @@ async def tokens() -> AsyncIterator[str]:
 async def any_async_iterator() -> list[str]:
     stream = await gate.stream(tokens)
     return [token async for token in stream]
+
+
+# A keyed gate needs no annotation: its keys are any hashable, or the overrides' key type.
+tenants = KeyedGate(max_running=5, max_waiting=50, name="tenant")
+assert_type(tenants, KeyedGate[Hashable])
+models = KeyedGate(max_running=8, max_waiting=20, overrides={"gpt-5.5": GateLimits(2, 4)})
+assert_type(models, KeyedGate[str])
+
+
+async def keyed(tenant: str) -> None:
+    async with tenants.admit(tenant, timeout=30), models.admit("gpt-5.5"):
+        pass

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 
-from boundedgate import BoundedGate
+from boundedgate import BoundedGate, GateLimits, KeyedGate
 
 gate = BoundedGate(max_running=4, max_waiting=8, name="llm")
 
@@ -38,3 +38,14 @@ async def plain_typos() -> None:
     async for token in stream:
         token.uper()  # error: the items are str
     await stream.get_final_message()  # error: an async generator has no helpers
+
+
+tenants = KeyedGate(max_running=5, max_waiting=50, name="tenant")
+models = KeyedGate(max_running=8, max_waiting=20, overrides={"gpt-5.5": GateLimits(2, 4)})
+
+
+async def keyed_typos() -> None:
+    async with tenants.admit(["acme"]):  # error: a list is not hashable, so not a key
+        pass
+    async with models.admit(5):  # error: this gate's keys are str, as its overrides say
+        pass

@@ -53,7 +53,9 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from types import EllipsisType
-from typing import TYPE_CHECKING, Generic, TypeVar, cast, final
+from typing import TYPE_CHECKING, Generic, cast, final
+
+from typing_extensions import TypeVar
 
 from .._core import (
     SIGNALS,
@@ -94,7 +96,9 @@ _FRESH, _LISTED, _RETIRED = FRESH, LISTED, RETIRED
 #: The keys' state (the name ``admit_all`` and the tests know it by).
 _KeyState = KeyState
 
-K = TypeVar("K", bound=Hashable)
+#: A keyed gate's key type: inferred from ``overrides``, else any hashable (a default, PEP 696), so
+#: that ``KeyedGate(max_running=..., max_waiting=...)`` needs no annotation.
+K = TypeVar("K", bound=Hashable, default=Hashable)
 
 
 @final
