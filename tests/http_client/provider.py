@@ -10,7 +10,9 @@ A subclass, so the base provider (which other tests use) is unchanged. On top of
   (``stream_options={"include_usage": True}``), and in Anthropic's ``message_start`` (input) and
   ``message_delta`` (output) events; ``prompt_tokens`` is the input count;
 - the connections open right now (``active``) and the most ever open at once (``peak_active``), and
-  every request's headers (``requests``).
+  every request's headers (``requests``);
+- ``usage``: fields merged as they are into the usage of every answer, JSON and streamed (a test's
+  malformed counts: ``provider.usage = {"total_tokens": 10**400}``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class LimitsProvider(FakeProvider):
         self.requests: list[dict[str, str]] = []
         self.peak_active = 0
         self._overloaded: dict[str, int] = {}
+        self.usage: dict[str, object] = {}
 
     @property
     def active(self) -> int:
@@ -87,11 +90,14 @@ class LimitsProvider(FakeProvider):
             _send(writer, status, _error(api, "overloaded_error"), {"retry-after": "1"})
             served.end("overloaded")
         elif not body.get("stream"):
-            _send(writer, 200, _plain(api, behaviour), limits)
+            _send(writer, 200, _plain(api, behaviour, self.usage), limits)
             served.end("plain")
         else:
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = _openai_events(behaviour, usage) if api == "openai" else _anthropic_events(behaviour)
+            if api == "openai":
+                events = _openai_events(behaviour, usage, self.usage)
+            else:
+                events = _anthropic_events(behaviour, self.usage)
             await self._stream(reader, writer, api, behaviour, served, events, limits)
             return
         await writer.drain()
@@ -137,7 +143,7 @@ def _error(api: str, kind: str) -> object:
     return {"type": "error", "error": {"type": kind, "message": kind}}
 
 
-def _plain(api: str, behaviour: LimitsBehaviour) -> object:
+def _plain(api: str, behaviour: LimitsBehaviour, extra: dict[str, object]) -> object:
     answer = _plain_answer(api, behaviour)
     assert isinstance(answer, dict)
     if api == "openai":
@@ -145,9 +151,14 @@ def _plain(api: str, behaviour: LimitsBehaviour) -> object:
             "prompt_tokens": behaviour.prompt_tokens,
             "completion_tokens": behaviour.chunks,
             "total_tokens": usage_of(behaviour),
+            **extra,
         }
     else:
-        answer["usage"] = {"input_tokens": behaviour.prompt_tokens, "output_tokens": behaviour.chunks}
+        answer["usage"] = {
+            "input_tokens": behaviour.prompt_tokens,
+            "output_tokens": behaviour.chunks,
+            **extra,
+        }
     return answer
 
 
@@ -160,7 +171,9 @@ def _send(writer: asyncio.StreamWriter, status: int, body: object, headers: dict
     writer.write(head.encode() + b"\r\n" + data)
 
 
-def _openai_events(behaviour: LimitsBehaviour, usage: bool) -> Iterator[tuple[str, bytes]]:
+def _openai_events(
+    behaviour: LimitsBehaviour, usage: bool, extra: dict[str, object]
+) -> Iterator[tuple[str, bytes]]:
     yield "start", _openai_chunk({"role": "assistant", "content": ""})
     for token in _tokens(behaviour):
         yield "delta", _openai_chunk({"content": token})
@@ -176,13 +189,14 @@ def _openai_events(behaviour: LimitsBehaviour, usage: bool) -> Iterator[tuple[st
                 "prompt_tokens": behaviour.prompt_tokens,
                 "completion_tokens": behaviour.chunks,
                 "total_tokens": usage_of(behaviour),
+                **extra,
             },
         }
         yield "end", _sse(chunk)
     yield "end", b"data: [DONE]\n\n"
 
 
-def _anthropic_events(behaviour: LimitsBehaviour) -> Iterator[tuple[str, bytes]]:
+def _anthropic_events(behaviour: LimitsBehaviour, extra: dict[str, object]) -> Iterator[tuple[str, bytes]]:
     message: dict[str, object] = {
         "id": "msg_fake",
         "type": "message",
@@ -191,7 +205,7 @@ def _anthropic_events(behaviour: LimitsBehaviour) -> Iterator[tuple[str, bytes]]
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": behaviour.prompt_tokens, "output_tokens": 1},
+        "usage": {"input_tokens": behaviour.prompt_tokens, "output_tokens": 1, **extra},
     }
     yield "start", _sse({"type": "message_start", "message": message}, "message_start")
     block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
@@ -203,7 +217,7 @@ def _anthropic_events(behaviour: LimitsBehaviour) -> Iterator[tuple[str, bytes]]
     end = {
         "type": "message_delta",
         "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-        "usage": {"output_tokens": behaviour.chunks},
+        "usage": {"output_tokens": behaviour.chunks, **extra},
     }
     yield "end", _sse(end, "message_delta")
     yield "end", _sse({"type": "message_stop"}, "message_stop")

@@ -7,6 +7,7 @@ the test drives; the SDK tests (``test_sdk_transport.py``) do the same over loop
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from boundedgate import OUTCOMES, BoundedGate, RateLimit
 from boundedgate.httpx import Exchange, GatedTransport, gate_call
+from boundedgate.httpx._usage import MAX_KEPT
 from tests.helpers import checked_gate
 
 FLAVOURS = [httpx2, httpx]
@@ -55,16 +57,28 @@ class Chunks:
 
 
 class Fed:
-    """An inner transport answering each request with a body the test feeds (``bodies``)."""
+    """An inner transport answering each request with a body the test feeds (``bodies``).
 
-    def __init__(self, flavour: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
+    ``sent``: what each body holds from the start (chunks, an exception, None for its end).
+    """
+
+    def __init__(
+        self,
+        flavour: Any,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        sent: list[bytes | BaseException | None] | None = None,
+    ) -> None:
         self.flavour = flavour
         self.status = status
         self.headers = headers or {}
+        self.sent = sent or []
         self.bodies: list[Chunks] = []
 
     async def handle_async_request(self, request: Any) -> Any:
         body = Chunks()
+        for item in self.sent:
+            body.queue.put_nowait(item)
         self.bodies.append(body)
         stream = type("Stream", (self.flavour.AsyncByteStream,), {"__aiter__": body.__aiter__})()
         stream.aclose = body.aclose
@@ -189,4 +203,66 @@ async def test_a_signal_hook_that_raises_gives_the_slot_back(flavour: Any) -> No
         with pytest.raises(RuntimeError, match="hook"):
             await client.get("http://provider/")
     assert fed.bodies[-1].closed
+    _counted(gate, completed=1)
+
+
+# -- a body the usage reader gives up on passes unchanged ------------------------------------------
+
+
+async def test_a_stream_with_an_endless_line_passes_byte_for_byte(
+    flavour: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = checked_gate(1, 0, name="llm", rate_limits=[RateLimit(rate=1e-9, burst=100, unit="tokens")])
+    exchanges: list[Exchange] = []
+    start = b'data: {"type": "message_start", "message": {"usage": {"input_tokens": 7}}}\n\n'
+    line = b"data: " + bytes(range(256)).replace(b"\n", b"") * ((16 << 20) // 255)
+    chunks = [start] + [line[i : i + (64 << 10)] for i in range(0, len(line), 64 << 10)]
+    fed = Fed(flavour, headers={"content-type": "text/event-stream"}, sent=[*chunks, None])
+    transport = GatedTransport(gate, fed, cost=10, on_exchange=exchanges.append)
+    with caplog.at_level(logging.WARNING, logger="boundedgate"):
+        async with (
+            flavour.AsyncClient(transport=transport) as client,
+            client.stream("GET", "http://provider/") as response,
+        ):
+            received = [chunk async for chunk in response.aiter_raw()]
+    assert len(line) > 4 * MAX_KEPT
+    assert received == chunks  # every chunk, unchanged, in order
+    (exchange,) = exchanges
+    assert (exchange.outcome, exchange.usage, exchange.settled) == ("completed", None, None)
+    assert gate.stats().tokens[0] == pytest.approx(90)  # the declared cost, nothing settled
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert record.getMessage().startswith("llm: ")
+    assert "longer than 4 MiB" in record.getMessage()
+    _counted(gate, completed=1)
+
+
+@pytest.mark.parametrize("kind", ["application/json", "text/event-stream"])
+async def test_a_body_nested_too_deep_for_the_reader_reaches_the_client(flavour: Any, kind: str) -> None:
+    gate = checked_gate(1, 0)
+    nested = b'{"usage": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    body = nested if kind == "application/json" else b"data: " + nested + b"\n\n"
+    fed = Fed(flavour, headers={"content-type": kind}, sent=[body, None])
+    async with flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client:
+        assert (await client.get("http://provider/")).content == body
+    _counted(gate, completed=1)
+
+
+async def test_the_warning_for_unreadable_usage_names_the_gate_not_the_query(
+    flavour: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = checked_gate(1, 0, name="llm")
+    body = b'{"usage": {"total_tokens": -1}}'
+    fed = Fed(flavour, headers={"content-type": "application/json"}, sent=[body, None])
+    with caplog.at_level(logging.WARNING, logger="boundedgate"):
+        async with flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client:
+            assert (await client.get("http://provider/v1/models?key=secret")).content == body
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "llm: the usage of GET http://provider/v1/models cannot be settled"
+        " (total_tokens is -1, not a count): its cost stays as declared"
+    )
+    assert (getattr(record, "event", None), getattr(record, "url", None)) == (
+        "usage_unreadable",
+        "http://provider/v1/models",
+    )
     _counted(gate, completed=1)

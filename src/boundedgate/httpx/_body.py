@@ -16,7 +16,8 @@ the reader cancelled mid-read      failed, released in that same step (``Cancell
 collected unclosed                 leaked, with a ``ResourceWarning``, released on the loop
 =================================  ==============================================================
 
-The usage the body reported (see :mod:`._usage`) is settled at the end, whichever it was.
+The usage the body reported (see :mod:`._usage`) is settled at the end, whichever it was; the
+slot is given back even if settling fails.
 httpx2's client asserts that a transport's stream is an ``httpx2.AsyncByteStream``: the class
 is built once per httpx flavour, mixed with that flavour's ``AsyncByteStream``.
 """
@@ -43,7 +44,9 @@ __all__ = ("GatedBody", "body_class")
 FAILED = Status.FAILED
 RUNNING = Status.RUNNING
 
-Settle = Callable[[StreamPermit, Exchange], None]
+#: Settles the usage the body reported (``exchange.usage``), or reports why it cannot (the reader's
+#: ``problem``); never raises.
+Settle = Callable[[StreamPermit, Exchange, "str | None"], None]
 
 _classes: dict[str, type[GatedBody]] = {}
 
@@ -129,10 +132,15 @@ class GatedBody:
         if permit.status is not RUNNING:
             return
         exchange = self._exchange
-        if self._reader is not None:
-            exchange.usage = self._reader.end()
-        self._settle(permit, exchange)
-        permit._finish(ending)
+        try:
+            reader = self._reader
+            problem = None
+            if reader is not None:
+                exchange.usage = reader.end()
+                problem = reader.problem
+            self._settle(permit, exchange, problem)
+        finally:  # the slot goes back whatever the usage was
+            permit._finish(ending)
         self._ended(permit, exchange)
 
     def _ended(self, permit: StreamPermit, exchange: Exchange) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import sys
 from collections.abc import Callable, Hashable, Mapping
@@ -11,6 +12,7 @@ from typing import Any, Literal
 
 from .._core import Status
 from .._downstream import downstream_refused
+from .._driver import log_event
 from .._errors import GateError
 from .._streams import StreamPermit
 from ._admission import Admission, Cost
@@ -18,7 +20,7 @@ from ._body import body_class
 from ._exchange import EXCHANGE, Exchange
 from ._refusal import REFUSAL, Envelope, envelope_for, refusal_body, refusal_headers
 from ._signals import ProviderSignal, parse_signal
-from ._usage import UsageReader, total_tokens
+from ._usage import UsageReader, is_count, shown, total_tokens
 
 __all__ = ("GatedTransport",)
 
@@ -66,6 +68,10 @@ class GatedTransport:
             request: Anthropic's when it has an ``anthropic-version`` header).
         default_retry_after: ``Retry-After`` seconds for a refusal that has no estimate.
         usage_cost: Turns the usage a body reported into the cost to settle (default: total tokens).
+            Usage that cannot be read (a count that is not a finite number >= 0), or a
+            ``usage_cost`` that raises or returns no such number, settles nothing (the cost stays
+            as declared) and is logged once per response, at WARNING, to the ``boundedgate``
+            logger (``event="usage_unreadable"``).
         on_provider_signal: Called with a :class:`ProviderSignal` for every response that is a 429,
             503 or 529 or carries rate-limit headers, as its headers arrive.
         on_exchange: Called with the :class:`Exchange` of every request when its slot goes back
@@ -177,16 +183,45 @@ class GatedTransport:
                 raise
         return response
 
-    def _settle(self, permit: StreamPermit, exchange: Exchange) -> None:
+    def _settle(self, permit: StreamPermit, exchange: Exchange, problem: str | None) -> None:
+        """Settle the usage the body reported; log, never raise, when it cannot be read or priced.
+
+        ``problem``: why the body's usage is unknown, when its reader gave up on it.
+        """
         usage = exchange.usage
-        if usage is None:
-            return
+        if problem is None and usage is not None:
+            cost, problem = self._cost_of(usage)
+            if cost is not None:
+                try:
+                    permit.settle(cost)
+                except Exception as error:  # a callable gate's own permit that will not take it
+                    problem = f"the permit refused the cost {cost!r}: {shown(error)}"
+                else:
+                    exchange.settled = cost
+                    return
+        if problem is not None:
+            where = exchange.url.partition("?")[0]  # a query may carry a key: never logged
+            log_event(
+                permit.gate.name,
+                "usage_unreadable",
+                f"the usage of {exchange.method} {where} cannot be settled ({problem}): "
+                "its cost stays as declared",
+                logging.WARNING,
+                problem=problem,
+                url=where,
+            )
+
+    def _cost_of(self, usage: Mapping[str, float]) -> tuple[float | None, str | None]:
+        """The cost ``usage_cost`` makes of ``usage``, or None and why it made none."""
+        usage_cost = self._usage_cost
+        name = getattr(usage_cost, "__qualname__", None) or repr(usage_cost)
         try:
-            cost = float(self._usage_cost(usage))
-            permit.settle(cost)
-        except (TypeError, ValueError):  # a usage record that does not add up to a cost
-            return
-        exchange.settled = cost
+            cost = usage_cost(usage)
+        except Exception as error:
+            return None, f"usage_cost {name} raised {shown(error)}"
+        if not is_count(cost):
+            return None, f"usage_cost {name} returned {shown(cost)}, not a finite number >= 0"
+        return float(cost), None
 
     def _refusal(self, flavour: ModuleType, request: Any, error: GateError, exchange: Exchange) -> Any:
         shape = envelope_for(self._envelope, request.url.host, request.headers)
