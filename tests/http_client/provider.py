@@ -5,7 +5,8 @@ A subclass, so the base provider (which other tests use) is unchanged. On top of
 - rate-limit headers on every answer: OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
   or Anthropic's ``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}``;
 - ``overloaded=N``: answer the first N requests (per API and ``x-fake`` header) with 529 (Anthropic's
-  overloaded_error) or, for OpenAI, 503;
+  overloaded_error) or, for OpenAI, 503 (its "overloaded" error), or with ``overloaded_status``
+  (``overloaded_status=429``: a gateway that says overloaded with a 429);
 - usage: in the plain JSON answer of both APIs, in OpenAI's last stream chunk when the request asks
   (``stream_options={"include_usage": True}``), and in Anthropic's ``message_start`` (input) and
   ``message_delta`` (output) events; ``prompt_tokens`` is the input count;
@@ -43,6 +44,7 @@ class LimitsBehaviour(Behaviour):
     """:class:`Behaviour` and the limits the provider reports (see the module docstring)."""
 
     overloaded: int = 0
+    overloaded_status: int = 0
     prompt_tokens: int = 5
     remaining_requests: int = 59
     remaining_tokens: int = 79_000
@@ -86,8 +88,8 @@ class LimitsProvider(FakeProvider):
             served.end("rate_limited")
         elif behaviour.overloaded > self._overloaded.get(key, 0):
             self._overloaded[key] = self._overloaded.get(key, 0) + 1
-            status = 529 if api == "anthropic" else 503
-            _send(writer, status, _error(api, "overloaded_error"), {"retry-after": "1"})
+            status = behaviour.overloaded_status or (529 if api == "anthropic" else 503)
+            _send(writer, status, _overloaded(api), {"retry-after": "1"})
             served.end("overloaded")
         elif not body.get("stream"):
             _send(writer, 200, _plain(api, behaviour, self.usage), limits)
@@ -141,6 +143,14 @@ def _error(api: str, kind: str) -> object:
     if api == "openai":
         return {"error": {"message": kind, "type": kind, "code": kind}}
     return {"type": "error", "error": {"type": kind, "message": kind}}
+
+
+def _overloaded(api: str) -> object:
+    """The providers' own overload errors: Anthropic's ``overloaded_error``, OpenAI's message."""
+    if api == "openai":
+        message = "That model is currently overloaded with other requests. You can retry your request."
+        return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    return {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 
 
 def _plain(api: str, behaviour: LimitsBehaviour, extra: dict[str, object]) -> object:

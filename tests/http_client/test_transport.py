@@ -7,6 +7,8 @@ the test drives; the SDK tests (``test_sdk_transport.py``) do the same over loop
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +18,8 @@ import httpx2
 import pytest
 
 from boundedgate import OUTCOMES, BoundedGate, RateLimit
-from boundedgate.httpx import Exchange, GatedTransport, gate_call
+from boundedgate.httpx import Exchange, GatedTransport, ProviderSignal, gate_call
+from boundedgate.httpx._signals import BODY_LIMIT
 from boundedgate.httpx._usage import MAX_KEPT
 from tests.helpers import checked_gate
 
@@ -198,12 +201,116 @@ async def test_a_signal_hook_that_raises_gives_the_slot_back(flavour: Any) -> No
     def broken(signal: object) -> None:
         raise RuntimeError("hook")
 
-    fed = Fed(flavour, status=429, headers={"retry-after": "1"})
+    fed = Fed(flavour, status=429, headers={"retry-after": "1"}, sent=[b"{}", None])
     async with flavour.AsyncClient(transport=GatedTransport(gate, fed, on_provider_signal=broken)) as client:
         with pytest.raises(RuntimeError, match="hook"):
             await client.get("http://provider/")
     assert fed.bodies[-1].closed
     _counted(gate, completed=1)
+
+
+# -- what the body says, read ahead of the client (a 429's) ---------------------------------------
+
+OVERLOADED = json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+QUOTA = json.dumps({"error": {"message": "Rate limit reached for requests", "code": "rate_limit_exceeded"}})
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding", "kind"),
+    [
+        (OVERLOADED, None, "overloaded"),
+        (OVERLOADED, "gzip", "overloaded"),
+        (QUOTA, None, "rate_limited"),
+        (QUOTA, "gzip", "rate_limited"),
+    ],
+)
+async def test_a_429s_body_decides_between_quota_and_overload(
+    flavour: Any, body: str, encoding: str | None, kind: str
+) -> None:
+    gate = checked_gate(1, 0)
+    signals: list[ProviderSignal] = []
+    raw = body.encode() if encoding is None else gzip.compress(body.encode())
+    headers = {"content-type": "application/json", **({"content-encoding": encoding} if encoding else {})}
+    half = len(raw) // 2
+    fed = Fed(flavour, status=429, headers=headers, sent=[raw[:half], raw[half:], None])
+    transport = GatedTransport(gate, fed, on_provider_signal=signals.append)
+    async with flavour.AsyncClient(transport=transport) as client:
+        response = await client.get("http://provider/")
+    assert response.status_code == 429
+    assert response.json() == json.loads(body)  # the client gets the body whole, decoded as ever
+    assert [signal.kind for signal in signals] == [kind]
+    _counted(gate, completed=1)
+
+
+async def test_a_429_answered_in_memory_is_read_too(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    signals: list[ProviderSignal] = []
+    inner = _answering(flavour, 429, content=OVERLOADED.encode())
+    transport = GatedTransport(gate, inner, on_provider_signal=signals.append)
+    async with flavour.AsyncClient(transport=transport) as client:
+        assert (await client.get("http://provider/")).status_code == 429
+    assert [signal.kind for signal in signals] == ["overloaded"]
+    _counted(gate, completed=1)
+
+
+async def test_only_the_start_of_a_long_429_is_read_ahead_and_the_client_gets_it_all(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    signals: list[ProviderSignal] = []
+    chunks = [b"overloaded " + b"x" * 4085] + [b"y" * 4096] * 127  # 512 KiB
+    fed = Fed(flavour, status=429, sent=[*chunks, None])
+    transport = GatedTransport(gate, fed, on_provider_signal=signals.append)
+    async with (
+        flavour.AsyncClient(transport=transport) as client,
+        client.stream("GET", "http://provider/") as response,
+    ):
+        ahead = BODY_LIMIT // 4096
+        assert ahead == 16  # read ahead: 64 KiB, not the rest
+        assert fed.bodies[0].queue.qsize() == len(chunks) - ahead + 1
+        assert gate.running == 1
+        received = b"".join([chunk async for chunk in response.aiter_raw()])
+    assert received == b"".join(chunks)
+    assert [signal.kind for signal in signals] == ["overloaded"]
+    _counted(gate, completed=1)
+
+
+async def test_a_success_is_never_read_ahead(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    fed = Fed(flavour, status=200, headers={"content-type": "application/json"}, sent=[b'{"a": 1}', None])
+    async with (
+        flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client,
+        client.stream("GET", "http://provider/") as response,
+    ):
+        assert fed.bodies[0].queue.qsize() == 2  # nothing read until the client reads
+        assert await response.aread() == b'{"a": 1}'
+    _counted(gate, completed=1)
+
+
+async def test_a_read_error_while_reading_a_429_ahead_fails_and_closes(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    exchanges: list[Exchange] = []
+    fed = Fed(flavour, status=429, sent=[b"{", OSError("reset")])
+    transport = GatedTransport(gate, fed, on_exchange=exchanges.append)
+    async with flavour.AsyncClient(transport=transport) as client:
+        with pytest.raises(OSError, match="reset"):
+            await client.get("http://provider/")
+    assert fed.bodies[0].closed
+    assert [e.outcome for e in exchanges] == ["failed"]
+    _counted(gate, failed=1)
+
+
+async def test_a_client_cancelled_while_a_429_is_read_ahead_gives_the_slot_back(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    fed = Fed(flavour, status=429, sent=[b"{"])  # the rest never comes
+    async with flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client:
+        task = asyncio.create_task(client.get("http://provider/"))
+        await asyncio.sleep(1)
+        assert gate.running == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert gate.running == 0
+    assert fed.bodies[0].closed
+    _counted(gate, failed=1)
 
 
 # -- a body the usage reader gives up on passes unchanged ------------------------------------------

@@ -16,11 +16,11 @@ from .._driver import log_event
 from .._errors import GateError
 from .._streams import StreamPermit
 from ._admission import Admission, Cost
-from ._body import body_class
+from ._body import GatedBody, body_class
 from ._exchange import EXCHANGE, Exchange
 from ._refusal import REFUSAL, Envelope, envelope_for, refusal_body, refusal_headers
-from ._signals import ProviderSignal, parse_signal
-from ._usage import UsageReader, is_count, shown, total_tokens
+from ._signals import BODY_LIMIT, ProviderSignal, parse_signal, reads_body
+from ._usage import UsageReader, decoded, is_count, shown, total_tokens
 
 __all__ = ("GatedTransport",)
 
@@ -73,7 +73,9 @@ class GatedTransport:
             as declared) and is logged once per response, at WARNING, to the ``boundedgate``
             logger (``event="usage_unreadable"``).
         on_provider_signal: Called with a :class:`ProviderSignal` for every response that is a 429,
-            503 or 529 or carries rate-limit headers, as its headers arrive.
+            503 or 529 or carries rate-limit headers, as its headers arrive (for a 429, once the
+            start of its body has: up to 64 KiB of it are read ahead, to tell a rate limit from
+            an overload).
         on_exchange: Called with the :class:`Exchange` of every request when its slot goes back
             (or it is refused), with its times to first and last byte.
     """
@@ -160,13 +162,28 @@ class GatedTransport:
             permit._finish(FAILED)
             raise
         exchange.headers = loop.time()
+        body = self._hold(flavour, response, permit, exchange)
+        said = await self._what_it_says(response, body)
+        signal = parse_signal(
+            response.status_code, response.headers, request.url.host, exchange.headers, said, exchange.key
+        )
+        exchange.signal = signal
+        if signal is not None and self._on_signal is not None:
+            try:
+                self._on_signal(signal)
+            except BaseException:
+                await response.aclose()  # the client never sees this response: give its slot back
+                raise
+        return response
+
+    def _hold(
+        self, flavour: ModuleType, response: Any, permit: StreamPermit, exchange: Exchange
+    ) -> GatedBody:
+        """Give ``response`` a body that holds the slot until it ends (at once, for one read already)."""
         exchange.status = status = response.status_code
         if status == 429 and self._refused_as is not None:
             downstream_refused(self._refused_as, status)
-        response_headers = response.headers
-        signal = parse_signal(status, response_headers, request.url.host, exchange.headers, key=exchange.key)
-        exchange.signal = signal
-        reader = UsageReader.for_response(response_headers) if 200 <= status < 300 else None
+        reader = UsageReader.for_response(response.headers) if 200 <= status < 300 else None
         body = body_class(flavour)(response.stream, permit, exchange, reader, self._settle, self._on_exchange)
         response.extensions[EXCHANGE] = exchange
         if response.is_closed:
@@ -175,13 +192,26 @@ class GatedTransport:
             body._in_memory(response.content)
         else:
             response.stream = body
-        if signal is not None and self._on_signal is not None:
+        return body
+
+    @staticmethod
+    async def _what_it_says(response: Any, body: GatedBody) -> bytes | None:
+        """The start of the body (decoded) when it decides the signal (a 429's), else None.
+
+        Read ahead of the client, at most :data:`BODY_LIMIT` bytes, and handed to it unchanged;
+        a read error or a cancellation meanwhile fails the request and closes the body.
+        """
+        if not reads_body(response.status_code):
+            return None
+        if response.is_closed:
+            raw = response.content[:BODY_LIMIT]
+        else:
             try:
-                self._on_signal(signal)
+                raw = await body.peek(BODY_LIMIT)
             except BaseException:
-                await response.aclose()  # the client never sees this response: give its slot back
+                await body.aclose()
                 raise
-        return response
+        return decoded(raw, response.headers, BODY_LIMIT)
 
     def _settle(self, permit: StreamPermit, exchange: Exchange, problem: str | None) -> None:
         """Settle the usage the body reported; log, never raise, when it cannot be read or priced.

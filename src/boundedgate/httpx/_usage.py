@@ -249,3 +249,17 @@ def decoder_for(encoding: str) -> Any:
     if encoding in ("gzip", "x-gzip", "deflate"):
         return zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, by the header
     return None
+
+
+def decoded(raw: bytes, headers: Mapping[str, str], limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a body's start, decoded; None when its encoding is not one we read."""
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return raw[:limit]
+    decoder = decoder_for(encoding)
+    if decoder is None:
+        return None
+    try:
+        return bytes(decoder.decompress(raw, limit))
+    except zlib.error:
+        return None
