@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import assert_type
 
+import httpx
 import httpx2
 from anthropic import AsyncAnthropic
 from anthropic.lib.streaming import AsyncMessageStream
@@ -14,6 +15,7 @@ from openai.lib.streaming.chat import AsyncChatCompletionStream
 from openai.types.chat import ChatCompletionChunk, ParsedChatCompletion
 
 from boundedgate import BoundedGate, GatedStream
+from boundedgate.httpx import GatedTransport
 
 gate = BoundedGate(max_running=4, max_waiting=8, name="llm")
 
@@ -63,3 +65,12 @@ async def tokens() -> AsyncIterator[str]:
 async def any_async_iterator() -> list[str]:
     stream = await gate.stream(tokens)
     return [token async for token in stream]
+
+
+def gated_clients() -> tuple[AsyncOpenAI, AsyncAnthropic, httpx.AsyncClient, httpx2.AsyncClient]:
+    """docs/http.md's clients: a GatedTransport is the transport of an httpx2 or a legacy httpx client."""
+    openai = AsyncOpenAI(http_client=httpx2.AsyncClient(transport=GatedTransport(gate)))
+    anthropic = AsyncAnthropic(http_client=httpx2.AsyncClient(transport=GatedTransport(gate)))
+    legacy = httpx.AsyncClient(transport=GatedTransport(gate, httpx.AsyncHTTPTransport()))
+    mounted = httpx2.AsyncClient(mounts={"https://api.openai.com": GatedTransport(gate)})
+    return openai, anthropic, legacy, mounted

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import httpx2
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 
 from boundedgate import BoundedGate
+from boundedgate.httpx import GatedTransport
 
 gate = BoundedGate(max_running=4, max_waiting=8, name="llm")
 
@@ -38,3 +40,7 @@ async def plain_typos() -> None:
     async for token in stream:
         token.uper()  # error: the items are str
     await stream.get_final_message()  # error: an async generator has no helpers
+
+
+def synchronous_client() -> httpx2.Client:
+    return httpx2.Client(transport=GatedTransport(gate))  # error: an async transport, a sync client

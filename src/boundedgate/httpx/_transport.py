@@ -8,7 +8,7 @@ import math
 import sys
 from collections.abc import Callable, Hashable, Mapping
 from types import ModuleType, TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._core import Status
 from .._downstream import downstream_refused
@@ -24,13 +24,27 @@ from ._usage import UsageReader, decoded, is_count, shown, total_tokens
 
 __all__ = ("GatedTransport",)
 
+if TYPE_CHECKING:
+    # For type checkers only (importing boundedgate.httpx imports neither): a GatedTransport is an
+    # AsyncBaseTransport of both flavours, so it type-checks as any httpx2 or httpx client's
+    # transport (``AsyncClient(transport=...)``, ``mounts=``). With one flavour not installed,
+    # a type checker reads that base as Any, which the other's clients accept as well.
+    import httpx
+    import httpx2
+
+    class _AsyncTransport(httpx2.AsyncBaseTransport, httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: Any) -> Any: ...
+
+else:
+    _AsyncTransport = object
+
 FAILED = Status.FAILED
 
 #: The header both SDKs number their attempts with (0 for the first).
 RETRY_COUNT = "x-stainless-retry-count"
 
 
-class GatedTransport:
+class GatedTransport(_AsyncTransport):
     """An ``httpx.AsyncBaseTransport`` (httpx or httpx2) that admits each request through a gate.
 
     ::
