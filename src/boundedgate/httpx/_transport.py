@@ -43,6 +43,12 @@ FAILED = Status.FAILED
 #: The header both SDKs number their attempts with (0 for the first).
 RETRY_COUNT = "x-stainless-retry-count"
 
+_SYNCHRONOUS = (
+    "GatedTransport is an async transport: give it to an httpx.AsyncClient or httpx2.AsyncClient"
+    " (the one of AsyncOpenAI or AsyncAnthropic), not to a synchronous Client (OpenAI(), Anthropic()):"
+    " its gate admits requests on an asyncio event loop"
+)
+
 
 class GatedTransport(_AsyncTransport):
     """An ``httpx.AsyncBaseTransport`` (httpx or httpx2) that admits each request through a gate.
@@ -290,6 +296,14 @@ class GatedTransport(_AsyncTransport):
                 "give GatedTransport the inner transport of the client's own httpx"
             )
         return flavour
+
+    def handle_request(self, request: Any) -> Any:
+        """Refuse a synchronous client, saying which to use: the gate admits on an event loop."""
+        raise TypeError(_SYNCHRONOUS)
+
+    def __enter__(self) -> Any:
+        """Refuse a synchronous client's ``with``, as :meth:`handle_request` does its requests."""
+        raise TypeError(_SYNCHRONOUS)
 
     # -- the transport's life, passed on -------------------------------------------------------
 
