@@ -160,7 +160,7 @@ async def test_follow_provider_drives_a_redis_gate_through_the_transport(
         transport = GatedTransport(
             gate, on_provider_signal=follow_provider(gate), transport=httpx2.MockTransport(provider)
         )
-        async with httpx2.AsyncClient(transport=transport, base_url="http://provider") as http:  # type: ignore[arg-type]
+        async with httpx2.AsyncClient(transport=transport, base_url="http://provider") as http:
             for _ in range(3):
                 await http.get("/")
 

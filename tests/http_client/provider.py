@@ -5,12 +5,15 @@ A subclass, so the base provider (which other tests use) is unchanged. On top of
 - rate-limit headers on every answer: OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
   or Anthropic's ``anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}``;
 - ``overloaded=N``: answer the first N requests (per API and ``x-fake`` header) with 529 (Anthropic's
-  overloaded_error) or, for OpenAI, 503;
+  overloaded_error) or, for OpenAI, 503 (its "overloaded" error), or with ``overloaded_status``
+  (``overloaded_status=429``: a gateway that says overloaded with a 429);
 - usage: in the plain JSON answer of both APIs, in OpenAI's last stream chunk when the request asks
   (``stream_options={"include_usage": True}``), and in Anthropic's ``message_start`` (input) and
   ``message_delta`` (output) events; ``prompt_tokens`` is the input count;
 - the connections open right now (``active``) and the most ever open at once (``peak_active``), and
-  every request's headers (``requests``).
+  every request's headers (``requests``);
+- ``usage``: fields merged as they are into the usage of every answer, JSON and streamed (a test's
+  malformed counts: ``provider.usage = {"total_tokens": 10**400}``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class LimitsBehaviour(Behaviour):
     """:class:`Behaviour` and the limits the provider reports (see the module docstring)."""
 
     overloaded: int = 0
+    overloaded_status: int = 0
     prompt_tokens: int = 5
     remaining_requests: int = 59
     remaining_tokens: int = 79_000
@@ -57,6 +61,7 @@ class LimitsProvider(FakeProvider):
         self.requests: list[dict[str, str]] = []
         self.peak_active = 0
         self._overloaded: dict[str, int] = {}
+        self.usage: dict[str, object] = {}
 
     @property
     def active(self) -> int:
@@ -83,15 +88,18 @@ class LimitsProvider(FakeProvider):
             served.end("rate_limited")
         elif behaviour.overloaded > self._overloaded.get(key, 0):
             self._overloaded[key] = self._overloaded.get(key, 0) + 1
-            status = 529 if api == "anthropic" else 503
-            _send(writer, status, _error(api, "overloaded_error"), {"retry-after": "1"})
+            status = behaviour.overloaded_status or (529 if api == "anthropic" else 503)
+            _send(writer, status, _overloaded(api), {"retry-after": "1"})
             served.end("overloaded")
         elif not body.get("stream"):
-            _send(writer, 200, _plain(api, behaviour), limits)
+            _send(writer, 200, _plain(api, behaviour, self.usage), limits)
             served.end("plain")
         else:
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = _openai_events(behaviour, usage) if api == "openai" else _anthropic_events(behaviour)
+            if api == "openai":
+                events = _openai_events(behaviour, usage, self.usage)
+            else:
+                events = _anthropic_events(behaviour, self.usage)
             await self._stream(reader, writer, api, behaviour, served, events, limits)
             return
         await writer.drain()
@@ -137,7 +145,15 @@ def _error(api: str, kind: str) -> object:
     return {"type": "error", "error": {"type": kind, "message": kind}}
 
 
-def _plain(api: str, behaviour: LimitsBehaviour) -> object:
+def _overloaded(api: str) -> object:
+    """The providers' own overload errors: Anthropic's ``overloaded_error``, OpenAI's message."""
+    if api == "openai":
+        message = "That model is currently overloaded with other requests. You can retry your request."
+        return {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    return {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+
+def _plain(api: str, behaviour: LimitsBehaviour, extra: dict[str, object]) -> object:
     answer = _plain_answer(api, behaviour)
     assert isinstance(answer, dict)
     if api == "openai":
@@ -145,9 +161,14 @@ def _plain(api: str, behaviour: LimitsBehaviour) -> object:
             "prompt_tokens": behaviour.prompt_tokens,
             "completion_tokens": behaviour.chunks,
             "total_tokens": usage_of(behaviour),
+            **extra,
         }
     else:
-        answer["usage"] = {"input_tokens": behaviour.prompt_tokens, "output_tokens": behaviour.chunks}
+        answer["usage"] = {
+            "input_tokens": behaviour.prompt_tokens,
+            "output_tokens": behaviour.chunks,
+            **extra,
+        }
     return answer
 
 
@@ -160,7 +181,9 @@ def _send(writer: asyncio.StreamWriter, status: int, body: object, headers: dict
     writer.write(head.encode() + b"\r\n" + data)
 
 
-def _openai_events(behaviour: LimitsBehaviour, usage: bool) -> Iterator[tuple[str, bytes]]:
+def _openai_events(
+    behaviour: LimitsBehaviour, usage: bool, extra: dict[str, object]
+) -> Iterator[tuple[str, bytes]]:
     yield "start", _openai_chunk({"role": "assistant", "content": ""})
     for token in _tokens(behaviour):
         yield "delta", _openai_chunk({"content": token})
@@ -176,13 +199,14 @@ def _openai_events(behaviour: LimitsBehaviour, usage: bool) -> Iterator[tuple[st
                 "prompt_tokens": behaviour.prompt_tokens,
                 "completion_tokens": behaviour.chunks,
                 "total_tokens": usage_of(behaviour),
+                **extra,
             },
         }
         yield "end", _sse(chunk)
     yield "end", b"data: [DONE]\n\n"
 
 
-def _anthropic_events(behaviour: LimitsBehaviour) -> Iterator[tuple[str, bytes]]:
+def _anthropic_events(behaviour: LimitsBehaviour, extra: dict[str, object]) -> Iterator[tuple[str, bytes]]:
     message: dict[str, object] = {
         "id": "msg_fake",
         "type": "message",
@@ -191,7 +215,7 @@ def _anthropic_events(behaviour: LimitsBehaviour) -> Iterator[tuple[str, bytes]]
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": behaviour.prompt_tokens, "output_tokens": 1},
+        "usage": {"input_tokens": behaviour.prompt_tokens, "output_tokens": 1, **extra},
     }
     yield "start", _sse({"type": "message_start", "message": message}, "message_start")
     block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
@@ -203,7 +227,7 @@ def _anthropic_events(behaviour: LimitsBehaviour) -> Iterator[tuple[str, bytes]]
     end = {
         "type": "message_delta",
         "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-        "usage": {"output_tokens": behaviour.chunks},
+        "usage": {"output_tokens": behaviour.chunks, **extra},
     }
     yield "end", _sse(end, "message_delta")
     yield "end", _sse({"type": "message_stop"}, "message_stop")

@@ -85,3 +85,23 @@ async def test_one_deadline_across_requests_of_a_call(provider: LimitsProvider) 
         await response.read()  # ends at 3 s: after the call's deadline
     counted(gate, late=1)
     assert asyncio.get_running_loop().time() >= 1.5
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_a_429_that_says_overloaded_is_an_overload(provider: LimitsProvider, api: str) -> None:
+    gate = checked_gate(1, 0, name="llm")
+    signals: list[ProviderSignal] = []
+    middleware = gate_middleware(gate, on_provider_signal=signals.append)
+    path = "/chat/completions" if api == "openai" else "/messages"
+    url = f"{provider.openai_url}{path}"  # the provider answers by the path's end
+    fake = {"x-fake": "overloaded=1,overloaded_status=429"}
+    async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+        async with session.post(url, json=BODY, headers=fake) as response:
+            assert response.status == 429
+            said = await response.json()  # read again, as the caller would
+        quota = {"x-fake": "rate_limited=1"}
+        async with session.post(url, json=BODY, headers=quota) as response:
+            assert response.status == 429
+    assert "overloaded" in json.dumps(said)
+    assert [(s.kind, s.status) for s in signals] == [("overloaded", 429), ("rate_limited", 429)]
+    counted(gate, completed=2)

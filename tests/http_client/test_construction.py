@@ -8,9 +8,11 @@ from typing import Any
 
 import httpx2
 import pytest
+import redis.asyncio
 
 from boundedgate import BoundedGate, KeyedGate
 from boundedgate.httpx import GatedTransport, current_call, gate_call
+from boundedgate.redis import RedisGate
 
 
 def _gate() -> BoundedGate:
@@ -114,3 +116,93 @@ def test_every_public_name_lives_in_boundedgate_httpx_and_has_a_docstring() -> N
         obj = getattr(boundedgate.httpx, name)
         assert obj.__module__ == "boundedgate.httpx", name
         assert inspect.getdoc(obj), name
+
+
+# -- a gate the transport cannot use: the error says what to do instead ----------------------------
+
+
+async def test_something_that_cannot_admit_says_what_can() -> None:
+    with pytest.raises(TypeError, match=r"a BoundedGate, a KeyedGate \(with key=\), a RedisGate") as caught:
+        GatedTransport(42)
+    assert "docs/http.md" in str(caught.value)
+    gate = _gate()
+    permit = gate.try_admit()
+    with pytest.raises(TypeError, match=r"a permit, not a gate: give GatedTransport the gate itself"):
+        GatedTransport(permit)
+    permit.release()
+
+
+def test_a_priority_beyond_the_gates_classes_is_refused_when_made() -> None:
+    with pytest.raises(ValueError, match=r"BoundedGate\(\.\.\., priorities=2\)"):
+        GatedTransport(_gate(), priority=1)
+    with pytest.raises(ValueError, match=r"priorities=3"):
+        GatedTransport(BoundedGate(max_running=1, max_waiting=0, priorities=2), retry_priority=2)
+    with pytest.raises(ValueError, match=r"priorities=2"):
+        GatedTransport(KeyedGate(max_running=1, max_waiting=0), key=str, priority=1)
+    GatedTransport(BoundedGate(max_running=1, max_waiting=0, priorities=2), priority=1, retry_priority=0)
+
+
+async def test_a_cluster_gate_says_which_settings_it_has_no_use_for() -> None:
+    redis_gate = RedisGate(redis.asyncio.Redis(port=1), max_running=1, max_waiting=0, name="cluster")
+    with pytest.raises(TypeError, match=r"a RedisGate has no priority classes") as caught:
+        GatedTransport(redis_gate, retry_priority=0)
+    assert "BoundedGate(..., priorities=2)" in str(caught.value)
+    await redis_gate.aclose()
+
+
+def _answered(request: Any) -> Any:
+    return httpx2.Response(200, json={})
+
+
+async def test_a_gate_function_that_takes_no_deadline_is_refused_when_made() -> None:
+    gate = _gate()
+    with pytest.raises(TypeError, match=r"takes no deadline=") as caught:
+        GatedTransport(lambda request: gate.admit())
+    assert "lambda request, **options: gate.admit(**options)" in str(caught.value)
+    with pytest.raises(TypeError, match=r"takes no priority="):
+        GatedTransport(lambda request, deadline=None: gate.admit(deadline=deadline), priority=1)
+    GatedTransport(lambda request, deadline=None: gate.admit(deadline=deadline))
+
+
+async def test_a_gate_function_that_passes_on_what_its_gate_cannot_take() -> None:
+    redis_gate = RedisGate(redis.asyncio.Redis(port=1), max_running=1, max_waiting=0, name="cluster")
+    transport = GatedTransport(lambda request, **kw: redis_gate.admit(**kw), httpx2.MockTransport(_answered))
+    async with httpx2.AsyncClient(transport=transport) as client, gate_call(cost=5):
+        with pytest.raises(TypeError) as caught:
+            await client.get("http://provider/")
+    message = str(caught.value)
+    assert "RedisGate.admit() got an unexpected keyword argument 'cost'" in message
+    assert "cost=5" in message
+    assert "lambda request, deadline=None: gate.admit(deadline=deadline)" in message
+    assert isinstance(caught.value.__cause__, TypeError)
+    await redis_gate.aclose()
+
+
+@pytest.mark.parametrize("returned", ["None", "the gate", "a coroutine"])
+async def test_a_gate_function_that_returns_no_permit(returned: str) -> None:
+    gate = _gate()
+
+    async def opened(**kw: Any) -> Any:
+        return gate.admit(**kw)
+
+    answers = {
+        "None": lambda request, **kw: None,
+        "the gate": lambda request, **kw: gate,
+        "a coroutine": lambda request, **kw: opened(**kw),
+    }
+    transport = GatedTransport(answers[returned], httpx2.MockTransport(_answered))
+    async with httpx2.AsyncClient(transport=transport) as client:
+        with pytest.raises(TypeError, match=r"must return a permit") as caught:
+            await client.get("http://provider/")
+    assert "gate.admit(**kw)" in str(caught.value)
+    assert (gate.running, gate.stats().admitted) == (0, 0)
+
+
+@pytest.mark.parametrize("flavour", ["httpx", "httpx2"])
+def test_a_synchronous_client_is_told_to_use_an_async_one(flavour: str) -> None:
+    module = httpx2 if flavour == "httpx2" else __import__("httpx")
+    client = module.Client(transport=GatedTransport(_gate()))
+    with pytest.raises(TypeError, match=r"async transport: give it to an httpx.AsyncClient"):
+        client.get("http://provider/")
+    with pytest.raises(TypeError, match=r"AsyncOpenAI"), module.Client(transport=GatedTransport(_gate())):
+        pass

@@ -7,12 +7,14 @@ import json
 import subprocess
 import sys
 import time
+import tracemalloc
+import zlib
 from email.utils import formatdate
 
 import pytest
 
 from boundedgate.httpx import parse_quotas, parse_retry_after, parse_signal, total_tokens
-from boundedgate.httpx._usage import MAX_JSON, UsageReader
+from boundedgate.httpx._usage import MAX_KEPT, UsageReader
 
 
 def _sse(*events: object) -> bytes:
@@ -138,16 +140,135 @@ def test_bodies_that_cannot_carry_usage_are_not_read(headers: dict[str, str]) ->
 def test_bodies_that_turn_out_unreadable_settle_nothing() -> None:
     too_large = UsageReader.for_response({"content-type": "application/json"})
     assert too_large is not None
-    too_large.feed(b'{"usage": {"total_tokens": 1}, "pad": "' + b"x" * MAX_JSON + b'"}')
+    too_large.feed(b'{"usage": {"total_tokens": 1}, "pad": "' + b"x" * MAX_KEPT + b'"}')
     assert too_large.end() is None
+    assert too_large.problem == "the answer is larger than 4 MiB"
     not_gzip = UsageReader.for_response({"content-type": "application/json", "content-encoding": "gzip"})
     assert not_gzip is not None
     not_gzip.feed(b'{"usage": {"total_tokens": 1}}')
     assert not_gzip.end() is None
+    assert not_gzip.problem == "its content-encoding does not decode"
     not_json = UsageReader.for_response({"content-type": "application/json"})
     assert not_json is not None
     not_json.feed(b'{"usage": ')
     assert not_json.end() is None
+
+
+def _kept(reader: UsageReader) -> list[bytes | bytearray]:
+    """The buffers a reader holds now."""
+    slots = (getattr(reader, name, None) for name in type(reader).__slots__)
+    return [value for value in slots if isinstance(value, (bytes, bytearray))]
+
+
+def test_an_unterminated_line_is_kept_in_one_buffer_up_to_the_bound_then_let_go() -> None:
+    """16 MiB without a newline: each byte is copied once into one buffer, never past the bound.
+
+    The reader used to rebuild the unfinished line from scratch at every chunk (quadratic: 41 s
+    of the event loop for 16 MiB) and to keep all of it.
+    """
+    reader = UsageReader.for_response({"content-type": "text/event-stream"})
+    assert reader is not None
+    reader.feed(b'data: {"usage": {"input_tokens": 3}}\n\n')
+    line = b"data: " + b"x" * (16 << 20)
+    step = 64 << 10
+    fed = 0
+    first: bytes | bytearray | None = None
+    for start in range(0, len(line), step):
+        reader.feed(line[start : start + step])
+        fed += step
+        kept = _kept(reader)
+        assert sum(len(buffer) for buffer in kept) <= MAX_KEPT
+        if fed <= MAX_KEPT:  # within the bound: the whole line so far, in one buffer
+            (buffer,) = (buffer for buffer in kept if buffer)
+            assert len(buffer) == fed
+            first = buffer if first is None else first
+            assert buffer is first  # appended in place (amortised linear), never copied again
+    assert reader.problem == "a line of the event stream is longer than 4 MiB"
+    assert _kept(reader) == [b""] * len(_kept(reader))
+    reader.feed(b'\ndata: {"usage": {"output_tokens": 5}}\n\n')  # after it: not looked at
+    assert reader.end() is None  # nor the usage before it: a part of the usage would undercharge
+
+
+def test_a_line_just_within_the_bound_is_read() -> None:
+    pad = b"x" * (MAX_KEPT - 60)
+    event = b'data: {"usage": {"total_tokens": 9}, "pad": "' + pad + b'"}'
+    assert len(event) <= MAX_KEPT
+    reader = UsageReader.for_response({"content-type": "text/event-stream"})
+    assert reader is not None
+    assert _read(reader, event + b"\n\n", 4096) == {"total_tokens": 9}
+    assert reader.problem is None
+
+
+@pytest.mark.parametrize("kind", ["application/json", "text/event-stream"])
+def test_a_compressed_body_never_inflates_past_the_bound_at_once(kind: str) -> None:
+    """64 KiB of gzip inflating to 64 MiB: the reader decompresses at most its bound at a time."""
+    bomb = gzip.compress(b"0" * (64 << 20), compresslevel=9)
+    assert len(bomb) < 128 << 10
+    reader = UsageReader.for_response({"content-type": kind, "content-encoding": "gzip"})
+    assert reader is not None
+    tracemalloc.start()
+    try:
+        reader.feed(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MAX_KEPT  # the bound, the next piece, and zlib's own buffers: not 64 MiB
+    assert reader.end() is None
+    assert reader.problem is not None
+
+
+def test_a_compressed_stream_of_many_lines_is_read_whole() -> None:
+    """Inflating a bounded amount at a time loses nothing: 10 MiB of events, usage at the end."""
+    events = b'data: {"choices": []}\n\n' * (10 << 15) + b'data: {"usage": {"total_tokens": 4}}\n\n'
+    compressed = zlib.compress(events)
+    reader = UsageReader.for_response({"content-type": "text/event-stream", "content-encoding": "deflate"})
+    assert reader is not None
+    assert _read(reader, compressed, 1 << 20) == {"total_tokens": 4}
+
+
+@pytest.mark.parametrize(
+    ("usage", "problem"),
+    [
+        (b'{"total_tokens": 1' + b"0" * 400 + b"}", "total_tokens is an integer of 401 digits, not a count"),
+        (b'{"input_tokens": -5}', "input_tokens is -5, not a count"),
+        (b'{"output_tokens": NaN}', "output_tokens is nan, not a count"),
+        (b'{"total_tokens": Infinity}', "total_tokens is inf, not a count"),
+        (b'{"total_tokens": "12"}', "total_tokens is '12', not a number"),
+        (b'{"total_tokens": true}', "total_tokens is True, not a number"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["application/json", "text/event-stream"])
+def test_usage_that_cannot_be_trusted_is_unknown(kind: str, usage: bytes, problem: str) -> None:
+    body = b'{"id": "x", "usage": ' + usage + b"}"
+    if kind == "text/event-stream":
+        body = b'data: {"usage": {"input_tokens": 2}}\n\ndata: ' + body + b"\n\n"
+    reader = UsageReader.for_response({"content-type": kind})
+    assert reader is not None
+    assert _read(reader, body, 5) is None
+    assert reader.problem == problem
+
+
+def test_fields_that_are_not_counts_are_left_out() -> None:
+    usage = {
+        "input_tokens": 3,
+        "cache_creation_input_tokens": None,
+        "service_tier": "standard",
+        "cache_creation": {"ephemeral_1h_input_tokens": -1},
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    reader = UsageReader.for_response({"content-type": "application/json"})
+    assert reader is not None
+    assert _read(reader, json.dumps({"usage": usage}).encode(), 7) == {"input_tokens": 3}
+    assert reader.problem is None
+
+
+@pytest.mark.parametrize("kind", ["application/json", "text/event-stream"])
+def test_a_body_nested_too_deep_to_parse_is_read_as_no_usage(kind: str) -> None:
+    nested = b'{"usage": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    reader = UsageReader.for_response({"content-type": kind})
+    assert reader is not None
+    body = nested if kind == "application/json" else b"data: " + nested + b"\n\n"
+    assert _read(reader, body, 1 << 16) is None
 
 
 def test_importing_boundedgate_imports_no_http_client() -> None:

@@ -478,3 +478,35 @@ async def test_follow_provider_tells_a_keyed_gate_the_key_of_each_signal(
     provider.release()
     await _drain(sdk, held)
     await sdk.aclose()
+
+
+async def test_a_429_that_says_overloaded_cuts_c_and_does_not_pause(
+    combo: str, provider: LimitsProvider
+) -> None:
+    """Anthropic's overloaded_error, or OpenAI's "currently overloaded", sent with a 429 (gateways do).
+
+    An overload is congestion: the adaptive gate cuts C once, and does not pause new starts as
+    it would for a spent quota. The SDK still gets the provider's 429, body and all.
+    """
+    gate = BoundedGate(max_running=10, max_waiting=10, name="llm", adaptive=Adaptive(decrease=0.5))
+    signals: list[ProviderSignal] = []
+    hook = follow_provider(gate)
+
+    def heard(signal: ProviderSignal) -> None:
+        signals.append(signal)
+        hook(signal)
+
+    sdk = Sdk(combo, provider, GatedTransport(gate, on_provider_signal=heard))
+    with pytest.raises(sdk.rate_limited) as caught:
+        await sdk.plain("overloaded=1,overloaded_status=429")
+    error: Any = caught.value
+    assert error.status_code == 429
+    if sdk.name == "anthropic":
+        assert error.body["error"]["type"] == "overloaded_error"
+    else:
+        assert "currently overloaded" in error.message
+    assert [(s.kind, s.status) for s in signals] == [("overloaded", 429)]
+    assert gate.max_running == 5
+    assert gate.stats().paused_until is None
+    counted(gate, completed=1)
+    await sdk.aclose()

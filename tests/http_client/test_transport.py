@@ -7,6 +7,9 @@ the test drives; the SDK tests (``test_sdk_transport.py``) do the same over loop
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,7 +18,9 @@ import httpx2
 import pytest
 
 from boundedgate import OUTCOMES, BoundedGate, RateLimit
-from boundedgate.httpx import Exchange, GatedTransport, gate_call
+from boundedgate.httpx import Exchange, GatedTransport, ProviderSignal, gate_call
+from boundedgate.httpx._signals import BODY_LIMIT
+from boundedgate.httpx._usage import MAX_KEPT
 from tests.helpers import checked_gate
 
 FLAVOURS = [httpx2, httpx]
@@ -55,16 +60,28 @@ class Chunks:
 
 
 class Fed:
-    """An inner transport answering each request with a body the test feeds (``bodies``)."""
+    """An inner transport answering each request with a body the test feeds (``bodies``).
 
-    def __init__(self, flavour: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
+    ``sent``: what each body holds from the start (chunks, an exception, None for its end).
+    """
+
+    def __init__(
+        self,
+        flavour: Any,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+        sent: list[bytes | BaseException | None] | None = None,
+    ) -> None:
         self.flavour = flavour
         self.status = status
         self.headers = headers or {}
+        self.sent = sent or []
         self.bodies: list[Chunks] = []
 
     async def handle_async_request(self, request: Any) -> Any:
         body = Chunks()
+        for item in self.sent:
+            body.queue.put_nowait(item)
         self.bodies.append(body)
         stream = type("Stream", (self.flavour.AsyncByteStream,), {"__aiter__": body.__aiter__})()
         stream.aclose = body.aclose
@@ -184,9 +201,175 @@ async def test_a_signal_hook_that_raises_gives_the_slot_back(flavour: Any) -> No
     def broken(signal: object) -> None:
         raise RuntimeError("hook")
 
-    fed = Fed(flavour, status=429, headers={"retry-after": "1"})
+    fed = Fed(flavour, status=429, headers={"retry-after": "1"}, sent=[b"{}", None])
     async with flavour.AsyncClient(transport=GatedTransport(gate, fed, on_provider_signal=broken)) as client:
         with pytest.raises(RuntimeError, match="hook"):
             await client.get("http://provider/")
     assert fed.bodies[-1].closed
+    _counted(gate, completed=1)
+
+
+# -- what the body says, read ahead of the client (a 429's) ---------------------------------------
+
+OVERLOADED = json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+QUOTA = json.dumps({"error": {"message": "Rate limit reached for requests", "code": "rate_limit_exceeded"}})
+
+
+@pytest.mark.parametrize(
+    ("body", "encoding", "kind"),
+    [
+        (OVERLOADED, None, "overloaded"),
+        (OVERLOADED, "gzip", "overloaded"),
+        (QUOTA, None, "rate_limited"),
+        (QUOTA, "gzip", "rate_limited"),
+    ],
+)
+async def test_a_429s_body_decides_between_quota_and_overload(
+    flavour: Any, body: str, encoding: str | None, kind: str
+) -> None:
+    gate = checked_gate(1, 0)
+    signals: list[ProviderSignal] = []
+    raw = body.encode() if encoding is None else gzip.compress(body.encode())
+    headers = {"content-type": "application/json", **({"content-encoding": encoding} if encoding else {})}
+    half = len(raw) // 2
+    fed = Fed(flavour, status=429, headers=headers, sent=[raw[:half], raw[half:], None])
+    transport = GatedTransport(gate, fed, on_provider_signal=signals.append)
+    async with flavour.AsyncClient(transport=transport) as client:
+        response = await client.get("http://provider/")
+    assert response.status_code == 429
+    assert response.json() == json.loads(body)  # the client gets the body whole, decoded as ever
+    assert [signal.kind for signal in signals] == [kind]
+    _counted(gate, completed=1)
+
+
+async def test_a_429_answered_in_memory_is_read_too(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    signals: list[ProviderSignal] = []
+    inner = _answering(flavour, 429, content=OVERLOADED.encode())
+    transport = GatedTransport(gate, inner, on_provider_signal=signals.append)
+    async with flavour.AsyncClient(transport=transport) as client:
+        assert (await client.get("http://provider/")).status_code == 429
+    assert [signal.kind for signal in signals] == ["overloaded"]
+    _counted(gate, completed=1)
+
+
+async def test_only_the_start_of_a_long_429_is_read_ahead_and_the_client_gets_it_all(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    signals: list[ProviderSignal] = []
+    chunks = [b"overloaded " + b"x" * 4085] + [b"y" * 4096] * 127  # 512 KiB
+    fed = Fed(flavour, status=429, sent=[*chunks, None])
+    transport = GatedTransport(gate, fed, on_provider_signal=signals.append)
+    async with (
+        flavour.AsyncClient(transport=transport) as client,
+        client.stream("GET", "http://provider/") as response,
+    ):
+        ahead = BODY_LIMIT // 4096
+        assert ahead == 16  # read ahead: 64 KiB, not the rest
+        assert fed.bodies[0].queue.qsize() == len(chunks) - ahead + 1
+        assert gate.running == 1
+        received = b"".join([chunk async for chunk in response.aiter_raw()])
+    assert received == b"".join(chunks)
+    assert [signal.kind for signal in signals] == ["overloaded"]
+    _counted(gate, completed=1)
+
+
+async def test_a_success_is_never_read_ahead(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    fed = Fed(flavour, status=200, headers={"content-type": "application/json"}, sent=[b'{"a": 1}', None])
+    async with (
+        flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client,
+        client.stream("GET", "http://provider/") as response,
+    ):
+        assert fed.bodies[0].queue.qsize() == 2  # nothing read until the client reads
+        assert await response.aread() == b'{"a": 1}'
+    _counted(gate, completed=1)
+
+
+async def test_a_read_error_while_reading_a_429_ahead_fails_and_closes(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    exchanges: list[Exchange] = []
+    fed = Fed(flavour, status=429, sent=[b"{", OSError("reset")])
+    transport = GatedTransport(gate, fed, on_exchange=exchanges.append)
+    async with flavour.AsyncClient(transport=transport) as client:
+        with pytest.raises(OSError, match="reset"):
+            await client.get("http://provider/")
+    assert fed.bodies[0].closed
+    assert [e.outcome for e in exchanges] == ["failed"]
+    _counted(gate, failed=1)
+
+
+async def test_a_client_cancelled_while_a_429_is_read_ahead_gives_the_slot_back(flavour: Any) -> None:
+    gate = checked_gate(1, 0)
+    fed = Fed(flavour, status=429, sent=[b"{"])  # the rest never comes
+    async with flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client:
+        task = asyncio.create_task(client.get("http://provider/"))
+        await asyncio.sleep(1)
+        assert gate.running == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert gate.running == 0
+    assert fed.bodies[0].closed
+    _counted(gate, failed=1)
+
+
+# -- a body the usage reader gives up on passes unchanged ------------------------------------------
+
+
+async def test_a_stream_with_an_endless_line_passes_byte_for_byte(
+    flavour: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = checked_gate(1, 0, name="llm", rate_limits=[RateLimit(rate=1e-9, burst=100, unit="tokens")])
+    exchanges: list[Exchange] = []
+    start = b'data: {"type": "message_start", "message": {"usage": {"input_tokens": 7}}}\n\n'
+    line = b"data: " + bytes(range(256)).replace(b"\n", b"") * ((16 << 20) // 255)
+    chunks = [start] + [line[i : i + (64 << 10)] for i in range(0, len(line), 64 << 10)]
+    fed = Fed(flavour, headers={"content-type": "text/event-stream"}, sent=[*chunks, None])
+    transport = GatedTransport(gate, fed, cost=10, on_exchange=exchanges.append)
+    with caplog.at_level(logging.WARNING, logger="boundedgate"):
+        async with (
+            flavour.AsyncClient(transport=transport) as client,
+            client.stream("GET", "http://provider/") as response,
+        ):
+            received = [chunk async for chunk in response.aiter_raw()]
+    assert len(line) > 4 * MAX_KEPT
+    assert received == chunks  # every chunk, unchanged, in order
+    (exchange,) = exchanges
+    assert (exchange.outcome, exchange.usage, exchange.settled) == ("completed", None, None)
+    assert gate.stats().tokens[0] == pytest.approx(90)  # the declared cost, nothing settled
+    (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert record.getMessage().startswith("llm: ")
+    assert "longer than 4 MiB" in record.getMessage()
+    _counted(gate, completed=1)
+
+
+@pytest.mark.parametrize("kind", ["application/json", "text/event-stream"])
+async def test_a_body_nested_too_deep_for_the_reader_reaches_the_client(flavour: Any, kind: str) -> None:
+    gate = checked_gate(1, 0)
+    nested = b'{"usage": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    body = nested if kind == "application/json" else b"data: " + nested + b"\n\n"
+    fed = Fed(flavour, headers={"content-type": kind}, sent=[body, None])
+    async with flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client:
+        assert (await client.get("http://provider/")).content == body
+    _counted(gate, completed=1)
+
+
+async def test_the_warning_for_unreadable_usage_names_the_gate_not_the_query(
+    flavour: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = checked_gate(1, 0, name="llm")
+    body = b'{"usage": {"total_tokens": -1}}'
+    fed = Fed(flavour, headers={"content-type": "application/json"}, sent=[body, None])
+    with caplog.at_level(logging.WARNING, logger="boundedgate"):
+        async with flavour.AsyncClient(transport=GatedTransport(gate, fed)) as client:
+            assert (await client.get("http://provider/v1/models?key=secret")).content == body
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "llm: the usage of GET http://provider/v1/models cannot be settled"
+        " (total_tokens is -1, not a count): its cost stays as declared"
+    )
+    assert (getattr(record, "event", None), getattr(record, "url", None)) == (
+        "usage_unreadable",
+        "http://provider/v1/models",
+    )
     _counted(gate, completed=1)

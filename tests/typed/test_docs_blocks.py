@@ -23,11 +23,8 @@ from tests.test_docs import PAGES, ROOT
 
 #: Errors that the library's own types cause today, each with where that is being fixed. A block may
 #: report these and nothing else; once none reports one, its entry must go (the test says so).
-KNOWN: dict[str, str] = {
-    'Argument "transport" to "AsyncClient" has incompatible type "GatedTransport"': (
-        "GatedTransport is not an AsyncBaseTransport to a type checker: being fixed in src/boundedgate/httpx"
-    ),
-}
+KNOWN: dict[str, str] = {}
+
 
 #: What a fragment assumes, by a line of it: the preamble that defines it (its imports, and the
 #: objects it uses as parameters of a function), and whether its lines are that function's body.

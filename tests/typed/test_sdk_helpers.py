@@ -1,7 +1,8 @@
 """A GatedStream has the helpers of the stream it wraps, with their types: mypy --strict on user code.
 
 ``user_code.py`` uses every typed helper of an anthropic, an openai and a plain stream, asserting
-each one's type; ``user_mistakes.py`` makes one mistake per marked line. mypy runs once over both.
+each one's type, and gives a GatedTransport to httpx2 and httpx clients as docs/http.md does;
+``user_mistakes.py`` makes one mistake per marked line. mypy runs once over both.
 """
 
 from __future__ import annotations
@@ -48,5 +49,5 @@ def test_correct_use_of_every_helper_type_checks(reported: dict[str, dict[int, s
 def test_every_mistake_is_reported_and_nothing_else(reported: dict[str, dict[int, str]]) -> None:
     lines = (HERE / "user_mistakes.py").read_text().splitlines()
     marked = {number for number, line in enumerate(lines, start=1) if "# error:" in line}
-    assert len(marked) == 11
+    assert len(marked) == 12
     assert set(reported["user_mistakes.py"]) == marked, reported["user_mistakes.py"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Hashable
 from typing import assert_type
 
+import httpx
 import httpx2
 from anthropic import AsyncAnthropic
 from anthropic.lib.streaming import AsyncMessageStream
@@ -14,6 +15,7 @@ from openai.lib.streaming.chat import AsyncChatCompletionStream
 from openai.types.chat import ChatCompletionChunk, ParsedChatCompletion
 
 from boundedgate import BoundedGate, GatedStream, GateLimits, KeyedGate
+from boundedgate.httpx import GatedTransport
 
 gate = BoundedGate(max_running=4, max_waiting=8, name="llm")
 
@@ -75,3 +77,12 @@ assert_type(models, KeyedGate[str])
 async def keyed(tenant: str) -> None:
     async with tenants.admit(tenant, timeout=30), models.admit("gpt-5.5"):
         pass
+
+
+def gated_clients() -> tuple[AsyncOpenAI, AsyncAnthropic, httpx.AsyncClient, httpx2.AsyncClient]:
+    """docs/http.md's clients: a GatedTransport is the transport of an httpx2 or a legacy httpx client."""
+    openai = AsyncOpenAI(http_client=httpx2.AsyncClient(transport=GatedTransport(gate)))
+    anthropic = AsyncAnthropic(http_client=httpx2.AsyncClient(transport=GatedTransport(gate)))
+    legacy = httpx.AsyncClient(transport=GatedTransport(gate, httpx.AsyncHTTPTransport()))
+    mounted = httpx2.AsyncClient(mounts={"https://api.openai.com": GatedTransport(gate)})
+    return openai, anthropic, legacy, mounted

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import httpx2
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 
 from boundedgate import BoundedGate, GateLimits, KeyedGate
+from boundedgate.httpx import GatedTransport
 
 gate = BoundedGate(max_running=4, max_waiting=8, name="llm")
 
@@ -49,3 +51,7 @@ async def keyed_typos() -> None:
         pass
     async with models.admit(5):  # error: this gate's keys are str, as its overrides say
         pass
+
+
+def synchronous_client() -> httpx2.Client:
+    return httpx2.Client(transport=GatedTransport(gate))  # error: an async transport, a sync client

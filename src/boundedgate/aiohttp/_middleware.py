@@ -5,6 +5,11 @@ the response headers are in. aiohttp has no byte stream to swap, so the slot rid
 response's pooled connection instead: ``Connection.add_callback()`` callbacks run once when the
 connection is released or closed, which happens at the body's end, on ``release()`` / ``close()``,
 on leaving ``async with``, or when the response is collected.
+
+What a 429 means depends on its body (a spent quota, or an overload): the middleware reads the
+body of a 429 whose length is known and at most 64 KiB with ``response.read()``, before it returns
+the response, so ``read()``, ``text()`` and ``json()`` give it again (aiohttp keeps it), while
+``response.content`` is then at its end. Other responses are never read.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from .._core import Status
 from .._streams import StreamPermit
 from ..httpx._admission import Admission, Cost
 from ..httpx._exchange import Exchange
-from ..httpx._signals import ProviderSignal, parse_signal
+from ..httpx._signals import BODY_LIMIT, ProviderSignal, parse_signal, reads_body
 from ..httpx._transport import RETRY_COUNT, _int
 
 __all__ = ("gate_middleware",)
@@ -55,7 +60,9 @@ def gate_middleware(
     failed. A refusal raises the gate's error (``QueueFull``, ``QueueExpired``, ...): no SDK
     retry loop sits between, and aiohttp offers no way to synthesise a response. The settings mean
     what they mean for :class:`~boundedgate.httpx.GatedTransport` (``max_wait`` in seconds: aiohttp
-    has no pool timeout to borrow); usage is not read from aiohttp bodies.
+    has no pool timeout to borrow); usage is not read from aiohttp bodies. The body of a 429 of at
+    most 64 KiB is read (``response.read()``, which gives it again) before the response is
+    returned, to tell an overload from a spent quota.
     """
     admission = Admission(gate, key, cost, priority, retry_priority, max_wait)
 
@@ -74,20 +81,34 @@ def gate_middleware(
             _ended(permit, exchange, on_exchange)
             raise
         exchange.headers = loop.time()
-        exchange.status = response.status
-        signal = exchange.signal = parse_signal(
-            response.status, response.headers, request.url.host or "", exchange.headers, key=exchange.key
-        )
+        exchange.status = status = response.status
         connection = response.connection
         if connection is None:  # no body left to read: released already
             _end(permit, exchange, on_exchange)
         else:
             connection.add_callback(lambda: _end(permit, exchange, on_exchange))
+        said = await _what_it_says(response) if reads_body(status) else None
+        signal = exchange.signal = parse_signal(
+            status, response.headers, request.url.host or "", exchange.headers, body=said, key=exchange.key
+        )
         if signal is not None and on_provider_signal is not None:
             on_provider_signal(signal)
         return response
 
     return middleware
+
+
+async def _what_it_says(response: Any) -> bytes | None:
+    """The body of a response whose words decide its signal, when short enough to read now.
+
+    Read with ``response.read()``, which aiohttp keeps for the caller's own ``read()``, ``text()``
+    and ``json()``; a body of unknown length (chunked) or beyond :data:`BODY_LIMIT` is left alone.
+    """
+    length = response.content_length
+    if length is None or length > BODY_LIMIT:
+        return None
+    body: bytes = await response.read()
+    return body[:BODY_LIMIT]
 
 
 def _end(permit: StreamPermit, exchange: Exchange, on_exchange: Callable[[Exchange], None] | None) -> None:

@@ -16,7 +16,10 @@ the reader cancelled mid-read      failed, released in that same step (``Cancell
 collected unclosed                 leaked, with a ``ResourceWarning``, released on the loop
 =================================  ==============================================================
 
-The usage the body reported (see :mod:`._usage`) is settled at the end, whichever it was.
+The usage the body reported (see :mod:`._usage`) is settled at the end, whichever it was; the
+slot is given back even if settling fails. The transport may :meth:`~GatedBody.peek` at the start
+of a body before it returns the response (a 429's, whose words say rate limit or overload): what
+it read is kept and handed to the client first, unchanged, so the client sees every byte once.
 httpx2's client asserts that a transport's stream is an ``httpx2.AsyncByteStream``: the class
 is built once per httpx flavour, mixed with that flavour's ``AsyncByteStream``.
 """
@@ -43,7 +46,9 @@ __all__ = ("GatedBody", "body_class")
 FAILED = Status.FAILED
 RUNNING = Status.RUNNING
 
-Settle = Callable[[StreamPermit, Exchange], None]
+#: Settles the usage the body reported (``exchange.usage``), or reports why it cannot (the reader's
+#: ``problem``); never raises.
+Settle = Callable[[StreamPermit, Exchange, "str | None"], None]
 
 _classes: dict[str, type[GatedBody]] = {}
 
@@ -77,6 +82,9 @@ class GatedBody:
         self._settle = settle
         self._on_end = on_end
         self._closed = False
+        self._peeked: list[bytes] = []  # read ahead by peek(), not yet handed to the client
+        self._rest: AsyncIterator[bytes] | None = None  # the inner iterator peek() started
+        self._exhausted = False  # peek() read the inner stream to its end
 
     @property
     def permit(self) -> StreamPermit:
@@ -85,16 +93,16 @@ class GatedBody:
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         exchange = self._exchange
-        reader = self._reader
         loop = asyncio.get_running_loop()
         try:
-            async for chunk in self._inner:
-                if exchange.first_byte is None and chunk:
-                    exchange.first_byte = loop.time()
-                    _first_item(self._permit)  # the record's first_chunk: an adaptive gate's TTFT
-                if reader is not None:
-                    reader.feed(chunk)
+            peeked, self._peeked = self._peeked, []
+            for chunk in peeked:  # already seen: timed and read for usage
                 yield chunk
+            if not self._exhausted:
+                source = self._inner if self._rest is None else self._rest
+                async for chunk in source:
+                    self._arrived(chunk, loop)
+                    yield chunk
         except GeneratorExit:  # the iterator was dropped: aclose() or the collector ends it
             raise
         except BaseException:  # a read error, or the reader cancelled mid-body
@@ -103,6 +111,38 @@ class GatedBody:
         exchange.last_byte = loop.time()
         self._end(None)
 
+    async def peek(self, limit: int) -> bytes:
+        """Read the body ahead of the client until ``limit`` bytes or its end; return what was read.
+
+        The bytes are kept and handed to the client first. A read error or a cancellation ends
+        the request as failed and propagates.
+        """
+        loop = asyncio.get_running_loop()
+        rest = self._rest = aiter(self._inner)
+        size = 0
+        try:
+            while size < limit:
+                try:
+                    chunk = await anext(rest)
+                except StopAsyncIteration:
+                    self._exhausted = True
+                    break
+                self._arrived(chunk, loop)
+                self._peeked.append(chunk)
+                size += len(chunk)
+        except BaseException:
+            self._end(FAILED)
+            raise
+        return b"".join(self._peeked)
+
+    def _arrived(self, chunk: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        """A chunk came from the provider: time the first one, read it for usage."""
+        if self._exchange.first_byte is None and chunk:
+            self._exchange.first_byte = loop.time()
+            _first_item(self._permit)  # the record's first_chunk: an adaptive gate's TTFT
+        if self._reader is not None:
+            self._reader.feed(chunk)
+
     async def aclose(self) -> None:
         """Close the body: end the request (completed or late by the time), then close the connection."""
         self._end(None)
@@ -110,7 +150,12 @@ class GatedBody:
             return
         self._closed = True
         with anyio.CancelScope(shield=True):
-            await self._inner.aclose()
+            rest = self._rest
+            try:
+                if rest is not None and hasattr(rest, "aclose"):
+                    await rest.aclose()  # the inner iterator peek() left suspended
+            finally:
+                await self._inner.aclose()
 
     def _in_memory(self, content: bytes) -> None:
         """The response arrived complete, its body already read: end the request now."""
@@ -129,10 +174,15 @@ class GatedBody:
         if permit.status is not RUNNING:
             return
         exchange = self._exchange
-        if self._reader is not None:
-            exchange.usage = self._reader.end()
-        self._settle(permit, exchange)
-        permit._finish(ending)
+        try:
+            reader = self._reader
+            problem = None
+            if reader is not None:
+                exchange.usage = reader.end()
+                problem = reader.problem
+            self._settle(permit, exchange, problem)
+        finally:  # the slot goes back whatever the usage was
+            permit._finish(ending)
         self._ended(permit, exchange)
 
     def _ended(self, permit: StreamPermit, exchange: Exchange) -> None:

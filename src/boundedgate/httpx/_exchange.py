@@ -34,7 +34,8 @@ class Exchange:
         status: The response's HTTP status (the synthesised one for a refusal).
         outcome: The admission's outcome once ended (``"completed"``, ``"failed"``, ``"leaked"``...,
             or the refusal's code).
-        usage: The token usage the provider reported in the body, if any.
+        usage: The token usage the provider reported in the body (None if it reported none, or
+            none the transport could read: see ``GatedTransport``'s ``usage_cost``).
         settled: The cost settled from that usage (None if nothing was settled).
         signal: What the provider's status and headers said (None for a plain success).
         refusal: The gate's error, for a refused request.

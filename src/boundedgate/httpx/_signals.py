@@ -22,7 +22,11 @@ from collections.abc import Hashable, Mapping
 from datetime import datetime
 from typing import Literal
 
-__all__ = ("ProviderSignal", "Quota", "parse_signal")
+__all__ = ("BODY_LIMIT", "ProviderSignal", "Quota", "parse_signal", "reads_body")
+
+#: The most of an error response's body the classifier is given (decoded): enough for any
+#: provider's error envelope, small enough to read ahead of the client at no cost worth counting.
+BODY_LIMIT = 64 << 10
 
 SignalKind = Literal["rate_limited", "overloaded", "unavailable", "quota"]
 
@@ -84,6 +88,11 @@ class ProviderSignal:
         return None
 
 
+def reads_body(status: int) -> bool:
+    """Whether what a response with this status says depends on its body (a 429's: quota or overload)."""
+    return status == 429
+
+
 def parse_signal(
     status: int,
     headers: Mapping[str, str],
@@ -94,7 +103,10 @@ def parse_signal(
 ) -> ProviderSignal | None:
     """The signal in a response's status and headers (``body``: a 429's, when buffered), or None.
 
-    ``key``: the request's key, for a request admitted through a ``KeyedGate``.
+    A 429 is ``rate_limited``, unless its body says overloaded (Anthropic's ``overloaded_error``,
+    OpenAI's "That model is currently overloaded", a gateway's), which makes it ``overloaded``;
+    the body need not be complete (the transport passes up to :data:`BODY_LIMIT` bytes of it,
+    decoded). ``key``: the request's key, for a request admitted through a ``KeyedGate``.
 
     ``headers`` must be case-insensitive or lower-cased (httpx's ``Headers`` are).
     """

@@ -3,32 +3,54 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import sys
 from collections.abc import Callable, Hashable, Mapping
 from types import ModuleType, TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._core import Status
 from .._downstream import downstream_refused
+from .._driver import log_event
 from .._errors import GateError
 from .._streams import StreamPermit
 from ._admission import Admission, Cost
-from ._body import body_class
+from ._body import GatedBody, body_class
 from ._exchange import EXCHANGE, Exchange
 from ._refusal import REFUSAL, Envelope, envelope_for, refusal_body, refusal_headers
-from ._signals import ProviderSignal, parse_signal
-from ._usage import UsageReader, total_tokens
+from ._signals import BODY_LIMIT, ProviderSignal, parse_signal, reads_body
+from ._usage import UsageReader, decoded, is_count, shown, total_tokens
 
 __all__ = ("GatedTransport",)
+
+if TYPE_CHECKING:
+    # For type checkers only (importing boundedgate.httpx imports neither): a GatedTransport is an
+    # AsyncBaseTransport of both flavours, so it type-checks as any httpx2 or httpx client's
+    # transport (``AsyncClient(transport=...)``, ``mounts=``). With one flavour not installed,
+    # a type checker reads that base as Any, which the other's clients accept as well.
+    import httpx
+    import httpx2
+
+    class _AsyncTransport(httpx2.AsyncBaseTransport, httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: Any) -> Any: ...
+
+else:
+    _AsyncTransport = object
 
 FAILED = Status.FAILED
 
 #: The header both SDKs number their attempts with (0 for the first).
 RETRY_COUNT = "x-stainless-retry-count"
 
+_SYNCHRONOUS = (
+    "GatedTransport is an async transport: give it to an httpx.AsyncClient or httpx2.AsyncClient"
+    " (the one of AsyncOpenAI or AsyncAnthropic), not to a synchronous Client (OpenAI(), Anthropic()):"
+    " its gate admits requests on an asyncio event loop"
+)
 
-class GatedTransport:
+
+class GatedTransport(_AsyncTransport):
     """An ``httpx.AsyncBaseTransport`` (httpx or httpx2) that admits each request through a gate.
 
     ::
@@ -66,8 +88,14 @@ class GatedTransport:
             request: Anthropic's when it has an ``anthropic-version`` header).
         default_retry_after: ``Retry-After`` seconds for a refusal that has no estimate.
         usage_cost: Turns the usage a body reported into the cost to settle (default: total tokens).
+            Usage that cannot be read (a count that is not a finite number >= 0), or a
+            ``usage_cost`` that raises or returns no such number, settles nothing (the cost stays
+            as declared) and is logged once per response, at WARNING, to the ``boundedgate``
+            logger (``event="usage_unreadable"``).
         on_provider_signal: Called with a :class:`ProviderSignal` for every response that is a 429,
-            503 or 529 or carries rate-limit headers, as its headers arrive.
+            503 or 529 or carries rate-limit headers, as its headers arrive (for a 429, once the
+            start of its body has: up to 64 KiB of it are read ahead, to tell a rate limit from
+            an overload).
         on_exchange: Called with the :class:`Exchange` of every request when its slot goes back
             (or it is refused), with its times to first and last byte.
     """
@@ -154,21 +182,12 @@ class GatedTransport:
             permit._finish(FAILED)
             raise
         exchange.headers = loop.time()
-        exchange.status = status = response.status_code
-        if status == 429 and self._refused_as is not None:
-            downstream_refused(self._refused_as, status)
-        response_headers = response.headers
-        signal = parse_signal(status, response_headers, request.url.host, exchange.headers, key=exchange.key)
+        body = self._hold(flavour, response, permit, exchange)
+        said = await self._what_it_says(response, body)
+        signal = parse_signal(
+            response.status_code, response.headers, request.url.host, exchange.headers, said, exchange.key
+        )
         exchange.signal = signal
-        reader = UsageReader.for_response(response_headers) if 200 <= status < 300 else None
-        body = body_class(flavour)(response.stream, permit, exchange, reader, self._settle, self._on_exchange)
-        response.extensions[EXCHANGE] = exchange
-        if response.is_closed:
-            # Built with its content in memory (a MockTransport's, a cache's): httpx never reads or
-            # closes such a stream again, so the body is complete now.
-            body._in_memory(response.content)
-        else:
-            response.stream = body
         if signal is not None and self._on_signal is not None:
             try:
                 self._on_signal(signal)
@@ -177,16 +196,82 @@ class GatedTransport:
                 raise
         return response
 
-    def _settle(self, permit: StreamPermit, exchange: Exchange) -> None:
+    def _hold(
+        self, flavour: ModuleType, response: Any, permit: StreamPermit, exchange: Exchange
+    ) -> GatedBody:
+        """Give ``response`` a body that holds the slot until it ends (at once, for one read already)."""
+        exchange.status = status = response.status_code
+        if status == 429 and self._refused_as is not None:
+            downstream_refused(self._refused_as, status)
+        reader = UsageReader.for_response(response.headers) if 200 <= status < 300 else None
+        body = body_class(flavour)(response.stream, permit, exchange, reader, self._settle, self._on_exchange)
+        response.extensions[EXCHANGE] = exchange
+        if response.is_closed:
+            # Built with its content in memory (a MockTransport's, a cache's): httpx never reads or
+            # closes such a stream again, so the body is complete now.
+            body._in_memory(response.content)
+        else:
+            response.stream = body
+        return body
+
+    @staticmethod
+    async def _what_it_says(response: Any, body: GatedBody) -> bytes | None:
+        """The start of the body (decoded) when it decides the signal (a 429's), else None.
+
+        Read ahead of the client, at most :data:`BODY_LIMIT` bytes, and handed to it unchanged;
+        a read error or a cancellation meanwhile fails the request and closes the body.
+        """
+        if not reads_body(response.status_code):
+            return None
+        if response.is_closed:
+            raw = response.content[:BODY_LIMIT]
+        else:
+            try:
+                raw = await body.peek(BODY_LIMIT)
+            except BaseException:
+                await body.aclose()
+                raise
+        return decoded(raw, response.headers, BODY_LIMIT)
+
+    def _settle(self, permit: StreamPermit, exchange: Exchange, problem: str | None) -> None:
+        """Settle the usage the body reported; log, never raise, when it cannot be read or priced.
+
+        ``problem``: why the body's usage is unknown, when its reader gave up on it.
+        """
         usage = exchange.usage
-        if usage is None:
-            return
+        if problem is None and usage is not None:
+            cost, problem = self._cost_of(usage)
+            if cost is not None:
+                try:
+                    permit.settle(cost)
+                except Exception as error:  # a callable gate's own permit that will not take it
+                    problem = f"the permit refused the cost {cost!r}: {shown(error)}"
+                else:
+                    exchange.settled = cost
+                    return
+        if problem is not None:
+            where = exchange.url.partition("?")[0]  # a query may carry a key: never logged
+            log_event(
+                permit.gate.name,
+                "usage_unreadable",
+                f"the usage of {exchange.method} {where} cannot be settled ({problem}): "
+                "its cost stays as declared",
+                logging.WARNING,
+                problem=problem,
+                url=where,
+            )
+
+    def _cost_of(self, usage: Mapping[str, float]) -> tuple[float | None, str | None]:
+        """The cost ``usage_cost`` makes of ``usage``, or None and why it made none."""
+        usage_cost = self._usage_cost
+        name = getattr(usage_cost, "__qualname__", None) or repr(usage_cost)
         try:
-            cost = float(self._usage_cost(usage))
-            permit.settle(cost)
-        except (TypeError, ValueError):  # a usage record that does not add up to a cost
-            return
-        exchange.settled = cost
+            cost = usage_cost(usage)
+        except Exception as error:
+            return None, f"usage_cost {name} raised {shown(error)}"
+        if not is_count(cost):
+            return None, f"usage_cost {name} returned {shown(cost)}, not a finite number >= 0"
+        return float(cost), None
 
     def _refusal(self, flavour: ModuleType, request: Any, error: GateError, exchange: Exchange) -> Any:
         shape = envelope_for(self._envelope, request.url.host, request.headers)
@@ -211,6 +296,14 @@ class GatedTransport:
                 "give GatedTransport the inner transport of the client's own httpx"
             )
         return flavour
+
+    def handle_request(self, request: Any) -> Any:
+        """Refuse a synchronous client, saying which to use: the gate admits on an event loop."""
+        raise TypeError(_SYNCHRONOUS)
+
+    def __enter__(self) -> Any:
+        """Refuse a synchronous client's ``with``, as :meth:`handle_request` does its requests."""
+        raise TypeError(_SYNCHRONOUS)
 
     # -- the transport's life, passed on -------------------------------------------------------
 
