@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from ._limits import limits_app, limits_document, ratelimit_fields
 from ._middleware import GateMiddleware
-from ._refusal import REFUSAL_STYLES, Refusal, RefusalStyle, refusal_for, retry_after_seconds
+from ._refusal import (
+    REFUSAL_STYLES,
+    Refusal,
+    RefusalStyle,
+    key_for_json,
+    provider_refusal,
+    refusal_for,
+    retry_after_seconds,
+)
 
 if TYPE_CHECKING:
     from ._starlette import GatedStreamingResponse, gate_dependency, refusal_handler
@@ -24,8 +32,10 @@ __all__ = (
     "Refusal",
     "RefusalStyle",
     "gate_dependency",
+    "key_for_json",
     "limits_app",
     "limits_document",
+    "provider_refusal",
     "ratelimit_fields",
     "refusal_for",
     "refusal_handler",
@@ -37,8 +47,10 @@ _LAZY = frozenset(("GatedStreamingResponse", "gate_dependency", "refusal_handler
 for _name in (
     "GateMiddleware",
     "Refusal",
+    "key_for_json",
     "limits_app",
     "limits_document",
+    "provider_refusal",
     "ratelimit_fields",
     "refusal_for",
 ):
