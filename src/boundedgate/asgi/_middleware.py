@@ -19,12 +19,22 @@ The permit ends exactly once, on the first of:
   deadline (``Late`` is counted and logged, never raised: the response has already started, and
   raising would truncate it);
 - the client disconnected (the pump read ``http.disconnect``, or ``send`` raised ``OSError``)
-  before that: in the loop turn the middleware learns it, a request still queued leaves the queue
-  (*disconnected*; the app never sees it), one that had not arrived yet is never counted, and a
-  running one has its app cancelled; its slot goes back as *aborted* the moment the app has
+  before that: in the loop turn the middleware learns it, a request still on its way to a slot
+  leaves the queue (*disconnected*; the app never sees it, even if a slot was handed to it in
+  that very turn: the slot passes on unused), one that had not arrived yet is never counted, and
+  a running one has its app cancelled; its slot goes back as *aborted* the moment the app has
   stopped, its clean-up (closing the provider's stream) included, and not before: the gate never
   shows a free slot while the work it stands for still runs;
 - the app raised, or returned without finishing the response: failed.
+
+Stacked middlewares (a tenant's gate outside a shared one) list themselves in the request's scope
+(``scope["boundedgate.asgi"]``, outermost first). The outermost reads the server's
+``receive()``, so it learns of a hang-up first: it tells the next one in, which ends its own part
+first (leaves its queue, or stops its app), and so on inwards. A gate whose app is another gate
+that never let the request through to the real app counts the request *disconnected* too, not
+aborted: it held a slot, but the work behind the slot (the app, the provider call) never ran, so
+the slot is given back as one that was granted and never used (the admission is taken back, and
+no run time is recorded). The list is emptied when the outermost is done with the request.
 
 Nothing waits for the garbage collector: each ending above is an event the middleware sees
 itself, whatever other middleware does around or inside it. The server's task waits for the
@@ -59,8 +69,13 @@ LATE = Status.LATE
 FAILED = Status.FAILED
 ABORTED = Status.ABORTED
 
+DISCONNECTED = Status.DISCONNECTED
+
 #: The messages that end a response body for good.
 _PATH_SEND = "http.response.pathsend"
+
+#: The scope key under which the middlewares a request passes through list their exchanges.
+CHAIN = "boundedgate.asgi"
 
 
 def _exemption(exempt: Callable[[Scope], bool] | Iterable[str] | None) -> Callable[[Scope], bool] | None:
@@ -100,12 +115,14 @@ class GateMiddleware:
 
     Each ``http`` request arrives at the gate when it reaches the middleware. If it is refused, the
     app is never called and the client gets the refusal (status 503, or 429 for
-    :class:`RateLimited`, with ``Retry-After``, ``Cache-Control: no-store`` and a JSON body in the
-    ``refusal`` style). If it is admitted, the app runs, and the request keeps its slot until the
-    last body message has been sent, or the client has gone. A client that disconnects while its
-    request is queued leaves the queue at once (counted ``disconnected``), and the app never sees
-    the request; one that disconnects while the response streams has its app cancelled in that
-    loop turn, and its slot back (counted ``aborted``) as soon as the app has stopped.
+    :class:`RateLimited`, with ``Retry-After``, ``Cache-Control: no-store``, ``x-should-retry:
+    false`` and a JSON body in the ``refusal`` style). If it is admitted, the app runs, and the
+    request keeps its slot until the last body message has been sent, or the client has gone. A
+    client that disconnects while its request is queued leaves the queue at once (counted
+    ``disconnected``), and the app never sees the request; one that disconnects while the response
+    streams has its app cancelled in that loop turn, and its slot back (counted ``aborted``) as
+    soon as the app has stopped. Stacked middlewares count a client that left while queued at an
+    inner one ``disconnected`` at each (the outer ones held a slot the app never used).
     WebSocket and lifespan scopes pass through ungated.
 
     Admitted responses carry ``Server-Timing: gate;dur=<ms>;desc="queue"``, the time the request
@@ -262,9 +279,11 @@ class _Exchange:
     """One HTTP request through the middleware: the pump, the admission, the app, the ending."""
 
     __slots__ = (
+        "_app_called",
         "_app_task",
         "_arrived",
         "_buffered",
+        "_chain",
         "_done",
         "_drained",
         "_failure",
@@ -299,8 +318,14 @@ class _Exchange:
         self._gone = False  # the client disconnected before the response was complete
         self._started = False  # http.response.start was sent
         self._done = False  # the last body message was sent
+        self._app_called = False  # its admission is over and the app was called
         self._app_task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
+        chain: list[_Exchange] | None = scope.get(CHAIN)
+        if chain is None:
+            chain = scope[CHAIN] = []
+        chain.append(self)
+        self._chain = chain
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -324,6 +349,8 @@ class _Exchange:
             raise
         finally:
             pump.cancel()
+            if self._chain[0] is self:
+                self._chain.clear()  # the request is over: the scope holds none of its exchanges
         if exchange.cancelled():
             if self._gone:
                 return  # the client left: there is nobody to answer
@@ -395,16 +422,32 @@ class _Exchange:
         if self._done or self._gone:
             return
         self._gone = True
+        inner = self._inside()
+        if inner is not None:
+            inner._client_gone()  # the gate inside ends its part first: it may hold the request queued
         permit = self._permit
-        status = permit.status
-        disconnect = getattr(permit, "disconnect", None)
-        if status is QUEUED and disconnect is not None:
-            disconnect()  # out of the queue now; the admission raises CancelledError
-            return
+        if not self._app_called and getattr(permit, "arrival", None) is not None:
+            disconnect = getattr(permit, "disconnect", None)
+            if disconnect is not None:
+                # On its way to a slot: out of the queue now, as disconnected, even if a slot was
+                # handed to it in this very turn (it passes on unused); the admission raises
+                # CancelledError, and the app is never called.
+                disconnect()
+                return
         task = self._app_task
-        if (status is NEW or status is QUEUED or status is RUNNING) and task is not asyncio.current_task():
+        if permit.status in (NEW, QUEUED, RUNNING) and task is not asyncio.current_task():
             # Not arrived yet: never counted. Running: the app stops, then the slot is aborted.
             task.cancel()  # type: ignore[union-attr]
+
+    def _inside(self) -> _Exchange | None:
+        """The middleware's exchange the request went through next, inside this one's app, if any."""
+        chain = self._chain
+        index = chain.index(self) + 1 if self in chain else len(chain)
+        return chain[index] if index < len(chain) else None
+
+    def _reached_the_app(self) -> bool:
+        """Whether the request got through every gate to the real app (the innermost gate called it)."""
+        return self._chain[-1]._app_called
 
     # -- the exchange -----------------------------------------------------------------------
 
@@ -415,11 +458,24 @@ class _Exchange:
         except GateError as error:
             await self._refuse(error)
             return
+        self._app_called = True
         try:
             await self._middleware._app(self._scope, self._app_receive, self._app_send)
         finally:
             if not self._done:  # the app raised, was cancelled or returned before the end
-                permit._finish(ABORTED if self._gone else FAILED)
+                self._end_unfinished()
+
+    def _end_unfinished(self) -> None:
+        """End the permit of a request whose response did not complete: failed, aborted or disconnected."""
+        permit = self._permit
+        if not self._gone:
+            permit._finish(FAILED)
+        elif self._reached_the_app():
+            permit._finish(ABORTED)
+        else:
+            # Its client left while a gate inside still held it back from the app: this gate's
+            # slot was never used for the work it stands for.
+            _give_back_unused(permit)
 
     async def _refuse(self, error: GateError) -> None:
         middleware = self._middleware
@@ -496,3 +552,20 @@ class _Exchange:
         if middleware._ratelimit:
             headers += ratelimit_fields(permit.gate)
         return headers
+
+
+def _give_back_unused(permit: Any) -> None:
+    """End a running permit whose slot the request never used, as *disconnected*.
+
+    For a gate whose app is another gate that never let the request through: the slot goes back
+    as a grant nobody took up (the admission is taken back, no run time is recorded), and passes
+    on to the next in line.
+    """
+    inner = getattr(permit, "_inner", None)  # a RedisGate's permit admitted by its fallback gate
+    if inner is not None:
+        permit = inner
+    unused = getattr(permit, "_disconnect_unused", None)  # a RedisGate's own permit
+    if unused is not None:
+        unused()
+    elif permit.status is RUNNING:
+        permit._gate._cancel(permit, DISCONNECTED)  # the core's "granted, but not yet used" ending
