@@ -1,8 +1,9 @@
-"""Keys from the request: any hashable key renders in every refusal style.
+"""Keys from the request: any hashable key renders in every refusal style; a missing key is gated.
 
 A header gives bytes, a parsed id a UUID: the ``"session"`` style names the key in JSON, and no
 refusal, in any style, becomes a 500 without ``Retry-After`` (a body function that raises falls back
-to the public body, and is logged).
+to the public body, and is logged). A key function that returns None gates those requests under a
+key of their own; ``UNGATED`` is the explicit way through.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from boundedgate import BoundedGate, KeyedGate, QueueFull
+from boundedgate import BoundedGate, KeyedGate, QueueFull, asgi
 from boundedgate.asgi import REFUSAL_STYLES, GateMiddleware, refusal_for
 from tests.asgi.harness import Client, Scope, StreamingApp, http_scope, serve, turns
 
@@ -125,3 +126,50 @@ async def test_the_middleware_answers_a_broken_body_function_with_the_public_ref
     assert refused.headers["retry-after"] == "1"
     assert refused.json()["code"] == "queue_full"
     assert any(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
+
+
+# -- a missing key ----------------------------------------------------------------------------
+
+
+def _tenant(scope: Scope) -> str | None:
+    value = dict(scope["headers"]).get(b"x-tenant")
+    return None if value is None else value.decode()
+
+
+async def test_requests_without_a_key_share_a_key_of_their_own_not_a_bypass() -> None:
+    tenants: KeyedGate[str | None] = KeyedGate(max_running=1, max_waiting=0, name="tenant")
+    app = StreamingApp(chunks=1, pause=30)
+    middleware = GateMiddleware(app, gate=tenants, key=_tenant, refusal="session")
+    anonymous = serve(middleware, Client())  # no x-tenant header
+    await turns(3)
+    assert tenants.running == 1
+    refused = Client()
+    await serve(middleware, refused)  # another without one: the same (None) key, whose slot is taken
+    assert refused.status == 503
+    assert refused.json()["sessionId"] is None
+    named = serve(middleware, Client(), http_scope(headers=[("x-tenant", "a")]))
+    await turns(3)
+    assert tenants.running == 2  # a named tenant has its own
+    await anonymous
+    await named
+    assert app.entered == 2
+
+
+async def test_ungated_is_the_explicit_way_past_a_keyed_gate() -> None:
+    tenants: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, name="tenant")
+    app = StreamingApp(chunks=1, pause=30)
+
+    def tenant_or_internal(scope: Scope) -> Any:
+        return _tenant(scope) or asgi.UNGATED
+
+    middleware = GateMiddleware(app, gate=tenants, key=tenant_or_internal)
+    first, second = Client(), Client()
+    tasks = [serve(middleware, first), serve(middleware, second)]
+    await turns(3)
+    assert app.entered == 2
+    assert tenants.stats().total.arrived == 0  # neither was counted anywhere
+    for task in tasks:
+        await task
+    assert first.complete
+    assert second.complete
+    assert repr(asgi.UNGATED) == "boundedgate.asgi.UNGATED"

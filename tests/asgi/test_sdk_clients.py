@@ -6,6 +6,8 @@ off): nothing here waits on a clock but the bounded waits themselves.
 
 - A refusal of the gate is the SDK's typed error at once: one request, no retry (the middleware
   sends ``x-should-retry: false``), with our ``Retry-After``.
+- The provider's own 429, 503 or 529 is not a 500: the middleware answers 429 or 503 with the
+  provider's ``Retry-After``, which the SDK raises as its typed error, again without a retry.
 """
 
 from __future__ import annotations
@@ -119,3 +121,45 @@ async def test_an_sdk_client_gets_the_refusal_as_its_typed_error_once_without_a_
         assert error.code == "queue_full"
     else:
         assert error.body["error"]["type"] == "overloaded_error"
+
+
+@pytest.mark.parametrize(
+    ("sdk", "provider_status", "status", "typed"),
+    [
+        ("openai", 429, 429, "RateLimitError"),
+        ("openai", 503, 503, "InternalServerError"),
+        ("anthropic", 429, 429, "RateLimitError"),
+        ("anthropic", 529, 503, "InternalServerError"),
+    ],
+)
+async def test_the_provider_s_own_refusal_reaches_the_sdk_client_with_the_provider_s_retry_after(
+    sdk: str, provider_status: int, status: int, typed: str
+) -> None:
+    module = require(sdk, "pip install 'boundedgate[test]'")
+    with served(_service(sdk), limit=60) as server:
+        parts: Parts = server.parts
+        fake = f"rate_limited=1,refuse_status={provider_status},retry_after_ms=2500"
+        with pytest.raises(getattr(module, typed)) as caught:
+            await _ask(sdk, server.url, fake)
+        stats = await server.call(parts.gate.stats)
+        served_by_provider = await server.call(lambda: [s.ended for s in parts.provider.served])
+    assert served_by_provider == ["rate_limited"]  # the provider was asked once...
+    assert (stats.arrived, stats.failed, stats.running) == (1, 1, 0)  # ...by one request: no retry
+    error = caught.value
+    assert error.status_code == status
+    assert error.response.headers["retry-after"] == "3"  # the provider's 2.5 s, rounded up
+    assert error.response.headers["x-should-retry"] == "false"
+    if sdk == "openai":
+        assert error.code == ("provider_rate_limited" if status == 429 else "provider_overloaded")
+    else:
+        assert error.body["error"]["type"] == ("rate_limit_error" if status == 429 else "overloaded_error")
+
+
+async def test_without_provider_errors_the_provider_s_429_stays_the_app_s_exception() -> None:
+    openai = require("openai", "pip install 'boundedgate[test]'")
+    with (
+        served(_service("openai", provider_errors=False), limit=60) as server,
+        pytest.raises(openai.InternalServerError) as caught,
+    ):
+        await _ask("openai", server.url, "rate_limited=3,retry_after_ms=10")
+    assert caught.value.status_code == 500  # FastAPI's own answer to an exception nobody handled

@@ -2,7 +2,9 @@
 
 ``pip install 'boundedgate[asgi]'``. :class:`GateMiddleware`, the refusals and the limits document
 need nothing but the standard library; the FastAPI / Starlette helpers (:func:`gate_dependency`,
-:class:`GatedStreamingResponse`, :func:`refusal_handler`) import Starlette when first used.
+:class:`GatedStreamingResponse`, :func:`refusal_handler`, :func:`provider_error_handler`) import
+Starlette when first used. Nothing here imports an LLM SDK: the provider's refusals are read from
+the exceptions' ``status_code`` and ``response.headers``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._limits import limits_app, limits_document, ratelimit_fields
-from ._middleware import GateMiddleware
+from ._middleware import UNGATED, GateMiddleware
 from ._refusal import (
     REFUSAL_STYLES,
     Refusal,
@@ -23,10 +25,11 @@ from ._refusal import (
 )
 
 if TYPE_CHECKING:
-    from ._starlette import GatedStreamingResponse, gate_dependency, refusal_handler
+    from ._starlette import GatedStreamingResponse, gate_dependency, provider_error_handler, refusal_handler
 
 __all__ = (
     "REFUSAL_STYLES",
+    "UNGATED",
     "GateMiddleware",
     "GatedStreamingResponse",
     "Refusal",
@@ -35,6 +38,7 @@ __all__ = (
     "key_for_json",
     "limits_app",
     "limits_document",
+    "provider_error_handler",
     "provider_refusal",
     "ratelimit_fields",
     "refusal_for",
@@ -42,7 +46,7 @@ __all__ = (
     "retry_after_seconds",
 )
 
-_LAZY = frozenset(("GatedStreamingResponse", "gate_dependency", "refusal_handler"))
+_LAZY = frozenset(("GatedStreamingResponse", "gate_dependency", "provider_error_handler", "refusal_handler"))
 
 for _name in (
     "GateMiddleware",
@@ -56,6 +60,7 @@ for _name in (
 ):
     globals()[_name].__module__ = __name__
 globals()["retry_after_seconds"].__module__ = __name__
+type(UNGATED).__module__ = __name__
 del _name
 
 

@@ -25,7 +25,10 @@ The permit ends exactly once, on the first of:
   a running one has its app cancelled; its slot goes back as *aborted* the moment the app has
   stopped, its clean-up (closing the provider's stream) included, and not before: the gate never
   shows a free slot while the work it stands for still runs;
-- the app raised, or returned without finishing the response: failed.
+- the app raised, or returned without finishing the response: failed. An app that raised the
+  provider's own refusal (an SDK's 429, 503 or 529) before its response started is answered with
+  the service's 429 or 503 and the provider's ``Retry-After`` (``provider_errors=True``), and
+  still counted failed.
 
 Stacked middlewares (a tenant's gate outside a shared one) list themselves in the request's scope
 (``scope["boundedgate.asgi"]``, outermost first). The outermost reads the server's
@@ -55,10 +58,10 @@ from .._core import Status, check_max_wait, check_timeout
 from .._driver import KeyedGate
 from .._errors import GateError
 from ._limits import ratelimit_fields
-from ._refusal import BodyFunction, check_style, refusal_for
+from ._refusal import BodyFunction, Refusal, check_style, provider_refusal, refusal_for
 from ._types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ("GateMiddleware",)
+__all__ = ("UNGATED", "GateMiddleware")
 
 logger = logging.getLogger("boundedgate.asgi")
 
@@ -78,16 +81,37 @@ _PATH_SEND = "http.response.pathsend"
 CHAIN = "boundedgate.asgi"
 
 
+class _Ungated:
+    """What a ``key=`` function returns to let a request past a keyed gate ungated: ``UNGATED``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "boundedgate.asgi.UNGATED"
+
+
+#: What a ``key=`` function returns for a request that goes past a keyed gate ungated (internal
+#: traffic, a health probe). None is not that: it is a key like any other, the key of every
+#: request that has none (a missing header), so those share one key's limits.
+UNGATED: Any = _Ungated()
+
+
 def _exemption(exempt: Callable[[Scope], bool] | Iterable[str] | None) -> Callable[[Scope], bool] | None:
     """A predicate over the scope from ``exempt``: a predicate already, or paths (``"/x/"``: a prefix)."""
     if exempt is None or callable(exempt):
         return exempt
     if isinstance(exempt, str):
-        raise TypeError("exempt must be a list of paths or a function of the scope, not a single str")
+        raise TypeError(
+            "exempt must be a list of paths or a function of the scope, not a single str: "
+            f"write exempt=[{exempt!r}]"
+        )
     paths = list(exempt)
     for path in paths:
         if not isinstance(path, str) or not path.startswith("/"):
-            raise ValueError(f"an exempt path must be a str starting with '/', got {path!r}")
+            shown = f"'/{path}'" if isinstance(path, str) else "a str such as '/healthz'"
+            raise ValueError(
+                f"an exempt path must be a str starting with '/', got {path!r}: write it {shown}"
+            )
     exact = frozenset(p for p in paths if not p.endswith("/") or p == "/")
     prefixes = tuple(p for p in paths if p.endswith("/") and p != "/")
 
@@ -133,8 +157,10 @@ class GateMiddleware:
         app: The ASGI app to guard.
         gate: A :class:`BoundedGate`, a :class:`KeyedGate` (with ``key``) or a ``RedisGate``.
         key: A function from the ASGI scope to the request's key, for a :class:`KeyedGate` (a
-            session id, a tenant from a header, an API key). Routing has not run yet, so read the
-            path or headers, not ``path_params``. A key of None lets the request through ungated.
+            session id, a tenant from a header, an API key: any hashable). Routing has not run
+            yet, so read the path or headers, not ``path_params``. None is a key like any other:
+            the requests for which it returns None (a missing header) share that one key's
+            limits. To let a request through ungated, return :data:`UNGATED`.
         timeout: Seconds from arrival to the deadline, covering the wait and the response. A
             response that ends after it is counted late (and logged), never cut short.
         max_wait: Seconds the request may wait in the queue, apart from the deadline: it expires
@@ -159,6 +185,12 @@ class GateMiddleware:
         server_timing: Add the ``Server-Timing`` entry to admitted responses.
         max_buffer: Bytes of request body the middleware reads ahead of the app (it must read to
             see a disconnect). Beyond it, it waits until the app has read them.
+        provider_errors: Answer the provider's own refusal, when the app raises it before its
+            response started (an LLM SDK's 429, 503 or 529 error: ``openai.RateLimitError``,
+            ``anthropic.OverloadedError``...), as the service's 429 or 503 in the ``refusal``
+            style, with the provider's ``Retry-After`` (see :func:`provider_refusal`), rather than
+            let it reach the server as a 500. Logged at WARNING, counted failed. False: the
+            exception goes on to the server.
     """
 
     __slots__ = (
@@ -172,6 +204,7 @@ class GateMiddleware:
         "_max_buffer",
         "_options",
         "_priority",
+        "_provider_errors",
         "_ratelimit",
         "_refusal",
         "_retry_after_fallback",
@@ -196,18 +229,32 @@ class GateMiddleware:
         ratelimit_headers: bool = False,
         server_timing: bool = True,
         max_buffer: int = 1 << 20,
+        provider_errors: bool = True,
     ) -> None:
         if not hasattr(gate, "admit"):
-            raise TypeError(f"gate must be a gate (BoundedGate, KeyedGate, RedisGate), got {gate!r}")
+            raise TypeError(
+                f"gate must be a BoundedGate, a KeyedGate (with key=) or a RedisGate, got {gate!r}; "
+                "see docs/http.md, 'Serving HTTP: the ASGI middleware'"
+            )
         keyed = isinstance(gate, KeyedGate)
         if keyed and key is None:
-            raise TypeError("a KeyedGate needs key=, a function from the ASGI scope to the request's key")
+            raise TypeError(
+                "a KeyedGate needs key=, a function from the ASGI scope to the request's key, "
+                "such as key=lambda scope: dict(scope['headers']).get(b'x-tenant')"
+            )
         if key is not None and not keyed:
-            raise TypeError("key= is for a KeyedGate; this gate has one queue for every request")
+            raise TypeError(
+                "key= is for a KeyedGate; this gate has one queue for every request: "
+                "remove key=, or use a KeyedGate for one queue per key"
+            )
         if key is not None and not callable(key):
             raise TypeError(f"key must be a function of the ASGI scope, got {key!r}")
-        if max_wait is not None and "max_wait" not in inspect.signature(gate.admit).parameters:
-            raise TypeError(f"{type(gate).__name__}.admit() takes no max_wait")
+        _check_takes(gate, "max_wait", max_wait is not None, "bound the wait with timeout= instead")
+        uses_priority = callable(priority) or bool(priority)
+        _check_takes(gate, "priority", uses_priority, "priority classes need a BoundedGate or a KeyedGate")
+        _check_takes(
+            gate, "cost", cost is not None, "rate costs need a BoundedGate or a KeyedGate with rate_limits"
+        )
         check_style(refusal)
         if isinstance(retry_after_fallback, bool) or not isinstance(retry_after_fallback, int):
             raise TypeError(f"retry_after_fallback must be an int, got {retry_after_fallback!r}")
@@ -229,6 +276,7 @@ class GateMiddleware:
         self._ratelimit = ratelimit_headers
         self._server_timing = server_timing
         self._max_buffer = max_buffer
+        self._provider_errors = bool(provider_errors)
         self._admit = gate.admit
 
     @property
@@ -254,13 +302,19 @@ class GateMiddleware:
                 options["cost"] = cost
         if self._keyed:
             key = self._key(scope)  # type: ignore[misc]
-            if key is None:
+            if key is UNGATED:
                 await self._app(scope, receive, send)
                 return
             permit = self._admit(key, **options)
         else:
             permit = self._admit(**options)
         await _Exchange(self, scope, receive, send, permit, key).run()
+
+
+def _check_takes(gate: Any, option: str, given: bool, instead: str) -> None:
+    """Refuse at construction an option the gate's ``admit()`` cannot take, saying what to do instead."""
+    if given and option not in inspect.signature(gate.admit).parameters:
+        raise TypeError(f"{type(gate).__name__}.admit() takes no {option}: {instead} (see docs/http.md)")
 
 
 def admission_options(timeout: float | None, max_wait: float | None) -> dict[str, Any]:
@@ -453,17 +507,25 @@ class _Exchange:
 
     async def _exchange(self) -> None:
         permit = self._permit
+        middleware = self._middleware
         try:
             await permit.__aenter__()
         except GateError as error:
             await self._refuse(error)
             return
+        answer: Refusal | None = None
         self._app_called = True
         try:
-            await self._middleware._app(self._scope, self._app_receive, self._app_send)
+            await middleware._app(self._scope, self._app_receive, self._app_send)
+        except Exception as error:
+            answer = self._provider_refusal(error)
+            if answer is None:
+                raise
         finally:
             if not self._done:  # the app raised, was cancelled or returned before the end
                 self._end_unfinished()
+        if answer is not None:
+            await self._answer(answer)
 
     def _end_unfinished(self) -> None:
         """End the permit of a request whose response did not complete: failed, aborted or disconnected."""
@@ -477,6 +539,30 @@ class _Exchange:
             # slot was never used for the work it stands for.
             _give_back_unused(permit)
 
+    def _provider_refusal(self, error: Exception) -> Refusal | None:
+        """The service's answer to the provider's refusal the app raised, if it is one and can be sent."""
+        middleware = self._middleware
+        if not middleware._provider_errors or self._started or self._gone:
+            return None
+        answer = provider_refusal(
+            error,
+            middleware._refusal,
+            key=self._key,
+            retry_after_fallback=middleware._retry_after_fallback,
+            event_stream=middleware._sse and _accepts_event_stream(self._scope),
+        )
+        if answer is not None:
+            logger.warning(
+                "%s %s: the provider refused (%s: %s); answered %d with Retry-After: %s",
+                self._scope.get("method", ""),
+                self._scope.get("path", ""),
+                type(error).__name__,
+                error,
+                answer.status,
+                dict(answer.headers)[b"retry-after"].decode(),
+            )
+        return answer
+
     async def _refuse(self, error: GateError) -> None:
         middleware = self._middleware
         refusal = refusal_for(
@@ -486,7 +572,11 @@ class _Exchange:
             retry_after_fallback=middleware._retry_after_fallback,
             event_stream=middleware._sse and _accepts_event_stream(self._scope),
         )
-        self._done = True  # the refusal is not the app's response: a disconnect now cancels nothing
+        await self._answer(refusal)
+
+    async def _answer(self, refusal: Refusal) -> None:
+        """Send a refusal: the gate's, or the provider's (the app's own response never started)."""
+        self._done = True  # not the app's response: a disconnect now cancels nothing
         start = {"type": "http.response.start", "status": refusal.status, "headers": refusal.headers}
         await self._send(start)
         await self._send({"type": "http.response.body", "body": refusal.body})
