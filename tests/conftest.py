@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import os
 import warnings
 from collections.abc import Iterator
@@ -56,3 +57,16 @@ def _close_the_loop_looptime_opens_for_sync_tests(request: pytest.FixtureRequest
     if not loop.is_running():
         loop.close()
         policy.set_event_loop(None)
+
+
+@pytest.fixture(autouse=True)
+def _the_boundedgate_logger_as_it_was() -> Iterator[None]:
+    # The FastAPI recipes (README, docs/http.md) give the library's logger a handler and a level, as
+    # a service does; tests/test_docs.py and the recipe's test run them: no test may leave them on.
+    logger = logging.getLogger("boundedgate")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    if logger.handlers != handlers:
+        logger.handlers[:] = handlers
+    if logger.level != level:
+        logger.setLevel(level)

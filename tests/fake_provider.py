@@ -39,6 +39,8 @@ class Behaviour:
         rate_limited: Answer this many requests (to each API, of those with the same ``x-fake``
             header) with 429 first.
         retry_after_ms: The ``retry-after-ms`` header of a 429 (``Retry-After`` is its ceiling in s).
+        refuse_status: The status of those refusals: 429 (rate limited), or 529 (overloaded, in
+            anthropic's error shape) or 503 (unavailable), with the same headers.
     """
 
     chunks: int = 3
@@ -48,6 +50,7 @@ class Behaviour:
     error_after: int | None = None
     rate_limited: int = 0
     retry_after_ms: int = 20
+    refuse_status: int = 429
 
     def updated(self, header: str | None) -> Self:
         """This behaviour, with the ``key=value,...`` pairs of an ``x-fake`` header applied."""
@@ -266,20 +269,21 @@ class FakeProvider:
 
     def _send_429(self, writer: asyncio.StreamWriter, api: str, behaviour: Behaviour) -> None:
         body: dict[str, object]
+        status = behaviour.refuse_status
         if api == "openai":
-            body = {
-                "error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}
-            }
+            code = "rate_limit_exceeded" if status == 429 else "server_overloaded"
+            body = {"error": {"message": "Rate limit reached", "type": "requests", "code": code}}
         else:
-            body = {"type": "error", "error": {"type": "rate_limit_error", "message": "Rate limit reached"}}
+            kind = "rate_limit_error" if status == 429 else "overloaded_error"
+            body = {"type": "error", "error": {"type": kind, "message": "Rate limit reached"}}
         retry_after = max(1, -(-behaviour.retry_after_ms // 1000))
         headers = {"retry-after-ms": str(behaviour.retry_after_ms), "retry-after": str(retry_after)}
-        self._send_json(writer, 429, body, headers)
+        self._send_json(writer, status, body, headers)
 
     @staticmethod
     def _send_json(writer: asyncio.StreamWriter, status: int, body: object, headers: dict[str, str]) -> None:
         data = json.dumps(body).encode()
-        reason = {200: "OK", 429: "Too Many Requests"}[status]
+        reason = {200: "OK", 429: "Too Many Requests", 503: "Service Unavailable", 529: "Overloaded"}[status]
         head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\nconnection: close\r\n"
         head += f"content-length: {len(data)}\r\n"
         head += "".join(f"{name}: {value}\r\n" for name, value in headers.items())

@@ -523,5 +523,49 @@ def test_bad_settings_fail_at_construction() -> None:
         GateMiddleware(app, gate=gate, max_wait=-1)
     with pytest.raises(TypeError, match="not a single str"):
         GateMiddleware(app, gate=gate, exempt="/healthz")
-    with pytest.raises(TypeError, match="must be a gate"):
+    with pytest.raises(TypeError, match="gate must be a BoundedGate"):
         GateMiddleware(app, gate=object())
+
+
+class _FifoGate:
+    """A gate of one FIFO queue and nothing else (no priorities, no costs, no queue budget)."""
+
+    name = "fifo"
+    max_running = 1
+    max_waiting = 0
+
+    def admit(self, *, timeout: float | None = None, deadline: float | None = None) -> object:
+        raise AssertionError("never admitted: the middleware refuses its options first")
+
+
+def test_what_the_middleware_cannot_use_is_refused_saying_what_to_use_instead() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0)
+    app = StreamingApp()
+    fifo = _FifoGate()
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"gate": keyed}, r"key=lambda scope: "),
+        ({"gate": gate, "key": lambda scope: "a"}, r"remove key=, or use a KeyedGate"),
+        ({"gate": object()}, r"docs/http\.md"),
+        ({"gate": gate, "refusal": "teapot"}, r"or a function \(error, key\) -> dict"),
+        ({"gate": gate, "exempt": "/healthz"}, r"exempt=\['/healthz'\]"),
+        ({"gate": gate, "exempt": ["healthz"]}, r"write it '/healthz'"),
+        ({"gate": fifo, "max_wait": 1}, r"_FifoGate\.admit\(\) takes no max_wait.*timeout="),
+        (
+            {"gate": fifo, "priority": 1},
+            r"_FifoGate\.admit\(\) takes no priority.*BoundedGate or a KeyedGate",
+        ),
+        ({"gate": fifo, "priority": lambda scope: 0}, r"takes no priority"),
+        ({"gate": fifo, "cost": 10}, r"_FifoGate\.admit\(\) takes no cost.*BoundedGate or a KeyedGate"),
+    ]
+    for settings, way_out in cases:
+        with pytest.raises((TypeError, ValueError), match=way_out):
+            GateMiddleware(app, **settings)  # type: ignore[arg-type]
+    GateMiddleware(app, gate=fifo, timeout=5)  # what it can use, it takes
+
+
+async def test_the_limits_app_on_another_scope_says_where_it_belongs() -> None:
+    from boundedgate.asgi import limits_app
+
+    with pytest.raises(RuntimeError, match="an HTTP route"):
+        await limits_app({})({"type": "websocket"}, Client().receive, Client().send)

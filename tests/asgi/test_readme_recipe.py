@@ -7,8 +7,10 @@ real, with the fake provider behind it and the real openai SDK in front, in real
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,18 +22,26 @@ from tests.fake_provider import Behaviour, fake_provider
 
 pytestmark = [pytest.mark.http_server, pytest.mark.looptime(False)]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+RECIPE_PAGE = ROOT / "docs" / "recipes" / "fastapi.md"
 WAIT = 10.0
 
 
-def _recipe() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+def _recipe(page: Path = README) -> str:
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)
     (recipe,) = [block for block in blocks if "GateMiddleware" in block and "FastAPI(" in block]
     assert len(recipe.splitlines()) < 45  # a recipe under 45 lines, typed (mypy --strict passes it)
     return str(recipe)
 
 
+def test_the_recipe_page_serves_the_readme_s_recipe() -> None:
+    assert _recipe(RECIPE_PAGE) == _recipe()  # what is tested here is what both show
+
+
 async def test_the_readme_recipe_serves_streams_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)  # where the recipe's log handler writes (a server's stderr)
     openai = require("openai", "pip install 'boundedgate[test]'")
     httpx2 = require("httpx2", "pip install 'boundedgate[test]'")
     require("fastapi", "pip install 'boundedgate[test]'")
@@ -65,6 +75,9 @@ async def test_the_readme_recipe_serves_streams_and_refusals(monkeypatch: pytest
             assert await server.call(lambda: gate.running) == 2
             limits = json.loads((await http.get(f"{server.url}/limits")).content)
             health = (await http.get(f"{server.url}/healthz")).json()
+            await server.call(lambda: gate.set_limits(max_running=2, max_waiting=0))
+            with pytest.raises(openai.InternalServerError) as refused:
+                await sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
             await server.call(provider.release)
             texts = []
             for stream in streams:
@@ -74,4 +87,7 @@ async def test_the_readme_recipe_serves_streams_and_refusals(monkeypatch: pytest
     assert texts == ["tok0 tok1 tok2 "] * 2
     assert health == {"ok": True}
     assert limits["limits"]["openai"]["max_pending"] == 150
-    assert (stats.completed, stats.failed) == (2, 0)
+    assert (stats.completed, stats.failed, stats.rejected) == (2, 0, 1)
+    assert refused.value.code == "queue_full"
+    # The recipe's logging lines put the refusal in the server's log, where uvicorn's own go.
+    assert "openai: request rejected at once" in log.getvalue()

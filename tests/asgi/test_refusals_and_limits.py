@@ -253,3 +253,60 @@ def test_the_package_imports_nothing_but_the_stdlib_and_boundedgate() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "lazy"
+
+
+class _SdkError(Exception):
+    """An SDK's status error as the middleware sees it: ``status_code`` and ``response.headers``."""
+
+    def __init__(self, status_code: object, headers: dict[str, str] | None) -> None:
+        super().__init__("provider said no")
+        self.status_code = status_code
+        self.response = None if headers is None else type("Response", (), {"headers": headers})()
+
+
+@pytest.mark.parametrize(
+    ("headers", "retry_after"),
+    [
+        ({"retry-after-ms": "2100", "retry-after": "9"}, "3"),  # the finer one first
+        ({"retry-after": "4"}, "4"),
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "6m0s"}, "360"),
+        (  # the quota that is spent, not the other
+            {
+                "x-ratelimit-remaining-requests": "10",
+                "x-ratelimit-reset-requests": "1s",
+                "x-ratelimit-remaining-tokens": "0",
+                "x-ratelimit-reset-tokens": "12.5s",
+            },
+            "13",
+        ),
+        ({}, "7"),  # it said nothing: the fallback
+        (None, "7"),  # no response at all
+    ],
+)
+def test_the_provider_s_retry_after_is_read_from_its_headers(
+    headers: dict[str, str] | None, retry_after: str
+) -> None:
+    from boundedgate.asgi import provider_refusal
+
+    answer = provider_refusal(_SdkError(429, headers), "problem", retry_after_fallback=7)
+    assert answer is not None
+    assert answer.status == 429
+    assert dict(answer.headers)[b"retry-after"] == retry_after.encode()
+    assert json.loads(answer.body)["code"] == "provider_rate_limited"
+
+
+def test_only_the_provider_s_429_503_and_529_are_its_refusals() -> None:
+    from boundedgate.asgi import provider_refusal
+
+    assert provider_refusal(_SdkError(529, {}), "anthropic").status == 503  # type: ignore[union-attr]
+    assert provider_refusal(_SdkError(503, {}), "public").status == 503  # type: ignore[union-attr]
+    for other in (400, 500, 502, True, "429", None):
+        assert provider_refusal(_SdkError(other, {}), "public") is None, other
+    assert provider_refusal(ValueError("no status"), "public") is None
+    detailed = json.loads(provider_refusal(_SdkError(429, {}), "detailed").body)  # type: ignore[union-attr]
+    assert detailed == {
+        "code": "provider_rate_limited",
+        "error": "The service is rate limited by its provider. Retry later.",
+        "provider_status": 429,
+        "retry_after": 1,
+    }

@@ -255,3 +255,68 @@ def test_the_dependency_checks_its_settings() -> None:
         gate_dependency(gate, key=lambda scope: "a")
     with pytest.raises(ValueError, match="timeout"):
         gate_dependency(gate, timeout=-1)
+
+
+async def test_the_dependency_gates_a_missing_key_and_lets_ungated_through() -> None:
+    from boundedgate import KeyedGate
+    from boundedgate.asgi import UNGATED
+
+    tenants: KeyedGate[str | None] = KeyedGate(max_running=1, max_waiting=0, name="tenant")
+    app = FastAPI()
+    app.add_exception_handler(GateError, refusal_handler())
+
+    def tenant(scope: Any) -> Any:
+        value = dict(scope["headers"]).get(b"x-tenant")
+        if value == b"internal":
+            return UNGATED
+        return None if value is None else value.decode()
+
+    @app.get("/slow", dependencies=[Depends(gate_dependency(tenants, key=tenant))])
+    async def slow() -> Any:
+        await asyncio.sleep(30)
+        return {"ok": True}
+
+    held = serve(app, Client(), http_scope("/slow"))  # no header: the None key
+    await turns(5)
+    refused, internal = Client(), Client()
+    await serve(app, refused, http_scope("/slow"))
+    assert refused.status == 503  # another without a header waits on the same key, not past it
+    await serve(app, internal, http_scope("/slow", headers=[("x-tenant", "internal")]))
+    assert internal.status == 200
+    await held
+    assert tenants.stats().total.rejected == 1
+
+
+class _ProviderError(Exception):
+    """What an LLM SDK raises for the provider's answer: a status and the HTTP response."""
+
+    def __init__(self, status_code: int, headers: dict[str, str]) -> None:
+        super().__init__(f"Error code: {status_code}")
+        self.status_code = status_code
+        self.response = type("Response", (), {"headers": headers})()
+
+
+@pytest.mark.parametrize(("status", "answered"), [(429, 429), (529, 503), (400, 500)])
+async def test_the_provider_error_handler_answers_the_provider_s_refusals(status: int, answered: int) -> None:
+    from starlette.middleware.errors import ServerErrorMiddleware
+
+    from boundedgate.asgi import provider_error_handler
+
+    async def chat(request: Request) -> Any:
+        raise _ProviderError(status, {"retry-after-ms": "1500"})
+
+    app = Starlette(routes=[Route("/chat", chat)])
+    app.add_exception_handler(_ProviderError, provider_error_handler("openai"))
+    client = Client()
+    if answered == 500:  # any other status error goes on, as without the handler
+        with pytest.raises(_ProviderError):
+            await serve(ServerErrorMiddleware(app), client, http_scope("/chat"))
+        assert client.status == 500
+        return
+    await serve(app, client, http_scope("/chat"))
+    assert client.status == answered
+    assert client.headers["retry-after"] == "2"
+    assert client.headers["x-should-retry"] == "false"
+    assert client.json()["error"]["code"] == (
+        "provider_rate_limited" if status == 429 else "provider_overloaded"
+    )

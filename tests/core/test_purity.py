@@ -35,8 +35,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     # The asyncio driver.
     "_driver": {"_core", "_errors", "_scopes", "_streams"},
     "redis": {"_core", "_errors", "_streams", "_driver"},
-    # The edges: the HTTP server and client sides, over any gate.
-    "asgi": {"_core", "_errors", "_streams", "_driver"},
+    # The edges: the HTTP server and client sides, over any gate (the server reads the provider's
+    # refusals with the client's parsers of its headers, imported when first needed).
+    "asgi": {"_core", "_errors", "_streams", "_driver", "httpx"},
     "httpx": {"_core", "_errors", "_streams", "_driver", "_downstream"},
     "aiohttp": {"_core", "_errors", "_streams", "_driver", "_downstream", "httpx"},
     # The simulator replays the core alone: never the asyncio driver.

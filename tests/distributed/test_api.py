@@ -142,7 +142,14 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     adaptive = {"adapt", "sync_rate_limits"}
     # (observe, unobserve and adapt are there, and raise NotImplementedError: see above.)
     assert _public(BoundedGate) - _public(RedisGate) == {"priorities", "rate_limits"} | adaptive - {"adapt"}
-    assert _public(RedisGate) - _public(BoundedGate) == {"aclose", "client", "cluster_stats", "process"}
+    assert _public(RedisGate) - _public(BoundedGate) == {
+        "aclose",
+        "client",
+        "cluster_running",
+        "cluster_stats",
+        "cluster_waiting",
+        "process",
+    }
     assert _arguments(BoundedGate.__init__) - _arguments(RedisGate.__init__) == {
         "priorities",
         "jump_share",

@@ -2,7 +2,9 @@
 
 ``pip install 'boundedgate[asgi]'``. :class:`GateMiddleware`, the refusals and the limits document
 need nothing but the standard library; the FastAPI / Starlette helpers (:func:`gate_dependency`,
-:class:`GatedStreamingResponse`, :func:`refusal_handler`) import Starlette when first used.
+:class:`GatedStreamingResponse`, :func:`refusal_handler`, :func:`provider_error_handler`) import
+Starlette when first used. Nothing here imports an LLM SDK: the provider's refusals are read from
+the exceptions' ``status_code`` and ``response.headers``.
 """
 
 from __future__ import annotations
@@ -11,39 +13,54 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._limits import limits_app, limits_document, ratelimit_fields
-from ._middleware import GateMiddleware
-from ._refusal import REFUSAL_STYLES, Refusal, RefusalStyle, refusal_for, retry_after_seconds
+from ._middleware import UNGATED, GateMiddleware
+from ._refusal import (
+    REFUSAL_STYLES,
+    Refusal,
+    RefusalStyle,
+    key_for_json,
+    provider_refusal,
+    refusal_for,
+    retry_after_seconds,
+)
 
 if TYPE_CHECKING:
-    from ._starlette import GatedStreamingResponse, gate_dependency, refusal_handler
+    from ._starlette import GatedStreamingResponse, gate_dependency, provider_error_handler, refusal_handler
 
 __all__ = (
     "REFUSAL_STYLES",
+    "UNGATED",
     "GateMiddleware",
     "GatedStreamingResponse",
     "Refusal",
     "RefusalStyle",
     "gate_dependency",
+    "key_for_json",
     "limits_app",
     "limits_document",
+    "provider_error_handler",
+    "provider_refusal",
     "ratelimit_fields",
     "refusal_for",
     "refusal_handler",
     "retry_after_seconds",
 )
 
-_LAZY = frozenset(("GatedStreamingResponse", "gate_dependency", "refusal_handler"))
+_LAZY = frozenset(("GatedStreamingResponse", "gate_dependency", "provider_error_handler", "refusal_handler"))
 
 for _name in (
     "GateMiddleware",
     "Refusal",
+    "key_for_json",
     "limits_app",
     "limits_document",
+    "provider_refusal",
     "ratelimit_fields",
     "refusal_for",
 ):
     globals()[_name].__module__ = __name__
 globals()["retry_after_seconds"].__module__ = __name__
+type(UNGATED).__module__ = __name__
 del _name
 
 

@@ -6,6 +6,11 @@ on its side what the server would refuse (a client SDK can). The ``RateLimit-Pol
 whose quota unit is ``"concurrency"`` (``r`` is the slots free after this request started), a rate
 limit is a policy with its quota ``q`` (the bucket's burst) over its window ``w`` (seconds to fill
 it), and ``r`` its balance.
+
+For a ``RedisGate`` both count the cluster, not this process: the running and waiting counts are
+the cluster's as this process last heard them from Redis (``RedisGate.cluster_running``: every
+reply to this process's admissions, releases and syncs carries them), so publishing them costs no
+round trip. An admitted response's fields are as recent as its own admission, at least.
 """
 
 from __future__ import annotations
@@ -48,7 +53,9 @@ def limits_document(gates: Mapping[str, Any], *, live: bool = False) -> dict[str
     may have outstanding). Each is ``None`` (JSON ``null``) when unlimited. For a
     :class:`KeyedGate` the limits are those of each key's gate (``per_key: true``; overrides are
     not listed). With ``live=True`` the document also carries the ``running`` and ``waiting``
-    counts now: load that the public may not need to see, so it is off by default.
+    counts now: load that the public may not need to see, so it is off by default. A
+    ``RedisGate``'s are the cluster's, as this process last heard them from Redis (every reply to
+    its admissions, releases and syncs brings them; older while it is idle), not this process's.
 
     Args:
         gates: Each a :class:`BoundedGate`, :class:`KeyedGate` or ``RedisGate``.
@@ -64,10 +71,17 @@ def limits_document(gates: Mapping[str, Any], *, live: bool = False) -> dict[str
             "per_key": isinstance(gate, KeyedGate),
         }
         if live:
-            entry["running"] = gate.running
-            entry["waiting"] = gate.waiting
+            entry["running"], entry["waiting"] = _counts(gate)
         limits[name] = entry
     return {"limits": limits}
+
+
+def _counts(gate: Any) -> tuple[int, int]:
+    """Running and waiting: a cluster gate's for the whole cluster (as last heard, no round trip)."""
+    running = getattr(gate, "cluster_running", None)
+    if running is None:
+        return gate.running, gate.waiting
+    return running, gate.cluster_waiting
 
 
 def _rate_limits_of(gate: Any) -> tuple[RateLimit, ...]:
@@ -100,7 +114,10 @@ class _LimitsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            raise RuntimeError(f"the limits document is served over HTTP, not {scope['type']!r}")
+            raise RuntimeError(
+                f"the limits document is served over HTTP, not {scope['type']!r}: "
+                "give it an HTTP route (app.add_route('/limits', limits_app(...)))"
+            )
         method = scope.get("method", "GET")
         if method not in ("GET", "HEAD"):
             await send({"type": "http.response.start", "status": 405, "headers": [(b"allow", b"GET, HEAD")]})
@@ -128,7 +145,8 @@ def ratelimit_fields(gate: Any) -> list[tuple[bytes, bytes]]:
 
     One policy per limit: the concurrency limit (when running is limited) and each rate limit, each
     named after the gate (``"openai"``, ``"openai/rpm"``...). The quota ``q`` of the concurrency
-    policy is ``max_running`` and ``r`` the slots free now; a rate limit's ``q`` is its burst,
+    policy is ``max_running`` and ``r`` the slots free now (for a ``RedisGate``, free in the
+    whole cluster as this process last heard from Redis); a rate limit's ``q`` is its burst,
     ``w`` the seconds to refill it from empty, ``r`` the whole tokens in the bucket now and ``t``
     the seconds until it is full again. Its unit is ``"request"``, or ``"tokens"`` for a limit
     counted in tokens (the draft's registry has no unit for LLM tokens yet).
@@ -139,7 +157,8 @@ def ratelimit_fields(gate: Any) -> list[tuple[bytes, bytes]]:
     if gate.max_running is not None:
         label = _sf_string(name)
         policies.append(f'{label};q={gate.max_running};qu="concurrency"')
-        remaining.append(f"{label};r={max(0, gate.max_running - gate.running)}")
+        running, _ = _counts(gate)
+        remaining.append(f"{label};r={max(0, gate.max_running - running)}")
     limits = _rate_limits_of(gate)
     if limits:
         balances = gate.stats().tokens

@@ -19,12 +19,25 @@ The permit ends exactly once, on the first of:
   deadline (``Late`` is counted and logged, never raised: the response has already started, and
   raising would truncate it);
 - the client disconnected (the pump read ``http.disconnect``, or ``send`` raised ``OSError``)
-  before that: in the loop turn the middleware learns it, a request still queued leaves the queue
-  (*disconnected*; the app never sees it), one that had not arrived yet is never counted, and a
-  running one has its app cancelled; its slot goes back as *aborted* the moment the app has
+  before that: in the loop turn the middleware learns it, a request still on its way to a slot
+  leaves the queue (*disconnected*; the app never sees it, even if a slot was handed to it in
+  that very turn: the slot passes on unused), one that had not arrived yet is never counted, and
+  a running one has its app cancelled; its slot goes back as *aborted* the moment the app has
   stopped, its clean-up (closing the provider's stream) included, and not before: the gate never
   shows a free slot while the work it stands for still runs;
-- the app raised, or returned without finishing the response: failed.
+- the app raised, or returned without finishing the response: failed. An app that raised the
+  provider's own refusal (an SDK's 429, 503 or 529) before its response started is answered with
+  the service's 429 or 503 and the provider's ``Retry-After`` (``provider_errors=True``), and
+  still counted failed.
+
+Stacked middlewares (a tenant's gate outside a shared one) list themselves in the request's scope
+(``scope["boundedgate.asgi"]``, outermost first). The outermost reads the server's
+``receive()``, so it learns of a hang-up first: it tells the next one in, which ends its own part
+first (leaves its queue, or stops its app), and so on inwards. A gate whose app is another gate
+that never let the request through to the real app counts the request *disconnected* too, not
+aborted: it held a slot, but the work behind the slot (the app, the provider call) never ran, so
+the slot is given back as one that was granted and never used (the admission is taken back, and
+no run time is recorded). The list is emptied when the outermost is done with the request.
 
 Nothing waits for the garbage collector: each ending above is an event the middleware sees
 itself, whatever other middleware does around or inside it. The server's task waits for the
@@ -45,10 +58,10 @@ from .._core import Status, check_max_wait, check_timeout
 from .._driver import KeyedGate
 from .._errors import GateError
 from ._limits import ratelimit_fields
-from ._refusal import BodyFunction, check_style, refusal_for
+from ._refusal import BodyFunction, Refusal, check_style, provider_refusal, refusal_for
 from ._types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ("GateMiddleware",)
+__all__ = ("UNGATED", "GateMiddleware")
 
 logger = logging.getLogger("boundedgate.asgi")
 
@@ -59,8 +72,28 @@ LATE = Status.LATE
 FAILED = Status.FAILED
 ABORTED = Status.ABORTED
 
+DISCONNECTED = Status.DISCONNECTED
+
 #: The messages that end a response body for good.
 _PATH_SEND = "http.response.pathsend"
+
+#: The scope key under which the middlewares a request passes through list their exchanges.
+CHAIN = "boundedgate.asgi"
+
+
+class _Ungated:
+    """What a ``key=`` function returns to let a request past a keyed gate ungated: ``UNGATED``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "boundedgate.asgi.UNGATED"
+
+
+#: What a ``key=`` function returns for a request that goes past a keyed gate ungated (internal
+#: traffic, a health probe). None is not that: it is a key like any other, the key of every
+#: request that has none (a missing header), so those share one key's limits.
+UNGATED: Any = _Ungated()
 
 
 def _exemption(exempt: Callable[[Scope], bool] | Iterable[str] | None) -> Callable[[Scope], bool] | None:
@@ -68,11 +101,17 @@ def _exemption(exempt: Callable[[Scope], bool] | Iterable[str] | None) -> Callab
     if exempt is None or callable(exempt):
         return exempt
     if isinstance(exempt, str):
-        raise TypeError("exempt must be a list of paths or a function of the scope, not a single str")
+        raise TypeError(
+            "exempt must be a list of paths or a function of the scope, not a single str: "
+            f"write exempt=[{exempt!r}]"
+        )
     paths = list(exempt)
     for path in paths:
         if not isinstance(path, str) or not path.startswith("/"):
-            raise ValueError(f"an exempt path must be a str starting with '/', got {path!r}")
+            shown = f"'/{path}'" if isinstance(path, str) else "a str such as '/healthz'"
+            raise ValueError(
+                f"an exempt path must be a str starting with '/', got {path!r}: write it {shown}"
+            )
     exact = frozenset(p for p in paths if not p.endswith("/") or p == "/")
     prefixes = tuple(p for p in paths if p.endswith("/") and p != "/")
 
@@ -100,12 +139,14 @@ class GateMiddleware:
 
     Each ``http`` request arrives at the gate when it reaches the middleware. If it is refused, the
     app is never called and the client gets the refusal (status 503, or 429 for
-    :class:`RateLimited`, with ``Retry-After``, ``Cache-Control: no-store`` and a JSON body in the
-    ``refusal`` style). If it is admitted, the app runs, and the request keeps its slot until the
-    last body message has been sent, or the client has gone. A client that disconnects while its
-    request is queued leaves the queue at once (counted ``disconnected``), and the app never sees
-    the request; one that disconnects while the response streams has its app cancelled in that
-    loop turn, and its slot back (counted ``aborted``) as soon as the app has stopped.
+    :class:`RateLimited`, with ``Retry-After``, ``Cache-Control: no-store``, ``x-should-retry:
+    false`` and a JSON body in the ``refusal`` style). If it is admitted, the app runs, and the
+    request keeps its slot until the last body message has been sent, or the client has gone. A
+    client that disconnects while its request is queued leaves the queue at once (counted
+    ``disconnected``), and the app never sees the request; one that disconnects while the response
+    streams has its app cancelled in that loop turn, and its slot back (counted ``aborted``) as
+    soon as the app has stopped. Stacked middlewares count a client that left while queued at an
+    inner one ``disconnected`` at each (the outer ones held a slot the app never used).
     WebSocket and lifespan scopes pass through ungated.
 
     Admitted responses carry ``Server-Timing: gate;dur=<ms>;desc="queue"``, the time the request
@@ -116,8 +157,10 @@ class GateMiddleware:
         app: The ASGI app to guard.
         gate: A :class:`BoundedGate`, a :class:`KeyedGate` (with ``key``) or a ``RedisGate``.
         key: A function from the ASGI scope to the request's key, for a :class:`KeyedGate` (a
-            session id, a tenant from a header, an API key). Routing has not run yet, so read the
-            path or headers, not ``path_params``. A key of None lets the request through ungated.
+            session id, a tenant from a header, an API key: any hashable). Routing has not run
+            yet, so read the path or headers, not ``path_params``. None is a key like any other:
+            the requests for which it returns None (a missing header) share that one key's
+            limits. To let a request through ungated, return :data:`UNGATED`.
         timeout: Seconds from arrival to the deadline, covering the wait and the response. A
             response that ends after it is counted late (and logged), never cut short.
         max_wait: Seconds the request may wait in the queue, apart from the deadline: it expires
@@ -142,6 +185,12 @@ class GateMiddleware:
         server_timing: Add the ``Server-Timing`` entry to admitted responses.
         max_buffer: Bytes of request body the middleware reads ahead of the app (it must read to
             see a disconnect). Beyond it, it waits until the app has read them.
+        provider_errors: Answer the provider's own refusal, when the app raises it before its
+            response started (an LLM SDK's 429, 503 or 529 error: ``openai.RateLimitError``,
+            ``anthropic.OverloadedError``...), as the service's 429 or 503 in the ``refusal``
+            style, with the provider's ``Retry-After`` (see :func:`provider_refusal`), rather than
+            let it reach the server as a 500. Logged at WARNING, counted failed. False: the
+            exception goes on to the server.
     """
 
     __slots__ = (
@@ -155,6 +204,7 @@ class GateMiddleware:
         "_max_buffer",
         "_options",
         "_priority",
+        "_provider_errors",
         "_ratelimit",
         "_refusal",
         "_retry_after_fallback",
@@ -179,18 +229,32 @@ class GateMiddleware:
         ratelimit_headers: bool = False,
         server_timing: bool = True,
         max_buffer: int = 1 << 20,
+        provider_errors: bool = True,
     ) -> None:
         if not hasattr(gate, "admit"):
-            raise TypeError(f"gate must be a gate (BoundedGate, KeyedGate, RedisGate), got {gate!r}")
+            raise TypeError(
+                f"gate must be a BoundedGate, a KeyedGate (with key=) or a RedisGate, got {gate!r}; "
+                "see docs/http.md, 'Serving HTTP: the ASGI middleware'"
+            )
         keyed = isinstance(gate, KeyedGate)
         if keyed and key is None:
-            raise TypeError("a KeyedGate needs key=, a function from the ASGI scope to the request's key")
+            raise TypeError(
+                "a KeyedGate needs key=, a function from the ASGI scope to the request's key, "
+                "such as key=lambda scope: dict(scope['headers']).get(b'x-tenant')"
+            )
         if key is not None and not keyed:
-            raise TypeError("key= is for a KeyedGate; this gate has one queue for every request")
+            raise TypeError(
+                "key= is for a KeyedGate; this gate has one queue for every request: "
+                "remove key=, or use a KeyedGate for one queue per key"
+            )
         if key is not None and not callable(key):
             raise TypeError(f"key must be a function of the ASGI scope, got {key!r}")
-        if max_wait is not None and "max_wait" not in inspect.signature(gate.admit).parameters:
-            raise TypeError(f"{type(gate).__name__}.admit() takes no max_wait")
+        _check_takes(gate, "max_wait", max_wait is not None, "bound the wait with timeout= instead")
+        uses_priority = callable(priority) or bool(priority)
+        _check_takes(gate, "priority", uses_priority, "priority classes need a BoundedGate or a KeyedGate")
+        _check_takes(
+            gate, "cost", cost is not None, "rate costs need a BoundedGate or a KeyedGate with rate_limits"
+        )
         check_style(refusal)
         if isinstance(retry_after_fallback, bool) or not isinstance(retry_after_fallback, int):
             raise TypeError(f"retry_after_fallback must be an int, got {retry_after_fallback!r}")
@@ -212,6 +276,7 @@ class GateMiddleware:
         self._ratelimit = ratelimit_headers
         self._server_timing = server_timing
         self._max_buffer = max_buffer
+        self._provider_errors = bool(provider_errors)
         self._admit = gate.admit
 
     @property
@@ -237,13 +302,19 @@ class GateMiddleware:
                 options["cost"] = cost
         if self._keyed:
             key = self._key(scope)  # type: ignore[misc]
-            if key is None:
+            if key is UNGATED:
                 await self._app(scope, receive, send)
                 return
             permit = self._admit(key, **options)
         else:
             permit = self._admit(**options)
         await _Exchange(self, scope, receive, send, permit, key).run()
+
+
+def _check_takes(gate: Any, option: str, given: bool, instead: str) -> None:
+    """Refuse at construction an option the gate's ``admit()`` cannot take, saying what to do instead."""
+    if given and option not in inspect.signature(gate.admit).parameters:
+        raise TypeError(f"{type(gate).__name__}.admit() takes no {option}: {instead} (see docs/http.md)")
 
 
 def admission_options(timeout: float | None, max_wait: float | None) -> dict[str, Any]:
@@ -262,9 +333,11 @@ class _Exchange:
     """One HTTP request through the middleware: the pump, the admission, the app, the ending."""
 
     __slots__ = (
+        "_app_called",
         "_app_task",
         "_arrived",
         "_buffered",
+        "_chain",
         "_done",
         "_drained",
         "_failure",
@@ -299,8 +372,14 @@ class _Exchange:
         self._gone = False  # the client disconnected before the response was complete
         self._started = False  # http.response.start was sent
         self._done = False  # the last body message was sent
+        self._app_called = False  # its admission is over and the app was called
         self._app_task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
+        chain: list[_Exchange] | None = scope.get(CHAIN)
+        if chain is None:
+            chain = scope[CHAIN] = []
+        chain.append(self)
+        self._chain = chain
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -324,6 +403,8 @@ class _Exchange:
             raise
         finally:
             pump.cancel()
+            if self._chain[0] is self:
+                self._chain.clear()  # the request is over: the scope holds none of its exchanges
         if exchange.cancelled():
             if self._gone:
                 return  # the client left: there is nobody to answer
@@ -395,31 +476,92 @@ class _Exchange:
         if self._done or self._gone:
             return
         self._gone = True
+        inner = self._inside()
+        if inner is not None:
+            inner._client_gone()  # the gate inside ends its part first: it may hold the request queued
         permit = self._permit
-        status = permit.status
-        disconnect = getattr(permit, "disconnect", None)
-        if status is QUEUED and disconnect is not None:
-            disconnect()  # out of the queue now; the admission raises CancelledError
-            return
+        if not self._app_called and getattr(permit, "arrival", None) is not None:
+            disconnect = getattr(permit, "disconnect", None)
+            if disconnect is not None:
+                # On its way to a slot: out of the queue now, as disconnected, even if a slot was
+                # handed to it in this very turn (it passes on unused); the admission raises
+                # CancelledError, and the app is never called.
+                disconnect()
+                return
         task = self._app_task
-        if (status is NEW or status is QUEUED or status is RUNNING) and task is not asyncio.current_task():
+        if permit.status in (NEW, QUEUED, RUNNING) and task is not asyncio.current_task():
             # Not arrived yet: never counted. Running: the app stops, then the slot is aborted.
             task.cancel()  # type: ignore[union-attr]
+
+    def _inside(self) -> _Exchange | None:
+        """The middleware's exchange the request went through next, inside this one's app, if any."""
+        chain = self._chain
+        index = chain.index(self) + 1 if self in chain else len(chain)
+        return chain[index] if index < len(chain) else None
+
+    def _reached_the_app(self) -> bool:
+        """Whether the request got through every gate to the real app (the innermost gate called it)."""
+        return self._chain[-1]._app_called
 
     # -- the exchange -----------------------------------------------------------------------
 
     async def _exchange(self) -> None:
         permit = self._permit
+        middleware = self._middleware
         try:
             await permit.__aenter__()
         except GateError as error:
             await self._refuse(error)
             return
+        answer: Refusal | None = None
+        self._app_called = True
         try:
-            await self._middleware._app(self._scope, self._app_receive, self._app_send)
+            await middleware._app(self._scope, self._app_receive, self._app_send)
+        except Exception as error:
+            answer = self._provider_refusal(error)
+            if answer is None:
+                raise
         finally:
             if not self._done:  # the app raised, was cancelled or returned before the end
-                permit._finish(ABORTED if self._gone else FAILED)
+                self._end_unfinished()
+        if answer is not None:
+            await self._answer(answer)
+
+    def _end_unfinished(self) -> None:
+        """End the permit of a request whose response did not complete: failed, aborted or disconnected."""
+        permit = self._permit
+        if not self._gone:
+            permit._finish(FAILED)
+        elif self._reached_the_app():
+            permit._finish(ABORTED)
+        else:
+            # Its client left while a gate inside still held it back from the app: this gate's
+            # slot was never used for the work it stands for.
+            _give_back_unused(permit)
+
+    def _provider_refusal(self, error: Exception) -> Refusal | None:
+        """The service's answer to the provider's refusal the app raised, if it is one and can be sent."""
+        middleware = self._middleware
+        if not middleware._provider_errors or self._started or self._gone:
+            return None
+        answer = provider_refusal(
+            error,
+            middleware._refusal,
+            key=self._key,
+            retry_after_fallback=middleware._retry_after_fallback,
+            event_stream=middleware._sse and _accepts_event_stream(self._scope),
+        )
+        if answer is not None:
+            logger.warning(
+                "%s %s: the provider refused (%s: %s); answered %d with Retry-After: %s",
+                self._scope.get("method", ""),
+                self._scope.get("path", ""),
+                type(error).__name__,
+                error,
+                answer.status,
+                dict(answer.headers)[b"retry-after"].decode(),
+            )
+        return answer
 
     async def _refuse(self, error: GateError) -> None:
         middleware = self._middleware
@@ -430,7 +572,11 @@ class _Exchange:
             retry_after_fallback=middleware._retry_after_fallback,
             event_stream=middleware._sse and _accepts_event_stream(self._scope),
         )
-        self._done = True  # the refusal is not the app's response: a disconnect now cancels nothing
+        await self._answer(refusal)
+
+    async def _answer(self, refusal: Refusal) -> None:
+        """Send a refusal: the gate's, or the provider's (the app's own response never started)."""
+        self._done = True  # not the app's response: a disconnect now cancels nothing
         start = {"type": "http.response.start", "status": refusal.status, "headers": refusal.headers}
         await self._send(start)
         await self._send({"type": "http.response.body", "body": refusal.body})
@@ -496,3 +642,20 @@ class _Exchange:
         if middleware._ratelimit:
             headers += ratelimit_fields(permit.gate)
         return headers
+
+
+def _give_back_unused(permit: Any) -> None:
+    """End a running permit whose slot the request never used, as *disconnected*.
+
+    For a gate whose app is another gate that never let the request through: the slot goes back
+    as a grant nobody took up (the admission is taken back, no run time is recorded), and passes
+    on to the next in line.
+    """
+    inner = getattr(permit, "_inner", None)  # a RedisGate's permit admitted by its fallback gate
+    if inner is not None:
+        permit = inner
+    unused = getattr(permit, "_disconnect_unused", None)  # a RedisGate's own permit
+    if unused is not None:
+        unused()
+    elif permit.status is RUNNING:
+        permit._gate._cancel(permit, DISCONNECTED)  # the core's "granted, but not yet used" ending

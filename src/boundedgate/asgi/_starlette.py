@@ -19,11 +19,11 @@ from .._driver import KeyedGate
 from .._errors import GateError, Late
 from .._streams import GatedStream
 from .._streams import close_stream as _close_stream
-from ._middleware import admission_options
-from ._refusal import BodyFunction, check_style, refusal_for
+from ._middleware import UNGATED, admission_options
+from ._refusal import BodyFunction, Refusal, check_style, provider_refusal, refusal_for
 from ._types import Receive, Scope, Send
 
-__all__ = ("GatedStreamingResponse", "gate_dependency", "refusal_handler")
+__all__ = ("GatedStreamingResponse", "gate_dependency", "provider_error_handler", "refusal_handler")
 
 logger = logging.getLogger("boundedgate.asgi")
 
@@ -54,15 +54,19 @@ def gate_dependency(
 
     Args:
         gate: A :class:`BoundedGate`, a :class:`KeyedGate` (with ``key``) or a ``RedisGate``.
-        key: For a :class:`KeyedGate`: a function from the ASGI scope to the key.
+        key: For a :class:`KeyedGate`: a function from the ASGI scope to the key (any hashable;
+            None is a key like any other). It may return :data:`UNGATED` to let the request
+            through ungated: the dependency then yields None.
         timeout: As for :meth:`BoundedGate.admit`.
         max_wait: As for :meth:`BoundedGate.admit`.
         priority: As for :meth:`BoundedGate.admit`.
         cost: As for :meth:`BoundedGate.admit`.
     """
     keyed = isinstance(gate, KeyedGate)
-    if keyed != (key is not None):
-        raise TypeError("give key= exactly when the gate is a KeyedGate")
+    if keyed and key is None:
+        raise TypeError("a KeyedGate needs key=, a function from the ASGI scope to the request's key")
+    if key is not None and not keyed:
+        raise TypeError("key= is for a KeyedGate: remove it, or use a KeyedGate for one queue per key")
     options = admission_options(timeout, max_wait)
     if priority:
         options["priority"] = priority
@@ -70,7 +74,14 @@ def gate_dependency(
         options["cost"] = cost
 
     async def admitted(request: Request) -> AsyncIterator[Any]:
-        permit = gate.admit(key(request.scope), **options) if key is not None else gate.admit(**options)
+        if key is None:
+            permit = gate.admit(**options)
+        else:
+            chosen = key(request.scope)
+            if chosen is UNGATED:
+                yield None
+                return
+            permit = gate.admit(chosen, **options)
         await permit.__aenter__()
         try:
             yield permit
@@ -103,21 +114,84 @@ def refusal_handler(
         if not isinstance(error, GateError):
             raise error
         scope = request.scope
-        accepts = any(n == b"accept" and b"text/event-stream" in v for n, v in scope.get("headers", ()))
         answer = refusal_for(
             error,
             refusal,
-            key=None if key is None else key(scope),
+            key=_key_of(key, scope),
             retry_after_fallback=retry_after_fallback,
-            event_stream=sse_refusal and accepts,
+            event_stream=sse_refusal and _accepts_event_stream(scope),
         )
-        fields = dict(answer.headers)
-        media_type = fields.pop(b"content-type").decode()
-        del fields[b"content-length"]  # Response sets its own
-        headers = {name.decode(): value.decode() for name, value in fields.items()}
-        return Response(answer.body, status_code=answer.status, headers=headers, media_type=media_type)
+        return _response(answer)
 
     return handle
+
+
+def provider_error_handler(
+    refusal: str | BodyFunction = "public",
+    *,
+    key: Callable[[Scope], Hashable | None] | None = None,
+    retry_after_fallback: int = 1,
+    sse_refusal: bool = False,
+) -> Callable[[Request, Exception], Any]:
+    """An exception handler answering the provider's own refusal as the service's 429 or 503.
+
+    For routes without :class:`GateMiddleware` (which answers these itself, ``provider_errors=True``)::
+
+        app.add_exception_handler(openai.APIStatusError, provider_error_handler("openai"))
+        app.add_exception_handler(anthropic.APIStatusError, provider_error_handler("anthropic"))
+
+    The provider's 429 becomes a 429, its 503 or 529 a 503, with its ``Retry-After`` (see
+    :func:`provider_refusal`); any other status error is raised on, to the server (a 500), as
+    without the handler. Arguments are as for :func:`refusal_handler`.
+    """
+    check_style(refusal)
+
+    async def handle(request: Request, error: Exception) -> Response:
+        scope = request.scope
+        answer = provider_refusal(
+            error,
+            refusal,
+            key=_key_of(key, scope),
+            retry_after_fallback=retry_after_fallback,
+            event_stream=sse_refusal and _accepts_event_stream(scope),
+        )
+        if answer is None:
+            raise error
+        logger.warning(
+            "%s %s: the provider refused (%s: %s); answered %d",
+            request.method,
+            request.url.path,
+            type(error).__name__,
+            error,
+            answer.status,
+        )
+        return _response(answer)
+
+    return handle
+
+
+def _key_of(key: Callable[[Scope], Hashable | None] | None, scope: Scope) -> Hashable | None:
+    """The request's key for the refusal's body; None if there is no key function, or it failed."""
+    if key is None:
+        return None
+    try:
+        return key(scope)
+    except Exception:  # the refusal goes out all the same, without the key
+        logger.exception("the refusal's key function %r raised; the refusal names no key", key)
+        return None
+
+
+def _accepts_event_stream(scope: Scope) -> bool:
+    return any(n == b"accept" and b"text/event-stream" in v for n, v in scope.get("headers", ()))
+
+
+def _response(answer: Refusal) -> Response:
+    """A Starlette response carrying a refusal."""
+    fields = dict(answer.headers)
+    media_type = fields.pop(b"content-type").decode()
+    del fields[b"content-length"]  # Response sets its own
+    headers = {name.decode(): value.decode() for name, value in fields.items()}
+    return Response(answer.body, status_code=answer.status, headers=headers, media_type=media_type)
 
 
 class GatedStreamingResponse(StreamingResponse):

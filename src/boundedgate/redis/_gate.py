@@ -270,6 +270,23 @@ class RedisGate:
         return self._waiting
 
     @property
+    def cluster_running(self) -> int:
+        """Slots held across the cluster, as this process last heard from Redis (no round trip).
+
+        Every reply Redis gives this process carries the cluster's counts: its admissions,
+        releases and cancellations, and its background sync (every ``poll_interval`` while it
+        waits, ``lease_ttl / 3`` while it only holds). So this is as recent as this process's
+        last such exchange: current while it is busy, older while it is idle (0 before the
+        first). :meth:`cluster_stats` reads the cluster now, for a round trip.
+        """
+        return self._last_running
+
+    @property
+    def cluster_waiting(self) -> int:
+        """Requests in the cluster's queue, as this process last heard from Redis (as ``cluster_running``)."""
+        return self._last_waiting
+
+    @property
     def process(self) -> str:
         """The id of this gate object in Redis (``host/pid/random``), as :meth:`cluster_stats` shows it."""
         return self._agent

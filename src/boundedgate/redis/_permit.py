@@ -6,7 +6,7 @@ import asyncio
 import math
 import warnings
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, final
+from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar, final
 
 from .._core import BY_STATUS, Status, check_cost
 from .._driver._compat import cancellation_pending, current_task, is_cancelling
@@ -78,6 +78,7 @@ class RedisPermit(HandsOver):
 
     __slots__ = (
         "__weakref__",
+        "_client_left",
         "_first_item",
         "_from_try_admit",
         "_future",
@@ -122,6 +123,8 @@ class RedisPermit(HandsOver):
         self._raise_late = True
         # True from try_admit() until its block is entered: the one entry a running permit allows.
         self._from_try_admit = False
+        # True once disconnect() was called while it waited, or while its admission was on its way.
+        self._client_left = False
 
     # -- public API -------------------------------------------------------------------------
 
@@ -182,15 +185,18 @@ class RedisPermit(HandsOver):
         """Its client went away while it waited: leave the cluster's queue now, as *disconnected*.
 
         As :meth:`Permit.disconnect <boundedgate.Permit.disconnect>`: the waiting ``async with``
-        raises ``CancelledError`` and the place in Redis is taken back. A grant that already
-        reached it in this loop turn is kept (Redis has counted it): end that request with
-        :meth:`abort`. Does nothing unless the permit is waiting.
+        raises ``CancelledError`` and the place in Redis is taken back. A grant that reached it in
+        this loop turn, before its ``async with`` resumed, is given back unused (it passes on),
+        as is one that Redis answers to an admission still on its way when the client left.
+        Does nothing unless the permit is waiting or on its way to Redis.
         """
         inner = self._inner
         if inner is not None:
             inner.disconnect()
-        elif self._status is QUEUED and self._future is not None:
-            _wake(self._future, _DISCONNECTED)
+        elif self._id is not None and (self._status is QUEUED or self._status is NEW):
+            self._client_left = True  # whatever wakes its entry next, it ends disconnected
+            if self._future is not None:
+                _wake(self._future, _DISCONNECTED)
 
     async def __aenter__(self) -> Self:
         if self._status is RUNNING or self._inner is not None:
@@ -387,6 +393,8 @@ class RedisPermit(HandsOver):
         """The admission call failed: re-raise, or raise the typed refusal, or use the fallback."""
         gate = self._gate
         permit_id: str = self._id  # type: ignore[assignment]
+        if self._client_left and isinstance(error, (asyncio.CancelledError, *UNREACHABLE)):
+            self._disconnected()  # its client left while Redis was being asked: nobody to admit
         if isinstance(error, asyncio.CancelledError):
             # The admission may have landed: take it back. It arrived here, so it counts here, as a
             # request cancelled while it waits does (whether or not Redis had heard of it yet).
@@ -435,16 +443,15 @@ class RedisPermit(HandsOver):
             # Cancelled while waiting, or in the same turn as a grant reached it: either way the
             # cancellation script takes back the place or passes the unused slot on.
             self._leave()
+            if self._client_left:
+                self._disconnected()
             gate._abandon(self._id, "cancelled")  # type: ignore[arg-type]
             counters.cancelled += 1
             self._end(CANCELLED)
             raise
         self._leave()
-        if what == _DISCONNECTED:
-            gate._abandon(self._id, _DISCONNECTED)  # type: ignore[arg-type]
-            counters.disconnected += 1
-            self._end(DISCONNECTED)
-            raise asyncio.CancelledError()
+        if what == _DISCONNECTED or self._client_left:  # a grant in the turn its client left: unused
+            self._disconnected()
         now = loop.time()  # type: ignore[union-attr]
         if what == _GRANTED and now < self._queue_by:
             counters.waited(now - self.arrival)  # type: ignore[operator]
@@ -465,6 +472,31 @@ class RedisPermit(HandsOver):
             raise gate._unavailable(waited, waited, "unreachable") from value
         raise gate._unavailable(waited, waited, "waiter_lease_lost")
 
+    def _disconnected(self) -> NoReturn:
+        """End a request whose client left before it used a slot: its place or slot goes back in Redis."""
+        self._gate._abandon(self._id, _DISCONNECTED)  # type: ignore[arg-type]
+        self._gate._counters.disconnected += 1
+        self._end(DISCONNECTED)
+        raise asyncio.CancelledError()
+
+    def _disconnect_unused(self) -> None:
+        """End a running permit whose request never used its slot, as *disconnected*.
+
+        For a server whose client left while the request was held back further on (queued at
+        another gate inside): the slot goes back unused, as a grant nobody took up (Redis takes
+        the admission back, no run time is counted here), and passes on.
+        """
+        if self._status is not RUNNING:
+            return
+        gate = self._gate
+        gate._holders.pop(self._id, None)  # type: ignore[arg-type]
+        self._token = None
+        self.started = None
+        gate._counters.admitted -= 1
+        gate._counters.disconnected += 1
+        self._end(DISCONNECTED)
+        gate._abandon(self._id, _DISCONNECTED)  # type: ignore[arg-type]
+
     def _leave(self) -> None:
         gate = self._gate
         del gate._waiters[self._id]  # type: ignore[arg-type]
@@ -475,6 +507,8 @@ class RedisPermit(HandsOver):
             self._timer = None
 
     def _start(self, token: object) -> None:
+        if self._client_left:  # granted at once, after its client left: the slot passes on unused
+            self._disconnected()
         gate = self._gate
         self._status = RUNNING
         self.started = gate._loop.time()  # type: ignore[union-attr]
