@@ -7,6 +7,7 @@ Redis). Every test runs in real time against the real redis-server.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 
@@ -15,8 +16,10 @@ import pytest
 import redis.asyncio
 
 from boundedgate import Adaptive
+from boundedgate._core import MAX_PAUSE
 from boundedgate.httpx import GatedTransport, follow_provider
 from boundedgate.redis import RedisGate
+from boundedgate.redis._layout import gate_keys
 from tests.streams.sources import ticks
 
 from .helpers import cluster, make_gate, wait_until
@@ -200,5 +203,42 @@ async def test_a_stream_is_sampled_by_its_time_to_first_item(
         assert gate.controller is not None
         assert gate.controller.baseline is not None
         assert 0.04 <= gate.controller.baseline < 0.15
+    finally:
+        await gate.aclose()
+
+
+async def _pause_left(client: redis.asyncio.Redis, name: str) -> float:
+    """Seconds of the cluster's pause still to run, read from its state in Redis (0: not paused)."""
+    until = await client.hget(gate_keys(name)[0], "pause")
+    seconds, micros = await client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    return 0.0 if until is None else max(0.0, (float(until) - now_ms) / 1000)
+
+
+@pytest.mark.parametrize("seconds", [math.inf, math.nan, -1.0])
+async def test_a_pause_without_an_end_is_refused_and_a_providers_is_capped(
+    clients: list[redis.asyncio.Redis], name: str, seconds: float
+) -> None:
+    gate = make_gate(clients[0], name, 2, 5, adaptive=Adaptive())
+    try:
+        with pytest.raises(ValueError, match=r"^seconds must be a finite number >= 0"):
+            await gate.pause(seconds)
+        with pytest.raises(ValueError, match=r"^retry_after must be a finite number >= 0"):
+            await gate.signal("rate_limited", retry_after=seconds)
+        assert await _pause_left(clients[0], name) == 0.0
+        async with gate.admit(timeout=5):  # not paused
+            pass
+        await gate.signal("rate_limited", retry_after=1e15)  # Retry-After: 1e15
+        assert 290 < await _pause_left(clients[0], name) <= MAX_PAUSE
+        await gate.pause(0)
+        other = make_gate(clients[1], name + "-capped", 2, 5)
+        try:
+            await other.signal("rate_limited", retry_after=1e15, max_pause=0.2)
+            assert 0 < await _pause_left(clients[1], name + "-capped") <= 0.2
+            await asyncio.sleep(0.25)
+            async with other.admit(timeout=5):  # the capped pause is over
+                pass
+        finally:
+            await other.aclose()
     finally:
         await gate.aclose()

@@ -6,7 +6,7 @@ Nothing in this package imports an event loop, a clock or threads: it is told th
 from importlib.machinery import ExtensionFileLoader
 
 from . import _state
-from ._adaptive import SIGNALS, Adaptive, AdaptiveLimit
+from ._adaptive import MAX_PAUSE, SIGNALS, Adaptive, AdaptiveLimit, provider_pause
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
 from ._native import BoolArg, FloatArg, IntArg, StrArg, allocates_plainly, mypyc_attr, restore_docstrings
@@ -17,10 +17,12 @@ from ._settings import (
     check_cost,
     check_deadline,
     check_jump_share,
+    check_max_pause,
     check_max_running,
     check_max_wait,
     check_max_waiting,
     check_name,
+    check_pause,
     check_priorities,
     check_priority,
     check_timeout,
@@ -35,6 +37,7 @@ __all__ = (
     "BY_STATUS",
     "COMPILED",
     "DECISIONS",
+    "MAX_PAUSE",
     "NEVER_RAN",
     "OUTCOMES",
     "RAN",
@@ -63,16 +66,19 @@ __all__ = (
     "check_deadline",
     "check_jump_share",
     "check_limits",
+    "check_max_pause",
     "check_max_running",
     "check_max_wait",
     "check_max_waiting",
     "check_name",
+    "check_pause",
     "check_priorities",
     "check_priority",
     "check_timeout",
     "mypyc_attr",
     "note",
     "pace_weight",
+    "provider_pause",
     "queue_deadline",
     "restore_docstrings",
     "total",

@@ -48,10 +48,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final
 
-from ._settings import check_max_running
+from ._settings import check_max_pause, check_max_running, check_pause
 
-__all__ = ("SIGNALS", "Adaptive", "AdaptiveLimit")
+__all__ = ("MAX_PAUSE", "SIGNALS", "Adaptive", "AdaptiveLimit", "provider_pause")
 
 #: The kinds of signal a controller understands, and what each does.
 SIGNALS: dict[str, str] = {
@@ -59,6 +60,24 @@ SIGNALS: dict[str, str] = {
     "overloaded": "a 503, 529 or 'overloaded': cut C multiplicatively, at most once per window",
     "ignored": "a client disconnect, a 4xx other than 429, a cancellation: not congestion",
 }
+
+#: The longest pause a provider's rate-limit signal gets by default, in seconds (``max_pause``): a
+#: reset further away (a daily quota, a ``Retry-After: 1e15``) is obeyed this long, then the gate
+#: tries again, and a 429 pauses it again.
+MAX_PAUSE: Final = 300.0
+
+
+def provider_pause(retry_after: object, max_pause: object = MAX_PAUSE) -> float:
+    """The pause a provider's rate-limit signal sets: ``retry_after`` seconds, at most ``max_pause``.
+
+    0 without a ``retry_after`` (the provider named no reset: no pause).
+
+    Raises:
+        TypeError, ValueError: ``retry_after`` or ``max_pause`` is not a finite number >= 0
+            (an infinite reset is no reset: the gate would never start again).
+    """
+    longest = check_max_pause(max_pause)
+    return 0.0 if retry_after is None else min(check_pause(retry_after, "retry_after"), longest)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,14 +16,23 @@ __all__ = (
     "check_cost",
     "check_deadline",
     "check_jump_share",
+    "check_max_pause",
     "check_max_running",
     "check_max_wait",
     "check_max_waiting",
     "check_name",
+    "check_pause",
     "check_priorities",
     "check_priority",
     "check_timeout",
 )
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message: its repr, but an int too long to read (or to print) by its size."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
 
 
 def _count(name: str, value: object) -> int:
@@ -99,6 +108,36 @@ def check_deadline(value: object) -> float:
     if value is None:
         return math.inf
     return _seconds("deadline", value)
+
+
+def check_pause(value: object, name: str = "seconds") -> float:
+    """Return the length of a pause in seconds: a finite number >= 0 (a pause always ends).
+
+    ``name`` is the argument's, for the message: ``seconds`` of ``pause()``, ``retry_after`` of
+    ``signal()``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {_shown(value)}")
+    seconds = _float(name, value)
+    if not 0 <= seconds < math.inf:
+        raise ValueError(
+            f"{name} must be a finite number >= 0, got {_shown(value)}: give the seconds until the "
+            "provider's reset (a pause always ends; pause again to extend it)"
+        )
+    return seconds
+
+
+def check_max_pause(value: object) -> float:
+    """Return the longest pause a provider's signal may set, in seconds: a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"max_pause must be a number of seconds, got {_shown(value)}")
+    seconds = _float("max_pause", value)
+    if not 0 <= seconds < math.inf:
+        raise ValueError(
+            f"max_pause must be a finite number >= 0, got {_shown(value)}: the longest a provider's "
+            "reset may pause the gate (a longer reset is obeyed that long, then the gate tries again)"
+        )
+    return seconds
 
 
 def check_name(value: object) -> str:

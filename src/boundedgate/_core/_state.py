@@ -520,7 +520,13 @@ class GateState:
         running ones run on; at ``until`` (the caller learns it from :meth:`next_wakeup`) the
         oldest start. A pause that ends earlier than one already in force changes nothing; a
         later one extends it. Returns the tickets that left the queue as the clock reached ``now``.
+
+        Raises:
+            ValueError: ``until`` is not finite (``inf`` is this state's own "not paused", and a
+                pause that never ends would start nothing ever again); nothing changed.
         """
+        if not until < math.inf:
+            raise ValueError(f"a pause must end: until must be finite, got {until!r}")
         if until <= now or (self.paused_until != math.inf and until <= self.paused_until):
             return self._advance(now)
         self.pauses += 1

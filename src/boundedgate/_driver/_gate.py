@@ -31,6 +31,7 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from .._core import (
+    MAX_PAUSE,
     Adaptive,
     AdaptiveLimit,
     BoolArg,
@@ -46,9 +47,11 @@ from .._core import (
     check_deadline,
     check_max_wait,
     check_name,
+    check_pause,
     check_priority,
     check_timeout,
     mypyc_attr,
+    provider_pause,
     queue_deadline,
 )
 from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
@@ -378,8 +381,12 @@ class GateBase:
         their deadlines, running ones run on; when the pause ends the oldest waiters start. A
         shorter pause than one in force changes nothing; a longer one extends it. Must be called
         on the gate's event loop (it binds the gate to the running loop if it has none yet).
+
+        Raises:
+            TypeError, ValueError: ``seconds`` is not a finite number >= 0 (a pause always ends;
+                nothing changed).
         """
-        seconds = check_timeout(seconds)
+        seconds = check_pause(seconds)
         if self._loop is None:
             self._bind()
         now = self._clock()
@@ -388,21 +395,28 @@ class GateBase:
             self._wake(woken)
         self._rearm()
 
-    def signal(self, kind: StrArg, *, retry_after: FloatArg | None = None) -> None:
+    def signal(
+        self, kind: StrArg, *, retry_after: FloatArg | None = None, max_pause: FloatArg = MAX_PAUSE
+    ) -> None:
         """Tell the gate what the provider answered: ``rate_limited``, ``overloaded`` or ``ignored``.
 
         ``rate_limited`` with ``retry_after`` (seconds to the provider's reset) pauses new starts
-        until then and leaves C alone; ``overloaded`` (a 503, a 529) has the adaptive controller cut
+        until then, but for at most ``max_pause`` seconds (default 300: a reset further away, a
+        daily quota or a ``Retry-After: 1e15``, is obeyed that long, then the gate tries again),
+        and leaves C alone; ``overloaded`` (a 503, a 529) has the adaptive controller cut
         C, at most once per window (without a controller it changes nothing); ``ignored`` (a client
         that went away, another 4xx) is not congestion. See ``boundedgate.SIGNALS``. Must be
         called on the gate's event loop, as :meth:`pause`.
 
         Raises:
             ValueError: An unknown kind.
+            TypeError, ValueError: ``retry_after`` or ``max_pause`` is not a finite number >= 0
+                (nothing changed).
         """
+        pause = provider_pause(retry_after, max_pause)
         if kind == "rate_limited":
-            if retry_after is not None and cast(Any, retry_after) > 0:  # compiled: an object
-                self.pause(retry_after)
+            if pause > 0:
+                self.pause(pause)
             return
         controller = self._controller
         if controller is None:

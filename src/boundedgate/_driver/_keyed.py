@@ -56,6 +56,7 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Generic, TypeVar, cast, final
 
 from .._core import (
+    MAX_PAUSE,
     SIGNALS,
     Adaptive,
     AdaptiveLimit,
@@ -71,6 +72,7 @@ from .._core import (
     check_max_running,
     check_max_waiting,
     check_name,
+    provider_pause,
     total,
 )
 from .._streams import StreamOpener, StreamSource, StreamT
@@ -388,10 +390,13 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         if gate is not None:
             gate.set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
 
-    def signal(self, key: K, kind: str, *, retry_after: float | None = None) -> None:
+    def signal(
+        self, key: K, kind: str, *, retry_after: float | None = None, max_pause: float = MAX_PAUSE
+    ) -> None:
         """Tell ``key``'s gate what the provider answered for it, as :meth:`BoundedGate.signal`.
 
-        ``rate_limited`` with ``retry_after`` pauses new starts of this key only (a key without a
+        ``rate_limited`` with ``retry_after`` pauses new starts of this key only, for at most
+        ``max_pause`` seconds (a key without a
         gate gets one, which stays until the pause is over, whatever ``keep_idle`` says);
         ``overloaded`` has the key's controller cut its C, at most once per window (a key without a
         gate has its learned record cut, which its next gate starts from; without ``adaptive`` it
@@ -399,17 +404,20 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
 
         Raises:
             ValueError: An unknown kind.
+            TypeError, ValueError: ``retry_after`` or ``max_pause`` is not a finite number >= 0
+                (nothing changed).
         """
         if kind not in SIGNALS:
             raise ValueError(f"unknown signal {kind!r}; expected rate_limited, overloaded or ignored")
+        pause = provider_pause(retry_after, max_pause)
         gate = self._gates.get(key)
         if kind == "rate_limited":
-            if retry_after is None or retry_after <= 0:
+            if pause <= 0:
                 return
             if gate is None:
                 gate = self._create(key)
                 self._list(key, gate)
-            gate.pause(retry_after)
+            gate.pause(pause)
             state = cast(_KeyState, gate._state)
             if not state.running and not state.waiting:
                 self._idle_keys.pop(key, None)

@@ -17,6 +17,7 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Any, final
 
 from .._core import (
+    MAX_PAUSE,
     SIGNALS,
     Adaptive,
     AdaptiveLimit,
@@ -24,7 +25,9 @@ from .._core import (
     check_max_wait,
     check_max_waiting,
     check_name,
+    check_pause,
     check_timeout,
+    provider_pause,
 )
 from .._core import check_deadline as _check_deadline
 from .._driver import log_event
@@ -421,33 +424,39 @@ class RedisGate:
         in the cluster counters as ``pauses``.
 
         Raises:
-            TypeError, ValueError: ``seconds`` is not a number >= 0.
+            TypeError, ValueError: ``seconds`` is not a finite number >= 0 (a pause always ends).
             redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
         """
-        seconds = check_timeout(seconds)
+        seconds = check_pause(seconds)
         if seconds > 0:
             reply = await self._adapt(("pause", _ms(seconds), 0, 1, 1, 0, 0))
             self._seen(reply[2], reply[3], reply[4])
 
-    async def signal(self, kind: str, *, retry_after: float | None = None) -> None:
+    async def signal(
+        self, kind: str, *, retry_after: float | None = None, max_pause: float = MAX_PAUSE
+    ) -> None:
         """Tell the cluster what the provider answered: ``rate_limited``, ``overloaded`` or ``ignored``.
 
         A coroutine (it writes to Redis). As :meth:`BoundedGate.signal
         <boundedgate.BoundedGate.signal>`, for every process at once: ``rate_limited`` with
-        ``retry_after`` pauses new starts cluster-wide until the reset (:meth:`pause`) and leaves C
+        ``retry_after`` pauses new starts cluster-wide until the reset, for at most ``max_pause``
+        seconds (:meth:`pause`), and leaves C
         alone; ``overloaded`` has the cluster's C cut by the adaptive controller, unless the
         cluster cut it within the window, whichever process did (without a controller it changes
         nothing); ``ignored`` is not congestion. See docs/adaptive.md for the rule.
 
         Raises:
             ValueError: An unknown kind.
+            TypeError, ValueError: ``retry_after`` or ``max_pause`` is not a finite number >= 0
+                (nothing changed).
             redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
         """
         if kind not in SIGNALS:
             raise ValueError(f"unknown signal {kind!r}; expected one of {sorted(SIGNALS)}")
+        pause = provider_pause(retry_after, max_pause)
         if kind == "rate_limited":
-            if retry_after is not None and retry_after > 0:
-                await self.pause(retry_after)
+            if pause > 0:
+                await self.pause(pause)
             return
         controller = self._controller
         if kind == "overloaded" and controller is not None:
