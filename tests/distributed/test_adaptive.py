@@ -15,7 +15,7 @@ import httpx2
 import pytest
 import redis.asyncio
 
-from boundedgate import Adaptive
+from boundedgate import Adaptive, QueueFull
 from boundedgate._core import MAX_PAUSE
 from boundedgate.httpx import GatedTransport, follow_provider
 from boundedgate.redis import RedisGate
@@ -242,3 +242,19 @@ async def test_a_pause_without_an_end_is_refused_and_a_providers_is_capped(
             await other.aclose()
     finally:
         await gate.aclose()
+
+
+async def test_a_refusal_during_a_cluster_pause_says_when_it_ends(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    mine, theirs = (make_gate(client, name, 1, 0) for client in clients[:2])
+    try:
+        await mine.pause(30)
+        with pytest.raises(QueueFull) as full:  # another process, paused by the cluster
+            await theirs.try_admit(timeout=5)
+        assert full.value.retry_after is not None
+        assert 29 <= full.value.retry_after <= 30
+        assert full.value.headers() == {"Retry-After": "30"}
+    finally:
+        for gate in (mine, theirs):
+            await gate.aclose()

@@ -13,10 +13,12 @@ import math
 
 import pytest
 
-from boundedgate import BoundedGate, KeyedGate
+from boundedgate import BoundedGate, KeyedGate, QueueExpired, QueueFull, RateLimit, RateLimited
 from boundedgate._core import GateState, Ticket
 from boundedgate._core._adaptive import MAX_PAUSE
+from boundedgate.asgi import refusal_for
 from boundedgate.httpx import ProviderSignal, follow_provider, parse_signal
+from boundedgate.httpx._refusal import refusal_headers
 
 NOT_A_PAUSE = [math.inf, -math.inf, math.nan, -1, -0.5]
 
@@ -133,3 +135,71 @@ async def test_follow_provider_caps_a_reset_that_would_brick_the_gate(
         pass
     with pytest.raises(ValueError, match=r"^max_pause must be a finite number >= 0"):
         follow_provider(gate, max_pause=math.inf)
+
+
+# -- refusals during a pause -----------------------------------------------------------------------
+
+
+async def _hold(gate: BoundedGate, seconds: float) -> None:
+    async with gate.admit(timeout=1000):
+        await asyncio.sleep(seconds)
+
+
+async def test_a_refusal_during_a_pause_is_told_to_come_back_after_it() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=1)
+    await _hold(gate, 0.5)  # a pace: 0.5 s a run
+    gate.pause(60)
+    queued = asyncio.create_task(_hold(gate, 0.5))
+    await asyncio.sleep(0)
+    with pytest.raises(QueueFull) as full:
+        gate.try_admit()
+    # No sooner than the pause's end, then the queue ahead at the pace: what predicted_start says.
+    assert full.value.retry_after == pytest.approx(60 + 2 * 0.5)
+    assert full.value.headers() == {"Retry-After": "61"}
+    assert full.value.to_dict()["retry_after"] == pytest.approx(61)
+    await asyncio.sleep(10)
+    with pytest.raises(QueueFull) as later:
+        async with gate.admit():
+            pass
+    assert later.value.retry_after == pytest.approx(50 + 2 * 0.5)
+    await queued
+
+
+async def test_an_expiry_and_a_rate_limit_refusal_during_a_pause_count_it_too() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=5, rate_limits=[RateLimit.per_second(1, burst=1)])
+    gate.try_admit().release()  # its one token taken: the next is due in 1 s
+    gate.pause(30)
+    with pytest.raises(RateLimited) as limited:  # its token cannot come before its deadline
+        async with gate.admit(timeout=0.5):
+            pass
+    assert limited.value.retry_after == pytest.approx(30)  # the token in 1 s, but the pause in 30
+    with pytest.raises(QueueExpired) as expired:
+        async with gate.admit(timeout=5):
+            pass
+    assert expired.value.retry_after == pytest.approx(25)  # the pause has 25 s to go when it expires
+
+
+async def test_a_gate_without_a_pace_still_says_the_pause() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    gate.pause(42)
+    with pytest.raises(QueueFull) as full:
+        gate.try_admit()
+    assert full.value.retry_after == pytest.approx(42)
+    assert full.value.headers() == {"Retry-After": "42"}
+    await asyncio.sleep(42)
+    blocker = gate.try_admit()
+    with pytest.raises(QueueFull) as after:  # not paused, no pace: no estimate, as before
+        gate.try_admit()
+    blocker.release()
+    assert after.value.retry_after is None
+
+
+async def test_the_http_edges_send_the_pause_as_retry_after() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=0)
+    gate.pause(90)
+    with pytest.raises(QueueFull) as full:
+        gate.try_admit()
+    refusal = refusal_for(full.value, retry_after_fallback=1)  # the ASGI middleware's answer
+    assert (b"retry-after", b"90") in refusal.headers
+    headers = refusal_headers(full.value, sdk_retry=True, default_retry_after=1.0)  # GatedTransport's
+    assert (headers["retry-after"], headers["retry-after-ms"]) == ("90", "90000")

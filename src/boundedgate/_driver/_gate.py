@@ -609,12 +609,31 @@ class GateBase:
         self._rearm()
 
     def _refusal(self, permit: Permit) -> QueueFull | RateLimited | QueueExpired | Evicted | Infeasible:
-        """The error for a permit the state refused at arrival, or that left the queue unstarted."""
+        """The error for a permit the state refused at arrival, or that left the queue unstarted.
+
+        Its ``retry_after`` is never sooner than the end of a pause in force: nothing starts before
+        (the args of a refusal by a gate that is not paused say no pause: the rejection path pays one
+        comparison for it).
+        """
         state = self._state
         status = permit.status
         name = self._name or self.name  # the property only for a key's gate not named yet (a call)
-        if status is INFEASIBLE:
-            ended: float = permit.ended  # type: ignore[assignment]
+        ended: float = permit.ended  # type: ignore[assignment]
+        if status is REJECTED:
+            error = _QUEUE_FULL(
+                name,
+                self._max_running,
+                state.max_waiting,
+                state.running,
+                state.waiting,
+                0.0,
+                0.0,
+                state.recent_run_seconds,
+            )
+            if state.paused_until != _INF:
+                error.args += (state.paused_until - ended,)
+            return error
+        if status is INFEASIBLE:  # its predicted start counts a pause already
             return Infeasible(
                 name,
                 self._max_running,
@@ -626,6 +645,7 @@ class GateBase:
                 max(0.0, state.predicted_start(ended) - ended),
                 queue_deadline(permit) - ended,
             )
+        paused_for = 0.0 if state.paused_until == _INF else state.paused_until - ended
         if status is RATE_LIMITED:
             return RateLimited(
                 name,
@@ -636,20 +656,9 @@ class GateBase:
                 0.0,
                 0.0,
                 state.limiting(permit).name,  # type: ignore[union-attr]
-                max(0.0, state.ready_at(permit) - permit.ended),  # type: ignore[operator]
+                max(0.0, state.ready_at(permit) - ended, paused_for),
             )
-        if status is REJECTED:
-            return _QUEUE_FULL(
-                name,
-                self._max_running,
-                state.max_waiting,
-                state.running,
-                state.waiting,
-                0.0,
-                0.0,
-                state.recent_run_seconds,
-            )
-        waited = permit.ended - permit.arrival  # type: ignore[operator]
+        waited = ended - permit.arrival  # type: ignore[operator]
         if status is EVICTED:
             return Evicted(
                 name,
@@ -661,6 +670,7 @@ class GateBase:
                 waited,
                 permit.priority,
                 state.recent_run_seconds,
+                paused_for,
             )
         return QueueExpired(
             name,
@@ -672,6 +682,7 @@ class GateBase:
             waited,
             queue_deadline(permit),
             state.recent_run_seconds,
+            paused_for,
         )
 
     def _late(self, permit: Permit | CombinedPermit) -> Late:

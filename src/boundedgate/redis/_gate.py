@@ -650,7 +650,8 @@ class RedisGate:
             self._released(reply, sample, handed_at)
             return
 
-    def _refused(self, permit: RedisPermit, running: int, waiting: int) -> QueueFull:
+    def _refused(self, permit: RedisPermit, running: int, waiting: int, paused_for: float) -> QueueFull:
+        """The refusal of a full cluster; ``paused_for``: seconds of a cluster pause still to run."""
         return QueueFull(
             self._name,
             self._max_running,
@@ -660,6 +661,7 @@ class RedisGate:
             0.0,
             permit.ended - permit.arrival,  # type: ignore[operator]
             self._counters.recent_run_seconds,
+            paused_for,
         )
 
     def _expired(self, permit: RedisPermit) -> QueueExpired:
