@@ -258,3 +258,29 @@ async def test_a_refusal_during_a_cluster_pause_says_when_it_ends(
     finally:
         for gate in (mine, theirs):
             await gate.aclose()
+
+
+async def test_an_overload_after_set_limits_cuts_the_clusters_C_in_force(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    mine, theirs = _gates(clients[:2], name, 20, Adaptive(floor=1, window=30.0))
+    try:
+        await mine.signal("overloaded")  # 20 -> 18, everywhere
+        await mine.set_limits(max_running=4)
+        assert mine.controller is not None
+        assert mine.controller.limit == 4
+        await theirs.signal("overloaded")  # within the window: suppressed, whoever hears it
+        assert (await cluster(clients[0], name)).max_running == 4
+        assert theirs.controller is not None
+        assert theirs.controller.limit == 4  # the reply brought the C in force
+        await mine.set_limits(max_running=10)
+        fresh = make_gate(clients[2], name, 20, 50, adaptive=Adaptive(floor=1, window=0.001))
+        try:
+            await asyncio.sleep(0.01)
+            await fresh.signal("overloaded")  # a window of 1 ms: a cut, of the cluster's C
+            assert (await cluster(clients[0], name)).max_running == 9
+        finally:
+            await fresh.aclose()
+    finally:
+        for gate in (mine, theirs):
+            await gate.aclose()

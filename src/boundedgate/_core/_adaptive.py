@@ -136,7 +136,9 @@ class AdaptiveLimit:
     """The controller of one gate's C: told signals and samples with the time, it answers C.
 
     ``limit`` is the C it wants now (an int); ``cuts``, ``suppressed`` (overload signals within a
-    window of the last cut), ``grown`` and ``windows`` count what it did.
+    window of the last cut), ``grown`` and ``windows`` count what it did. Whoever sets the gate's C
+    otherwise (``set_limits()`` by hand) tells it with :meth:`rebase`, so that its next decision
+    starts from the C in force, not from its own.
     """
 
     __slots__ = (
@@ -206,6 +208,15 @@ class AdaptiveLimit:
                 self.suppressed += 1
         return self.limit
 
+    def rebase(self, limit: int) -> None:
+        """C was set to ``limit`` elsewhere (``set_limits()``): decide from it from now on.
+
+        A fraction of growth is kept while C is unchanged (the controller's own answer, applied);
+        the window's samples, the baseline and the time of the last cut are kept.
+        """
+        if int(self.value) != limit:
+            self.value = float(limit)
+
     def adopt(
         self, limit: int, now: float, since_cut: float | None = None, overload: bool | None = None
     ) -> None:
@@ -216,8 +227,7 @@ class AdaptiveLimit:
         window from it; ``overload`` says that this process heard an overload signal, which the
         cluster applied as its cut (True, counted in ``cuts``) or suppressed (False).
         """
-        if int(self.value) != limit:
-            self.value = float(limit)
+        self.rebase(limit)
         if since_cut is not None and now - since_cut > self.last_cut:
             self.last_cut = now - since_cut
         if overload is not None:

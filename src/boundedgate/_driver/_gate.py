@@ -349,16 +349,26 @@ class GateBase:
         (the excess leaves as it would have, and no arrival queues until it has), unless
         ``evict=True``: then the newest waiters beyond it get :class:`Evicted`. Each change counts in
         ``stats().limit_changes`` and writes an INFO record ``limit_changed`` to the ``boundedgate``
-        logger. With an adaptive controller attached, the controller may change C again later.
+        logger. With an adaptive controller attached, the controller takes the new C as its own
+        (its next decision starts from it) and may change it again later.
 
         Raises:
-            TypeError, ValueError: A limit the constructor would refuse (nothing changed).
+            TypeError, ValueError: A limit the constructor would refuse, or ``max_running=None``
+                for a gate with an adaptive controller (nothing changed).
         """
         state = self._state
+        controller = self._controller
+        if max_running is None and controller is not None:
+            raise ValueError(
+                "max_running=None (no limit) leaves nothing for the gate's adaptive controller to set: "
+                "give it a C"
+            )
         before = (state.limit, state.max_waiting)
         loop = self._loop
         now = 0.0 if loop is None else self._clock()
         woken = state.set_limits(now, max_running, max_waiting, evict)
+        if controller is not None:
+            controller.rebase(state.limit)
         self._max_running = None if state.limit == sys.maxsize else state.limit
         if before != (state.limit, state.max_waiting):
             log_event(

@@ -369,17 +369,29 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         lives). Each gate changes as :meth:`BoundedGate.set_limits` says: raising C starts its oldest
         waiters at once, lowering it interrupts nobody, lowering Q evicts nobody unless ``evict``.
 
+        With ``adaptive``, the keys' controllers take the new C as their own (their next decision
+        starts from it), those of the keys without a gate too.
+
         Raises:
-            TypeError, ValueError: A limit the constructor would refuse (nothing changed).
+            TypeError, ValueError: A limit the constructor would refuse, or ``max_running=None``
+                with ``adaptive`` (nothing changed).
         """
-        probe = GateState(self._max_running, self._max_waiting)
+        if max_running is None and self._adaptive is not None:
+            raise ValueError(
+                "max_running=None (no limit) leaves nothing for the keys' adaptive controllers to set: "
+                "give a C"
+            )
         if key is ...:
+            probe = GateState(self._max_running, self._max_waiting)
             probe.set_limits(0.0, max_running, max_waiting)  # checks the limits before any change
+            following = [k for k in self._gates if self._follows_template(k)]
+            remembered = [k for k in self._learned if self._follows_template(k)]
             self._max_running = None if probe.limit == sys.maxsize else probe.limit
             self._max_waiting = probe.max_waiting
-            targets = [k for k in self._gates if k not in self._set and self._own_limits(k) is None]
-            for k in targets:
+            for k in following:
                 self._gates[k].set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
+            if max_running is not ...:
+                self._rebase(remembered, probe.limit)
             return
         base = self.limits(key)
         probe = GateState(base.max_running, base.max_waiting)
@@ -389,6 +401,18 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         gate = self._gates.get(key)
         if gate is not None:
             gate.set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
+        elif key in self._learned and max_running is not ...:
+            self._rebase([key], probe.limit)
+
+    def _follows_template(self, key: K) -> bool:
+        """Whether ``key``'s limits are the template's: none set for it, no override."""
+        return key not in self._set and self._own_limits(key) is None
+
+    def _rebase(self, keys: list[K], limit: int) -> None:
+        """The learned records of ``keys`` (keys without a gate) take ``limit``, a C set by hand."""
+        if limit != sys.maxsize:
+            for key in keys:
+                self._learned[key].rebase(limit)
 
     def signal(
         self, key: K, kind: str, *, retry_after: float | None = None, max_pause: float = MAX_PAUSE
