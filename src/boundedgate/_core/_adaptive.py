@@ -50,7 +50,16 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from ._settings import check_max_pause, check_max_running, check_pause
+from ._settings import (
+    check_at_least,
+    check_count,
+    check_fraction,
+    check_max_pause,
+    check_max_running,
+    check_pause,
+    check_positive,
+    shown,
+)
 
 __all__ = ("MAX_PAUSE", "SIGNALS", "Adaptive", "AdaptiveLimit", "provider_pause")
 
@@ -95,6 +104,14 @@ class Adaptive:
         min_samples: The fewest samples that close a window.
         baseline_windows: The span, in windows, of the baseline's moving average.
         max_limit_factor: C never grows beyond this multiple of the window's peak in flight.
+
+    Every field is checked when the settings are made, and kept as the controller computes with it
+    (the counts as ints, the others as floats).
+
+    Raises:
+        TypeError: A field that is not a number (a bool, a str), or a count that is not an int.
+        ValueError: A field out of its range (above), infinite or NaN, an int beyond a float's range,
+            a count beyond ``sys.maxsize``, or ``floor > ceiling``.
     """
 
     floor: int = 1
@@ -109,22 +126,24 @@ class Adaptive:
     max_limit_factor: float = 2.0
 
     def __post_init__(self) -> None:
-        check_max_running(self.floor)
-        check_max_running(self.ceiling)
-        if self.floor > self.ceiling:
+        # Every field checked before any is kept, each as the controller computes with it (a
+        # float field as a float: an int beyond a float's range is refused here, not mid-window).
+        checked = {
+            "floor": check_count("floor", self.floor, 1),
+            "ceiling": check_count("ceiling", self.ceiling, 1),
+            "decrease": check_fraction("decrease", self.decrease),
+            "increase": check_positive("increase", self.increase),
+            "tolerance": check_at_least("tolerance", self.tolerance, 1),
+            "quantile": check_fraction("quantile", self.quantile),
+            "window": check_positive("window", self.window),
+            "min_samples": check_count("min_samples", self.min_samples, 1),
+            "baseline_windows": check_count("baseline_windows", self.baseline_windows, 1),
+            "max_limit_factor": check_positive("max_limit_factor", self.max_limit_factor),
+        }
+        if checked["floor"] > checked["ceiling"]:
             raise ValueError(f"need floor <= ceiling, got {self.floor} and {self.ceiling}")
-        for name, low, high in (("decrease", 0.0, 1.0), ("quantile", 0.0, 1.0)):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and low < value < high) or isinstance(value, bool):
-                raise ValueError(f"{name} must be in ({low:g}, {high:g}), got {value!r}")
-        for name in ("increase", "window", "max_limit_factor"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 < value < math.inf) or isinstance(value, bool):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        if not (isinstance(self.tolerance, (int, float)) and 1 <= self.tolerance < math.inf):
-            raise ValueError(f"tolerance must be a finite number >= 1, got {self.tolerance!r}")
-        check_max_running(self.min_samples)
-        check_max_running(self.baseline_windows)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -159,6 +178,10 @@ class AdaptiveLimit:
     )
 
     def __init__(self, settings: Adaptive | None = None, initial: int = 8) -> None:
+        if settings is not None and not isinstance(settings, Adaptive):
+            raise TypeError(
+                f"settings must be Adaptive settings (or None for the defaults), got {shown(settings)}"
+            )
         self.settings = settings = Adaptive() if settings is None else settings
         #: The limit as a real number; C is its integer part (``initial`` held within the bounds).
         self.value = float(min(max(check_max_running(initial), settings.floor), settings.ceiling))

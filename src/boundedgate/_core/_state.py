@@ -97,7 +97,7 @@ from ._bucket import RateLimit, TokenBucket
 from ._native import FloatArg, IntArg, mypyc_attr
 from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
-from ._settings import check_cost, check_max_running, check_max_waiting
+from ._settings import check_cost, check_max_running, check_max_waiting, shown
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket, note
 
@@ -222,7 +222,7 @@ class GateState:
         self._deadlines: list[tuple[float, Ticket]] = []
         for limit in rate_limits:
             if not isinstance(limit, RateLimit):
-                raise TypeError(f"rate_limits must hold RateLimit objects, got {limit!r}")
+                raise TypeError(f"rate_limits must hold RateLimit objects, got {shown(limit)}")
         self._buckets = tuple(TokenBucket(limit) for limit in rate_limits)
         self.running = 0
         self.waiting = 0

@@ -45,10 +45,12 @@ from .._core import (
     StrArg,
     Ticket,
     check_deadline,
+    check_flag,
     check_max_wait,
     check_name,
     check_pause,
     check_priority,
+    check_remaining,
     check_timeout,
     mypyc_attr,
     provider_pause,
@@ -220,13 +222,15 @@ class GateBase:
         Raises (at once):
             TypeError, ValueError: A malformed timeout, deadline, max_wait, priority or cost
                 (a priority that is not an int, falsy ones included; a number beyond a float's
-                range), both a timeout and a deadline, or a cost above a rate limit's burst (it
-                could never be served). Each names its argument.
+                range), both a timeout and a deadline, a cost above a rate limit's burst (it
+                could never be served), or a raise_late that is not True or False. Each names its
+                argument.
         """
         if max_wait is not None or raise_late is not True:
+            late = check_flag("raise_late", raise_late)
             permit = self.admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
             permit.max_wait = check_max_wait(max_wait)
-            permit._raise_late = bool(raise_late)
+            permit._raise_late = late
             return permit
         if priority is not _ZERO:  # the default passes untouched; anything else is checked (0.0, None)
             priority = check_priority(priority, self._state.priorities)
@@ -305,10 +309,11 @@ class GateBase:
         Raises (at once):
             TypeError, ValueError: As for :meth:`admit`.
         """
+        late = check_flag("raise_late", raise_late)
         permit = self.admit(
             timeout=timeout, deadline=deadline, max_wait=max_wait, priority=priority, cost=cost
         )
-        return StreamOpener(permit, source, cast(Any, raise_late))  # as given (compiled: an object)
+        return StreamOpener(permit, source, late)
 
     def stats(self) -> GateStatistics:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
@@ -339,7 +344,7 @@ class GateBase:
         *,
         max_running: IntArg | EllipsisType | None = ...,
         max_waiting: IntArg | EllipsisType | None = ...,
-        evict: bool = False,
+        evict: BoolArg = False,
     ) -> None:
         """Change C and/or Q now; a limit not given stays as it is.
 
@@ -353,9 +358,11 @@ class GateBase:
         (its next decision starts from it) and may change it again later.
 
         Raises:
-            TypeError, ValueError: A limit the constructor would refuse, or ``max_running=None``
-                for a gate with an adaptive controller (nothing changed).
+            TypeError, ValueError: A limit the constructor would refuse, an ``evict`` that is not
+                True or False, or ``max_running=None`` for a gate with an adaptive controller
+                (nothing changed).
         """
+        evict = check_flag("evict", evict)
         state = self._state
         controller = self._controller
         if max_running is None and controller is not None:
@@ -446,10 +453,14 @@ class GateBase:
         ``remaining`` maps a resource (``"requests"``, ``"tokens"``, or a rate limit's name) to the
         provider's remaining count, e.g. from ``x-ratelimit-remaining-*`` headers. Returns how many
         buckets were lowered.
+
+        Raises:
+            TypeError, ValueError: ``remaining`` is not a mapping of names (str) to counts >= 0.
         """
+        counts = check_remaining(remaining)
         if self._loop is None:
             self._bind()
-        lowered = self._state.sync_rate_limits(dict(remaining), self._clock())
+        lowered = self._state.sync_rate_limits(counts, self._clock())
         state = self._state
         if lowered and state.waiting:
             self._rearm()
@@ -462,12 +473,15 @@ class GateBase:
         client transport) and samples every request that ran to an answer (completed or late):
         its time to first item for a stream, else its run time. Its settings and defaults are
         those of :class:`Adaptive`.
+
+        Raises:
+            TypeError: ``settings`` is neither :class:`Adaptive` nor None.
+            ValueError: The gate has no ``max_running`` (nothing for a controller to set).
         """
         state = self._state
         if state.limit == sys.maxsize:
             raise ValueError("an adaptive limit needs a gate with max_running set")
-        settings = Adaptive() if settings is None else settings
-        self._controller = AdaptiveLimit(settings, state.limit)
+        self._controller = AdaptiveLimit(settings, state.limit)  # which checks the settings
         self.observe(self._sample)
         return self._controller
 

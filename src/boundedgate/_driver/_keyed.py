@@ -68,11 +68,15 @@ from .._core import (
     Ticket,
     Totals,
     WaitQueue,
+    check_count,
+    check_flag,
     check_limits,
     check_max_running,
     check_max_waiting,
     check_name,
+    check_remaining,
     provider_pause,
+    shown,
     total,
 )
 from .._streams import StreamOpener, StreamSource, StreamT
@@ -144,7 +148,8 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             a str, overrides that are neither a mapping nor callable, or ``adaptive`` that is not
             an :class:`Adaptive`.
         ValueError: A limit out of range (as for :class:`BoundedGate`), ``keep_idle < 0``,
-            ``learned_keys < 0``, or ``adaptive`` without a template ``max_running``.
+            ``learned_keys < 0``, a count beyond ``sys.maxsize``, or ``adaptive`` without a
+            template ``max_running``.
     """
 
     __slots__ = (
@@ -181,6 +186,9 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
     ) -> None:
         # The template, checked now rather than at the first key (GateState checks every setting).
         GateState(max_running, max_waiting, priorities, jump_share, rate_limits)
+        keep_idle = check_count("keep_idle", keep_idle)
+        learned_keys = check_count("learned_keys", learned_keys)
+        _check_adaptive(adaptive, max_running)
         self._priorities = priorities
         self._jump_share = jump_share
         self._rate_limits = tuple(rate_limits)
@@ -200,13 +208,8 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         elif callable(overrides):
             self._override = overrides
         elif overrides is not None:
-            raise TypeError(f"overrides must be a mapping or a function of the key, got {overrides!r}")
-        if isinstance(keep_idle, bool) or not isinstance(keep_idle, int):
-            raise TypeError(f"keep_idle must be an int, got {keep_idle!r}")
-        if keep_idle < 0:
-            raise ValueError(f"keep_idle must be >= 0, got {keep_idle}")
+            raise TypeError(f"overrides must be a mapping or a function of the key, got {shown(overrides)}")
         self._keep_idle = keep_idle
-        _check_adaptive(adaptive, self._max_running, learned_keys)
         self._adaptive = adaptive
         self._learned_keys = learned_keys
         # What the controllers of keys without a gate learned, least recently dropped first.
@@ -373,9 +376,10 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         starts from it), those of the keys without a gate too.
 
         Raises:
-            TypeError, ValueError: A limit the constructor would refuse, or ``max_running=None``
-                with ``adaptive`` (nothing changed).
+            TypeError, ValueError: A limit the constructor would refuse, an ``evict`` that is not
+                True or False, or ``max_running=None`` with ``adaptive`` (nothing changed).
         """
+        evict = check_flag("evict", evict)
         if max_running is None and self._adaptive is not None:
             raise ValueError(
                 "max_running=None (no limit) leaves nothing for the keys' adaptive controllers to set: "
@@ -477,9 +481,13 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
 
         As :meth:`BoundedGate.sync_rate_limits` on the key's gate; a key without a gate is left
         alone (0). Returns how many buckets were lowered.
+
+        Raises:
+            TypeError, ValueError: ``remaining`` is not a mapping of names (str) to counts >= 0.
         """
+        counts = check_remaining(remaining)
         gate = self._gates.get(key)
-        return 0 if gate is None else gate.sync_rate_limits(remaining)
+        return 0 if gate is None else gate.sync_rate_limits(counts)
 
     def _remember(self, key: K, controller: AdaptiveLimit, sampled: bool = False) -> None:
         """Keep what a key without a gate learned, within ``learned_keys``.
@@ -812,13 +820,9 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             self._remember(key, gate._controller, bool(state.completed or state.late))
 
 
-def _check_adaptive(adaptive: object, max_running: int | None, learned_keys: object) -> None:
-    """Refuse ``KeyedGate(adaptive=..., learned_keys=...)`` that cannot work."""
+def _check_adaptive(adaptive: object, max_running: object) -> None:
+    """Refuse ``KeyedGate(adaptive=...)`` that cannot work."""
     if adaptive is not None and not isinstance(adaptive, Adaptive):
-        raise TypeError(f"adaptive must be Adaptive settings, got {adaptive!r}")
+        raise TypeError(f"adaptive must be Adaptive settings, got {shown(adaptive)}")
     if adaptive is not None and max_running is None:
         raise ValueError("an adaptive limit needs a template max_running")
-    if isinstance(learned_keys, bool) or not isinstance(learned_keys, int):
-        raise TypeError(f"learned_keys must be an int, got {learned_keys!r}")
-    if learned_keys < 0:
-        raise ValueError(f"learned_keys must be >= 0, got {learned_keys}")

@@ -56,6 +56,9 @@ def gate_middleware(
     retry loop sits between, and aiohttp offers no way to synthesise a response. The settings mean
     what they mean for :class:`~boundedgate.httpx.GatedTransport` (``max_wait`` in seconds: aiohttp
     has no pool timeout to borrow); usage is not read from aiohttp bodies.
+
+    Raises:
+        TypeError, ValueError: A setting :class:`~boundedgate.httpx.GatedTransport` would refuse.
     """
     admission = Admission(gate, key, cost, priority, retry_priority, max_wait)
 
