@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
+import httpx
+import httpx2
 import pytest
 
 from boundedgate import BoundedGate, KeyedGate, QueueExpired, QueueFull, RateLimit, RateLimited
 from boundedgate._core import GateState, Ticket
 from boundedgate._core._adaptive import MAX_PAUSE
 from boundedgate.asgi import refusal_for
-from boundedgate.httpx import ProviderSignal, follow_provider, parse_signal
+from boundedgate.httpx import GatedTransport, ProviderSignal, follow_provider, parse_signal
 from boundedgate.httpx._refusal import refusal_headers
 
 NOT_A_PAUSE = [math.inf, -math.inf, math.nan, -1, -0.5]
@@ -203,3 +206,18 @@ async def test_the_http_edges_send_the_pause_as_retry_after() -> None:
     assert (b"retry-after", b"90") in refusal.headers
     headers = refusal_headers(full.value, sdk_retry=True, default_retry_after=1.0)  # GatedTransport's
     assert (headers["retry-after"], headers["retry-after-ms"]) == ("90", "90000")
+
+
+@pytest.mark.parametrize("flavour", [httpx2, httpx], ids=lambda module: module.__name__)
+async def test_a_429_through_the_transport_pauses_the_gate_for_at_most_max_pause(flavour: Any) -> None:
+    gate = BoundedGate(max_running=2, max_waiting=2)
+    headers = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "9" * 400 + "s"}
+    inner = flavour.MockTransport(lambda request: flavour.Response(429, headers=headers))
+    transport = GatedTransport(gate, inner, on_provider_signal=follow_provider(gate, max_pause=120))
+    async with flavour.AsyncClient(transport=transport) as client:
+        response = await client.get("https://api.example/v1/chat")
+        assert response.status_code == 429
+        assert gate.stats().paused_until == 120.0  # the reset, capped
+        refused = await client.get("https://api.example/v1/chat", extensions={"timeout": {"pool": 0}})
+    assert refused.status_code == 503  # the gate's own refusal, during the pause
+    assert refused.headers["retry-after"] == "120"
