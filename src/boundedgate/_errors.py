@@ -28,11 +28,17 @@ def _limit(value: int | None) -> str:
     return "unbounded" if value is None else str(value)
 
 
-def _retry_after(waiting: int, max_running: int | None, recent_run: float | None) -> float | None:
-    # The queue ahead of a newcomer, plus the newcomer, at the recent pace of max_running slots.
+def _retry_after(args: tuple[Any, ...], recent_at: int) -> float | None:
+    # No sooner than the end of a pause in force, then the queue ahead of a newcomer, plus the
+    # newcomer, at the recent pace of max_running slots (as GateState.predicted_start). The
+    # pause is the arg after recent_run: an error made with the args of before has none.
+    recent_run: float | None = args[recent_at]
+    max_running: int | None = args[1]
+    paused_for: float = args[recent_at + 1] if len(args) > recent_at + 1 else 0.0
     if recent_run is None or max_running is None:
-        return None
-    return (waiting + 1) * recent_run / max_running
+        return paused_for or None
+    waiting: int = args[4]
+    return paused_for + (waiting + 1) * recent_run / max_running
 
 
 class GateError(Exception):
@@ -137,9 +143,10 @@ class QueueFull(GateError):
     the request cannot start at once.
 
     Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    recent_run`` (``waited`` and ``elapsed`` are 0, but for a later step of :func:`admit_all`, the
-    time spent at the earlier ones; ``recent_run`` is the gate's recent mean run
-    time in seconds, or None before any run ended).
+    recent_run, paused_for`` (``waited`` and ``elapsed`` are 0, but for a later step of
+    :func:`admit_all`, the time spent at the earlier ones; ``recent_run`` is the gate's recent mean
+    run time in seconds, or None before any run ended; ``paused_for`` the seconds until a pause in
+    force ends, 0 when the gate is not paused, and may be left out).
     """
 
     if TYPE_CHECKING:
@@ -154,6 +161,7 @@ class QueueFull(GateError):
             waited: float,
             elapsed: float,
             recent_run: float | None,
+            paused_for: float = 0.0,
         ) -> None: ...
 
     else:
@@ -163,13 +171,15 @@ class QueueFull(GateError):
 
     @property
     def retry_after(self) -> float | None:
-        """An estimate of when a retry would be served: ``(waiting + 1) * recent_run / max_running``.
+        """An estimate of when a retry would be served: ``paused_for + (waiting + 1) * recent_run / C``.
 
         ``recent_run`` is an exponentially weighted mean of the gate's recent run times, so the
         estimate is the time the queue ahead of a newcomer, plus the newcomer, takes to clear at
-        the recent pace. None before any run has ended.
+        the recent pace, from the end of a pause in force (nothing starts before it: a gate paused
+        for a provider's reset never advertises a retry sooner). Without a pace (before any run
+        has ended) it is the pause alone, or None when the gate is not paused.
         """
-        return _retry_after(self.args[4], self.args[1], self.args[7])
+        return _retry_after(self.args, 7)
 
     def __str__(self) -> str:
         return f"{self._where()} is full"
@@ -186,7 +196,8 @@ class RateLimited(GateError):
     was taken from any bucket.
 
     Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed, limit,
-    retry_after`` (``limit`` names the rate limit that refused; ``retry_after`` is exact).
+    retry_after`` (``limit`` names the rate limit that refused; ``retry_after`` is exact: when the
+    bucket holds the request's cost, or when a pause in force ends, whichever is later).
     """
 
     if TYPE_CHECKING:
@@ -219,8 +230,9 @@ class RateLimited(GateError):
     def retry_after(self) -> float:
         """Seconds until the rate limits could pay the request's cost, behind the queue ahead of it.
 
-        Computed from the buckets and the declared costs queued ahead, not estimated: a retry
-        this much later finds its tokens there, if nothing else arrives ahead of it meanwhile.
+        Computed from the buckets and the declared costs queued ahead, not estimated, and never
+        sooner than the end of a pause in force: a retry this much later finds its tokens there,
+        if nothing else arrives ahead of it meanwhile.
         """
         return self.args[8]  # type: ignore[no-any-return]
 
@@ -301,7 +313,7 @@ class QueueExpired(GateError, TimeoutError):
     passed when it arrived. Also a :class:`TimeoutError`.
 
     Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    deadline, recent_run``.
+    deadline, recent_run, paused_for`` (``paused_for``: as for :class:`QueueFull`).
     """
 
     if TYPE_CHECKING:
@@ -317,6 +329,7 @@ class QueueExpired(GateError, TimeoutError):
             elapsed: float,
             deadline: float,
             recent_run: float | None,
+            paused_for: float = 0.0,
         ) -> None: ...
 
     else:
@@ -332,7 +345,7 @@ class QueueExpired(GateError, TimeoutError):
     @property
     def retry_after(self) -> float | None:
         """As for :attr:`QueueFull.retry_after`."""
-        return _retry_after(self.args[4], self.args[1], self.args[8])
+        return _retry_after(self.args, 8)
 
     def __str__(self) -> str:
         return f"deadline passed after waiting {self.waited:.3f}s in the queue of {self._where()}"
@@ -346,7 +359,8 @@ class Evicted(GateError):
     started.
 
     Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    priority, recent_run`` (``priority`` is the evicted request's class).
+    priority, recent_run, paused_for`` (``priority`` is the evicted request's class;
+    ``paused_for``: as for :class:`QueueFull`).
     """
 
     if TYPE_CHECKING:
@@ -362,6 +376,7 @@ class Evicted(GateError):
             elapsed: float,
             priority: int,
             recent_run: float | None,
+            paused_for: float = 0.0,
         ) -> None: ...
 
     else:
@@ -377,7 +392,7 @@ class Evicted(GateError):
     @property
     def retry_after(self) -> float | None:
         """As for :attr:`QueueFull.retry_after`."""
-        return _retry_after(self.args[4], self.args[1], self.args[8])
+        return _retry_after(self.args, 8)
 
     def __str__(self) -> str:
         return (

@@ -7,6 +7,7 @@ Redis). Every test runs in real time against the real redis-server.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 
@@ -14,9 +15,11 @@ import httpx2
 import pytest
 import redis.asyncio
 
-from boundedgate import Adaptive
+from boundedgate import Adaptive, QueueFull
+from boundedgate._core import MAX_PAUSE
 from boundedgate.httpx import GatedTransport, follow_provider
 from boundedgate.redis import RedisGate
+from boundedgate.redis._layout import gate_keys
 from tests.streams.sources import ticks
 
 from .helpers import cluster, make_gate, wait_until
@@ -202,3 +205,82 @@ async def test_a_stream_is_sampled_by_its_time_to_first_item(
         assert 0.04 <= gate.controller.baseline < 0.15
     finally:
         await gate.aclose()
+
+
+async def _pause_left(client: redis.asyncio.Redis, name: str) -> float:
+    """Seconds of the cluster's pause still to run, read from its state in Redis (0: not paused)."""
+    until = await client.hget(gate_keys(name)[0], "pause")
+    seconds, micros = await client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    return 0.0 if until is None else max(0.0, (float(until) - now_ms) / 1000)
+
+
+@pytest.mark.parametrize("seconds", [math.inf, math.nan, -1.0])
+async def test_a_pause_without_an_end_is_refused_and_a_providers_is_capped(
+    clients: list[redis.asyncio.Redis], name: str, seconds: float
+) -> None:
+    gate = make_gate(clients[0], name, 2, 5, adaptive=Adaptive())
+    try:
+        with pytest.raises(ValueError, match=r"^seconds must be a finite number >= 0"):
+            await gate.pause(seconds)
+        with pytest.raises(ValueError, match=r"^retry_after must be a finite number >= 0"):
+            await gate.signal("rate_limited", retry_after=seconds)
+        assert await _pause_left(clients[0], name) == 0.0
+        async with gate.admit(timeout=5):  # not paused
+            pass
+        await gate.signal("rate_limited", retry_after=1e15)  # Retry-After: 1e15
+        assert 290 < await _pause_left(clients[0], name) <= MAX_PAUSE
+        await gate.pause(0)
+        other = make_gate(clients[1], name + "-capped", 2, 5)
+        try:
+            await other.signal("rate_limited", retry_after=1e15, max_pause=0.2)
+            assert 0 < await _pause_left(clients[1], name + "-capped") <= 0.2
+            await asyncio.sleep(0.25)
+            async with other.admit(timeout=5):  # the capped pause is over
+                pass
+        finally:
+            await other.aclose()
+    finally:
+        await gate.aclose()
+
+
+async def test_a_refusal_during_a_cluster_pause_says_when_it_ends(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    mine, theirs = (make_gate(client, name, 1, 0) for client in clients[:2])
+    try:
+        await mine.pause(30)
+        with pytest.raises(QueueFull) as full:  # another process, paused by the cluster
+            await theirs.try_admit(timeout=5)
+        assert full.value.retry_after is not None
+        assert 29 <= full.value.retry_after <= 30
+        assert full.value.headers() == {"Retry-After": "30"}
+    finally:
+        for gate in (mine, theirs):
+            await gate.aclose()
+
+
+async def test_an_overload_after_set_limits_cuts_the_clusters_C_in_force(
+    clients: list[redis.asyncio.Redis], name: str
+) -> None:
+    mine, theirs = _gates(clients[:2], name, 20, Adaptive(floor=1, window=30.0))
+    try:
+        await mine.signal("overloaded")  # 20 -> 18, everywhere
+        await mine.set_limits(max_running=4)
+        assert mine.controller is not None
+        assert mine.controller.limit == 4
+        await theirs.signal("overloaded")  # within the window: suppressed, whoever hears it
+        assert (await cluster(clients[0], name)).max_running == 4
+        assert theirs.controller is not None
+        assert theirs.controller.limit == 4  # the reply brought the C in force
+        await mine.set_limits(max_running=10)
+        fresh = make_gate(clients[2], name, 20, 50, adaptive=Adaptive(floor=1, window=0.001))
+        try:
+            await asyncio.sleep(0.01)
+            await fresh.signal("overloaded")  # a window of 1 ms: a cut, of the cluster's C
+            assert (await cluster(clients[0], name)).max_running == 9
+        finally:
+            await fresh.aclose()
+    finally:
+        for gate in (mine, theirs):
+            await gate.aclose()

@@ -25,7 +25,13 @@ def _gate() -> BoundedGate:
         ({"refuse": "silently"}, ValueError),
         ({"envelope": "xml"}, ValueError),
         ({"max_wait": -1}, ValueError),
-        ({"max_wait": True}, ValueError),
+        ({"max_wait": True}, TypeError),  # a bool is not a number of seconds
+        ({"max_wait": 10**400}, ValueError),
+        ({"default_retry_after": 10**400}, ValueError),  # beyond a float's range: named, no OverflowError
+        ({"priority": -1}, ValueError),
+        ({"retry_priority": 1.5}, TypeError),
+        ({"cost": -1}, ValueError),
+        ({"sdk_retry": 1}, TypeError),
         ({"default_retry_after": 0}, ValueError),
         ({"default_retry_after": math.inf}, ValueError),
         ({"key": str}, TypeError),  # not a keyed gate
@@ -74,7 +80,10 @@ async def test_a_request_of_the_other_flavour_is_refused() -> None:
     [
         ({"timeout": 1, "deadline": 2}, ValueError),
         ({"timeout": -1}, ValueError),
-        ({"timeout": math.nan}, TypeError),
+        ({"timeout": math.nan}, ValueError),
+        ({"timeout": 10**400}, ValueError),  # beyond a float's range: named, no OverflowError
+        ({"deadline": -(10**400)}, ValueError),
+        ({"cost": 10**400}, ValueError),
         ({"cost": math.inf}, ValueError),
         ({"priority": 1.5}, TypeError),
         ({"priority": True}, TypeError),

@@ -229,7 +229,7 @@ def test_a_compressed_stream_of_many_lines_is_read_whole() -> None:
 @pytest.mark.parametrize(
     ("usage", "problem"),
     [
-        (b'{"total_tokens": 1' + b"0" * 400 + b"}", "total_tokens is an integer of 401 digits, not a count"),
+        (b'{"total_tokens": 1' + b"0" * 400 + b"}", "total_tokens is an int of 1329 bits, not a count"),
         (b'{"input_tokens": -5}', "input_tokens is -5, not a count"),
         (b'{"output_tokens": NaN}', "output_tokens is nan, not a count"),
         (b'{"total_tokens": Infinity}', "total_tokens is inf, not a count"),

@@ -6,7 +6,7 @@ Nothing in this package imports an event loop, a clock or threads: it is told th
 from importlib.machinery import ExtensionFileLoader
 
 from . import _state
-from ._adaptive import SIGNALS, Adaptive, AdaptiveLimit
+from ._adaptive import MAX_PAUSE, SIGNALS, Adaptive, AdaptiveLimit, provider_pause
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
 from ._native import BoolArg, FloatArg, IntArg, StrArg, allocates_plainly, mypyc_attr, restore_docstrings
@@ -14,16 +14,27 @@ from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, 
 from ._queue import WaitQueue
 from ._record import DECISIONS, RequestRecord
 from ._settings import (
+    MAX_COUNT,
+    check_at_least,
     check_cost,
+    check_count,
     check_deadline,
+    check_flag,
+    check_fraction,
     check_jump_share,
+    check_max_pause,
     check_max_running,
     check_max_wait,
     check_max_waiting,
     check_name,
+    check_number,
+    check_pause,
+    check_positive,
     check_priorities,
     check_priority,
+    check_remaining,
     check_timeout,
+    shown,
 )
 from ._state import GateState, pace_weight, queue_deadline
 from ._stats import GateStatistics
@@ -35,6 +46,8 @@ __all__ = (
     "BY_STATUS",
     "COMPILED",
     "DECISIONS",
+    "MAX_COUNT",
+    "MAX_PAUSE",
     "NEVER_RAN",
     "OUTCOMES",
     "RAN",
@@ -59,22 +72,33 @@ __all__ = (
     "Totals",
     "WaitQueue",
     "allocates_plainly",
+    "check_at_least",
     "check_cost",
+    "check_count",
     "check_deadline",
+    "check_flag",
+    "check_fraction",
     "check_jump_share",
     "check_limits",
+    "check_max_pause",
     "check_max_running",
     "check_max_wait",
     "check_max_waiting",
     "check_name",
+    "check_number",
+    "check_pause",
+    "check_positive",
     "check_priorities",
     "check_priority",
+    "check_remaining",
     "check_timeout",
     "mypyc_attr",
     "note",
     "pace_weight",
+    "provider_pause",
     "queue_deadline",
     "restore_docstrings",
+    "shown",
     "total",
 )
 

@@ -48,10 +48,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Final
 
-from ._settings import check_max_running
+from ._settings import (
+    check_at_least,
+    check_count,
+    check_fraction,
+    check_max_pause,
+    check_max_running,
+    check_pause,
+    check_positive,
+    shown,
+)
 
-__all__ = ("SIGNALS", "Adaptive", "AdaptiveLimit")
+__all__ = ("MAX_PAUSE", "SIGNALS", "Adaptive", "AdaptiveLimit", "provider_pause")
 
 #: The kinds of signal a controller understands, and what each does.
 SIGNALS: dict[str, str] = {
@@ -59,6 +69,24 @@ SIGNALS: dict[str, str] = {
     "overloaded": "a 503, 529 or 'overloaded': cut C multiplicatively, at most once per window",
     "ignored": "a client disconnect, a 4xx other than 429, a cancellation: not congestion",
 }
+
+#: The longest pause a provider's rate-limit signal gets by default, in seconds (``max_pause``): a
+#: reset further away (a daily quota, a ``Retry-After: 1e15``) is obeyed this long, then the gate
+#: tries again, and a 429 pauses it again.
+MAX_PAUSE: Final = 300.0
+
+
+def provider_pause(retry_after: object, max_pause: object = MAX_PAUSE) -> float:
+    """The pause a provider's rate-limit signal sets: ``retry_after`` seconds, at most ``max_pause``.
+
+    0 without a ``retry_after`` (the provider named no reset: no pause).
+
+    Raises:
+        TypeError, ValueError: ``retry_after`` or ``max_pause`` is not a finite number >= 0
+            (an infinite reset is no reset: the gate would never start again).
+    """
+    longest = check_max_pause(max_pause)
+    return 0.0 if retry_after is None else min(check_pause(retry_after, "retry_after"), longest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +104,14 @@ class Adaptive:
         min_samples: The fewest samples that close a window.
         baseline_windows: The span, in windows, of the baseline's moving average.
         max_limit_factor: C never grows beyond this multiple of the window's peak in flight.
+
+    Every field is checked when the settings are made, and kept as the controller computes with it
+    (the counts as ints, the others as floats).
+
+    Raises:
+        TypeError: A field that is not a number (a bool, a str), or a count that is not an int.
+        ValueError: A field out of its range (above), infinite or NaN, an int beyond a float's range,
+            a count beyond ``sys.maxsize``, or ``floor > ceiling``.
     """
 
     floor: int = 1
@@ -90,22 +126,24 @@ class Adaptive:
     max_limit_factor: float = 2.0
 
     def __post_init__(self) -> None:
-        check_max_running(self.floor)
-        check_max_running(self.ceiling)
-        if self.floor > self.ceiling:
+        # Every field checked before any is kept, each as the controller computes with it (a
+        # float field as a float: an int beyond a float's range is refused here, not mid-window).
+        checked = {
+            "floor": check_count("floor", self.floor, 1),
+            "ceiling": check_count("ceiling", self.ceiling, 1),
+            "decrease": check_fraction("decrease", self.decrease),
+            "increase": check_positive("increase", self.increase),
+            "tolerance": check_at_least("tolerance", self.tolerance, 1),
+            "quantile": check_fraction("quantile", self.quantile),
+            "window": check_positive("window", self.window),
+            "min_samples": check_count("min_samples", self.min_samples, 1),
+            "baseline_windows": check_count("baseline_windows", self.baseline_windows, 1),
+            "max_limit_factor": check_positive("max_limit_factor", self.max_limit_factor),
+        }
+        if checked["floor"] > checked["ceiling"]:
             raise ValueError(f"need floor <= ceiling, got {self.floor} and {self.ceiling}")
-        for name, low, high in (("decrease", 0.0, 1.0), ("quantile", 0.0, 1.0)):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and low < value < high) or isinstance(value, bool):
-                raise ValueError(f"{name} must be in ({low:g}, {high:g}), got {value!r}")
-        for name in ("increase", "window", "max_limit_factor"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 < value < math.inf) or isinstance(value, bool):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        if not (isinstance(self.tolerance, (int, float)) and 1 <= self.tolerance < math.inf):
-            raise ValueError(f"tolerance must be a finite number >= 1, got {self.tolerance!r}")
-        check_max_running(self.min_samples)
-        check_max_running(self.baseline_windows)
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -117,7 +155,9 @@ class AdaptiveLimit:
     """The controller of one gate's C: told signals and samples with the time, it answers C.
 
     ``limit`` is the C it wants now (an int); ``cuts``, ``suppressed`` (overload signals within a
-    window of the last cut), ``grown`` and ``windows`` count what it did.
+    window of the last cut), ``grown`` and ``windows`` count what it did. Whoever sets the gate's C
+    otherwise (``set_limits()`` by hand) tells it with :meth:`rebase`, so that its next decision
+    starts from the C in force, not from its own.
     """
 
     __slots__ = (
@@ -138,6 +178,10 @@ class AdaptiveLimit:
     )
 
     def __init__(self, settings: Adaptive | None = None, initial: int = 8) -> None:
+        if settings is not None and not isinstance(settings, Adaptive):
+            raise TypeError(
+                f"settings must be Adaptive settings (or None for the defaults), got {shown(settings)}"
+            )
         self.settings = settings = Adaptive() if settings is None else settings
         #: The limit as a real number; C is its integer part (``initial`` held within the bounds).
         self.value = float(min(max(check_max_running(initial), settings.floor), settings.ceiling))
@@ -187,6 +231,15 @@ class AdaptiveLimit:
                 self.suppressed += 1
         return self.limit
 
+    def rebase(self, limit: int) -> None:
+        """C was set to ``limit`` elsewhere (``set_limits()``): decide from it from now on.
+
+        A fraction of growth is kept while C is unchanged (the controller's own answer, applied);
+        the window's samples, the baseline and the time of the last cut are kept.
+        """
+        if int(self.value) != limit:
+            self.value = float(limit)
+
     def adopt(
         self, limit: int, now: float, since_cut: float | None = None, overload: bool | None = None
     ) -> None:
@@ -197,8 +250,7 @@ class AdaptiveLimit:
         window from it; ``overload`` says that this process heard an overload signal, which the
         cluster applied as its cut (True, counted in ``cuts``) or suppressed (False).
         """
-        if int(self.value) != limit:
-            self.value = float(limit)
+        self.rebase(limit)
         if since_cut is not None and now - since_cut > self.last_cut:
             self.last_cut = now - since_cut
         if overload is not None:

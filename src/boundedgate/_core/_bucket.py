@@ -19,16 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from ._settings import check_number, check_positive, shown
+
 __all__ = ("RateLimit", "TokenBucket")
-
-
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    number = float(value)
-    if not (number > 0 and math.isfinite(number)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return number
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +44,12 @@ class RateLimit:
         unit: ``"requests"`` (each request costs 1) or ``"tokens"`` (each costs its ``cost``).
         floor: The lowest balance a settled debt can leave (<= 0; default ``-burst``).
         name: A name for errors and statistics.
+
+    Raises:
+        TypeError: A rate, burst or floor that is not a number, a name that is not a str.
+        ValueError: A rate or burst that is not a finite number > 0, a floor that is not a finite
+            number <= 0, a number beyond a float's range, or a rate so small that filling the
+            bucket would take more seconds than a float holds.
     """
 
     rate: float
@@ -60,23 +59,30 @@ class RateLimit:
     name: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rate", _positive("rate", self.rate))
-        object.__setattr__(self, "burst", _positive("burst", self.burst))
+        # Every field checked before any is kept.
+        rate = check_positive("rate", self.rate)
+        burst = check_positive("burst", self.burst)
         if self.unit not in ("requests", "tokens"):
             raise ValueError(f"unit must be 'requests' or 'tokens', got {self.unit!r}")
-        if self.unit == "requests" and self.burst < 1:
-            raise ValueError(f"burst must be >= 1 for a limit counted in requests, got {self.burst!r}")
-        if self.floor is None:
-            object.__setattr__(self, "floor", -self.burst)
-        elif isinstance(self.floor, bool) or not isinstance(self.floor, (int, float)):
-            raise TypeError(f"floor must be a number, got {self.floor!r}")
-        elif not (self.floor <= 0 and math.isfinite(self.floor)):
-            raise ValueError(f"floor must be a finite number <= 0, got {self.floor!r}")
+        if self.unit == "requests" and burst < 1:
+            raise ValueError(f"burst must be >= 1 for a limit counted in requests, got {shown(self.burst)}")
+        floor = -burst if self.floor is None else check_number("floor", self.floor)
+        if not -math.inf < floor <= 0:
+            raise ValueError(f"floor must be a finite number <= 0, got {shown(self.floor)}")
         if not isinstance(self.name, str):
-            raise TypeError(f"name must be a str, got {self.name!r}")
+            raise TypeError(f"name must be a str, got {shown(self.name)}")
+        # The bucket counts in seconds: a token's, a full bucket's, and the deepest debt's.
+        if not math.isfinite(max(burst, -floor, 1.0) / rate):
+            raise ValueError(
+                f"rate {shown(self.rate)} is too small for a bucket of burst {shown(self.burst)}, "
+                f"floor {floor!r}: the seconds it takes to fill are beyond a float's range"
+            )
+        object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "burst", burst)
+        object.__setattr__(self, "floor", floor)
         if not self.name:
             per = "rps" if self.unit == "requests" else "tps"
-            object.__setattr__(self, "name", f"{self.rate:g} {per}")
+            object.__setattr__(self, "name", f"{rate:g} {per}")
 
     @classmethod
     def per_second(
@@ -115,7 +121,12 @@ class RateLimit:
         floor: float | None,
         name: str,
     ) -> RateLimit:
-        quota = _positive("amount", amount)
+        quota = check_positive("amount", amount)
+        if burst is None and unit == "requests" and quota < 1:
+            raise ValueError(
+                f"amount must be >= 1 for a limit counted in requests (it is the burst too), got "
+                f"{shown(amount)}: give burst=1 or more for less than one request per {label}"
+            )
         return cls(
             quota / window,
             quota if burst is None else burst,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ._settings import check_max_running, check_max_waiting
+from ._settings import check_max_running, check_max_waiting, shown
 
 __all__ = ("GateLimits", "check_limits")
 
@@ -26,6 +26,8 @@ def check_limits(key: object, limits: object) -> GateLimits:
         ValueError: ``max_running < 1`` or ``max_waiting < 0``.
     """
     if not isinstance(limits, tuple) or len(limits) != 2:
-        raise TypeError(f"limits for {key!r} must be GateLimits(max_running, max_waiting), got {limits!r}")
+        raise TypeError(
+            f"limits for {key!r} must be GateLimits(max_running, max_waiting), got {shown(limits)}"
+        )
     max_running = None if limits[0] is None else check_max_running(limits[0])
     return GateLimits(max_running, check_max_waiting(limits[1]))

@@ -24,12 +24,14 @@ else:
         return lambda cls: cls
 
 
-# The types the entry points declare for the numbers their callers pass, as the callers' type
-# checkers read them. The compiled build reads both as `object`: hatch_build.py compiles against a
-# copy of this module that says so (the lines below, exactly), because mypyc would otherwise check
-# and convert such an argument itself (an int to a float, True to 1) before the library's own check
-# could refuse it with a message that names it (or, for a flag, take any object's truth as the pure
-# build does).
+# The types the entry points declare for the numbers and flags their callers pass, as the callers'
+# type checkers read them. The compiled build reads them as `object`: hatch_build.py compiles against
+# a copy of this module that says so (the lines below, exactly), because mypyc would otherwise check
+# and convert such an argument itself (an int to a float, True to 1), or refuse it with a message of
+# its own, before the library's check (``_settings.py``, shared by both builds) could refuse it with
+# one that names it. A public method of a compiled class declares every argument a caller passes
+# with one of these, or with a type mypyc does not check (a class of an interpreted module, a
+# ``Mapping``), never a bare ``bool``, ``int``, ``float``, ``str`` or ``dict``.
 BoolArg: TypeAlias = bool
 FloatArg: TypeAlias = float
 IntArg: TypeAlias = int

@@ -124,7 +124,7 @@ from ._bucket import RateLimit, TokenBucket
 from ._native import FloatArg, IntArg, mypyc_attr
 from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
-from ._settings import check_cost, check_max_running, check_max_waiting
+from ._settings import check_cost, check_max_running, check_max_waiting, shown
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket, note
 
@@ -257,7 +257,7 @@ class GateState:
         self._deadlines: list[tuple[float, Ticket]] = []
         for limit in rate_limits:
             if not isinstance(limit, RateLimit):
-                raise TypeError(f"rate_limits must hold RateLimit objects, got {limit!r}")
+                raise TypeError(f"rate_limits must hold RateLimit objects, got {shown(limit)}")
         self._buckets = tuple(TokenBucket(limit) for limit in rate_limits)
         # What the queued tickets will take from the buckets, kept with rate limits only (see
         # tokens_ready_at): with one class, the sum of their costs (their number is `waiting`);
@@ -561,7 +561,13 @@ class GateState:
         running ones run on; at ``until`` (the caller learns it from :meth:`next_wakeup`) the
         oldest start. A pause that ends earlier than one already in force changes nothing; a
         later one extends it. Returns the tickets that left the queue as the clock reached ``now``.
+
+        Raises:
+            ValueError: ``until`` is not finite (``inf`` is this state's own "not paused", and a
+                pause that never ends would start nothing ever again); nothing changed.
         """
+        if not until < math.inf:
+            raise ValueError(f"a pause must end: until must be finite, got {until!r}")
         if until <= now or (self.paused_until != math.inf and until <= self.paused_until):
             return self._advance(now)
         self.pauses += 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
-from .._core import Adaptive, GateState, RateLimit
+from .._core import Adaptive, GateState, RateLimit, check_flag, shown
 from ._gate import GateBase
 
 __all__ = ("BoundedGate",)
@@ -87,10 +87,12 @@ class BoundedGate(GateBase):  # type: ignore[misc]  # GateBase is final to mypyc
             ``max_running`` is then the C to begin with.
 
     Raises:
-        TypeError: A limit that is not an int (floats, NaN, infinities, booleans), or a name
-            that is not a str.
-        ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1`` or a
-            ``jump_share`` outside [0, 1).
+        TypeError: A limit that is not an int (floats, NaN, infinities, booleans), a name that
+            is not a str, ``feasible`` that is not True or False, or ``adaptive`` that is not
+            :class:`Adaptive`.
+        ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1``, a count
+            beyond ``sys.maxsize`` (None is no limit), a ``jump_share`` outside [0, 1), or
+            ``adaptive`` without ``max_running``.
     """
 
     __slots__ = ("__weakref__",)
@@ -107,8 +109,11 @@ class BoundedGate(GateBase):  # type: ignore[misc]  # GateBase is final to mypyc
         feasible: bool = False,
         adaptive: Adaptive | None = None,
     ) -> None:
+        feasible = check_flag("feasible", feasible)
+        if adaptive is not None and not isinstance(adaptive, Adaptive):
+            raise TypeError(f"adaptive must be Adaptive settings, got {shown(adaptive)}")
         self._setup(GateState(max_running, max_waiting, priorities, jump_share, rate_limits), name)
-        self._state.feasible = bool(feasible)
+        self._state.feasible = feasible
         if adaptive is not None:
             self.adapt(adaptive)
 

@@ -23,6 +23,7 @@ from .._core import (
     allocates_plainly,
     check_cost,
     check_deadline,
+    check_flag,
     check_max_wait,
     check_priority,
     check_timeout,
@@ -158,7 +159,7 @@ class CombinedPermit:
         for permit in self._permits:
             permit.settle(cost)
 
-    def hand_to(self, stream: _Stream, *, raise_late: bool = True) -> GatedStream[_Stream]:
+    def hand_to(self, stream: _Stream, *, raise_late: BoolArg = True) -> GatedStream[_Stream]:
         """Give every gate's slot to ``stream``: the returned wrapper releases them when the stream ends.
 
         From then on the ``async with`` block neither releases the gates nor raises :class:`Late`,
@@ -345,7 +346,7 @@ def combine(
     else:  # compiled, the type call is the cheap way (and object.__new__ is refused for a native class)
         permit = CombinedPermit(steps, relative, absolute, level, checked_cost)
     permit._max_wait = _INF if max_wait is None else check_max_wait(max_wait)
-    permit._raise_late = raise_late is True or bool(raise_late)
+    permit._raise_late = raise_late is True or check_flag("raise_late", raise_late)
     return permit
 
 

@@ -31,6 +31,7 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Final, cast, final
 
 from .._core import (
+    MAX_PAUSE,
     Adaptive,
     AdaptiveLimit,
     BoolArg,
@@ -44,11 +45,15 @@ from .._core import (
     StrArg,
     Ticket,
     check_deadline,
+    check_flag,
     check_max_wait,
     check_name,
+    check_pause,
     check_priority,
+    check_remaining,
     check_timeout,
     mypyc_attr,
+    provider_pause,
     queue_deadline,
 )
 from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
@@ -218,13 +223,15 @@ class GateBase:
         Raises (at once):
             TypeError, ValueError: A malformed timeout, deadline, max_wait, priority or cost
                 (a priority that is not an int, falsy ones included; a number beyond a float's
-                range), both a timeout and a deadline, or a cost above a rate limit's burst (it
-                could never be served). Each names its argument.
+                range), both a timeout and a deadline, a cost above a rate limit's burst (it
+                could never be served), or a raise_late that is not True or False. Each names its
+                argument.
         """
         if max_wait is not None or raise_late is not True:
+            late = check_flag("raise_late", raise_late)
             permit = self.admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
             permit.max_wait = check_max_wait(max_wait)
-            permit._raise_late = bool(raise_late)
+            permit._raise_late = late
             return permit
         if priority is not _ZERO:  # the default passes untouched; anything else is checked (0.0, None)
             priority = check_priority(priority, self._state.priorities)
@@ -303,10 +310,11 @@ class GateBase:
         Raises (at once):
             TypeError, ValueError: As for :meth:`admit`.
         """
+        late = check_flag("raise_late", raise_late)
         permit = self.admit(
             timeout=timeout, deadline=deadline, max_wait=max_wait, priority=priority, cost=cost
         )
-        return StreamOpener(permit, source, cast(Any, raise_late))  # as given (compiled: an object)
+        return StreamOpener(permit, source, late)
 
     def stats(self) -> GateStatistics:
         """An immutable snapshot of the gate's counters (see :class:`GateStatistics`)."""
@@ -337,7 +345,7 @@ class GateBase:
         *,
         max_running: IntArg | EllipsisType | None = ...,
         max_waiting: IntArg | EllipsisType | None = ...,
-        evict: bool = False,
+        evict: BoolArg = False,
     ) -> None:
         """Change C and/or Q now; a limit not given stays as it is.
 
@@ -347,16 +355,28 @@ class GateBase:
         (the excess leaves as it would have, and no arrival queues until it has), unless
         ``evict=True``: then the newest waiters beyond it get :class:`Evicted`. Each change counts in
         ``stats().limit_changes`` and writes an INFO record ``limit_changed`` to the ``boundedgate``
-        logger. With an adaptive controller attached, the controller may change C again later.
+        logger. With an adaptive controller attached, the controller takes the new C as its own
+        (its next decision starts from it) and may change it again later.
 
         Raises:
-            TypeError, ValueError: A limit the constructor would refuse (nothing changed).
+            TypeError, ValueError: A limit the constructor would refuse, an ``evict`` that is not
+                True or False, or ``max_running=None`` for a gate with an adaptive controller
+                (nothing changed).
         """
+        evict = check_flag("evict", evict)
         state = self._state
+        controller = self._controller
+        if max_running is None and controller is not None:
+            raise ValueError(
+                "max_running=None (no limit) leaves nothing for the gate's adaptive controller to set: "
+                "give it a C"
+            )
         before = (state.limit, state.max_waiting)
         loop = self._loop
         now = 0.0 if loop is None else self._clock()
         woken = state.set_limits(now, max_running, max_waiting, evict)
+        if controller is not None:
+            controller.rebase(state.limit)
         self._max_running = None if state.limit == sys.maxsize else state.limit
         if before != (state.limit, state.max_waiting):
             log_event(
@@ -379,8 +399,12 @@ class GateBase:
         their deadlines, running ones run on; when the pause ends the oldest waiters start. A
         shorter pause than one in force changes nothing; a longer one extends it. Must be called
         on the gate's event loop (it binds the gate to the running loop if it has none yet).
+
+        Raises:
+            TypeError, ValueError: ``seconds`` is not a finite number >= 0 (a pause always ends;
+                nothing changed).
         """
-        seconds = check_timeout(seconds)
+        seconds = check_pause(seconds)
         if self._loop is None:
             self._bind()
         now = self._clock()
@@ -389,21 +413,28 @@ class GateBase:
             self._wake(woken)
         self._rearm()
 
-    def signal(self, kind: StrArg, *, retry_after: FloatArg | None = None) -> None:
+    def signal(
+        self, kind: StrArg, *, retry_after: FloatArg | None = None, max_pause: FloatArg = MAX_PAUSE
+    ) -> None:
         """Tell the gate what the provider answered: ``rate_limited``, ``overloaded`` or ``ignored``.
 
         ``rate_limited`` with ``retry_after`` (seconds to the provider's reset) pauses new starts
-        until then and leaves C alone; ``overloaded`` (a 503, a 529) has the adaptive controller cut
+        until then, but for at most ``max_pause`` seconds (default 300: a reset further away, a
+        daily quota or a ``Retry-After: 1e15``, is obeyed that long, then the gate tries again),
+        and leaves C alone; ``overloaded`` (a 503, a 529) has the adaptive controller cut
         C, at most once per window (without a controller it changes nothing); ``ignored`` (a client
         that went away, another 4xx) is not congestion. See ``boundedgate.SIGNALS``. Must be
         called on the gate's event loop, as :meth:`pause`.
 
         Raises:
             ValueError: An unknown kind.
+            TypeError, ValueError: ``retry_after`` or ``max_pause`` is not a finite number >= 0
+                (nothing changed).
         """
+        pause = provider_pause(retry_after, max_pause)
         if kind == "rate_limited":
-            if retry_after is not None and cast(Any, retry_after) > 0:  # compiled: an object
-                self.pause(retry_after)
+            if pause > 0:
+                self.pause(pause)
             return
         controller = self._controller
         if controller is None:
@@ -423,10 +454,14 @@ class GateBase:
         ``remaining`` maps a resource (``"requests"``, ``"tokens"``, or a rate limit's name) to the
         provider's remaining count, e.g. from ``x-ratelimit-remaining-*`` headers. Returns how many
         buckets were lowered.
+
+        Raises:
+            TypeError, ValueError: ``remaining`` is not a mapping of names (str) to counts >= 0.
         """
+        counts = check_remaining(remaining)
         if self._loop is None:
             self._bind()
-        lowered = self._state.sync_rate_limits(dict(remaining), self._clock())
+        lowered = self._state.sync_rate_limits(counts, self._clock())
         state = self._state
         if lowered and state.waiting:
             self._rearm()
@@ -439,12 +474,15 @@ class GateBase:
         client transport) and samples every request that ran to an answer (completed or late):
         its time to first item for a stream, else its run time. Its settings and defaults are
         those of :class:`Adaptive`.
+
+        Raises:
+            TypeError: ``settings`` is neither :class:`Adaptive` nor None.
+            ValueError: The gate has no ``max_running`` (nothing for a controller to set).
         """
         state = self._state
         if state.limit == sys.maxsize:
             raise ValueError("an adaptive limit needs a gate with max_running set")
-        settings = Adaptive() if settings is None else settings
-        self._controller = AdaptiveLimit(settings, state.limit)
+        self._controller = AdaptiveLimit(settings, state.limit)  # which checks the settings
         self.observe(self._sample)
         return self._controller
 
@@ -596,12 +634,31 @@ class GateBase:
         self._rearm()
 
     def _refusal(self, permit: Permit) -> QueueFull | RateLimited | QueueExpired | Evicted | Infeasible:
-        """The error for a permit the state refused at arrival, or that left the queue unstarted."""
+        """The error for a permit the state refused at arrival, or that left the queue unstarted.
+
+        Its ``retry_after`` is never sooner than the end of a pause in force: nothing starts before
+        (the args of a refusal by a gate that is not paused say no pause: the rejection path pays one
+        comparison for it).
+        """
         state = self._state
         status = permit.status
         name = self._name or self.name  # the property only for a key's gate not named yet (a call)
-        if status is INFEASIBLE:
-            ended: float = permit.ended  # type: ignore[assignment]
+        ended: float = permit.ended  # type: ignore[assignment]
+        if status is REJECTED:
+            error = _QUEUE_FULL(
+                name,
+                self._max_running,
+                state.max_waiting,
+                state.running,
+                state.waiting,
+                0.0,
+                0.0,
+                state.recent_run_seconds,
+            )
+            if state.paused_until != _INF:
+                error.args += (state.paused_until - ended,)
+            return error
+        if status is INFEASIBLE:  # its predicted start counts a pause already
             return Infeasible(
                 name,
                 self._max_running,
@@ -613,6 +670,7 @@ class GateBase:
                 max(0.0, state.predicted_start(ended) - ended),
                 queue_deadline(permit) - ended,
             )
+        paused_for = 0.0 if state.paused_until == _INF else state.paused_until - ended
         if status is RATE_LIMITED:
             notes = permit._notes  # noted as it was refused
             ready: float = notes["ready_at"]
@@ -625,20 +683,9 @@ class GateBase:
                 0.0,
                 0.0,
                 notes["limited_by"],
-                max(0.0, ready - permit.ended),  # type: ignore[operator]
+                max(0.0, ready - ended, paused_for),
             )
-        if status is REJECTED:
-            return _QUEUE_FULL(
-                name,
-                self._max_running,
-                state.max_waiting,
-                state.running,
-                state.waiting,
-                0.0,
-                0.0,
-                state.recent_run_seconds,
-            )
-        waited = permit.ended - permit.arrival  # type: ignore[operator]
+        waited = ended - permit.arrival  # type: ignore[operator]
         if status is EVICTED:
             return Evicted(
                 name,
@@ -650,6 +697,7 @@ class GateBase:
                 waited,
                 permit.priority,
                 state.recent_run_seconds,
+                paused_for,
             )
         return QueueExpired(
             name,
@@ -661,6 +709,7 @@ class GateBase:
             waited,
             queue_deadline(permit),
             state.recent_run_seconds,
+            paused_for,
         )
 
     def _late(self, permit: Permit | CombinedPermit) -> Late:

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Generic, cast, final
 from typing_extensions import TypeVar
 
 from .._core import (
+    MAX_PAUSE,
     SIGNALS,
     Adaptive,
     AdaptiveLimit,
@@ -69,10 +70,15 @@ from .._core import (
     Ticket,
     Totals,
     WaitQueue,
+    check_count,
+    check_flag,
     check_limits,
     check_max_running,
     check_max_waiting,
     check_name,
+    check_remaining,
+    provider_pause,
+    shown,
     total,
 )
 from .._streams import StreamOpener, StreamSource, StreamT
@@ -146,7 +152,8 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             a str, overrides that are neither a mapping nor callable, or ``adaptive`` that is not
             an :class:`Adaptive`.
         ValueError: A limit out of range (as for :class:`BoundedGate`), ``keep_idle < 0``,
-            ``learned_keys < 0``, or ``adaptive`` without a template ``max_running``.
+            ``learned_keys < 0``, a count beyond ``sys.maxsize``, or ``adaptive`` without a
+            template ``max_running``.
     """
 
     __slots__ = (
@@ -183,6 +190,9 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
     ) -> None:
         # The template, checked now rather than at the first key (GateState checks every setting).
         GateState(max_running, max_waiting, priorities, jump_share, rate_limits)
+        keep_idle = check_count("keep_idle", keep_idle)
+        learned_keys = check_count("learned_keys", learned_keys)
+        _check_adaptive(adaptive, max_running)
         self._priorities = priorities
         self._jump_share = jump_share
         self._rate_limits = tuple(rate_limits)
@@ -202,13 +212,8 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         elif callable(overrides):
             self._override = overrides
         elif overrides is not None:
-            raise TypeError(f"overrides must be a mapping or a function of the key, got {overrides!r}")
-        if isinstance(keep_idle, bool) or not isinstance(keep_idle, int):
-            raise TypeError(f"keep_idle must be an int, got {keep_idle!r}")
-        if keep_idle < 0:
-            raise ValueError(f"keep_idle must be >= 0, got {keep_idle}")
+            raise TypeError(f"overrides must be a mapping or a function of the key, got {shown(overrides)}")
         self._keep_idle = keep_idle
-        _check_adaptive(adaptive, self._max_running, learned_keys)
         self._adaptive = adaptive
         self._learned_keys = learned_keys
         # What the controllers of keys without a gate learned, least recently dropped first.
@@ -371,17 +376,30 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         lives). Each gate changes as :meth:`BoundedGate.set_limits` says: raising C starts its oldest
         waiters at once, lowering it interrupts nobody, lowering Q evicts nobody unless ``evict``.
 
+        With ``adaptive``, the keys' controllers take the new C as their own (their next decision
+        starts from it), those of the keys without a gate too.
+
         Raises:
-            TypeError, ValueError: A limit the constructor would refuse (nothing changed).
+            TypeError, ValueError: A limit the constructor would refuse, an ``evict`` that is not
+                True or False, or ``max_running=None`` with ``adaptive`` (nothing changed).
         """
-        probe = GateState(self._max_running, self._max_waiting)
+        evict = check_flag("evict", evict)
+        if max_running is None and self._adaptive is not None:
+            raise ValueError(
+                "max_running=None (no limit) leaves nothing for the keys' adaptive controllers to set: "
+                "give a C"
+            )
         if key is ...:
+            probe = GateState(self._max_running, self._max_waiting)
             probe.set_limits(0.0, max_running, max_waiting)  # checks the limits before any change
+            following = [k for k in self._gates if self._follows_template(k)]
+            remembered = [k for k in self._learned if self._follows_template(k)]
             self._max_running = None if probe.limit == sys.maxsize else probe.limit
             self._max_waiting = probe.max_waiting
-            targets = [k for k in self._gates if k not in self._set and self._own_limits(k) is None]
-            for k in targets:
+            for k in following:
                 self._gates[k].set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
+            if max_running is not ...:
+                self._rebase(remembered, probe.limit)
             return
         base = self.limits(key)
         probe = GateState(base.max_running, base.max_waiting)
@@ -391,11 +409,26 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         gate = self._gates.get(key)
         if gate is not None:
             gate.set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
+        elif key in self._learned and max_running is not ...:
+            self._rebase([key], probe.limit)
 
-    def signal(self, key: K, kind: str, *, retry_after: float | None = None) -> None:
+    def _follows_template(self, key: K) -> bool:
+        """Whether ``key``'s limits are the template's: none set for it, no override."""
+        return key not in self._set and self._own_limits(key) is None
+
+    def _rebase(self, keys: list[K], limit: int) -> None:
+        """The learned records of ``keys`` (keys without a gate) take ``limit``, a C set by hand."""
+        if limit != sys.maxsize:
+            for key in keys:
+                self._learned[key].rebase(limit)
+
+    def signal(
+        self, key: K, kind: str, *, retry_after: float | None = None, max_pause: float = MAX_PAUSE
+    ) -> None:
         """Tell ``key``'s gate what the provider answered for it, as :meth:`BoundedGate.signal`.
 
-        ``rate_limited`` with ``retry_after`` pauses new starts of this key only (a key without a
+        ``rate_limited`` with ``retry_after`` pauses new starts of this key only, for at most
+        ``max_pause`` seconds (a key without a
         gate gets one, which stays until the pause is over, whatever ``keep_idle`` says);
         ``overloaded`` has the key's controller cut its C, at most once per window (a key without a
         gate has its learned record cut, which its next gate starts from; without ``adaptive`` it
@@ -403,17 +436,20 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
 
         Raises:
             ValueError: An unknown kind.
+            TypeError, ValueError: ``retry_after`` or ``max_pause`` is not a finite number >= 0
+                (nothing changed).
         """
         if kind not in SIGNALS:
             raise ValueError(f"unknown signal {kind!r}; expected rate_limited, overloaded or ignored")
+        pause = provider_pause(retry_after, max_pause)
         gate = self._gates.get(key)
         if kind == "rate_limited":
-            if retry_after is None or retry_after <= 0:
+            if pause <= 0:
                 return
             if gate is None:
                 gate = self._create(key)
                 self._list(key, gate)
-            gate.pause(retry_after)
+            gate.pause(pause)
             state = cast(_KeyState, gate._state)
             if not state.running and not state.waiting:
                 self._idle_keys.pop(key, None)
@@ -449,9 +485,13 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
 
         As :meth:`BoundedGate.sync_rate_limits` on the key's gate; a key without a gate is left
         alone (0). Returns how many buckets were lowered.
+
+        Raises:
+            TypeError, ValueError: ``remaining`` is not a mapping of names (str) to counts >= 0.
         """
+        counts = check_remaining(remaining)
         gate = self._gates.get(key)
-        return 0 if gate is None else gate.sync_rate_limits(remaining)
+        return 0 if gate is None else gate.sync_rate_limits(counts)
 
     def _remember(self, key: K, controller: AdaptiveLimit, sampled: bool = False) -> None:
         """Keep what a key without a gate learned, within ``learned_keys``.
@@ -784,13 +824,9 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             self._remember(key, gate._controller, bool(state.completed or state.late))
 
 
-def _check_adaptive(adaptive: object, max_running: int | None, learned_keys: object) -> None:
-    """Refuse ``KeyedGate(adaptive=..., learned_keys=...)`` that cannot work."""
+def _check_adaptive(adaptive: object, max_running: object) -> None:
+    """Refuse ``KeyedGate(adaptive=...)`` that cannot work."""
     if adaptive is not None and not isinstance(adaptive, Adaptive):
-        raise TypeError(f"adaptive must be Adaptive settings, got {adaptive!r}")
+        raise TypeError(f"adaptive must be Adaptive settings, got {shown(adaptive)}")
     if adaptive is not None and max_running is None:
         raise ValueError("an adaptive limit needs a template max_running")
-    if isinstance(learned_keys, bool) or not isinstance(learned_keys, int):
-        raise TypeError(f"learned_keys must be an int, got {learned_keys!r}")
-    if learned_keys < 0:
-        raise ValueError(f"learned_keys must be >= 0, got {learned_keys}")

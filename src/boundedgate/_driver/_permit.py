@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
-from .._core import FloatArg, Status, Ticket, allocates_plainly, check_cost, queue_deadline
+from .._core import BoolArg, FloatArg, Status, Ticket, allocates_plainly, check_cost, queue_deadline
 from .._streams import GatedStream, StreamPermit, hand_over
 from . import _compat
 from ._compat import cancellation_pending
@@ -184,7 +184,7 @@ class Permit(Ticket):
         if gate._rated and gate._state.waiting:
             gate._rearm()
 
-    def hand_to(self, stream: _Stream, *, raise_late: bool = True) -> GatedStream[_Stream]:
+    def hand_to(self, stream: _Stream, *, raise_late: BoolArg = True) -> GatedStream[_Stream]:
         """Give the slot to ``stream``: the returned wrapper releases it when the stream ends.
 
         From then on the ``async with`` block neither releases the slot nor raises :class:`Late`,
@@ -201,7 +201,8 @@ class Permit(Ticket):
             The :class:`GatedStream` that now owns the slot: a drop-in for ``stream``.
 
         Raises:
-            TypeError: ``stream`` is not an async iterator (the block still owns the slot).
+            TypeError: ``stream`` is not an async iterator, or ``raise_late`` is not True or False
+                (the block still owns the slot).
             RuntimeError: The permit holds no slot (not admitted, or already released), or was
                 already handed to a stream.
         """

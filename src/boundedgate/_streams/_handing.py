@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from .._core import Status
+from .._core import BoolArg, Status
 from ._stream import GatedStream, hand_over
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class HandsOver:
         def status(self) -> Status:
             """Where the request stands."""
 
-    def hand_to(self, stream: _Stream, *, raise_late: bool = True) -> GatedStream[_Stream]:
+    def hand_to(self, stream: _Stream, *, raise_late: BoolArg = True) -> GatedStream[_Stream]:
         """Give the slot to ``stream``: the returned wrapper releases it when the stream ends.
 
         From then on the ``async with`` block neither releases the slot nor raises :class:`Late`,

@@ -8,6 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar, final
 
+from .._core import check_flag
 from ._protocol import StreamPermit
 from ._stream import GatedStream, _close_stream, hand_over
 
@@ -46,7 +47,7 @@ class StreamOpener(Generic[_T]):
     def __init__(self, permit: StreamPermit, source: StreamSource[_T], raise_late: bool) -> None:
         self._permit = permit
         self._source: StreamSource[_T] | None = source
-        self._raise_late = raise_late
+        self._raise_late = check_flag("raise_late", raise_late)
         self._stream: GatedStream[_T] | None = None
 
     def __await__(self) -> Generator[Any, None, GatedStream[_T]]:

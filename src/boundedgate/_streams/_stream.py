@@ -55,7 +55,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, final, overload
 
-from .._core import Status, Ticket, note
+from .._core import BoolArg, Status, Ticket, check_flag, note
 from .._scopes import shield_from_anyio
 from ._protocol import StreamPermit
 
@@ -105,7 +105,7 @@ def hand_over(
     permit: StreamPermit,
     stream: _Stream,
     *,
-    raise_late: bool = True,
+    raise_late: BoolArg = True,
     manager_exit: _Exit | None = None,
 ) -> GatedStream[_Stream]:
     """Pass ``permit``'s slot to ``stream`` and return the wrapper that now owns it.
@@ -118,13 +118,15 @@ def hand_over(
             called to close it instead of the stream's own ``aclose()``/``close()``.
 
     Raises:
-        TypeError: ``stream`` is not an async iterator (nothing was handed over).
+        TypeError: ``stream`` is not an async iterator, or ``raise_late`` is not True or False
+            (nothing was handed over).
         RuntimeError: The permit holds no slot, or was already handed to a stream.
     """
     if not hasattr(type(stream), "__anext__"):
         raise TypeError(f"can only hand a permit to an async iterator, not {type(stream).__name__!r}")
+    late = check_flag("raise_late", raise_late)
     permit._hand_over()
-    return GatedStream(stream, permit, raise_late, manager_exit)
+    return GatedStream(stream, permit, late, manager_exit)
 
 
 def _first_item(permit: StreamPermit) -> None:

@@ -63,6 +63,9 @@ def gate_middleware(
     has no pool timeout to borrow); usage is not read from aiohttp bodies. The body of a 429 of at
     most 64 KiB is read (``response.read()``, which gives it again) before the response is
     returned, to tell an overload from a spent quota.
+
+    Raises:
+        TypeError, ValueError: A setting :class:`~boundedgate.httpx.GatedTransport` would refuse.
     """
     admission = Admission(gate, key, cost, priority, retry_priority, max_wait)
 

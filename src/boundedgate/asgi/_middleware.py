@@ -54,7 +54,15 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .._core import Status, check_max_wait, check_timeout
+from .._core import (
+    Status,
+    check_cost,
+    check_count,
+    check_flag,
+    check_max_wait,
+    check_priority,
+    check_timeout,
+)
 from .._driver import KeyedGate
 from .._errors import GateError
 from ._limits import ratelimit_fields
@@ -191,6 +199,12 @@ class GateMiddleware:
             style, with the provider's ``Retry-After`` (see :func:`provider_refusal`), rather than
             let it reach the server as a 500. Logged at WARNING, counted failed. False: the
             exception goes on to the server.
+
+    Raises:
+        TypeError, ValueError: A setting out of its type or range, named, when the middleware is
+            made (not at the first request): a budget, priority or cost that ``admit()`` would
+            refuse, a count beyond ``sys.maxsize``, a flag that is not True or False, an unknown
+            refusal style; or a gate that cannot take what is given.
     """
 
     __slots__ = (
@@ -256,12 +270,18 @@ class GateMiddleware:
             gate, "cost", cost is not None, "rate costs need a BoundedGate or a KeyedGate with rate_limits"
         )
         check_style(refusal)
-        if isinstance(retry_after_fallback, bool) or not isinstance(retry_after_fallback, int):
-            raise TypeError(f"retry_after_fallback must be an int, got {retry_after_fallback!r}")
-        if retry_after_fallback < 1:
-            raise ValueError(f"retry_after_fallback must be >= 1, got {retry_after_fallback}")
-        if isinstance(max_buffer, bool) or not isinstance(max_buffer, int) or max_buffer < 0:
-            raise ValueError(f"max_buffer must be an int >= 0, got {max_buffer!r}")
+        retry_after_fallback = check_count("retry_after_fallback", retry_after_fallback, 1)
+        max_buffer = check_count("max_buffer", max_buffer)
+        if not callable(priority):
+            check_count("priority", priority)
+            classes = getattr(gate, "priorities", None)
+            if isinstance(classes, int):
+                check_priority(priority, classes)
+        if cost is not None and not callable(cost):
+            check_cost(cost)
+        sse_refusal = check_flag("sse_refusal", sse_refusal)
+        ratelimit_headers = check_flag("ratelimit_headers", ratelimit_headers)
+        server_timing = check_flag("server_timing", server_timing)
         self._app = app
         self._gate = gate
         self._keyed = keyed

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Hashable
 from typing import Any, Literal
 
+from .._core import check_cost, check_count, check_max_wait, check_priority
 from .._driver import KeyedGate
 from .._streams import StreamPermit
 from ._call import current_call
@@ -30,7 +31,11 @@ _FUNCTION_KEYWORDS = ("deadline", "priority", "cost")
 
 
 class Admission:
-    """Makes the permit for each request, from the edge's settings and the enclosing ``gate_call()``."""
+    """Makes the permit for each request, from the edge's settings and the enclosing ``gate_call()``.
+
+    Every setting is checked when it is made, naming it (``TypeError``/``ValueError``), not at the
+    first request.
+    """
 
     __slots__ = ("_accepted", "_admit", "_cost", "_key", "_max_wait", "_priority", "_retry_priority", "gate")
 
@@ -43,12 +48,16 @@ class Admission:
         retry_priority: int | None,
         max_wait: float | Literal["pool"] | None,
     ) -> None:
-        if (
-            max_wait != "pool"
-            and max_wait is not None
-            and not (isinstance(max_wait, (int, float)) and not isinstance(max_wait, bool) and max_wait >= 0)
-        ):
-            raise ValueError(f"max_wait must be 'pool', a number of seconds >= 0 or None, got {max_wait!r}")
+        if max_wait != "pool" and max_wait is not None:
+            check_max_wait(max_wait)  # a number of seconds >= 0
+        if cost is not None and not callable(cost):
+            check_cost(cost)
+        classes = getattr(gate, "priorities", None)
+        for name, value in (("priority", priority), ("retry_priority", retry_priority)):
+            if value is not None:
+                check_count(name, value)
+                if isinstance(classes, int):
+                    check_priority(value, classes, name)
         self._admit, accepted = _admitter(gate, key)
         if "priority" not in accepted and (priority != 0 or retry_priority is not None):
             raise TypeError(_no_priorities(gate))

@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from .._core import check_cost, check_count, check_deadline, check_timeout
+
 __all__ = ("Call", "current_call", "gate_call")
 
 _F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
@@ -72,6 +74,10 @@ class gate_call:  # used like a function: ``with gate_call(timeout=30):``
             ``retry_priority``).
         cost: The rate cost each attempt declares (e.g. a token estimate), which the transport
             settles from the provider's reported usage.
+
+    Raises:
+        TypeError, ValueError: A setting that ``admit()`` would refuse (each named), or both a
+            timeout and a deadline.
     """
 
     __slots__ = ("_cost", "_deadline", "_priority", "_timeout", "_tokens")
@@ -86,26 +92,16 @@ class gate_call:  # used like a function: ``with gate_call(timeout=30):``
     ) -> None:
         if timeout is not None and deadline is not None:
             raise ValueError("give timeout or deadline, not both")
-        for name, value in (("timeout", timeout), ("deadline", deadline), ("cost", cost)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
-            ):
-                raise TypeError(f"{name} must be a number, got {value!r}")
-        if timeout is not None and timeout < 0:
-            raise ValueError(f"timeout must be >= 0, got {timeout!r}")
-        if cost is not None and not (0 <= cost < math.inf):
-            raise ValueError(f"cost must be a finite number >= 0, got {cost!r}")
-        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-            raise TypeError(f"priority must be an int, got {priority!r}")
-        self._timeout = timeout
-        self._deadline = deadline
-        self._priority = priority
-        self._cost = cost
+        # Checked as admit() checks them, now, each named.
+        self._timeout = None if timeout is None else check_timeout(timeout)
+        self._deadline = None if deadline is None else check_deadline(deadline)
+        self._priority = None if priority is None else check_count("priority", priority)
+        self._cost = None if cost is None else check_cost(cost)
         self._tokens: list[contextvars.Token[Call | None]] = []
 
     def __enter__(self) -> Call:
         now = asyncio.get_running_loop().time()
-        deadline = math.inf if self._deadline is None else float(self._deadline)
+        deadline = math.inf if self._deadline is None else self._deadline
         if self._timeout is not None:
             deadline = now + self._timeout
         outer = _current.get()

@@ -8,13 +8,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .._core import MAX_PAUSE, check_max_pause
 from .._driver import KeyedGate
 from ._signals import ProviderSignal
 
 __all__ = ("follow_provider",)
 
 
-def follow_provider(gate: Any) -> Callable[[ProviderSignal], None]:
+def follow_provider(gate: Any, *, max_pause: float = MAX_PAUSE) -> Callable[[ProviderSignal], None]:
     """An ``on_provider_signal`` for :class:`GatedTransport` that tells ``gate`` what the provider said.
 
     ::
@@ -23,7 +24,10 @@ def follow_provider(gate: Any) -> Callable[[ProviderSignal], None]:
         transport = GatedTransport(gate, on_provider_signal=follow_provider(gate))
 
     A 429 (``rate_limited``) pauses new starts until its ``Retry-After`` (else until the latest
-    reset among the quotas that are spent) and leaves C alone; a 529, a 503 or a 429 whose body
+    reset among the quotas that are spent), but for at most ``max_pause`` seconds (default 300:
+    a reset further away, a daily quota, a ``Retry-After: 1e15`` or a reset too long to be a
+    number, is obeyed that long; then the gate tries again, and the next 429 pauses it again),
+    and leaves C alone; a 529, a 503 or a 429 whose body
     says overloaded (``overloaded``, ``unavailable``) is an overload signal, which an adaptive gate
     answers with a cut (at most once per window); every response's remaining quotas bring the
     gate's rate limits of the same name down to them (``gate.sync_rate_limits``), never up. A gate
@@ -35,7 +39,16 @@ def follow_provider(gate: Any) -> Callable[[ProviderSignal], None]:
     follow_provider(models))``) each signal goes to the gate of the key its request was admitted
     under (``ProviderSignal.key``): a 529 for one model cuts that model's C alone. A signal with no
     key (a request that did not go through this keyed gate) is left alone.
+
+    Raises:
+        TypeError, ValueError: ``max_pause`` is not a finite number >= 0.
     """
+    longest = check_max_pause(max_pause)
+
+    def wait(signal: ProviderSignal) -> float | None:
+        seconds = _wait(signal)
+        return None if seconds is None else min(seconds, longest)
+
     if isinstance(gate, KeyedGate):
         keyed: KeyedGate[Any] = gate
 
@@ -45,7 +58,7 @@ def follow_provider(gate: Any) -> Callable[[ProviderSignal], None]:
                 return
             kind = signal.kind
             if kind == "rate_limited":
-                keyed.signal(key, "rate_limited", retry_after=_wait(signal))
+                keyed.signal(key, "rate_limited", retry_after=wait(signal), max_pause=longest)
             elif kind in ("overloaded", "unavailable"):
                 keyed.signal(key, "overloaded")
             remaining = _remaining(signal)
@@ -73,7 +86,7 @@ def follow_provider(gate: Any) -> Callable[[ProviderSignal], None]:
     def follow(signal: ProviderSignal) -> None:
         kind = signal.kind
         if kind == "rate_limited" and hasattr(gate, "signal"):
-            tell("rate_limited", retry_after=_wait(signal))
+            tell("rate_limited", retry_after=wait(signal), max_pause=longest)
         elif kind in ("overloaded", "unavailable") and hasattr(gate, "signal"):
             tell("overloaded")
         remaining = _remaining(signal)
@@ -84,7 +97,10 @@ def follow_provider(gate: Any) -> Callable[[ProviderSignal], None]:
 
 
 def _wait(signal: ProviderSignal) -> float | None:
-    """How long a 429 asks to wait: its ``Retry-After``, else the latest reset of a spent quota."""
+    """How long a 429 asks to wait: its ``Retry-After``, else the latest reset of a spent quota.
+
+    Possibly ``inf``: a reset of 400 digits is a number too large for a float.
+    """
     wait = signal.retry_after
     if wait is None:
         spent = [q.reset for q in signal.quotas if q.remaining == 0 and q.reset is not None]

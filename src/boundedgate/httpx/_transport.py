@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import sys
 from collections.abc import Callable, Hashable, Mapping
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._core import Status
+from .._core import Status, check_flag, check_positive, shown
 from .._downstream import downstream_refused
 from .._driver import log_event
 from .._errors import GateError
@@ -20,7 +19,7 @@ from ._body import GatedBody, body_class
 from ._exchange import EXCHANGE, Exchange
 from ._refusal import REFUSAL, Envelope, envelope_for, refusal_body, refusal_headers
 from ._signals import BODY_LIMIT, ProviderSignal, parse_signal, reads_body
-from ._usage import UsageReader, decoded, is_count, shown, total_tokens
+from ._usage import UsageReader, decoded, is_count, total_tokens
 
 __all__ = ("GatedTransport",)
 
@@ -98,6 +97,13 @@ class GatedTransport(_AsyncTransport):
             an overload).
         on_exchange: Called with the :class:`Exchange` of every request when its slot goes back
             (or it is refused), with its times to first and last byte.
+
+    Raises:
+        TypeError, ValueError: A setting out of its type or range, named: a priority that is not
+            an int >= 0 (below the gate's ``priorities`` when it says), a cost or ``max_wait`` that
+            ``admit()`` would refuse, ``default_retry_after`` not a finite number > 0,
+            ``sdk_retry`` not True or False, an unknown ``refuse`` or ``envelope``; or a gate that
+            cannot take what is given (no priorities, no ``max_wait``, a key for an unkeyed gate).
     """
 
     def __init__(
@@ -119,17 +125,11 @@ class GatedTransport(_AsyncTransport):
         on_exchange: Callable[[Exchange], None] | None = None,
     ) -> None:
         if refuse not in ("response", "raise"):
-            raise ValueError(f"refuse must be 'response' or 'raise', got {refuse!r}")
+            raise ValueError(f"refuse must be 'response' or 'raise', got {shown(refuse)}")
         if envelope not in ("auto", "openai", "anthropic"):
-            raise ValueError(f"envelope must be 'auto', 'openai' or 'anthropic', got {envelope!r}")
-        if (
-            max_wait != "pool"
-            and max_wait is not None
-            and not (isinstance(max_wait, (int, float)) and not isinstance(max_wait, bool) and max_wait >= 0)
-        ):
-            raise ValueError(f"max_wait must be 'pool', a number of seconds >= 0 or None, got {max_wait!r}")
-        if not (isinstance(default_retry_after, (int, float)) and 0 < default_retry_after < math.inf):
-            raise ValueError(f"default_retry_after must be a positive number, got {default_retry_after!r}")
+            raise ValueError(f"envelope must be 'auto', 'openai' or 'anthropic', got {shown(envelope)}")
+        sdk_retry = check_flag("sdk_retry", sdk_retry)
+        retry_after = check_positive("default_retry_after", default_retry_after)
         self._admission = Admission(gate, key, cost, priority, retry_priority, max_wait)
         # The name the provider's 429s are counted under (boundedgate.downstream_refused): the
         # gate's own, so that a keyed gate is one series, not one per key; none for a callable.
@@ -140,7 +140,7 @@ class GatedTransport(_AsyncTransport):
         self._refuse = refuse
         self._sdk_retry = sdk_retry
         self._envelope: Envelope = envelope
-        self._default_retry_after = float(default_retry_after)
+        self._default_retry_after = retry_after
         self._usage_cost = usage_cost
         self._on_signal = on_provider_signal
         self._on_exchange = on_exchange

@@ -23,7 +23,9 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
-__all__ = ("MAX_KEPT", "UsageReader", "is_count", "shown", "total_tokens")
+from .._core import shown
+
+__all__ = ("MAX_KEPT", "UsageReader", "is_count", "total_tokens")
 
 #: The most the reader keeps: of a JSON answer, or of one line of an event stream (decoded).
 #: Beyond it, the response's usage is unknown (its cost stays as declared).
@@ -59,14 +61,6 @@ def is_count(value: object) -> bool:
     except OverflowError:  # an int beyond a float's range
         return False
     return 0 <= number < math.inf  # False for NaN too
-
-
-def shown(value: object) -> str:
-    """``value`` for a log line: its repr, or a description when that is too long to print."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        return f"an integer of {len(str(abs(value)))} digits"
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}... ({type(value).__name__} of {len(text)} characters)"
 
 
 class _Unreadable(ValueError):

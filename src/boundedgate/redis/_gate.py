@@ -17,14 +17,21 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Never, NoReturn, final
 
 from .._core import (
+    MAX_PAUSE,
     SIGNALS,
     Adaptive,
     AdaptiveLimit,
+    check_count,
+    check_flag,
     check_max_running,
     check_max_wait,
     check_max_waiting,
     check_name,
+    check_pause,
+    check_positive,
     check_timeout,
+    provider_pause,
+    shown,
 )
 from .._core import check_deadline as _check_deadline
 from .._driver import log_event
@@ -50,14 +57,17 @@ __all__ = ("RedisGate",)
 
 _INF = math.inf
 
+#: The largest count the scripts hold exactly: Lua's numbers are doubles (Redis 7's and before).
+_LUA_COUNT = 2**53
 
-def _seconds(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {value!r}")
-    seconds = float(value)
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return seconds
+
+def _cluster_limits(max_running: object, max_waiting: object) -> tuple[int, int | None]:
+    """C and Q as the scripts can hold them: ``check_max_running``'s, up to 2**53 (Lua's doubles)."""
+    running = check_count("max_running", check_max_running(max_running), 1, most=_LUA_COUNT)
+    waiting = check_max_waiting(max_waiting)
+    if waiting is not None:
+        check_count("max_waiting", waiting, 0, "an unbounded queue", most=_LUA_COUNT)
+    return running, waiting
 
 
 def _ms(seconds: float) -> int:
@@ -129,7 +139,8 @@ class RedisGate:
     Raises:
         TypeError: A limit that is not an int, a duration that is not a number, a name that is
             not a str.
-        ValueError: A limit out of range, a duration <= 0 or infinite, or ``waiter_ttl`` not
+        ValueError: A limit out of range (beyond 2**53: the scripts count in Lua's doubles), a
+            duration <= 0 or infinite (or an int beyond a float's range), or ``waiter_ttl`` not
             above ``poll_interval``.
 
     What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, rate limits, observers,
@@ -186,18 +197,21 @@ class RedisGate:
     ) -> None:
         if lacking:  # a BoundedGate's setting it has not (priorities=, rate_limits=...): say so
             raise refuse_arguments("RedisGate.__init__", lacking)
-        self._max_running = check_max_running(max_running)
-        self._max_waiting = check_max_waiting(max_waiting)
+        self._max_running, self._max_waiting = _cluster_limits(max_running, max_waiting)
         self._name = check_name(name)
-        self._lease_ttl = _seconds("lease_ttl", lease_ttl)
-        self._poll_interval = _seconds("poll_interval", poll_interval)
+        self._lease_ttl = check_positive("lease_ttl", lease_ttl)
+        self._poll_interval = check_positive("poll_interval", poll_interval)
         self._waiter_ttl = (
-            max(4 * self._poll_interval, 1.0) if waiter_ttl is None else _seconds("waiter_ttl", waiter_ttl)
+            max(4 * self._poll_interval, 1.0)
+            if waiter_ttl is None
+            else check_positive("waiter_ttl", waiter_ttl)
         )
         if self._waiter_ttl <= self._poll_interval:
             raise ValueError(f"waiter_ttl ({waiter_ttl}) must exceed poll_interval ({poll_interval})")
-        self._op_timeout = _seconds("op_timeout", op_timeout)
-        self._idle_ttl = _seconds("idle_ttl", idle_ttl)
+        self._op_timeout = check_positive("op_timeout", op_timeout)
+        self._idle_ttl = check_positive("idle_ttl", idle_ttl)
+        if adaptive is not None and not isinstance(adaptive, Adaptive):
+            raise TypeError(f"adaptive must be an Adaptive, got {shown(adaptive)}")
         self._client = client
         self._calls = _scripts.Calls(client, self._op_timeout)
         self._fallback = fallback
@@ -233,8 +247,6 @@ class RedisGate:
         self._last_waiting = 0
         self._background = Background(self)
         self._tasks: set[asyncio.Task[None]] = set()
-        if adaptive is not None and not isinstance(adaptive, Adaptive):
-            raise TypeError(f"adaptive must be an Adaptive, got {adaptive!r}")
         self._controller = None if adaptive is None else ClusterController(self, adaptive)
 
     # -- public API -------------------------------------------------------------------------
@@ -327,8 +339,9 @@ class RedisGate:
                 cancelled on arrival (then nothing was counted).
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout or deadline, or both given; a
-                ``BoundedGate``'s ``priority=`` or ``cost=``, which a RedisGate lacks.
+            TypeError, ValueError: A malformed timeout, deadline or max_wait, both a timeout and a
+                deadline, or a raise_late that is not True or False; a ``BoundedGate``'s
+                ``priority=`` or ``cost=``, which a RedisGate lacks.
         """
         if lacking:
             raise refuse_arguments("RedisGate.admit", lacking)
@@ -340,7 +353,7 @@ class RedisGate:
             permit = RedisPermit(self, None, _check_deadline(deadline))
         if max_wait is not None:
             permit.max_wait = check_max_wait(max_wait)
-        permit._raise_late = bool(raise_late)
+        permit._raise_late = check_flag("raise_late", raise_late)
         return permit
 
     async def try_admit(
@@ -388,8 +401,9 @@ class RedisGate:
             Exception: Whatever opening the stream raised; the slot was released as failed.
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout or deadline, or both given; a
-                ``BoundedGate``'s ``priority=`` or ``cost=``, which a RedisGate lacks.
+            TypeError, ValueError: A malformed timeout, deadline or max_wait, both a timeout and a
+                deadline, or a raise_late that is not True or False; a ``BoundedGate``'s
+                ``priority=`` or ``cost=``, which a RedisGate lacks.
         """
         if lacking:
             raise refuse_arguments("RedisGate.stream", lacking)
@@ -424,8 +438,10 @@ class RedisGate:
             TypeError, ValueError: A limit the constructor would refuse (nothing changed).
             redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
         """
-        running = self._max_running if max_running is ... else check_max_running(max_running)
-        waiting = self._max_waiting if max_waiting is ... else check_max_waiting(max_waiting)
+        running, waiting = _cluster_limits(
+            self._max_running if max_running is ... else max_running,
+            self._max_waiting if max_waiting is ... else max_waiting,
+        )
         reply = await self._run(
             _scripts.LIMITS,
             (
@@ -463,33 +479,39 @@ class RedisGate:
         in the cluster counters as ``pauses``.
 
         Raises:
-            TypeError, ValueError: ``seconds`` is not a number >= 0.
+            TypeError, ValueError: ``seconds`` is not a finite number >= 0 (a pause always ends).
             redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
         """
-        seconds = check_timeout(seconds)
+        seconds = check_pause(seconds)
         if seconds > 0:
             reply = await self._adapt(("pause", _ms(seconds), 0, 1, 1, 0, 0))
             self._seen(reply[2], reply[3], reply[4])
 
-    async def signal(self, kind: str, *, retry_after: float | None = None) -> None:
+    async def signal(
+        self, kind: str, *, retry_after: float | None = None, max_pause: float = MAX_PAUSE
+    ) -> None:
         """Tell the cluster what the provider answered: ``rate_limited``, ``overloaded`` or ``ignored``.
 
         A coroutine (it writes to Redis). As :meth:`BoundedGate.signal
         <boundedgate.BoundedGate.signal>`, for every process at once: ``rate_limited`` with
-        ``retry_after`` pauses new starts cluster-wide until the reset (:meth:`pause`) and leaves C
+        ``retry_after`` pauses new starts cluster-wide until the reset, for at most ``max_pause``
+        seconds (:meth:`pause`), and leaves C
         alone; ``overloaded`` has the cluster's C cut by the adaptive controller, unless the
         cluster cut it within the window, whichever process did (without a controller it changes
         nothing); ``ignored`` is not congestion. See docs/adaptive.md for the rule.
 
         Raises:
             ValueError: An unknown kind.
+            TypeError, ValueError: ``retry_after`` or ``max_pause`` is not a finite number >= 0
+                (nothing changed).
             redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
         """
         if kind not in SIGNALS:
             raise ValueError(f"unknown signal {kind!r}; expected one of {sorted(SIGNALS)}")
+        pause = provider_pause(retry_after, max_pause)
         if kind == "rate_limited":
-            if retry_after is not None and retry_after > 0:
-                await self.pause(retry_after)
+            if pause > 0:
+                await self.pause(pause)
             return
         controller = self._controller
         if kind == "overloaded" and controller is not None:
@@ -703,7 +725,8 @@ class RedisGate:
             self._released(reply, sample, handed_at)
             return
 
-    def _refused(self, permit: RedisPermit, running: int, waiting: int) -> QueueFull:
+    def _refused(self, permit: RedisPermit, running: int, waiting: int, paused_for: float) -> QueueFull:
+        """The refusal of a full cluster; ``paused_for``: seconds of a cluster pause still to run."""
         return QueueFull(
             self._name,
             self._max_running,
@@ -713,6 +736,7 @@ class RedisGate:
             0.0,
             permit.ended - permit.arrival,  # type: ignore[operator]
             self._counters.recent_run_seconds,
+            paused_for,
         )
 
     def _expired(self, permit: RedisPermit) -> QueueExpired:

@@ -383,7 +383,7 @@ class RedisPermit(HandsOver):
             if state == 3:
                 self._end(REJECTED)
                 gate._counters.rejected += 1
-                raise gate._refused(self, int(running), int(waiting))
+                raise gate._refused(self, int(running), int(waiting), int(value) / 1000)
             self._end(REJECTED)  # an outcome already recorded for a fresh id: state was lost
             gate._counters.unavailable += 1
             raise gate._unavailable(0.0, self.ended - now, "waiter_lease_lost")  # type: ignore[operator]

@@ -2,8 +2,9 @@
 -- ARGV 2 id (the agent's id, '#', a serial), 3 remaining budget ms (-1: none), 4 wait (1: may
 -- queue, 0: start now or not).
 -- Returns, as one string of fields joined by '|' (answer()): state, value, running, waiting, epoch,
--- handed...; state 1 granted (value: token), 2 queued (value: arrival sequence), 3 full, 4 already
--- ended (value: how); handed: the grants its sweep made to the caller's other waiters (id, token, ...).
+-- handed...; state 1 granted (value: token), 2 queued (value: arrival sequence), 3 full (value: ms
+-- of a pause in force still to run, 0 if none), 4 already ended (value: how); handed: the grants its
+-- sweep made to the caller's other waiters (id, token, ...).
 local id, remaining, wait = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local agent = agent_of(id)
 SELF = agent
@@ -41,4 +42,4 @@ if wait and (Q < 0 or waiting < Q) then
   return answer({'2', int(order), int(running), int(waiting + 1), e})
 end
 count('rejected')
-return answer({'3', '0', int(running), int(waiting), e})
+return answer({'3', int(math.max(0, PAUSE - now)), int(running), int(waiting), e})
