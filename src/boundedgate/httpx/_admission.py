@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Hashable
 from typing import Any, Literal
 
-from .._core import check_cost, check_count, check_max_wait, check_priority
+from .._core import check_cost, check_count, check_max_wait
 from .._driver import KeyedGate
 from .._streams import StreamPermit
 from ._call import current_call
@@ -52,12 +52,9 @@ class Admission:
             check_max_wait(max_wait)  # a number of seconds >= 0
         if cost is not None and not callable(cost):
             check_cost(cost)
-        classes = getattr(gate, "priorities", None)
-        for name, value in (("priority", priority), ("retry_priority", retry_priority)):
-            if value is not None:
-                check_count(name, value)
-                if isinstance(classes, int):
-                    check_priority(value, classes, name)
+        check_count("priority", priority)  # an int >= 0; a class the gate lacks is refused below
+        if retry_priority is not None:
+            check_count("retry_priority", retry_priority)
         self._admit, accepted = _admitter(gate, key)
         if "priority" not in accepted and (priority != 0 or retry_priority is not None):
             raise TypeError(_no_priorities(gate))
