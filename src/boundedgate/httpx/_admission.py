@@ -156,7 +156,8 @@ def _function_admitter(gate: Callable[..., Any]) -> tuple[Callable[..., Any], fr
         try:
             permit = gate(request, **kwargs)
         except TypeError as error:
-            if kwargs and "unexpected keyword argument" in str(error):
+            said = str(error)  # Python's own message, or a gate's that names what it lacks
+            if kwargs and ("unexpected keyword argument" in said or "() takes no " in said):
                 raise TypeError(_refused_keywords(gate, kwargs, error)) from error
             raise
         if not (hasattr(type(permit), "__aenter__") and hasattr(type(permit), "_finish")):
