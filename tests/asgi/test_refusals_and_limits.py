@@ -26,7 +26,26 @@ from boundedgate.asgi import (
 )
 from tests.asgi.harness import Client, http_scope, serve
 
-FULL = QueueFull("session/A", 1, 4, 1, 4, 0.0, 0.0, 2.0)  # retry_after = 5 * 2.0 / 1 = 10 s
+#: The limits and counts of a refusal at a gate of one slot (busy) and no waiting room.
+COUNTS: dict[str, Any] = {
+    "max_running": 1,
+    "max_waiting": 0,
+    "running": 1,
+    "waiting": 0,
+    "waited": 0.0,
+    "elapsed": 0.0,
+}
+
+FULL = QueueFull(
+    gate="session/A",
+    max_running=1,
+    max_waiting=4,
+    running=1,
+    waiting=4,
+    waited=0.0,
+    elapsed=0.0,
+    recent_run=2.0,  # retry_after = 5 * 2.0 / 1 = 10 s
+)
 MESSAGE = "The service is at capacity. Retry later."
 
 GOLDEN: dict[str, tuple[str, dict[str, Any]]] = {
@@ -95,11 +114,16 @@ def test_only_the_detailed_style_shows_the_gate_s_counts() -> None:
 def test_a_body_function_and_the_retry_after_rounding() -> None:
     refusal = refusal_for(FULL, lambda error, key: {"busy": error.code, "who": key}, key="k")
     assert json.loads(refusal.body) == {"busy": "queue_full", "who": "k"}
-    no_pace = QueueFull("g", 1, 0, 1, 0, 0.0, 0.0, None)
+    no_pace = QueueFull(gate="g", **COUNTS, recent_run=None)
     assert retry_after_seconds(no_pace, 3) == 3
-    assert retry_after_seconds(QueueFull("g", 1, 0, 1, 0, 0.0, 0.0, 0.2), 3) == 1
-    assert retry_after_seconds(QueueFull("g", 4, 0, 4, 0, 0.0, 0.0, 8.4), 3) == 3  # 2.1 s, rounded up
-    limited = RateLimited("g", 1, 0, 0, 0, 0.0, 0.0, "rpm", 59.2)
+    assert retry_after_seconds(QueueFull(gate="g", **COUNTS, recent_run=0.2), 3) == 1
+    assert (
+        retry_after_seconds(
+            QueueFull(gate="g", **{**COUNTS, "max_running": 4, "running": 4}, recent_run=8.4), 3
+        )
+        == 3
+    )  # 2.1 s, rounded up
+    limited = RateLimited(gate="g", **{**COUNTS, "running": 0}, limit="rpm", retry_after=59.2)
     assert refusal_for(limited).status == 429
     assert dict(refusal_for(limited).headers)[b"retry-after"] == b"60"
 
