@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from boundedgate import BoundedGate, KeyedGate, QueueFull, asgi
-from boundedgate.asgi import REFUSAL_STYLES, GateMiddleware, refusal_for
+from boundedgate.asgi import GateMiddleware, refusal_for
+from boundedgate.asgi._refusal import REFUSAL_STYLES
 from tests.asgi.harness import Client, Scope, StreamingApp, http_scope, serve, turns
 
 FULL = QueueFull(

@@ -15,15 +15,9 @@ import openai
 import pytest
 
 from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit, RateLimited
-from boundedgate.asgi import (
-    REFUSAL_STYLES,
-    GateMiddleware,
-    limits_app,
-    limits_document,
-    ratelimit_fields,
-    refusal_for,
-    retry_after_seconds,
-)
+from boundedgate.asgi import GateMiddleware, limits_app, limits_document, refusal_for
+from boundedgate.asgi._limits import ratelimit_fields
+from boundedgate.asgi._refusal import REFUSAL_STYLES, retry_after_seconds
 from tests.asgi.harness import Client, http_scope, serve
 
 #: The limits and counts of a refusal at a gate of one slot (busy) and no waiting room.
