@@ -34,7 +34,6 @@ from boundedgate.sim import (
     Provider,
     compare_admission,
     generate,
-    in_seconds,
     steps,
 )
 
@@ -50,7 +49,7 @@ def demo_traffic(seed: int = 1) -> list[Job]:
         duration_ms=60_000,
         seed=seed,
     )
-    return in_seconds(jobs)
+    return [(job.arrival_ms / 1000, job.service_ms / 1000, 2.5) for job in jobs]
 
 
 def compare(jobs: list[Job], provider: Provider) -> Comparison:

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import math
 import multiprocessing
 import shutil
 import sys
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from boundedgate import Adaptive, BoundedGate, Late, QueueExpired, QueueFull, RequestRecord
-from boundedgate.sim import Bursts, Job, LogNormal, Poisson, generate, percentile, simulate
+from boundedgate.sim import Bursts, Job, LogNormal, Poisson, generate, simulate
 
 Caller = Callable[[Job], Coroutine[None, None, None]]  # makes one call, and records what became of it
 
@@ -141,7 +142,7 @@ class Run:
         self.refusal_seconds.append(seconds)
 
     def p(self, q: float) -> float | None:
-        return percentile(sorted(self.answer_seconds), q)
+        return _percentile(self.answer_seconds, q)
 
     def status(self, elapsed: float, provider: Provider) -> str:
         o = self.outcomes
@@ -359,6 +360,12 @@ async def compare_side_by_side(seed: int = 0) -> tuple[tuple[Run, Run, Run], lis
     return (runs[0], runs[1], runs[2]), runs[3:], traffic(seed)
 
 
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank ``q``-th percentile of ``values`` (as the simulator's summaries count them)."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q / 100 * len(ordered)), 1) - 1] if ordered else None
+
+
 def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
@@ -404,7 +411,7 @@ def report(semaphore_run: Run, timeout_run: Run, gate_run: Run, jobs: Sequence[J
         row(
             "time to a refusal, p50",
             "-",
-            *(_seconds(percentile(sorted(r.refusal_seconds), 50)) for r in runs[1:]),
+            *(_seconds(_percentile(r.refusal_seconds, 50)) for r in runs[1:]),
         ),
         row("slowest refusal", "-", *(_seconds(max(r.refusal_seconds, default=None)) for r in runs[1:])),
         row("provider time spent for nothing", *(f"{r.wasted:.0f} s" for r in runs)),

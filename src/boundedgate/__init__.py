@@ -2,6 +2,9 @@
 
 At most C calls running, at most Q waiting, an immediate typed refusal beyond that, deadlines
 measured from arrival, and permits that are released exactly once.
+
+Beside the names of ``__all__``, two attributes describe the installed package: ``__version__``,
+and ``COMPILED``, True when the compiled build runs (see docs/performance.md, "The compiled build").
 """
 
 from ._pure import install as _install_source_finder
@@ -10,8 +13,8 @@ from ._pure import requested as _pure_requested
 if _pure_requested():  # BOUNDEDGATE_NO_EXTENSIONS=1: the sources, even where compiled modules are installed
     _install_source_finder()
 
+from ._core import COMPILED as COMPILED  # build information, as __version__ is: not in __all__
 from ._core import (
-    COMPILED,
     OUTCOMES,
     SIGNALS,
     Adaptive,
@@ -24,7 +27,6 @@ from ._core import (
     RequestRecord,
     Status,
 )
-from ._downstream import downstream_refusals, downstream_refused
 from ._driver import BoundedGate, CombinedPermit, KeyedGate, Permit, admit_all
 from ._errors import (
     Evicted,
@@ -41,7 +43,6 @@ from ._streams import GatedStream, StreamOpener
 __version__ = "0.1.0"
 
 __all__ = (
-    "COMPILED",
     "OUTCOMES",
     "SIGNALS",
     "Adaptive",
@@ -68,11 +69,9 @@ __all__ = (
     "Status",
     "StreamOpener",
     "admit_all",
-    "downstream_refusals",
-    "downstream_refused",
 )
 
 for _name in __all__:
-    if _name not in ("COMPILED", "OUTCOMES", "SIGNALS"):  # the public constants: a bool, a tuple, a dict
+    if _name not in ("OUTCOMES", "SIGNALS"):  # the public constants: a tuple and a dict
         globals()[_name].__module__ = "boundedgate"
 del _name

@@ -3,7 +3,9 @@
 The gate cannot see what the provider answers; the code that calls the provider can. It calls
 :func:`downstream_refused` for each refusal it gets, and the metrics exports read the counts at
 collection time (``boundedgate_downstream_refusals_total`` in Prometheus). The alert that the
-downstream 429s "do not go back to zero" is written on that counter.
+downstream 429s "do not go back to zero" is written on that counter. The counter serves the
+exports alone, so they are where it is public: ``boundedgate.prometheus.downstream_refused`` and
+``boundedgate.otel.downstream_refused`` are this function; the HTTP transport calls it itself.
 """
 
 from __future__ import annotations

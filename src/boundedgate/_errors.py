@@ -1,16 +1,22 @@
 """The typed refusals: one small class per outcome, all sharing :class:`GateError`.
 
-Building the exception is on the rejection path of an overloaded service, so it does as little as
-Python allows: the fields are the exception's positional ``args`` (stored by ``BaseException``
-itself, with no Python-level ``__init__``), read back through properties, and the message and the
-``retry_after`` estimate are only computed when someone asks. The positional order is part of the
-API: ``gate, max_running, max_waiting, running, waiting, waited, elapsed`` and then each class's own.
+Every field is a named attribute, given by keyword: ``QueueFull(gate="openai", max_running=50,
+max_waiting=100, running=50, waiting=100, waited=0.0, elapsed=0.0, recent_run=1.2)``. The exception's
+``args`` are empty: nothing is positional.
+
+Building the exception is on the rejection path of an overloaded service (and ends each expiry), so
+it does little: one ``__init__`` frame of the class and one of :class:`GateError` store the fields
+in slots, and the message and the ``retry_after`` estimate are only computed when someone asks.
+Each class lists all its fields in its own ``__slots__``: :class:`GateError` has none of its own,
+as a base with slots could not be combined with :class:`TimeoutError`'s layout
+(:class:`QueueExpired`, :class:`Late`). Pickling and copying go by the fields (:meth:`__reduce__`),
+since ``BaseException``'s own way rebuilds an exception from its ``args``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 __all__ = (
     "Evicted",
@@ -23,34 +29,42 @@ __all__ = (
     "RateLimited",
 )
 
+#: The fields every refusal has, in the order its message and ``to_dict()`` give them.
+_COMMON = ("gate", "max_running", "max_waiting", "running", "waiting", "waited", "elapsed")
+
 
 def _limit(value: int | None) -> str:
     return "unbounded" if value is None else str(value)
 
 
-def _retry_after(args: tuple[Any, ...], recent_at: int) -> float | None:
+def _retry_after(
+    recent_run: float | None, max_running: int | None, waiting: int, paused_for: float
+) -> float | None:
     # No sooner than the end of a pause in force, then the queue ahead of a newcomer, plus the
-    # newcomer, at the recent pace of max_running slots (as GateState.predicted_start). The
-    # pause is the arg after recent_run: an error made with the args of before has none.
-    recent_run: float | None = args[recent_at]
-    max_running: int | None = args[1]
-    paused_for: float = args[recent_at + 1] if len(args) > recent_at + 1 else 0.0
+    # newcomer, at the recent pace of max_running slots (as GateState.predicted_start).
     if recent_run is None or max_running is None:
         return paused_for or None
-    waiting: int = args[4]
     return paused_for + (waiting + 1) * recent_run / max_running
+
+
+def _rebuilt(cls: type[GateError], fields: dict[str, Any]) -> GateError:
+    """An error of class ``cls`` made again from its fields (what :meth:`GateError.__reduce__` pickles)."""
+    return cls(**fields)
 
 
 class GateError(Exception):
     """Base of every refusal a gate raises. Never raised itself; catch it to handle them all.
 
-    Every instance says which gate refused and what it looked like at that moment.
+    Every instance says which gate refused and what it looked like at that moment. Each subclass is
+    made with its fields as keywords, these and its own.
 
     Attributes:
         code: A stable machine-readable name: ``"queue_full"``, ``"rate_limited"``,
-            ``"queue_expired"``, ``"evicted"``, ``"late"``, ``"gate_unavailable"``.
+            ``"infeasible"``, ``"queue_expired"``, ``"evicted"``, ``"late"``,
+            ``"gate_unavailable"``.
         http_status: The HTTP status a server in front of the gate should answer with.
-        gate: The gate's name.
+        gate: The gate's name (a ``str``, as in the logs, the metrics and ``to_dict()``: an error
+            outlives its gate, and is pickled without it).
         max_running: The gate's running slots (C; None when running is not limited).
         max_waiting: The gate's queue places (Q; None when unbounded).
         running: Requests running at the moment of the refusal.
@@ -64,43 +78,37 @@ class GateError(Exception):
     code: ClassVar[str]
     http_status: ClassVar[int] = 503
 
-    def __init__(self, *args: object) -> None:
-        raise TypeError("GateError is a base class; raise one of its subclasses")
+    __slots__ = ()  # each class's own lists every field (see the module's docstring)
 
-    @property
-    def gate(self) -> str:
-        """The gate's name."""
-        return self.args[0]  # type: ignore[no-any-return]
+    gate: str
+    max_running: int | None
+    max_waiting: int | None
+    running: int
+    waiting: int
+    waited: float
+    elapsed: float
 
-    @property
-    def max_running(self) -> int | None:
-        """The gate's running slots (C; None when running is not limited)."""
-        return self.args[1]  # type: ignore[no-any-return]
-
-    @property
-    def max_waiting(self) -> int | None:
-        """The gate's queue places (Q; None when unbounded)."""
-        return self.args[2]  # type: ignore[no-any-return]
-
-    @property
-    def running(self) -> int:
-        """Requests running at the moment of the refusal."""
-        return self.args[3]  # type: ignore[no-any-return]
-
-    @property
-    def waiting(self) -> int:
-        """Requests waiting at the moment of the refusal."""
-        return self.args[4]  # type: ignore[no-any-return]
-
-    @property
-    def waited(self) -> float:
-        """Seconds this request spent in the queue."""
-        return self.args[5]  # type: ignore[no-any-return]
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds from this request's arrival to the refusal."""
-        return self.args[6]  # type: ignore[no-any-return]
+    def __init__(
+        self,
+        *,
+        gate: str,
+        max_running: int | None,
+        max_waiting: int | None,
+        running: int,
+        waiting: int,
+        waited: float,
+        elapsed: float,
+    ) -> None:
+        # The fields every refusal has; a subclass's __init__ sets its own, then calls this.
+        if type(self) is GateError:
+            raise TypeError("GateError is a base class; raise one of its subclasses")
+        self.gate = gate
+        self.max_running = max_running
+        self.max_waiting = max_waiting
+        self.running = running
+        self.waiting = waiting
+        self.waited = waited
+        self.elapsed = elapsed
 
     @property
     def retry_after(self) -> float | None:
@@ -129,6 +137,15 @@ class GateError(Exception):
             return {}
         return {"Retry-After": str(max(1, math.ceil(retry_after)))}
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # By the fields, made again by keyword; the state is what was added later (notes).
+        names: tuple[str, ...] = type(self).__slots__
+        fields = {name: getattr(self, name) for name in names}
+        return (_rebuilt, (type(self), fields), self.__dict__)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
     def _where(self) -> str:
         return (
             f"gate {self.gate!r} [running {self.running}/{self.max_running}, "
@@ -140,34 +157,42 @@ class QueueFull(GateError):
     """Raised at arrival, before any suspension, when every slot is busy and the queue is full.
 
     Nothing was queued and nothing waits on the caller's behalf. ``try_admit()`` raises it whenever
-    the request cannot start at once.
+    the request cannot start at once. ``waited`` and ``elapsed`` are 0, but for a later step of
+    :func:`admit_all`: the time spent at the earlier ones.
 
-    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    recent_run, paused_for`` (``waited`` and ``elapsed`` are 0, but for a later step of
-    :func:`admit_all`, the time spent at the earlier ones; ``recent_run`` is the gate's recent mean
-    run time in seconds, or None before any run ended; ``paused_for`` the seconds until a pause in
-    force ends, 0 when the gate is not paused, and may be left out).
+    Attributes:
+        recent_run: The gate's recent mean run time in seconds, its pace (None before any run ended).
+        paused_for: Seconds until a pause in force ends (0 when the gate is not paused).
     """
 
-    if TYPE_CHECKING:
-
-        def __init__(
-            self,
-            gate: str,
-            max_running: int | None,
-            max_waiting: int | None,
-            running: int,
-            waiting: int,
-            waited: float,
-            elapsed: float,
-            recent_run: float | None,
-            paused_for: float = 0.0,
-        ) -> None: ...
-
-    else:
-        __init__ = Exception.__init__  # the fields are the args: no Python frame on the refusal path
+    __slots__ = (*_COMMON, "recent_run", "paused_for")
 
     code = "queue_full"
+
+    def __init__(
+        self,
+        *,
+        gate: str,
+        max_running: int | None,
+        max_waiting: int | None,
+        running: int,
+        waiting: int,
+        waited: float,
+        elapsed: float,
+        recent_run: float | None = None,
+        paused_for: float = 0.0,
+    ) -> None:
+        self.recent_run = recent_run
+        self.paused_for = paused_for
+        super().__init__(
+            gate=gate,
+            max_running=max_running,
+            max_waiting=max_waiting,
+            running=running,
+            waiting=waiting,
+            waited=waited,
+            elapsed=elapsed,
+        )
 
     @property
     def retry_after(self) -> float | None:
@@ -179,7 +204,7 @@ class QueueFull(GateError):
         for a provider's reset never advertises a retry sooner). Without a pace (before any run
         has ended) it is the pause alone, or None when the gate is not paused.
         """
-        return _retry_after(self.args, 7)
+        return _retry_after(self.recent_run, self.max_running, self.waiting, self.paused_for)
 
     def __str__(self) -> str:
         return f"{self._where()} is full"
@@ -195,46 +220,45 @@ class RateLimited(GateError):
     ``settle`` below the estimate) and everyone ahead started. Nothing was queued and nothing
     was taken from any bucket.
 
-    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed, limit,
-    retry_after`` (``limit`` names the rate limit that refused; ``retry_after`` is exact: when the
-    bucket holds the request's cost, or when a pause in force ends, whichever is later).
+    Attributes:
+        limit: The name of the rate limit that refused.
+        retry_after: Seconds until the rate limits could pay the request's cost, behind the queue
+            ahead of it, and never sooner than the end of a pause in force. Computed from the
+            buckets and the declared costs queued ahead, not estimated: a retry this much later
+            finds its tokens there, if nothing else arrives ahead of it meanwhile.
     """
 
-    if TYPE_CHECKING:
-
-        def __init__(
-            self,
-            gate: str,
-            max_running: int | None,
-            max_waiting: int | None,
-            running: int,
-            waiting: int,
-            waited: float,
-            elapsed: float,
-            limit: str,
-            retry_after: float,
-        ) -> None: ...
-
-    else:
-        __init__ = Exception.__init__
+    __slots__ = (*_COMMON, "limit", "retry_after")
 
     code = "rate_limited"
     http_status = 429
 
-    @property
-    def limit(self) -> str:
-        """The name of the rate limit that refused."""
-        return self.args[7]  # type: ignore[no-any-return]
+    retry_after: float  # a field here, computed when refused (a slot, in place of the base's property)
 
-    @property
-    def retry_after(self) -> float:
-        """Seconds until the rate limits could pay the request's cost, behind the queue ahead of it.
-
-        Computed from the buckets and the declared costs queued ahead, not estimated, and never
-        sooner than the end of a pause in force: a retry this much later finds its tokens there,
-        if nothing else arrives ahead of it meanwhile.
-        """
-        return self.args[8]  # type: ignore[no-any-return]
+    def __init__(
+        self,
+        *,
+        gate: str,
+        max_running: int | None,
+        max_waiting: int | None,
+        running: int,
+        waiting: int,
+        waited: float,
+        elapsed: float,
+        limit: str,
+        retry_after: float,
+    ) -> None:
+        self.limit = limit
+        self.retry_after = retry_after
+        super().__init__(
+            gate=gate,
+            max_running=max_running,
+            max_waiting=max_waiting,
+            running=running,
+            waiting=waiting,
+            waited=waited,
+            elapsed=elapsed,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """As :meth:`GateError.to_dict`, with the name of the rate limit that refused."""
@@ -254,45 +278,45 @@ class Infeasible(GateError):
     was queued. A 503 with ``Retry-After`` (the predicted wait) is the honest answer: the gate is
     saturated now, and a request with a longer budget, or a retry later, may be served.
 
-    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    predicted_wait, budget`` (``predicted_wait``: seconds from arrival to the predicted start;
-    ``budget``: seconds from arrival to its queue deadline).
+    Attributes:
+        predicted_wait: Seconds from arrival until the request would have started, by the gate's
+            recent pace.
+        budget: Seconds from arrival to the request's queue deadline.
     """
 
-    if TYPE_CHECKING:
-
-        def __init__(
-            self,
-            gate: str,
-            max_running: int | None,
-            max_waiting: int | None,
-            running: int,
-            waiting: int,
-            waited: float,
-            elapsed: float,
-            predicted_wait: float,
-            budget: float,
-        ) -> None: ...
-
-    else:
-        __init__ = Exception.__init__
+    __slots__ = (*_COMMON, "predicted_wait", "budget")
 
     code = "infeasible"
 
-    @property
-    def predicted_wait(self) -> float:
-        """Seconds from arrival until the request would have started, by the gate's recent pace."""
-        return self.args[7]  # type: ignore[no-any-return]
-
-    @property
-    def budget(self) -> float:
-        """Seconds from arrival to the request's queue deadline."""
-        return self.args[8]  # type: ignore[no-any-return]
+    def __init__(
+        self,
+        *,
+        gate: str,
+        max_running: int | None,
+        max_waiting: int | None,
+        running: int,
+        waiting: int,
+        waited: float,
+        elapsed: float,
+        predicted_wait: float,
+        budget: float,
+    ) -> None:
+        self.predicted_wait = predicted_wait
+        self.budget = budget
+        super().__init__(
+            gate=gate,
+            max_running=max_running,
+            max_waiting=max_waiting,
+            running=running,
+            waiting=waiting,
+            waited=waited,
+            elapsed=elapsed,
+        )
 
     @property
     def retry_after(self) -> float:
         """The predicted wait: when the queue ahead would have cleared at the recent pace."""
-        return self.args[7]  # type: ignore[no-any-return]
+        return self.predicted_wait
 
     def to_dict(self) -> dict[str, Any]:
         """As :meth:`GateError.to_dict`, with the predicted wait and the budget."""
@@ -312,40 +336,48 @@ class QueueExpired(GateError, TimeoutError):
     Also raised at once, before anything is counted, for a request whose deadline had already
     passed when it arrived. Also a :class:`TimeoutError`.
 
-    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    deadline, recent_run, paused_for`` (``paused_for``: as for :class:`QueueFull`).
+    Attributes:
+        deadline: The deadline that passed, on the gate's clock (the request's queue deadline:
+            its deadline, or its arrival plus its ``max_wait`` when that came first).
+        recent_run: As for :class:`QueueFull`.
+        paused_for: As for :class:`QueueFull`.
     """
 
-    if TYPE_CHECKING:
-
-        def __init__(
-            self,
-            gate: str,
-            max_running: int | None,
-            max_waiting: int | None,
-            running: int,
-            waiting: int,
-            waited: float,
-            elapsed: float,
-            deadline: float,
-            recent_run: float | None,
-            paused_for: float = 0.0,
-        ) -> None: ...
-
-    else:
-        __init__ = Exception.__init__
+    __slots__ = (*_COMMON, "deadline", "recent_run", "paused_for")
 
     code = "queue_expired"
 
-    @property
-    def deadline(self) -> float:
-        """The deadline that passed, on the gate's clock."""
-        return self.args[7]  # type: ignore[no-any-return]
+    def __init__(
+        self,
+        *,
+        gate: str,
+        max_running: int | None,
+        max_waiting: int | None,
+        running: int,
+        waiting: int,
+        waited: float,
+        elapsed: float,
+        deadline: float,
+        recent_run: float | None = None,
+        paused_for: float = 0.0,
+    ) -> None:
+        self.deadline = deadline
+        self.recent_run = recent_run
+        self.paused_for = paused_for
+        super().__init__(
+            gate=gate,
+            max_running=max_running,
+            max_waiting=max_waiting,
+            running=running,
+            waiting=waiting,
+            waited=waited,
+            elapsed=elapsed,
+        )
 
     @property
     def retry_after(self) -> float | None:
         """As for :attr:`QueueFull.retry_after`."""
-        return _retry_after(self.args, 8)
+        return _retry_after(self.recent_run, self.max_running, self.waiting, self.paused_for)
 
     def __str__(self) -> str:
         return f"deadline passed after waiting {self.waited:.3f}s in the queue of {self._where()}"
@@ -358,41 +390,47 @@ class Evicted(GateError):
     the place of the newest waiter of the least urgent class below ``p``. The evicted request never
     started.
 
-    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    priority, recent_run, paused_for`` (``priority`` is the evicted request's class;
-    ``paused_for``: as for :class:`QueueFull`).
+    Attributes:
+        priority: The evicted request's priority class.
+        recent_run: As for :class:`QueueFull`.
+        paused_for: As for :class:`QueueFull`.
     """
 
-    if TYPE_CHECKING:
-
-        def __init__(
-            self,
-            gate: str,
-            max_running: int | None,
-            max_waiting: int | None,
-            running: int,
-            waiting: int,
-            waited: float,
-            elapsed: float,
-            priority: int,
-            recent_run: float | None,
-            paused_for: float = 0.0,
-        ) -> None: ...
-
-    else:
-        __init__ = Exception.__init__
+    __slots__ = (*_COMMON, "priority", "recent_run", "paused_for")
 
     code = "evicted"
 
-    @property
-    def priority(self) -> int:
-        """The evicted request's priority class."""
-        return self.args[7]  # type: ignore[no-any-return]
+    def __init__(
+        self,
+        *,
+        gate: str,
+        max_running: int | None,
+        max_waiting: int | None,
+        running: int,
+        waiting: int,
+        waited: float,
+        elapsed: float,
+        priority: int,
+        recent_run: float | None = None,
+        paused_for: float = 0.0,
+    ) -> None:
+        self.priority = priority
+        self.recent_run = recent_run
+        self.paused_for = paused_for
+        super().__init__(
+            gate=gate,
+            max_running=max_running,
+            max_waiting=max_waiting,
+            running=running,
+            waiting=waiting,
+            waited=waited,
+            elapsed=elapsed,
+        )
 
     @property
     def retry_after(self) -> float | None:
         """As for :attr:`QueueFull.retry_after`."""
-        return _retry_after(self.args, 8)
+        return _retry_after(self.recent_run, self.max_running, self.waiting, self.paused_for)
 
     def __str__(self) -> str:
         return (
@@ -407,40 +445,40 @@ class Late(GateError, TimeoutError):
     The body ran to its end (the gate never interrupts it) and kept its slot until then; it only
     finished too late to count as on time. Also a :class:`TimeoutError`.
 
-    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    deadline, overrun``.
+    Attributes:
+        deadline: The deadline, on the gate's clock.
+        overrun: Seconds past the deadline at which the body finished (>= 0).
     """
 
-    if TYPE_CHECKING:
-
-        def __init__(
-            self,
-            gate: str,
-            max_running: int | None,
-            max_waiting: int | None,
-            running: int,
-            waiting: int,
-            waited: float,
-            elapsed: float,
-            deadline: float,
-            overrun: float,
-        ) -> None: ...
-
-    else:
-        __init__ = Exception.__init__
+    __slots__ = (*_COMMON, "deadline", "overrun")
 
     code = "late"
     http_status = 504
 
-    @property
-    def deadline(self) -> float:
-        """The deadline, on the gate's clock."""
-        return self.args[7]  # type: ignore[no-any-return]
-
-    @property
-    def overrun(self) -> float:
-        """Seconds past the deadline at which the body finished (>= 0)."""
-        return self.args[8]  # type: ignore[no-any-return]
+    def __init__(
+        self,
+        *,
+        gate: str,
+        max_running: int | None,
+        max_waiting: int | None,
+        running: int,
+        waiting: int,
+        waited: float,
+        elapsed: float,
+        deadline: float,
+        overrun: float,
+    ) -> None:
+        self.deadline = deadline
+        self.overrun = overrun
+        super().__init__(
+            gate=gate,
+            max_running=max_running,
+            max_waiting=max_waiting,
+            running=running,
+            waiting=waiting,
+            waited=waited,
+            elapsed=elapsed,
+        )
 
     def __str__(self) -> str:
         return (
@@ -458,40 +496,41 @@ class GateUnavailable(GateError):
     ``running`` and ``waiting`` are the last counts the gate saw. The underlying error, when
     there is one, is the exception's ``__cause__``.
 
-    Positional args: ``gate, max_running, max_waiting, running, waiting, waited, elapsed,
-    reason`` (``reason`` is a short machine-readable string: ``"unreachable"`` or
-    ``"waiter_lease_lost"``).
+    Attributes:
+        reason: Why the gate could not decide, a short machine-readable string:
+            ``"unreachable"`` or ``"waiter_lease_lost"``.
     """
 
-    if TYPE_CHECKING:
-
-        def __init__(
-            self,
-            gate: str,
-            max_running: int | None,
-            max_waiting: int | None,
-            running: int,
-            waiting: int,
-            waited: float,
-            elapsed: float,
-            reason: str,
-        ) -> None: ...
-
-    else:
-        __init__ = Exception.__init__
+    __slots__ = (*_COMMON, "reason")
 
     code = "gate_unavailable"
 
-    @property
-    def reason(self) -> str:
-        """Why the gate could not decide: ``"unreachable"`` or ``"waiter_lease_lost"``."""
-        return self.args[7]  # type: ignore[no-any-return]
+    def __init__(
+        self,
+        *,
+        gate: str,
+        max_running: int | None,
+        max_waiting: int | None,
+        running: int,
+        waiting: int,
+        waited: float,
+        elapsed: float,
+        reason: str,
+    ) -> None:
+        self.reason = reason
+        super().__init__(
+            gate=gate,
+            max_running=max_running,
+            max_waiting=max_waiting,
+            running=running,
+            waiting=waiting,
+            waited=waited,
+            elapsed=elapsed,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """As for :meth:`GateError.to_dict`, plus the ``reason``."""
-        body = super().to_dict()
-        body["reason"] = self.reason
-        return body
+        return {**super().to_dict(), "reason": self.reason}
 
     def __str__(self) -> str:
         return f"{self._where()} is unavailable ({self.reason}) after {self.elapsed:.3f}s"

@@ -18,6 +18,10 @@ hook. Every series carries ``boundedgate.gate``, the gate's name; never the key,
 ``key_attribute=True`` (on the histograms only: keys are unbounded).
 
 The gates are held weakly: a gate that is dropped stops being reported.
+
+The gates cannot see what the provider answers: call :func:`downstream_refused` (``"openai"``,
+429) for each refusal your code gets from it (``GatedTransport`` does, for the requests it sends),
+and it is counted in ``boundedgate.downstream.refusals``, by gate and status.
 """
 
 from __future__ import annotations
@@ -29,11 +33,11 @@ from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from ._core import OUTCOMES, RequestRecord
-from ._downstream import downstream_refusals
+from ._downstream import downstream_refusals, downstream_refused
 from ._driver import BoundedGate, KeyedGate
 from ._export import GENAI_BUCKETS, HISTOGRAMS, Gate, Gates, Snapshot
 
-__all__ = ("SPAN_EVENT", "Instrumentation", "instrument")
+__all__ = ("SPAN_EVENT", "Instrumentation", "downstream_refused", "instrument")
 
 #: The name of the event added to the caller's current span for each request.
 SPAN_EVENT = "boundedgate.admission"

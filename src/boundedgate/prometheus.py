@@ -13,6 +13,11 @@ Names follow Prometheus' rules (``_total`` counters, ``_seconds`` units) and mat
 OpenTelemetry export of ``boundedgate.otel`` becomes, with the labels ``gate`` and ``outcome``
 (``boundedgate_gate`` / ``boundedgate_outcome`` there). The gates are held weakly.
 
+The gates cannot see what the provider answers: call :func:`downstream_refused` (``"openai"``,
+429) for each refusal your code gets from it (``GatedTransport`` does, for the requests it sends),
+and it is counted as ``boundedgate_downstream_refusals_total{gate="openai",status="429"}``, the
+series the dashboard's panel and alert read.
+
 Multiprocess servers (gunicorn with several workers): ``prometheus_client``'s multiprocess mode
 does not support custom collectors, so this collector reports the gates of the process that is
 scraped, and nothing else. A gate is per process anyway (each worker has its own C and Q); scrape
@@ -29,14 +34,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from ._core import OUTCOMES, RequestRecord
-from ._downstream import downstream_refusals
+from ._downstream import downstream_refusals, downstream_refused
 from ._driver import BoundedGate, KeyedGate
 from ._export import GENAI_BUCKETS, HISTOGRAMS, Buckets, Gates
 
-__all__ = ("GateCollector", "prometheus_name")
+__all__ = ("GateCollector", "downstream_refused")
 
 
-def prometheus_name(otel_name: str) -> str:
+def _prometheus_name(otel_name: str) -> str:
     """``boundedgate.request.time_in_queue`` (seconds) as Prometheus names it."""
     return otel_name.replace(".", "_") + "_seconds"
 
@@ -154,7 +159,7 @@ class GateCollector(Collector):
                 continue
             buckets = self._buckets[spec.name]
             family = HistogramMetricFamily(
-                prometheus_name(spec.name),
+                _prometheus_name(spec.name),
                 spec.description,
                 labels=[*base, "outcome"] if spec.by_outcome else base,
             )

@@ -17,10 +17,20 @@ from typing import Any
 import pytest
 
 from boundedgate import BoundedGate, KeyedGate, QueueFull, asgi
-from boundedgate.asgi import REFUSAL_STYLES, GateMiddleware, refusal_for
+from boundedgate.asgi import GateMiddleware, refusal_for
+from boundedgate.asgi._refusal import REFUSAL_STYLES
 from tests.asgi.harness import Client, Scope, StreamingApp, http_scope, serve, turns
 
-FULL = QueueFull("session/A", 1, 4, 1, 4, 0.0, 0.0, 2.0)
+FULL = QueueFull(
+    gate="session/A",
+    max_running=1,
+    max_waiting=4,
+    running=1,
+    waiting=4,
+    waited=0.0,
+    elapsed=0.0,
+    recent_run=2.0,
+)
 ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 PUBLIC = {"code": "queue_full", "message": "The service is at capacity. Retry later.", "retry_after": 10}
 

@@ -15,18 +15,31 @@ import openai
 import pytest
 
 from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit, RateLimited
-from boundedgate.asgi import (
-    REFUSAL_STYLES,
-    GateMiddleware,
-    limits_app,
-    limits_document,
-    ratelimit_fields,
-    refusal_for,
-    retry_after_seconds,
-)
+from boundedgate.asgi import GateMiddleware, limits_app, limits_document, refusal_for
+from boundedgate.asgi._limits import ratelimit_fields
+from boundedgate.asgi._refusal import REFUSAL_STYLES, retry_after_seconds
 from tests.asgi.harness import Client, http_scope, serve
 
-FULL = QueueFull("session/A", 1, 4, 1, 4, 0.0, 0.0, 2.0)  # retry_after = 5 * 2.0 / 1 = 10 s
+#: The limits and counts of a refusal at a gate of one slot (busy) and no waiting room.
+COUNTS: dict[str, Any] = {
+    "max_running": 1,
+    "max_waiting": 0,
+    "running": 1,
+    "waiting": 0,
+    "waited": 0.0,
+    "elapsed": 0.0,
+}
+
+FULL = QueueFull(
+    gate="session/A",
+    max_running=1,
+    max_waiting=4,
+    running=1,
+    waiting=4,
+    waited=0.0,
+    elapsed=0.0,
+    recent_run=2.0,  # retry_after = 5 * 2.0 / 1 = 10 s
+)
 MESSAGE = "The service is at capacity. Retry later."
 
 GOLDEN: dict[str, tuple[str, dict[str, Any]]] = {
@@ -95,11 +108,16 @@ def test_only_the_detailed_style_shows_the_gate_s_counts() -> None:
 def test_a_body_function_and_the_retry_after_rounding() -> None:
     refusal = refusal_for(FULL, lambda error, key: {"busy": error.code, "who": key}, key="k")
     assert json.loads(refusal.body) == {"busy": "queue_full", "who": "k"}
-    no_pace = QueueFull("g", 1, 0, 1, 0, 0.0, 0.0, None)
+    no_pace = QueueFull(gate="g", **COUNTS, recent_run=None)
     assert retry_after_seconds(no_pace, 3) == 3
-    assert retry_after_seconds(QueueFull("g", 1, 0, 1, 0, 0.0, 0.0, 0.2), 3) == 1
-    assert retry_after_seconds(QueueFull("g", 4, 0, 4, 0, 0.0, 0.0, 8.4), 3) == 3  # 2.1 s, rounded up
-    limited = RateLimited("g", 1, 0, 0, 0, 0.0, 0.0, "rpm", 59.2)
+    assert retry_after_seconds(QueueFull(gate="g", **COUNTS, recent_run=0.2), 3) == 1
+    assert (
+        retry_after_seconds(
+            QueueFull(gate="g", **{**COUNTS, "max_running": 4, "running": 4}, recent_run=8.4), 3
+        )
+        == 3
+    )  # 2.1 s, rounded up
+    limited = RateLimited(gate="g", **{**COUNTS, "running": 0}, limit="rpm", retry_after=59.2)
     assert refusal_for(limited).status == 429
     assert dict(refusal_for(limited).headers)[b"retry-after"] == b"60"
 

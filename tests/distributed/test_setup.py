@@ -55,7 +55,16 @@ except ImportError as error:
 
 
 def test_gate_unavailable_fields_and_http_body() -> None:
-    error = GateUnavailable("openai", 50, 100, 50, 7, 0.25, 1.5, "unreachable")
+    error = GateUnavailable(
+        gate="openai",
+        max_running=50,
+        max_waiting=100,
+        running=50,
+        waiting=7,
+        waited=0.25,
+        elapsed=1.5,
+        reason="unreachable",
+    )
     assert isinstance(error, GateError)
     assert not isinstance(error, TimeoutError)
     assert (error.code, error.http_status, error.reason) == ("gate_unavailable", 503, "unreachable")
@@ -70,7 +79,7 @@ def test_gate_unavailable_fields_and_http_body() -> None:
     import pickle
 
     for clone in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
-        assert clone.args == error.args
+        assert (clone.reason, clone.to_dict()) == (error.reason, error.to_dict())
 
 
 def test_the_redis_subpackage_is_documented_and_final() -> None:

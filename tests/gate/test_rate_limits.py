@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundedgate import BoundedGate, Late, QueueExpired, QueueFull, RateLimit, RateLimited, Status
-from boundedgate.asgi import retry_after_seconds
+from boundedgate.asgi._refusal import retry_after_seconds
 from tests.helpers import checked_gate, run_virtual
 
 

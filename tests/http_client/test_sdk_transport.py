@@ -26,8 +26,8 @@ from boundedgate import (
     QueueFull,
     RateLimit,
     admit_all,
-    downstream_refusals,
 )
+from boundedgate._downstream import downstream_refusals
 from boundedgate.httpx import Exchange, GatedTransport, ProviderSignal, follow_provider, gate_call, refusal
 from tests.helpers import checked_gate
 from tests.http_client.clients import COMBOS, SDKS, Sdk, counted

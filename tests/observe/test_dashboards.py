@@ -20,10 +20,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from boundedgate import BoundedGate, GateError, downstream_refused
+from boundedgate import BoundedGate, GateError
 from boundedgate._export import REFUSALS
 from boundedgate.dashboards import ALERTS, GRAFANA
-from boundedgate.prometheus import GateCollector
+from boundedgate.prometheus import GateCollector, downstream_refused
 from tests.distributed.servers import in_ci
 
 MINUTES = 30

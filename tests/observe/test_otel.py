@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from boundedgate import OUTCOMES, BoundedGate, KeyedGate, QueueFull, RateLimit, downstream_refused
-from boundedgate.otel import SPAN_EVENT, instrument
+from boundedgate import OUTCOMES, BoundedGate, KeyedGate, QueueFull, RateLimit
+from boundedgate.otel import SPAN_EVENT, downstream_refused, instrument
 from tests.observe.scripted import run_script, script_gate
 
 GENAI = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, generate_latest, start_http_ser
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from boundedgate import OUTCOMES, BoundedGate, KeyedGate, RateLimit, downstream_refused
-from boundedgate.prometheus import GateCollector
+from boundedgate import OUTCOMES, BoundedGate, KeyedGate, RateLimit
+from boundedgate.prometheus import GateCollector, downstream_refused
 from tests.observe.scripted import run_script, script_gate
 
 LE = ["0.01", "0.02", "0.04", "0.08", "0.16", "0.32", "0.64", "1.28", "2.56", "5.12", "10.24", "20.48",

@@ -14,6 +14,7 @@ import pytest
 
 from boundedgate import Adaptive
 from boundedgate._cli import main
+from boundedgate._cli._compare import in_seconds
 from boundedgate.sim import (
     Bursts,
     LogNormal,
@@ -21,7 +22,6 @@ from boundedgate.sim import (
     Provider,
     compare_admission,
     generate,
-    in_seconds,
     steps,
 )
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from boundedgate import Adaptive
+from boundedgate._cli._compare import in_seconds
 from boundedgate.sim import (
     Bursts,
     Client,
@@ -16,7 +17,6 @@ from boundedgate.sim import (
     Provider,
     compare_admission,
     generate,
-    in_seconds,
     simulate_provider,
     steps,
 )

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundedgate import Status
-from boundedgate.sim import ClassSummary, Job, Percentiles, percentile, simulate
+from boundedgate.sim import ClassSummary, Job, Percentiles, simulate
+from boundedgate.sim._results import percentile
 
 
 def test_nearest_rank_on_known_samples() -> None:

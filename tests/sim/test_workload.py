@@ -11,7 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from boundedgate.sim import Bursts, Exponential, Fixed, Job, LogNormal, Poisson, generate, percentile
+from boundedgate.sim import Bursts, Exponential, Fixed, Job, LogNormal, Poisson, generate
+from boundedgate.sim._results import percentile
 from boundedgate.sim._script import MAX_MS
 from boundedgate.sim._workload import MAX_LOGNORMAL_P99_RATIO, MAX_REQUESTS
 

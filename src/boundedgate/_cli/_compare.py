@@ -7,16 +7,16 @@ import dataclasses
 import json
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from .._core import Adaptive
-from ..sim import Comparison, Job, Provider, compare_admission, in_seconds
+from ..sim import Comparison, Job, Provider, compare_admission
 from ..sim._plot import plot_comparison
 from ..sim._text import comparison_table, human_ms, key_name, keys_comparison_table
 from . import _units
 from ._progress import ProgressBar
 
-__all__ = ("add_options", "check_options", "compare")
+__all__ = ("add_options", "check_options", "compare", "in_seconds")
 
 #: The options that shape the provider or the adaptive contenders: each needs --provider.
 _PROVIDER_ONLY = ("overload", "refuse_after", "floor", "ceiling")
@@ -43,6 +43,14 @@ FOOTNOTE = textwrap.fill(
     "the queue at the deadline; no in: mean time from arrival to the gate's refusal)",
     width=100,
 )
+
+
+def in_seconds(jobs: Iterable[Job]) -> list[tuple[float, float, float | None]]:
+    """A script's jobs as a simulated client's traffic: ``(arrival, service, budget)`` in seconds."""
+    return [
+        (j.arrival_ms / 1000, j.service_ms / 1000, None if j.budget_ms is None else j.budget_ms / 1000)
+        for j in jobs
+    ]
 
 
 def add_options(plan: argparse.ArgumentParser) -> None:

@@ -276,7 +276,7 @@ class CombinedPermit:
         if isinstance(exc, GateError) and refused is not None and refused.ended is not None:
             # The step's gate timed its own part; the caller waited for the whole call.
             waited = refused.ended - arrival
-            exc.args = (*exc.args[:5], waited, waited, *exc.args[7:])
+            exc.waited = exc.elapsed = waited
 
     def _late(self) -> Late:
         """The :class:`Late` for a request that finished at or after its deadline, naming the last gate."""

@@ -636,80 +636,76 @@ class GateBase:
     def _refusal(self, permit: Permit) -> QueueFull | RateLimited | QueueExpired | Evicted | Infeasible:
         """The error for a permit the state refused at arrival, or that left the queue unstarted.
 
-        Its ``retry_after`` is never sooner than the end of a pause in force: nothing starts before
-        (the args of a refusal by a gate that is not paused say no pause: the rejection path pays one
-        comparison for it).
+        Its ``retry_after`` is never sooner than the end of a pause in force: nothing starts before.
         """
         state = self._state
         status = permit.status
         name = self._name or self.name  # the property only for a key's gate not named yet (a call)
         ended: float = permit.ended  # type: ignore[assignment]
+        paused_for = 0.0 if state.paused_until == _INF else state.paused_until - ended
         if status is REJECTED:
-            error = _QUEUE_FULL(
-                name,
-                self._max_running,
-                state.max_waiting,
-                state.running,
-                state.waiting,
-                0.0,
-                0.0,
-                state.recent_run_seconds,
+            return _QUEUE_FULL(
+                gate=name,
+                max_running=self._max_running,
+                max_waiting=state.max_waiting,
+                running=state.running,
+                waiting=state.waiting,
+                waited=0.0,
+                elapsed=0.0,
+                recent_run=state.recent_run_seconds,
+                paused_for=paused_for,
             )
-            if state.paused_until != _INF:
-                error.args += (state.paused_until - ended,)
-            return error
         if status is INFEASIBLE:  # its predicted start counts a pause already
             return Infeasible(
-                name,
-                self._max_running,
-                state.max_waiting,
-                state.running,
-                state.waiting,
-                0.0,
-                0.0,
-                max(0.0, state.predicted_start(ended) - ended),
-                queue_deadline(permit) - ended,
+                gate=name,
+                max_running=self._max_running,
+                max_waiting=state.max_waiting,
+                running=state.running,
+                waiting=state.waiting,
+                waited=0.0,
+                elapsed=0.0,
+                predicted_wait=max(0.0, state.predicted_start(ended) - ended),
+                budget=queue_deadline(permit) - ended,
             )
-        paused_for = 0.0 if state.paused_until == _INF else state.paused_until - ended
         if status is RATE_LIMITED:
             notes = permit._notes  # noted as it was refused
             ready: float = notes["ready_at"]
             return RateLimited(
-                name,
-                self._max_running,
-                state.max_waiting,
-                state.running,
-                state.waiting,
-                0.0,
-                0.0,
-                notes["limited_by"],
-                max(0.0, ready - ended, paused_for),
+                gate=name,
+                max_running=self._max_running,
+                max_waiting=state.max_waiting,
+                running=state.running,
+                waiting=state.waiting,
+                waited=0.0,
+                elapsed=0.0,
+                limit=notes["limited_by"],
+                retry_after=max(0.0, ready - ended, paused_for),
             )
         waited = ended - permit.arrival  # type: ignore[operator]
         if status is EVICTED:
             return Evicted(
-                name,
-                self._max_running,
-                state.max_waiting,
-                state.running,
-                state.waiting,
-                waited,
-                waited,
-                permit.priority,
-                state.recent_run_seconds,
-                paused_for,
+                gate=name,
+                max_running=self._max_running,
+                max_waiting=state.max_waiting,
+                running=state.running,
+                waiting=state.waiting,
+                waited=waited,
+                elapsed=waited,
+                priority=permit.priority,
+                recent_run=state.recent_run_seconds,
+                paused_for=paused_for,
             )
         return QueueExpired(
-            name,
-            self._max_running,
-            state.max_waiting,
-            state.running,
-            state.waiting,
-            waited,
-            waited,
-            queue_deadline(permit),
-            state.recent_run_seconds,
-            paused_for,
+            gate=name,
+            max_running=self._max_running,
+            max_waiting=state.max_waiting,
+            running=state.running,
+            waiting=state.waiting,
+            waited=waited,
+            elapsed=waited,
+            deadline=queue_deadline(permit),
+            recent_run=state.recent_run_seconds,
+            paused_for=paused_for,
         )
 
     def _late(self, permit: Permit | CombinedPermit) -> Late:
@@ -719,13 +715,13 @@ class GateBase:
         ended: float = permit.ended  # type: ignore[assignment]
         arrival: float = permit.arrival  # type: ignore[assignment]
         return Late(
-            name,
-            self._max_running,
-            state.max_waiting,
-            state.running,
-            state.waiting,
-            permit.started - arrival,  # type: ignore[operator]
-            ended - arrival,
-            permit.deadline,
-            ended - permit.deadline,
+            gate=name,
+            max_running=self._max_running,
+            max_waiting=state.max_waiting,
+            running=state.running,
+            waiting=state.waiting,
+            waited=permit.started - arrival,  # type: ignore[operator]
+            elapsed=ended - arrival,
+            deadline=permit.deadline,
+            overrun=ended - permit.deadline,
         )

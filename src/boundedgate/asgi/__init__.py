@@ -12,38 +12,26 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._limits import limits_app, limits_document, ratelimit_fields
+from ._limits import limits_app, limits_document
 from ._middleware import UNGATED, GateMiddleware
-from ._refusal import (
-    REFUSAL_STYLES,
-    Refusal,
-    RefusalStyle,
-    key_for_json,
-    provider_refusal,
-    refusal_for,
-    retry_after_seconds,
-)
+from ._refusal import Refusal, RefusalStyle, provider_refusal, refusal_for
 
 if TYPE_CHECKING:
     from ._starlette import GatedStreamingResponse, gate_dependency, provider_error_handler, refusal_handler
 
 __all__ = (
-    "REFUSAL_STYLES",
     "UNGATED",
     "GateMiddleware",
     "GatedStreamingResponse",
     "Refusal",
     "RefusalStyle",
     "gate_dependency",
-    "key_for_json",
     "limits_app",
     "limits_document",
     "provider_error_handler",
     "provider_refusal",
-    "ratelimit_fields",
     "refusal_for",
     "refusal_handler",
-    "retry_after_seconds",
 )
 
 _LAZY = frozenset(("GatedStreamingResponse", "gate_dependency", "provider_error_handler", "refusal_handler"))
@@ -51,15 +39,12 @@ _LAZY = frozenset(("GatedStreamingResponse", "gate_dependency", "provider_error_
 for _name in (
     "GateMiddleware",
     "Refusal",
-    "key_for_json",
     "limits_app",
     "limits_document",
     "provider_refusal",
-    "ratelimit_fields",
     "refusal_for",
 ):
     globals()[_name].__module__ = __name__
-globals()["retry_after_seconds"].__module__ = __name__
 type(UNGATED).__module__ = __name__
 del _name
 

@@ -159,7 +159,10 @@ class GateMiddleware:
 
     Admitted responses carry ``Server-Timing: gate;dur=<ms>;desc="queue"``, the time the request
     waited (visible in a browser's developer tools), and with ``ratelimit_headers=True`` the IETF
-    ``RateLimit-Policy`` and ``RateLimit`` fields (see :func:`ratelimit_fields`).
+    ``RateLimit-Policy`` and ``RateLimit`` fields, one policy per limit, named after the gate
+    (``"openai"``, ``"openai/rpm"``): the concurrency's ``q`` is C and ``r`` the slots free now; a
+    rate limit's ``q`` is its burst, ``w`` the seconds to refill it, ``r`` the whole tokens now and
+    ``t`` the seconds until it is full.
 
     Args:
         app: The ASGI app to guard.

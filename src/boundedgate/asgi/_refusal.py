@@ -38,7 +38,7 @@ __all__ = (
 
 logger = logging.getLogger("boundedgate.asgi")
 
-#: The body styles :class:`GateMiddleware` and :func:`refusal_response` know by name.
+#: The body styles :class:`GateMiddleware` and :func:`refusal_for` know by name.
 RefusalStyle = Literal["public", "detailed", "openai", "anthropic", "session", "problem"]
 REFUSAL_STYLES: tuple[str, ...] = get_args(RefusalStyle)
 
@@ -202,12 +202,13 @@ def refusal_for(
 
     Args:
         error: The gate's refusal.
-        style: A body style (see :data:`REFUSAL_STYLES`), or a function ``(error, key) -> dict``
+        style: A body style (see :data:`RefusalStyle`), or a function ``(error, key) -> dict``
             whose result is sent as JSON. If the function raises, or returns what JSON cannot
             encode, the ``boundedgate.asgi`` logger records it with its traceback and the public
             body is sent instead: the refusal still goes out, with its status and ``Retry-After``.
         key: The request's key (a session, tenant or API key), for the ``"session"`` style:
-            any hashable, shown as :func:`key_for_json` says.
+            any hashable: a ``str``, an ``int`` or None as it is, ``bytes`` (a header's value)
+            decoded as latin-1, anything else as ``str(key)``.
         retry_after_fallback: ``Retry-After`` when the error has no estimate yet, in seconds >= 1.
         event_stream: Answer as an event stream an ``EventSource`` comes back from: status 200,
             ``text/event-stream``, a ``retry:`` field of the same delay and one ``error`` event

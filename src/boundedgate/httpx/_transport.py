@@ -131,7 +131,7 @@ class GatedTransport(_AsyncTransport):
         sdk_retry = check_flag("sdk_retry", sdk_retry)
         retry_after = check_positive("default_retry_after", default_retry_after)
         self._admission = Admission(gate, key, cost, priority, retry_priority, max_wait)
-        # The name the provider's 429s are counted under (boundedgate.downstream_refused): the
+        # The name the provider's 429s are counted under (downstream_refused, the exports' counter): the
         # gate's own, so that a keyed gate is one series, not one per key; none for a callable.
         self._refused_as: str | None = getattr(gate, "name", None)
         self._inner = transport

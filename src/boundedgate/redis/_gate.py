@@ -728,41 +728,41 @@ class RedisGate:
     def _refused(self, permit: RedisPermit, running: int, waiting: int, paused_for: float) -> QueueFull:
         """The refusal of a full cluster; ``paused_for``: seconds of a cluster pause still to run."""
         return QueueFull(
-            self._name,
-            self._max_running,
-            self._max_waiting,
-            running,
-            waiting,
-            0.0,
-            permit.ended - permit.arrival,  # type: ignore[operator]
-            self._counters.recent_run_seconds,
-            paused_for,
+            gate=self._name,
+            max_running=self._max_running,
+            max_waiting=self._max_waiting,
+            running=running,
+            waiting=waiting,
+            waited=0.0,
+            elapsed=permit.ended - permit.arrival,  # type: ignore[operator]
+            recent_run=self._counters.recent_run_seconds,
+            paused_for=paused_for,
         )
 
     def _expired(self, permit: RedisPermit) -> QueueExpired:
         waited = permit.ended - permit.arrival  # type: ignore[operator]
         return QueueExpired(
-            self._name,
-            self._max_running,
-            self._max_waiting,
-            self._last_running,
-            self._last_waiting,
-            waited,
-            waited,
-            permit._queue_by,
-            self._counters.recent_run_seconds,
+            gate=self._name,
+            max_running=self._max_running,
+            max_waiting=self._max_waiting,
+            running=self._last_running,
+            waiting=self._last_waiting,
+            waited=waited,
+            elapsed=waited,
+            deadline=permit._queue_by,
+            recent_run=self._counters.recent_run_seconds,
         )
 
     def _unavailable(self, waited: float, elapsed: float, reason: str) -> GateUnavailable:
         error = GateUnavailable(
-            self._name,
-            self._max_running,
-            self._max_waiting,
-            self._last_running,
-            self._last_waiting,
-            waited,
-            elapsed,
-            reason,
+            gate=self._name,
+            max_running=self._max_running,
+            max_waiting=self._max_waiting,
+            running=self._last_running,
+            waiting=self._last_waiting,
+            waited=waited,
+            elapsed=elapsed,
+            reason=reason,
         )
         log_event(self._name, "unavailable", str(error), reason=reason, waited=waited, elapsed=elapsed)
         return error
@@ -771,13 +771,13 @@ class RedisGate:
         arrival: float = permit.arrival  # type: ignore[assignment]
         ended: float = permit.ended  # type: ignore[assignment]
         return Late(
-            self._name,
-            self._max_running,
-            self._max_waiting,
-            self._last_running,
-            self._last_waiting,
-            permit.started - arrival,  # type: ignore[operator]
-            ended - arrival,
-            permit.deadline,
-            ended - permit.deadline,
+            gate=self._name,
+            max_running=self._max_running,
+            max_waiting=self._max_waiting,
+            running=self._last_running,
+            waiting=self._last_waiting,
+            waited=permit.started - arrival,  # type: ignore[operator]
+            elapsed=ended - arrival,
+            deadline=permit.deadline,
+            overrun=ended - permit.deadline,
         )

@@ -18,7 +18,7 @@ through that key's own gate, as through a :class:`~boundedgate.KeyedGate`, and t
 The command line (``python -m boundedgate simulate|plan``) is built on this package.
 """
 
-from ._compare import Comparison, Contender, compare_admission, in_seconds
+from ._compare import Comparison, Contender, compare_admission
 from ._engine import simulate
 from ._plan import SweepRow, sweep
 from ._provider import Client, ClientResult, Provider, drift, simulate_provider, steps
@@ -31,7 +31,6 @@ from ._results import (
     Simulation,
     Summary,
     TraceEvent,
-    percentile,
 )
 from ._script import Job, ScriptError, parse_script, read_script, write_script
 from ._workload import Bursts, Exponential, Fixed, LogNormal, Poisson, generate
@@ -61,9 +60,7 @@ __all__ = (
     "compare_admission",
     "drift",
     "generate",
-    "in_seconds",
     "parse_script",
-    "percentile",
     "read_script",
     "simulate",
     "simulate_provider",

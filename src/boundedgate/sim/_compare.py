@@ -17,9 +17,8 @@ from typing import Any
 
 from .._core import Adaptive, check_max_running, check_max_waiting
 from ._provider import Client, ClientResult, Provider, simulate_provider
-from ._script import Job
 
-__all__ = ("Comparison", "Contender", "compare_admission", "in_seconds", "running_grid", "waiting_grid")
+__all__ = ("Comparison", "Contender", "compare_admission", "running_grid", "waiting_grid")
 
 Traffic = Sequence[tuple[float, float, float | None]]
 
@@ -27,14 +26,6 @@ Traffic = Sequence[tuple[float, float, float | None]]
 RUNNING_FACTORS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)
 #: And its Q among 0, these (scaled by the peak capacity over 20), and unbounded.
 WAITING_STEPS = (10, 20, 40, 60, 100, 150, 200)
-
-
-def in_seconds(jobs: Iterable[Job]) -> list[tuple[float, float, float | None]]:
-    """A script's jobs as a :class:`Client`'s traffic: ``(arrival, service, budget)`` in seconds."""
-    return [
-        (j.arrival_ms / 1000, j.service_ms / 1000, None if j.budget_ms is None else j.budget_ms / 1000)
-        for j in jobs
-    ]
 
 
 def running_grid(capacity: float, given: int | None = None) -> list[int]:
@@ -218,8 +209,9 @@ def compare_admission(
 
     ::
 
+        traffic = [(job.arrival_ms / 1000, job.service_ms / 1000, 2.5) for job in jobs]
         provider = Provider(steps(20, (20.0, 10), (45.0, 20)))
-        comparison = compare_admission(in_seconds(jobs), provider, max_running=20, max_waiting=60)
+        comparison = compare_admission(traffic, provider, max_running=20, max_waiting=60)
         for contender in comparison.contenders:
             print(contender.name, contender.result.on_time, comparison.ratio(contender))
 
@@ -228,8 +220,8 @@ def compare_admission(
     once, and its result is theirs summed (each one's in :attr:`Contender.keys`).
 
     Args:
-        jobs: The traffic, ``(arrival, service, budget)`` per request in seconds (see
-            :func:`in_seconds`), or a traffic per gate, by name.
+        jobs: The traffic, ``(arrival, service, budget)`` per request in seconds (a script's
+            :class:`Job` is in milliseconds), or a traffic per gate, by name.
         provider: The provider each contender calls.
         max_running: C.
         max_waiting: Q of the gate (None: unbounded).
