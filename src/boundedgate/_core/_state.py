@@ -126,7 +126,7 @@ from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
 from ._settings import check_cost, check_max_running, check_max_waiting, shown
 from ._stats import GateStatistics
-from ._ticket import Status, Ticket, note
+from ._ticket import Status, Ticket, arrival_of, note, start_of
 
 __all__ = ("GateState",)
 
@@ -187,7 +187,7 @@ def _ready_behind(bucket: TokenBucket, cost: float, tickets: float, tokens: floa
 
 def queue_deadline(ticket: Ticket) -> float:
     """When an arrived ticket leaves the queue unstarted: ``min(deadline, arrival + max_wait)``."""
-    return min(ticket.deadline, ticket.arrival + ticket.max_wait)  # type: ignore[operator]
+    return min(ticket.deadline, arrival_of(ticket) + ticket.max_wait)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the keyed gate's per-key state, the tests' checks
@@ -354,7 +354,7 @@ class GateState:
             return self._refuse_infeasible(ticket, now, woken)
         elif self.waiting < self._queue_limit:
             if buckets and self.observer is not None and self.running < self.max_running:
-                note(ticket, "limited_by", self.limiting(ticket, now).name)  # type: ignore[union-attr]
+                note(ticket, "limited_by", self._limiting(ticket, now).limit.name)
             self._enqueue(ticket)
             return self._jumped(ticket, now, woken) if buckets else woken
         elif self._queue.classes > 1 and (victim := self._queue.evict_for(ticket.priority)) is not None:
@@ -386,7 +386,7 @@ class GateState:
         """
         if ticket.status is not RUNNING:
             return _NOBODY
-        ran = now - ticket.started  # type: ignore[operator]
+        ran = now - start_of(ticket)
         if ending is None:
             if now >= ticket.deadline:
                 ticket.status = LATE
@@ -415,7 +415,7 @@ class GateState:
         self.run_seconds_total += ran
         if ran > self.run_seconds_max:
             self.run_seconds_max = ran
-        total = now - ticket.arrival  # type: ignore[operator]
+        total = now - arrival_of(ticket)
         self.end_to_end_seconds_total += total
         if total > self.end_to_end_seconds_max:
             self.end_to_end_seconds_max = total
@@ -680,10 +680,7 @@ class GateState:
 
         Its bucket is the one that decides :meth:`tokens_ready_at`.
         """
-        if not self._buckets:
-            return None
-        requests, tokens = self._ahead(ticket.priority)
-        return max(self._buckets, key=lambda b: _ready_behind(b, ticket.cost, requests, tokens, now)).limit
+        return self._limiting(ticket, now).limit if self._buckets else None
 
     def check_cost(self, cost: object) -> float:
         """Return ``cost`` as a request's declared cost, or raise.
@@ -792,7 +789,7 @@ class GateState:
         ticket.status = RATE_LIMITED
         ticket.ended = now
         self.rate_limited += 1
-        note(ticket, "limited_by", self.limiting(ticket, now).name)  # type: ignore[union-attr]
+        note(ticket, "limited_by", self._limiting(ticket, now).limit.name)
         note(ticket, "ready_at", due)
         self._ended(ticket)
         return woken
@@ -806,6 +803,11 @@ class GateState:
         note(ticket, "predicted_start", self.predicted_start(now))
         self._ended(ticket)
         return woken
+
+    def _limiting(self, ticket: Ticket, now: float) -> TokenBucket:
+        # limiting(), given that there are buckets.
+        requests, tokens = self._ahead(ticket.priority)
+        return max(self._buckets, key=lambda b: _ready_behind(b, ticket.cost, requests, tokens, now))
 
     def _affordable(self, ticket: Ticket, now: float) -> bool:
         # All buckets or none: nothing is taken unless every one of them covers its share.
@@ -830,7 +832,7 @@ class GateState:
             self.waiting -= 1
             if buckets:
                 self._unqueue_cost(ticket)
-            waited = now - ticket.arrival  # type: ignore[operator]
+            waited = now - arrival_of(ticket)
             self.queue_seconds_total += waited
             if waited > self.queue_seconds_max:
                 self.queue_seconds_max = waited
@@ -874,7 +876,7 @@ class GateState:
         self.waiting -= 1
         if self._buckets:
             self._unqueue_cost(ticket)
-        waited = now - ticket.arrival  # type: ignore[operator]
+        waited = now - arrival_of(ticket)
         self.queue_seconds_total += waited
         if waited > self.queue_seconds_max:
             self.queue_seconds_max = waited
