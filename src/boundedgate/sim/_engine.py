@@ -535,8 +535,10 @@ def check_priorities(jobs: Sequence[Job], priorities: int) -> None:
             )
 
 
-def check_rate_limits(rate_limits: Iterable[RateLimit]) -> tuple[RateLimit, ...]:
+def check_rate_limits(rate_limits: Iterable[RateLimit] | RateLimit) -> tuple[RateLimit, ...]:
     """Return ``rate_limits`` as a tuple, checking that the simulator can replay them.
+
+    A single limit is taken only to be refused with a message that says to give a list.
 
     Raises:
         TypeError: ``rate_limits`` is a single limit rather than a list, or holds something else

@@ -239,7 +239,8 @@ COLUMNS: Mapping[str, Column] = {
 }
 
 
-def _job(fields: Mapping[str, object], where: str, ignore_unknown: bool = False) -> Job:
+def _job(fields: Mapping[str, Any], where: str, ignore_unknown: bool = False) -> Job:
+    # `fields` as read (JSON's values, or CSV cells as their columns read them): Job checks each.
     raw_id = fields.get("id")
     job_id = raw_id if isinstance(raw_id, str) and raw_id else None
     if ignore_unknown:
@@ -252,7 +253,7 @@ def _job(fields: Mapping[str, object], where: str, ignore_unknown: bool = False)
         if column.required and column.name not in fields:
             raise ScriptError(f"missing {column.name}", where, job_id)
     try:
-        return Job(**fields)  # type: ignore[arg-type]
+        return Job(**fields)
     except (TypeError, ValueError) as error:
         raise ScriptError(str(error), where, job_id) from None
 
