@@ -118,7 +118,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from types import EllipsisType
-from typing import Final
+from typing import Final, TypeAlias
 
 from ._bucket import RateLimit, TokenBucket
 from ._native import FloatArg, IntArg, mypyc_attr
@@ -146,6 +146,9 @@ RATE_LIMITED: Final[Status] = Status.RATE_LIMITED
 INFEASIBLE: Final[Status] = Status.INFEASIBLE
 
 _NOBODY: Final[tuple[Ticket, ...]] = ()
+
+#: What an event hands back so far: the queued tickets that left the queue (``_NOBODY`` if none).
+_Woken: TypeAlias = list[Ticket] | tuple[Ticket, ...]
 
 #: The counters of the outcomes, one attribute each, named as in :data:`OUTCOMES`.
 OUTCOME_NAMES = tuple(outcome.name for outcome in OUTCOMES)
@@ -312,30 +315,21 @@ class GateState:
     def arrive(self, ticket: Ticket, now: float, wait: bool = True) -> Sequence[Ticket]:
         """A new ticket arrives at ``now``; its status says what became of it.
 
-        ``RUNNING`` (it starts at once), ``QUEUED``, ``REJECTED``, ``RATE_LIMITED``, or
-        ``EXPIRED`` if its deadline had already passed (then nothing is counted). With
+        ``RUNNING`` (it starts at once), ``QUEUED``, ``REJECTED``, ``RATE_LIMITED``,
+        ``INFEASIBLE``, or ``EXPIRED`` if its deadline had already passed (then nothing is counted). With
         ``wait=False`` a ticket that cannot start at once is refused instead of queued (and
         evicts nobody). Returns the queued tickets that left the queue as the clock reached
         ``now`` (expired, or started on accrued tokens), and the one it evicted, if any.
         """
         ticket.arrival = now
         if ticket.deadline <= now:
-            ticket.status = EXPIRED
-            ticket.ended = now
-            return _NOBODY
-        buckets = self._buckets
-        if not buckets:
+            return self._refuse_past(ticket, now)
+        if not self._buckets:
             if self.running < self.max_running:
                 # A free slot means nobody waits (invariant): starting now barges past no one.
-                # (The start is spelled out here, not called: this is the uncontended hot path.)
-                ticket.status = RUNNING
-                ticket.started = now
-                self.running = running = self.running + 1
-                self.admitted += 1
-                if running > self.peak_running:
-                    self.peak_running = running
+                self._start(ticket, now)
                 return _NOBODY
-            woken: list[Ticket] | tuple[Ticket, ...] = _NOBODY
+            woken: _Woken = _NOBODY
             if self._deadlines and self._deadlines[0][0] <= now:
                 woken = self._expire(now)
         else:
@@ -343,34 +337,22 @@ class GateState:
             if self.running < self.max_running and not self.waiting and self._affordable(ticket, now):
                 self._start(ticket, now)
                 return woken
+        return self._wait_or_refuse(ticket, now, wait, woken)
+
+    def _wait_or_refuse(self, ticket: Ticket, now: float, wait: bool, woken: _Woken) -> Sequence[Ticket]:
+        # It cannot start at arrival: refused by rate, refused as infeasible, queued, or queued in
+        # the place of a less urgent ticket, else rejected (without waiting: refused at once).
         if self.observer is not None:
             note(ticket, "depth", self.waiting)
         if not wait:
-            if buckets and self.running < self.max_running and not self.waiting:
-                return self._rate_limit(ticket, now, woken, self.tokens_ready_at(ticket, now))
-        elif buckets and (due := self.tokens_ready_at(ticket, now)) >= queue_deadline(ticket):
-            return self._rate_limit(ticket, now, woken, due)
-        elif self.feasible and self._infeasible(ticket, now):
+            return self._refuse_at_once(ticket, now, woken)
+        if self._buckets and (due := self.tokens_ready_at(ticket, now)) >= queue_deadline(ticket):
+            return self._refuse_by_rate(ticket, now, woken, due)
+        if self.feasible and self._infeasible(ticket, now):
             return self._refuse_infeasible(ticket, now, woken)
-        elif self.waiting < self._queue_limit:
-            if buckets and self.observer is not None and self.running < self.max_running:
-                note(ticket, "limited_by", self._limiting(ticket, now).limit.name)
-            self._enqueue(ticket)
-            return self._jumped(ticket, now, woken) if buckets else woken
-        elif self._queue.classes > 1 and (victim := self._queue.evict_for(ticket.priority)) is not None:
-            victim.status = EVICTED
-            self._leave_queue(victim, now)
-            self.evicted += 1
-            self._enqueue(ticket)
-            woken = [*woken, victim]
-            told = self._jumped(ticket, now, woken) if buckets else woken
-            self._ended(victim)
-            return told
-        ticket.status = REJECTED
-        ticket.ended = now
-        self.rejected += 1
-        self._ended(ticket)
-        return woken
+        if self.waiting < self._queue_limit:
+            return self._join_queue(ticket, now, woken)
+        return self._evict_or_reject(ticket, now, woken)
 
     def release(self, ticket: Ticket, now: float, ending: Status | None = None) -> Sequence[Ticket]:
         """A running ticket ends at ``now``; returns the queued tickets that started or expired.
@@ -770,9 +752,7 @@ class GateState:
         for bucket in buckets:
             bucket.take(bucket.need(ticket.cost), now)
 
-    def _jumped(
-        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...]
-    ) -> Sequence[Ticket]:
+    def _jumped(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
         # With rate limits a slot may be free while the head waits for its tokens: a newcomer that
         # goes to the front of the line (a more urgent class) and can pay starts now. Another
         # ticket can only start here if this one does not (the head is unchanged otherwise).
@@ -782,9 +762,19 @@ class GateState:
         self._fill(now, started)
         return [*woken, *(t for t in started if t is not ticket)] if started else woken
 
-    def _rate_limit(
-        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...], due: float
-    ) -> Sequence[Ticket]:
+    def _refuse_past(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
+        # Its deadline passed before it arrived: refused before it is counted, and nobody is told.
+        ticket.status = EXPIRED
+        ticket.ended = now
+        return _NOBODY
+
+    def _refuse_at_once(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
+        # Not waiting: RATE_LIMITED if its tokens were all it lacked (a slot free, nobody queued).
+        if self._buckets and self.running < self.max_running and not self.waiting:
+            return self._refuse_by_rate(ticket, now, woken, self.tokens_ready_at(ticket, now))
+        return self._reject(ticket, now, woken)
+
+    def _refuse_by_rate(self, ticket: Ticket, now: float, woken: _Woken, due: float) -> Sequence[Ticket]:
         # `due`: its tokens_ready_at(now), the moment its retry_after counts to.
         ticket.status = RATE_LIMITED
         ticket.ended = now
@@ -794,13 +784,40 @@ class GateState:
         self._ended(ticket)
         return woken
 
-    def _refuse_infeasible(
-        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...]
-    ) -> Sequence[Ticket]:
+    def _refuse_infeasible(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
         ticket.status = INFEASIBLE
         ticket.ended = now
         self.infeasible += 1
         note(ticket, "predicted_start", self.predicted_start(now))
+        self._ended(ticket)
+        return woken
+
+    def _join_queue(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
+        buckets = self._buckets
+        if buckets and self.observer is not None and self.running < self.max_running:
+            note(ticket, "limited_by", self._limiting(ticket, now).limit.name)
+        self._enqueue(ticket)
+        return self._jumped(ticket, now, woken) if buckets else woken
+
+    def _evict_or_reject(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
+        # The queue is full: the newest of a less urgent class, if one waits, leaves it for this one.
+        queue = self._queue
+        victim = queue.evict_for(ticket.priority) if queue.classes > 1 else None
+        if victim is None:
+            return self._reject(ticket, now, woken)
+        victim.status = EVICTED
+        self._leave_queue(victim, now)
+        self.evicted += 1
+        self._enqueue(ticket)
+        woken = [*woken, victim]
+        told = self._jumped(ticket, now, woken) if self._buckets else woken
+        self._ended(victim)
+        return told
+
+    def _reject(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
+        ticket.status = REJECTED
+        ticket.ended = now
+        self.rejected += 1
         self._ended(ticket)
         return woken
 
