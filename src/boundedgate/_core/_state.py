@@ -103,12 +103,15 @@ pace says it cannot start before its queue deadline, or cannot finish (one recen
 start) before its deadline. Its start is predicted as ``max(now, resume) + n * recent_run / C``,
 where ``n`` counts the completions it needs (the running excess over C, the queue ahead, itself).
 
-Invariants (checked by :meth:`GateState.check` in the tests after every step)::
+Invariants (checked by :meth:`GateState.check`, which the tests call after every step)::
 
     0 <= running <= max_running, unless C was lowered or paused (the excess drains)
     0 <= waiting <= max_waiting, unless Q was lowered below the queue (it drains)
+    max_running is the configured C, or 0 while paused
     waiting > 0 implies running >= max_running, or the next ticket's tokens are not there yet
+    the queue holds `waiting` distinct live (QUEUED) tickets
     the queued sums (per class with several) are the counts and costs of the queued tickets
+    each bucket's balance lies between its floor and its burst
 """
 
 from __future__ import annotations
@@ -186,6 +189,12 @@ def _ready_behind(bucket: TokenBucket, cost: float, tickets: float, tokens: floa
     # When `bucket` has supplied what `tickets` queued ahead, costing `tokens`, take, then `cost`.
     ahead = tickets if bucket.per_request else tokens
     return bucket.supplied_at(ahead + bucket.need(cost), now)
+
+
+def _expect(holds: bool, broken: str, *values: object) -> None:
+    # GateState.check's assertion: one that `python -O` keeps.
+    if not holds:
+        raise AssertionError(f"{broken}: {values!r}" if values else broken)
 
 
 def queue_deadline(ticket: Ticket) -> float:
@@ -717,6 +726,64 @@ class GateState:
             pauses=self.pauses,
             paused_until=None if self.paused_until == math.inf else self.paused_until,
         )
+
+    # -- invariants -------------------------------------------------------------------------
+
+    def check(self, now: float | None = None) -> None:
+        """Raise :class:`AssertionError` where this state breaks an invariant of the module's header.
+
+        ``now`` is the time of the last event: with it, the buckets' balances are checked too, and
+        that the next queued ticket could not start. It walks the queue (O(waiting)): for the
+        tests, after every step, and for debugging; no event calls it.
+        """
+        self._check_counts()
+        live = list(self._queue)
+        _expect(len(live) == self.waiting, "queued tickets != waiting", len(live), self.waiting)
+        _expect(len({id(t) for t in live}) == len(live), "a ticket is queued twice", live)
+        if self._buckets:
+            self._check_queued_costs(live)
+        if now is not None:
+            self._check_buckets(now)
+
+    def _check_counts(self) -> None:
+        # Running exceeds C only while a lowered C (or a pause) drains, waiting exceeds Q only
+        # while a lowered Q drains: nothing joins either excess.
+        running, waiting, paused = self.running, self.waiting, self.paused_until != math.inf
+        _expect(running >= 0, "running < 0", running)
+        drains = self.limit_changes > 0 or self.pauses > 0
+        _expect(running <= self.max_running or drains, "running > max_running", running, self.max_running)
+        _expect(waiting >= 0, "waiting < 0", waiting)
+        _expect(waiting <= self._queue_limit or self.limit_changes > 0, "waiting > max_waiting", waiting)
+        usable = 0 if paused else self.limit
+        _expect(self.max_running == usable, "max_running is neither C nor 0 paused", self.max_running)
+        if waiting and running < self.max_running:
+            _expect(bool(self._buckets), "a slot is free while tickets wait", running, waiting)
+
+    def _check_queued_costs(self, live: list[Ticket]) -> None:
+        # What the queue owes the buckets, kept as tickets join and leave: the live queue's sums.
+        by_class = self._class_queued
+        if by_class is None:
+            _expect(self._queue.classes == 1, "no sums per class for several classes")
+            owed = sum(t.cost for t in live)
+            _expect(
+                math.isclose(self._queued_cost, owed, abs_tol=1e-9), "queued cost", owed, self._queued_cost
+            )
+            return
+        classes = {t.priority for t in live}
+        _expect(set(by_class) == classes, "sums kept for other classes than queued", by_class, classes)
+        for priority in classes:
+            costs = [t.cost for t in live if t.priority == priority]
+            count, cost = by_class[priority]
+            _expect(count == len(costs), "queued count of a class", priority, count, len(costs))
+            owed = sum(costs)
+            _expect(math.isclose(cost, owed, abs_tol=1e-9), "queued cost of a class", priority, cost, owed)
+
+    def _check_buckets(self, now: float) -> None:
+        if self.waiting and self.running < self.max_running:
+            _expect(not self._affordable(self._queue.peek(), now), "the next ticket could start", now)
+        for bucket in self._buckets:
+            tokens = bucket.tokens(now)
+            _expect(bucket.floor - 1e-6 <= tokens <= bucket.limit.burst, "a balance out of range", tokens)
 
     # -- internals --------------------------------------------------------------------------
 
