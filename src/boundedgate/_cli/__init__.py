@@ -23,7 +23,18 @@ from typing import Any
 
 from .. import __version__
 from .._core import GateLimits, RateLimit
-from ..sim import Bursts, Job, Poisson, ScriptError, generate, read_script, simulate, sweep, write_script
+from ..sim import (
+    Bursts,
+    Job,
+    Poisson,
+    ScriptError,
+    SweepRow,
+    generate,
+    read_script,
+    simulate,
+    sweep,
+    write_script,
+)
 from ..sim._plot import FORMATS, plot_simulation, plot_sweep, require_matplotlib
 from ..sim._results import overrides_dict, rate_limit_dict
 from ..sim._text import human_ms, key_name, printable, requests_table, summary_lines, sweep_table, trace_table
@@ -233,6 +244,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"boundedgate {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_simulate(commands)
+    _add_plan(commands)
+    return parser
+
+
+def _add_simulate(commands: Any) -> None:
     sim = commands.add_parser(
         "simulate",
         help="replay a script of requests through a gate",
@@ -275,6 +292,8 @@ def _parser() -> argparse.ArgumentParser:
         "--plot", metavar="FILE", type=_plot_path, help="draw running/waiting over time (.svg, .png)"
     )
 
+
+def _add_plan(commands: Any) -> None:
     plan = commands.add_parser(
         "plan",
         help="sweep settings against generated traffic or a script",
@@ -283,6 +302,29 @@ def _parser() -> argparse.ArgumentParser:
         "admitting on it against a provider instead. Durations take a unit: 250ms, 2s, 5m.",
     )
     traffic = plan.add_argument_group("traffic")
+    _add_arrival_options(traffic)
+    settings = plan.add_argument_group("settings")
+    _add_limit_options(settings)
+    # The mixes and costs are traffic options added after the settings' first ones: the usage
+    # line lists the options in the order they were added.
+    _add_mix_options(traffic)
+    _add_override_option(settings)
+    _add_priority_options(settings)
+    _add_rate_limit_options(settings, several=True)
+    _compare.add_options(plan)
+    plan.add_argument("--json", action="store_true", help="print the result as JSON")
+    plan.add_argument(
+        "--plot",
+        metavar="FILE",
+        type=_plot_path,
+        help="draw the sweep's curves, or with --provider C against K and the goodput over time (.svg, .png)",
+    )
+    plan.add_argument(
+        "--save-script", metavar="FILE", type=Path, help="write the generated traffic as a script"
+    )
+
+
+def _add_arrival_options(traffic: Any) -> None:
     traffic.add_argument(
         "--script", metavar="FILE", type=Path, help="replay this script instead of generating"
     )
@@ -315,7 +357,9 @@ def _parser() -> argparse.ArgumentParser:
         help="arrivals fall in [0, D) (default 10m)",
     )
     traffic.add_argument("--seed", type=int, default=0, help="the random seed (default 0)")
-    settings = plan.add_argument_group("settings")
+
+
+def _add_limit_options(settings: Any) -> None:
     settings.add_argument(
         "--max-running",
         "-c",
@@ -337,6 +381,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="deadline-feasible admission: refuse at arrival what the recent pace says cannot be in time",
     )
+
+
+def _add_mix_options(traffic: Any) -> None:
     traffic.add_argument(
         "--priority-mix",
         metavar="W,...",
@@ -360,21 +407,6 @@ def _parser() -> argparse.ArgumentParser:
         type=_units.cost,
         help="the cost each request settles as it ends (the difference is charged or refunded)",
     )
-    _add_override_option(settings)
-    _add_priority_options(settings)
-    _add_rate_limit_options(settings, several=True)
-    _compare.add_options(plan)
-    plan.add_argument("--json", action="store_true", help="print the result as JSON")
-    plan.add_argument(
-        "--plot",
-        metavar="FILE",
-        type=_plot_path,
-        help="draw the sweep's curves, or with --provider C against K and the goodput over time (.svg, .png)",
-    )
-    plan.add_argument(
-        "--save-script", metavar="FILE", type=Path, help="write the generated traffic as a script"
-    )
-    return parser
 
 
 def _describe_distribution(d: Distribution, unit: Callable[[float], str] = human_ms) -> str:
@@ -456,6 +488,7 @@ def _simulate(args: argparse.Namespace) -> None:
 
 
 def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Job], str]:
+    """The traffic to plan with, read from ``--script`` or generated, and how to describe it."""
     options = ("rate", "burst", "service", "budget", "priority_mix", "key_mix", "cost", "actual_cost")
     generated = [name for name in options if getattr(args, name) is not None]
     if args.script is not None:
@@ -469,17 +502,7 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         parser.error("give --service: 2s, exp:2s (the mean) or lognormal:2s,20s (mean and p99)")
     if args.burst is None and (args.burst_at is not None or args.burst_every is not None):
         parser.error("--burst-at and --burst-every need --burst")
-    arrivals: list[Arrivals] = []
-    described: list[str] = []
-    if args.rate is not None:
-        arrivals.append(Poisson(args.rate))
-        described.append(f"Poisson {args.rate:g}/s")
-    if args.burst is not None:
-        arrivals.append(Bursts(args.burst, start_ms=args.burst_at or 0, every_ms=args.burst_every))
-        when = f"at {human_ms(args.burst_at or 0)}"
-        if args.burst_every is not None:
-            when += f" and every {human_ms(args.burst_every)}"
-        described.append(f"bursts of {args.burst} {when}")
+    arrivals, described = _arrivals(args)
     count = sum(process.expected(args.duration) for process in arrivals)
     if count > MAX_REQUESTS:
         about = "about " if args.rate is not None else ""
@@ -502,6 +525,27 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         )
     except ValueError as error:  # what the options above did not already refuse
         parser.error(str(error))
+    return jobs, _workload(args, jobs, described)
+
+
+def _arrivals(args: argparse.Namespace) -> tuple[list[Arrivals], list[str]]:
+    """The arrival processes the options ask for, and a description of each."""
+    arrivals: list[Arrivals] = []
+    described: list[str] = []
+    if args.rate is not None:
+        arrivals.append(Poisson(args.rate))
+        described.append(f"Poisson {args.rate:g}/s")
+    if args.burst is not None:
+        arrivals.append(Bursts(args.burst, start_ms=args.burst_at or 0, every_ms=args.burst_every))
+        when = f"at {human_ms(args.burst_at or 0)}"
+        if args.burst_every is not None:
+            when += f" and every {human_ms(args.burst_every)}"
+        described.append(f"bursts of {args.burst} {when}")
+    return arrivals, described
+
+
+def _workload(args: argparse.Namespace, jobs: Sequence[Job], described: Sequence[str]) -> str:
+    """What the generated traffic is, in a line: arrivals, service, budget, mixes, costs, seed."""
     budget = "none" if args.budget is None else human_ms(args.budget)
     mix = (
         "" if args.priority_mix is None else f"; priority mix {','.join(f'{w:g}' for w in args.priority_mix)}"
@@ -513,11 +557,10 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         costs += f"; cost {_describe_distribution(args.cost, _tokens)}"
     if args.actual_cost is not None:
         costs += f"; settles {_describe_distribution(args.actual_cost, _tokens)}"
-    description = (
+    return (
         f"{len(jobs)} requests in {human_ms(args.duration)} ({' + '.join(described)}); "
         f"service {_describe_distribution(args.service)}; budget {budget}{mix}{costs}; seed {args.seed}"
     )
-    return jobs, description
 
 
 def _tokens(value: float) -> str:
@@ -544,6 +587,20 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         _compare.compare(args, parser, jobs, description, plotting)
         return
     classes = _classes(args, jobs)
+    overrides, rows = _sweep(args, jobs, classes)
+    if args.json:
+        print(json.dumps(_sweep_dict(args, description, classes, overrides, rows), indent=1))
+    else:
+        _print_sweep(args, jobs, description, classes, overrides, rows)
+    if plotting:
+        plot_sweep(rows, args.plot, title=description if len(description) < 100 else None)
+        print(f"\nchart: {args.plot}", file=sys.stderr)
+
+
+def _sweep(
+    args: argparse.Namespace, jobs: Sequence[Job], classes: int
+) -> tuple[dict[str, GateLimits], list[SweepRow]]:
+    """The overrides, and a row per setting the options ask to try (rate limits: each rpm x tpm)."""
     limit_sets = [
         _rate_limits(rpm, tpm, args.rpm_burst, args.tpm_burst)
         for rpm in args.rpm or [None]
@@ -567,46 +624,70 @@ def _plan(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         raise _Failed(str(error)) from None
     except ValueError as error:
         raise _Failed(str(error)) from None
-    if args.json:
-        out: dict[str, Any] = {
-            "workload": description,
-            "priorities": classes,
-            "jump_share": args.jump_share,
-            **({"overrides": overrides_dict(overrides)} if overrides else {}),
-            "rows": [
-                {
-                    "max_running": row.max_running,
-                    "max_waiting": row.max_waiting,
-                    "rate_limits": [rate_limit_dict(limit) for limit in row.rate_limits],
-                    "summary": row.summary.to_dict(),
-                }
-                for row in rows
-            ],
-        }
-        print(json.dumps(out, indent=1))
-    else:
-        print(f"Workload: {description}")
-        gate = []
-        if classes > 1:
-            gate.append(f"priorities={classes}, jump_share={args.jump_share:g}")
-        keys = len({job.key for job in jobs})
-        if keys > 1:
-            gate.append(f"a gate per key ({keys} keys)")
-        gate += _overrides_text(overrides)
-        for kind, given, burst in (("rpm", args.rpm, args.rpm_burst), ("tpm", args.tpm, args.tpm_burst)):
-            if any(value is not None for value in given or ()):
-                size = _given(burst) if burst else "of a minute's quota"
-                gate.append(f"{kind} burst {size}")
-        if gate:
-            print(f"Gate: {'; '.join(gate)}")
-        print()
-        print(sweep_table(rows))
-        print("\n(shares of all requests; wait = queue time of the requests that queued, p99)")
-        if rows[0].summary.keys:
-            print("(settings are each key's, but for overrides; --json gives each key's summary)")
-    if plotting:
-        plot_sweep(rows, args.plot, title=description if len(description) < 100 else None)
-        print(f"\nchart: {args.plot}", file=sys.stderr)
+    return overrides, rows
+
+
+def _sweep_dict(
+    args: argparse.Namespace,
+    description: str,
+    classes: int,
+    overrides: Mapping[str, GateLimits],
+    rows: Sequence[SweepRow],
+) -> dict[str, Any]:
+    """The sweep as ``plan --json`` prints it."""
+    return {
+        "workload": description,
+        "priorities": classes,
+        "jump_share": args.jump_share,
+        **({"overrides": overrides_dict(overrides)} if overrides else {}),
+        "rows": [
+            {
+                "max_running": row.max_running,
+                "max_waiting": row.max_waiting,
+                "rate_limits": [rate_limit_dict(limit) for limit in row.rate_limits],
+                "summary": row.summary.to_dict(),
+            }
+            for row in rows
+        ],
+    }
+
+
+def _print_sweep(
+    args: argparse.Namespace,
+    jobs: Sequence[Job],
+    description: str,
+    classes: int,
+    overrides: Mapping[str, GateLimits],
+    rows: Sequence[SweepRow],
+) -> None:
+    """The sweep as ``plan`` prints it: the workload, the gate's other settings, the table."""
+    print(f"Workload: {description}")
+    gate = _gate_settings(args, jobs, classes, overrides)
+    if gate:
+        print(f"Gate: {'; '.join(gate)}")
+    print()
+    print(sweep_table(rows))
+    print("\n(shares of all requests; wait = queue time of the requests that queued, p99)")
+    if rows[0].summary.keys:
+        print("(settings are each key's, but for overrides; --json gives each key's summary)")
+
+
+def _gate_settings(
+    args: argparse.Namespace, jobs: Sequence[Job], classes: int, overrides: Mapping[str, GateLimits]
+) -> list[str]:
+    """The settings every row shares: classes, keys, overrides, rate limit bursts."""
+    gate = []
+    if classes > 1:
+        gate.append(f"priorities={classes}, jump_share={args.jump_share:g}")
+    keys = len({job.key for job in jobs})
+    if keys > 1:
+        gate.append(f"a gate per key ({keys} keys)")
+    gate += _overrides_text(overrides)
+    for kind, given, burst in (("rpm", args.rpm, args.rpm_burst), ("tpm", args.tpm, args.tpm_burst)):
+        if any(value is not None for value in given or ()):
+            size = _given(burst) if burst else "of a minute's quota"
+            gate.append(f"{kind} burst {size}")
+    return gate
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -38,7 +38,7 @@ from ._settings import (
 )
 from ._state import GateState, pace_weight, queue_deadline
 from ._stats import GateStatistics
-from ._ticket import Status, Ticket, note
+from ._ticket import Status, Ticket, arrival_of, end_of, note, start_of
 from ._totals import KeyedStatistics, Totals, total
 
 __all__ = (
@@ -72,6 +72,7 @@ __all__ = (
     "Totals",
     "WaitQueue",
     "allocates_plainly",
+    "arrival_of",
     "check_at_least",
     "check_cost",
     "check_count",
@@ -92,6 +93,7 @@ __all__ = (
     "check_priority",
     "check_remaining",
     "check_timeout",
+    "end_of",
     "mypyc_attr",
     "note",
     "pace_weight",
@@ -99,6 +101,7 @@ __all__ = (
     "queue_deadline",
     "restore_docstrings",
     "shown",
+    "start_of",
     "total",
 )
 

@@ -154,7 +154,8 @@ class TokenBucket:
         self.period = 1.0 / limit.rate
         #: Seconds to fill the bucket from empty: at ``empty + window`` the balance is ``burst``.
         self.window = limit.burst * self.period
-        self.floor: float = limit.floor  # type: ignore[assignment]
+        #: The lowest balance a settled debt leaves (the limit's floor; ``-burst`` by default).
+        self.floor = -limit.burst if limit.floor is None else limit.floor
         #: When the balance was (or will be) zero; long ago means full.
         self.empty = -math.inf
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._outcomes import BY_STATUS, Outcome
-from ._ticket import Status, Ticket
+from ._ticket import Status, Ticket, arrival_of, end_of
 
 if TYPE_CHECKING:
     from ._state import GateState
@@ -26,13 +26,13 @@ _NO_NOTES: dict[str, Any] = {}
 DECISIONS = ("allow", "queue", "reject")
 
 
-def _retry_after(state: GateState, ticket: Ticket, status: Status) -> float | None:
+def _retry_after(state: GateState, ticket: Ticket, status: Status, ended: float) -> float | None:
     # As the refusals compute it (boundedgate._errors): exact for a rate limit, else an estimate.
     if status is Status.RATE_LIMITED:
         ready: float = ticket._notes["ready_at"]  # noted as it was refused
-        return max(0.0, ready - ticket.ended)  # type: ignore[operator]
+        return max(0.0, ready - ended)
     if status is Status.INFEASIBLE:
-        return max(0.0, state.predicted_start(ticket.ended) - ticket.ended)  # type: ignore[arg-type, operator]
+        return max(0.0, state.predicted_start(ended) - ended)
     recent = state.recent_run_seconds
     if recent is None or state.limit == sys.maxsize:
         return None
@@ -103,8 +103,8 @@ class RequestRecord:
         """
         status = ticket.status
         outcome = BY_STATUS[status]
-        arrival: float = ticket.arrival  # type: ignore[assignment]
-        ended: float = ticket.ended  # type: ignore[assignment]
+        arrival = arrival_of(ticket)
+        ended = end_of(ticket)
         started = ticket.started
         notes = getattr(ticket, "_notes", _NO_NOTES)
         # A slot given back unused (a caller cancelled as it was handed one) was still granted.
@@ -136,7 +136,9 @@ class RequestRecord:
             settled=ticket.cost,
             limited_by=notes.get("limited_by"),
             retry_after=(
-                None if not refused or (r := _retry_after(state, ticket, status)) is None else r * scale
+                None
+                if not refused or (r := _retry_after(state, ticket, status, ended)) is None
+                else r * scale
             ),
             borrowed_burst=notes.get("borrowed", False),
         )

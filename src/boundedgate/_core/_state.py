@@ -103,12 +103,15 @@ pace says it cannot start before its queue deadline, or cannot finish (one recen
 start) before its deadline. Its start is predicted as ``max(now, resume) + n * recent_run / C``,
 where ``n`` counts the completions it needs (the running excess over C, the queue ahead, itself).
 
-Invariants (checked by :meth:`GateState.check` in the tests after every step)::
+Invariants (checked by :meth:`GateState.check`, which the tests call after every step)::
 
     0 <= running <= max_running, unless C was lowered or paused (the excess drains)
     0 <= waiting <= max_waiting, unless Q was lowered below the queue (it drains)
+    max_running is the configured C, or 0 while paused
     waiting > 0 implies running >= max_running, or the next ticket's tokens are not there yet
+    the queue holds `waiting` distinct live (QUEUED) tickets
     the queued sums (per class with several) are the counts and costs of the queued tickets
+    each bucket's balance lies between its floor and its burst
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from types import EllipsisType
-from typing import Final
+from typing import Final, TypeAlias
 
 from ._bucket import RateLimit, TokenBucket
 from ._native import FloatArg, IntArg, mypyc_attr
@@ -126,7 +129,7 @@ from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
 from ._settings import check_cost, check_max_running, check_max_waiting, shown
 from ._stats import GateStatistics
-from ._ticket import Status, Ticket, note
+from ._ticket import Status, Ticket, arrival_of, note, start_of
 
 __all__ = ("GateState",)
 
@@ -146,6 +149,9 @@ RATE_LIMITED: Final[Status] = Status.RATE_LIMITED
 INFEASIBLE: Final[Status] = Status.INFEASIBLE
 
 _NOBODY: Final[tuple[Ticket, ...]] = ()
+
+#: What an event hands back so far: the queued tickets that left the queue (``_NOBODY`` if none).
+_Woken: TypeAlias = list[Ticket] | tuple[Ticket, ...]
 
 #: The counters of the outcomes, one attribute each, named as in :data:`OUTCOMES`.
 OUTCOME_NAMES = tuple(outcome.name for outcome in OUTCOMES)
@@ -185,9 +191,15 @@ def _ready_behind(bucket: TokenBucket, cost: float, tickets: float, tokens: floa
     return bucket.supplied_at(ahead + bucket.need(cost), now)
 
 
+def _expect(holds: bool, broken: str, *values: object) -> None:
+    # GateState.check's assertion: one that `python -O` keeps.
+    if not holds:
+        raise AssertionError(f"{broken}: {values!r}" if values else broken)
+
+
 def queue_deadline(ticket: Ticket) -> float:
     """When an arrived ticket leaves the queue unstarted: ``min(deadline, arrival + max_wait)``."""
-    return min(ticket.deadline, ticket.arrival + ticket.max_wait)  # type: ignore[operator]
+    return min(ticket.deadline, arrival_of(ticket) + ticket.max_wait)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the keyed gate's per-key state, the tests' checks
@@ -312,30 +324,21 @@ class GateState:
     def arrive(self, ticket: Ticket, now: float, wait: bool = True) -> Sequence[Ticket]:
         """A new ticket arrives at ``now``; its status says what became of it.
 
-        ``RUNNING`` (it starts at once), ``QUEUED``, ``REJECTED``, ``RATE_LIMITED``, or
-        ``EXPIRED`` if its deadline had already passed (then nothing is counted). With
+        ``RUNNING`` (it starts at once), ``QUEUED``, ``REJECTED``, ``RATE_LIMITED``,
+        ``INFEASIBLE``, or ``EXPIRED`` if its deadline had already passed (then nothing is counted). With
         ``wait=False`` a ticket that cannot start at once is refused instead of queued (and
         evicts nobody). Returns the queued tickets that left the queue as the clock reached
         ``now`` (expired, or started on accrued tokens), and the one it evicted, if any.
         """
         ticket.arrival = now
         if ticket.deadline <= now:
-            ticket.status = EXPIRED
-            ticket.ended = now
-            return _NOBODY
-        buckets = self._buckets
-        if not buckets:
+            return self._refuse_past(ticket, now)
+        if not self._buckets:
             if self.running < self.max_running:
                 # A free slot means nobody waits (invariant): starting now barges past no one.
-                # (The start is spelled out here, not called: this is the uncontended hot path.)
-                ticket.status = RUNNING
-                ticket.started = now
-                self.running = running = self.running + 1
-                self.admitted += 1
-                if running > self.peak_running:
-                    self.peak_running = running
+                self._start(ticket, now)
                 return _NOBODY
-            woken: list[Ticket] | tuple[Ticket, ...] = _NOBODY
+            woken: _Woken = _NOBODY
             if self._deadlines and self._deadlines[0][0] <= now:
                 woken = self._expire(now)
         else:
@@ -343,34 +346,22 @@ class GateState:
             if self.running < self.max_running and not self.waiting and self._affordable(ticket, now):
                 self._start(ticket, now)
                 return woken
+        return self._wait_or_refuse(ticket, now, wait, woken)
+
+    def _wait_or_refuse(self, ticket: Ticket, now: float, wait: bool, woken: _Woken) -> Sequence[Ticket]:
+        # It cannot start at arrival: refused by rate, refused as infeasible, queued, or queued in
+        # the place of a less urgent ticket, else rejected (without waiting: refused at once).
         if self.observer is not None:
             note(ticket, "depth", self.waiting)
         if not wait:
-            if buckets and self.running < self.max_running and not self.waiting:
-                return self._rate_limit(ticket, now, woken, self.tokens_ready_at(ticket, now))
-        elif buckets and (due := self.tokens_ready_at(ticket, now)) >= queue_deadline(ticket):
-            return self._rate_limit(ticket, now, woken, due)
-        elif self.feasible and self._infeasible(ticket, now):
+            return self._refuse_at_once(ticket, now, woken)
+        if self._buckets and (due := self.tokens_ready_at(ticket, now)) >= queue_deadline(ticket):
+            return self._refuse_by_rate(ticket, now, woken, due)
+        if self.feasible and self._infeasible(ticket, now):
             return self._refuse_infeasible(ticket, now, woken)
-        elif self.waiting < self._queue_limit:
-            if buckets and self.observer is not None and self.running < self.max_running:
-                note(ticket, "limited_by", self.limiting(ticket, now).name)  # type: ignore[union-attr]
-            self._enqueue(ticket)
-            return self._jumped(ticket, now, woken) if buckets else woken
-        elif self._queue.classes > 1 and (victim := self._queue.evict_for(ticket.priority)) is not None:
-            victim.status = EVICTED
-            self._leave_queue(victim, now)
-            self.evicted += 1
-            self._enqueue(ticket)
-            woken = [*woken, victim]
-            told = self._jumped(ticket, now, woken) if buckets else woken
-            self._ended(victim)
-            return told
-        ticket.status = REJECTED
-        ticket.ended = now
-        self.rejected += 1
-        self._ended(ticket)
-        return woken
+        if self.waiting < self._queue_limit:
+            return self._join_queue(ticket, now, woken)
+        return self._evict_or_reject(ticket, now, woken)
 
     def release(self, ticket: Ticket, now: float, ending: Status | None = None) -> Sequence[Ticket]:
         """A running ticket ends at ``now``; returns the queued tickets that started or expired.
@@ -386,7 +377,7 @@ class GateState:
         """
         if ticket.status is not RUNNING:
             return _NOBODY
-        ran = now - ticket.started  # type: ignore[operator]
+        ran = now - start_of(ticket)
         if ending is None:
             if now >= ticket.deadline:
                 ticket.status = LATE
@@ -415,7 +406,7 @@ class GateState:
         self.run_seconds_total += ran
         if ran > self.run_seconds_max:
             self.run_seconds_max = ran
-        total = now - ticket.arrival  # type: ignore[operator]
+        total = now - arrival_of(ticket)
         self.end_to_end_seconds_total += total
         if total > self.end_to_end_seconds_max:
             self.end_to_end_seconds_max = total
@@ -680,10 +671,7 @@ class GateState:
 
         Its bucket is the one that decides :meth:`tokens_ready_at`.
         """
-        if not self._buckets:
-            return None
-        requests, tokens = self._ahead(ticket.priority)
-        return max(self._buckets, key=lambda b: _ready_behind(b, ticket.cost, requests, tokens, now)).limit
+        return self._limiting(ticket, now).limit if self._buckets else None
 
     def check_cost(self, cost: object) -> float:
         """Return ``cost`` as a request's declared cost, or raise.
@@ -739,6 +727,64 @@ class GateState:
             paused_until=None if self.paused_until == math.inf else self.paused_until,
         )
 
+    # -- invariants -------------------------------------------------------------------------
+
+    def check(self, now: float | None = None) -> None:
+        """Raise :class:`AssertionError` where this state breaks an invariant of the module's header.
+
+        ``now`` is the time of the last event: with it, the buckets' balances are checked too, and
+        that the next queued ticket could not start. It walks the queue (O(waiting)): for the
+        tests, after every step, and for debugging; no event calls it.
+        """
+        self._check_counts()
+        live = list(self._queue)
+        _expect(len(live) == self.waiting, "queued tickets != waiting", len(live), self.waiting)
+        _expect(len({id(t) for t in live}) == len(live), "a ticket is queued twice", live)
+        if self._buckets:
+            self._check_queued_costs(live)
+        if now is not None:
+            self._check_buckets(now)
+
+    def _check_counts(self) -> None:
+        # Running exceeds C only while a lowered C (or a pause) drains, waiting exceeds Q only
+        # while a lowered Q drains: nothing joins either excess.
+        running, waiting, paused = self.running, self.waiting, self.paused_until != math.inf
+        _expect(running >= 0, "running < 0", running)
+        drains = self.limit_changes > 0 or self.pauses > 0
+        _expect(running <= self.max_running or drains, "running > max_running", running, self.max_running)
+        _expect(waiting >= 0, "waiting < 0", waiting)
+        _expect(waiting <= self._queue_limit or self.limit_changes > 0, "waiting > max_waiting", waiting)
+        usable = 0 if paused else self.limit
+        _expect(self.max_running == usable, "max_running is neither C nor 0 paused", self.max_running)
+        if waiting and running < self.max_running:
+            _expect(bool(self._buckets), "a slot is free while tickets wait", running, waiting)
+
+    def _check_queued_costs(self, live: list[Ticket]) -> None:
+        # What the queue owes the buckets, kept as tickets join and leave: the live queue's sums.
+        by_class = self._class_queued
+        if by_class is None:
+            _expect(self._queue.classes == 1, "no sums per class for several classes")
+            owed = sum(t.cost for t in live)
+            _expect(
+                math.isclose(self._queued_cost, owed, abs_tol=1e-9), "queued cost", owed, self._queued_cost
+            )
+            return
+        classes = {t.priority for t in live}
+        _expect(set(by_class) == classes, "sums kept for other classes than queued", by_class, classes)
+        for priority in classes:
+            costs = [t.cost for t in live if t.priority == priority]
+            count, cost = by_class[priority]
+            _expect(count == len(costs), "queued count of a class", priority, count, len(costs))
+            owed = sum(costs)
+            _expect(math.isclose(cost, owed, abs_tol=1e-9), "queued cost of a class", priority, cost, owed)
+
+    def _check_buckets(self, now: float) -> None:
+        if self.waiting and self.running < self.max_running:
+            _expect(not self._affordable(self._queue.peek(), now), "the next ticket could start", now)
+        for bucket in self._buckets:
+            tokens = bucket.tokens(now)
+            _expect(bucket.floor - 1e-6 <= tokens <= bucket.limit.burst, "a balance out of range", tokens)
+
     # -- internals --------------------------------------------------------------------------
 
     def _ended(self, ticket: Ticket) -> None:
@@ -773,9 +819,7 @@ class GateState:
         for bucket in buckets:
             bucket.take(bucket.need(ticket.cost), now)
 
-    def _jumped(
-        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...]
-    ) -> Sequence[Ticket]:
+    def _jumped(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
         # With rate limits a slot may be free while the head waits for its tokens: a newcomer that
         # goes to the front of the line (a more urgent class) and can pay starts now. Another
         # ticket can only start here if this one does not (the head is unchanged otherwise).
@@ -785,27 +829,69 @@ class GateState:
         self._fill(now, started)
         return [*woken, *(t for t in started if t is not ticket)] if started else woken
 
-    def _rate_limit(
-        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...], due: float
-    ) -> Sequence[Ticket]:
+    def _refuse_past(self, ticket: Ticket, now: float) -> Sequence[Ticket]:
+        # Its deadline passed before it arrived: refused before it is counted, and nobody is told.
+        ticket.status = EXPIRED
+        ticket.ended = now
+        return _NOBODY
+
+    def _refuse_at_once(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
+        # Not waiting: RATE_LIMITED if its tokens were all it lacked (a slot free, nobody queued).
+        if self._buckets and self.running < self.max_running and not self.waiting:
+            return self._refuse_by_rate(ticket, now, woken, self.tokens_ready_at(ticket, now))
+        return self._reject(ticket, now, woken)
+
+    def _refuse_by_rate(self, ticket: Ticket, now: float, woken: _Woken, due: float) -> Sequence[Ticket]:
         # `due`: its tokens_ready_at(now), the moment its retry_after counts to.
         ticket.status = RATE_LIMITED
         ticket.ended = now
         self.rate_limited += 1
-        note(ticket, "limited_by", self.limiting(ticket, now).name)  # type: ignore[union-attr]
+        note(ticket, "limited_by", self._limiting(ticket, now).limit.name)
         note(ticket, "ready_at", due)
         self._ended(ticket)
         return woken
 
-    def _refuse_infeasible(
-        self, ticket: Ticket, now: float, woken: list[Ticket] | tuple[Ticket, ...]
-    ) -> Sequence[Ticket]:
+    def _refuse_infeasible(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
         ticket.status = INFEASIBLE
         ticket.ended = now
         self.infeasible += 1
         note(ticket, "predicted_start", self.predicted_start(now))
         self._ended(ticket)
         return woken
+
+    def _join_queue(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
+        buckets = self._buckets
+        if buckets and self.observer is not None and self.running < self.max_running:
+            note(ticket, "limited_by", self._limiting(ticket, now).limit.name)
+        self._enqueue(ticket)
+        return self._jumped(ticket, now, woken) if buckets else woken
+
+    def _evict_or_reject(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
+        # The queue is full: the newest of a less urgent class, if one waits, leaves it for this one.
+        queue = self._queue
+        victim = queue.evict_for(ticket.priority) if queue.classes > 1 else None
+        if victim is None:
+            return self._reject(ticket, now, woken)
+        victim.status = EVICTED
+        self._leave_queue(victim, now)
+        self.evicted += 1
+        self._enqueue(ticket)
+        woken = [*woken, victim]
+        told = self._jumped(ticket, now, woken) if self._buckets else woken
+        self._ended(victim)
+        return told
+
+    def _reject(self, ticket: Ticket, now: float, woken: _Woken) -> Sequence[Ticket]:
+        ticket.status = REJECTED
+        ticket.ended = now
+        self.rejected += 1
+        self._ended(ticket)
+        return woken
+
+    def _limiting(self, ticket: Ticket, now: float) -> TokenBucket:
+        # limiting(), given that there are buckets.
+        requests, tokens = self._ahead(ticket.priority)
+        return max(self._buckets, key=lambda b: _ready_behind(b, ticket.cost, requests, tokens, now))
 
     def _affordable(self, ticket: Ticket, now: float) -> bool:
         # All buckets or none: nothing is taken unless every one of them covers its share.
@@ -830,7 +916,7 @@ class GateState:
             self.waiting -= 1
             if buckets:
                 self._unqueue_cost(ticket)
-            waited = now - ticket.arrival  # type: ignore[operator]
+            waited = now - arrival_of(ticket)
             self.queue_seconds_total += waited
             if waited > self.queue_seconds_max:
                 self.queue_seconds_max = waited
@@ -874,7 +960,7 @@ class GateState:
         self.waiting -= 1
         if self._buckets:
             self._unqueue_cost(ticket)
-        waited = now - ticket.arrival  # type: ignore[operator]
+        waited = now - arrival_of(ticket)
         self.queue_seconds_total += waited
         if waited > self.queue_seconds_max:
             self.queue_seconds_max = waited

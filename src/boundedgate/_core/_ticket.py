@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ._native import mypyc_attr
 
-__all__ = ("Status", "Ticket", "note")
+__all__ = ("Status", "Ticket", "arrival_of", "end_of", "note", "start_of")
 
 
 class Status(enum.Enum):
@@ -81,7 +81,15 @@ _NEW: Final[Status] = Status.NEW  # an enum member read from the class costs ~10
 class Ticket:
     """One request as the decision core sees it: times on the gate's clock, and a status.
 
-    The core writes every field; everything else only reads them.
+    Whoever makes a ticket gives it its terms (``deadline``, ``max_wait``, ``priority``,
+    ``cost``) before it arrives. Fed to a :class:`GateState`, the core writes what the events
+    change (``arrival``, ``started``, ``ended``, ``status``, ``seq``; ``cost`` as it settles); the
+    driver around it also sets a ``timeout``'s deadline as the ticket arrives, and ends as
+    ``CANCELLED`` (uncounted) a permit whose task was cancelled before it arrived; the keyed
+    gate's light keys write what the core would. A ticket no core decides (``admit_all``'s
+    combined permit, a Redis gate's permit) is written by its own driver. The times are None
+    until they happen: :func:`arrival_of`, :func:`start_of` and :func:`end_of` read one that must
+    have.
     """
 
     __slots__ = (
@@ -139,6 +147,35 @@ class Ticket:
     def __lt__(self, other: Ticket) -> bool:
         # Ties between equal deadlines in the core's deadline heap go to the earlier arrival.
         return self.seq < other.seq
+
+
+def arrival_of(ticket: Ticket) -> float:
+    """When ``ticket`` arrived; raises :class:`ValueError` if it has not yet."""
+    arrival = ticket.arrival
+    if arrival is None:
+        raise _not_yet(ticket, "arrived")
+    return arrival
+
+
+def start_of(ticket: Ticket) -> float:
+    """When ``ticket`` got its running slot; raises :class:`ValueError` if it has none."""
+    started = ticket.started
+    if started is None:
+        raise _not_yet(ticket, "started")
+    return started
+
+
+def end_of(ticket: Ticket) -> float:
+    """When ``ticket`` reached its outcome; raises :class:`ValueError` if it has not yet."""
+    ended = ticket.ended
+    if ended is None:
+        raise _not_yet(ticket, "ended")
+    return ended
+
+
+def _not_yet(ticket: Ticket, what: str) -> ValueError:
+    # Only a caller that skipped an event can ask: the core asks of the tickets it counted.
+    return ValueError(f"{ticket!r} ({ticket.status.value}) has not {what}: its time is not known yet")
 
 
 def note(ticket: Ticket, name: str, value: object) -> None:

@@ -241,10 +241,41 @@ def compare_admission(
     traffics: dict[str, Traffic] = dict(jobs) if isinstance(jobs, Mapping) else {"": jobs}
     if not traffics:
         raise ValueError("no traffic: give a traffic, or at least one gate's")
-    max_running = check_max_running(max_running)
-    max_waiting = check_max_waiting(max_waiting)
+    c = check_max_running(max_running)
+    q = check_max_waiting(max_waiting)
     settings = Adaptive() if adaptive is None else adaptive
-    queues = [max_waiting] if adaptive_waiting is None else [check_max_waiting(q) for q in adaptive_waiting]
+    queues = [q] if adaptive_waiting is None else [check_max_waiting(queue) for queue in adaptive_waiting]
+    tried = _static_grid(provider, traffics, c, q, runnings, waitings)
+    run = _Counted(len(tried) + 5 + len(queues), progress)
+    before = [
+        run(_run("semaphore", traffics, provider, c, None, deadlines=False)),
+        run(_run("semaphore+timeout", traffics, provider, c, None)),
+        run(_run(f"gate Q={_q(q)}", traffics, provider, c, q)),
+    ]
+    # The static gate that answers most on time, then fewest late: the first of equals (as max keeps).
+    statics = (run(_run("best static", traffics, provider, *setting)) for setting in tried)
+    best = max(statics, key=lambda contender: (contender.result.on_time, -contender.result.late))
+    adaptives = [
+        run(_run(f"adaptive Q={_q(queue)}", traffics, provider, c, queue, adaptive=settings))
+        for queue in queues
+    ]
+    after = [
+        *adaptives,
+        run(_run("feasible", traffics, provider, c, None, feasible=True)),
+        run(_run("adaptive+feasible", traffics, provider, c, None, adaptive=settings, feasible=True)),
+    ]
+    return Comparison((*before, best, *after), best, tried)
+
+
+def _static_grid(
+    provider: Provider,
+    traffics: Mapping[str, Traffic],
+    max_running: int,
+    max_waiting: int | None,
+    runnings: Iterable[int] | None,
+    waitings: Iterable[int | None] | None,
+) -> tuple[tuple[int, int | None], ...]:
+    """The static settings among which the best in hindsight is looked for (see compare_admission)."""
     peak = math.nan
     if runnings is None or waitings is None:
         peak = _peak(provider, traffics.values()) / len(traffics)
@@ -253,42 +284,24 @@ def compare_admission(
     tried = tuple((c, q) for c in cs for q in qs)
     if not tried:
         raise ValueError("no static settings to sweep for the best in hindsight")
-    total = len(tried) + 5 + len(queues)
-    done = 0
+    return tried
 
-    def step(contender: Contender) -> Contender:
-        nonlocal done
-        done += 1
+
+class _Counted:
+    """Tells ``progress(done, total)`` before the first contender's run and after each."""
+
+    def __init__(self, total: int, progress: Callable[[int, int], object] | None) -> None:
+        self.total = total
+        self.done = 0
+        self.progress = progress
         if progress is not None:
-            progress(done, total)
-        return contender
+            progress(0, total)
 
-    if progress is not None:
-        progress(0, total)
-    c, q = max_running, max_waiting
-    before = [
-        step(_run("semaphore", traffics, provider, c, None, deadlines=False)),
-        step(_run("semaphore+timeout", traffics, provider, c, None)),
-        step(_run(f"gate Q={_q(q)}", traffics, provider, c, q)),
-    ]
-    best: Contender | None = None
-    for static_c, static_q in tried:
-        candidate = step(_run("best static", traffics, provider, static_c, static_q))
-        if best is None or (candidate.result.on_time, -candidate.result.late) > (
-            best.result.on_time,
-            -best.result.late,
-        ):
-            best = candidate
-    assert best is not None
-    after = [
-        step(_run(f"adaptive Q={_q(queue)}", traffics, provider, c, queue, adaptive=settings))
-        for queue in queues
-    ]
-    after.append(step(_run("feasible", traffics, provider, c, None, feasible=True)))
-    after.append(
-        step(_run("adaptive+feasible", traffics, provider, c, None, adaptive=settings, feasible=True))
-    )
-    return Comparison((*before, best, *after), best, tried)
+    def __call__(self, contender: Contender) -> Contender:
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+        return contender
 
 
 def _q(q: int | None) -> str:

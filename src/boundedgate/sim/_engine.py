@@ -51,8 +51,9 @@ arrive, in the script's order, each at its own key's state. The next instant is 
 visit of any key, end of a body or arrival; the keys' next visits are kept in a heap, so an instant
 costs the same whatever the number of keys. A script with a single key (the default key, say: a
 script without a ``key`` column) has one gate, visited at every instant, by a loop of its own that
-skips that bookkeeping (the keyed loop takes a fifth to a third longer on one key); the steps, the
-counts, the trace and the rows are the same code for both.
+skips that bookkeeping (the keyed loop, given one key, costs a quarter more instructions: 680M
+against 545M for 6,600 requests); the steps, the counts, the trace and the rows are the same code
+for both.
 
 A key's gate lives for the whole simulation, as in a ``KeyedGate`` that keeps its idle keys
 (``keep_idle`` at least the number of keys). One that drops an idle key's gate makes a fresh one at
@@ -344,42 +345,19 @@ class _Run:
 
     def run_keys(self) -> None:
         """The loop for a script with several keys: each gate at its own instants (see "Keys")."""
-        jobs, requests, ends, order = self.jobs, self.requests, self.ends, self.order
-        gates, gate_of = self.gates, self.gate_of
-        arrivals = [jobs[index].arrival_ms for index in order]
-        total, next_arrival = len(order), 0
+        requests, gate_of, ends = self.requests, self.gate_of, self.ends
+        # (arrival, job's index), the next arrival last; same-instant arrivals in script order.
+        arrivals = [(self.jobs[index].arrival_ms, index) for index in reversed(self.order)]
         visits: list[tuple[float, int]] = []  # (instant, gate's index), stale entries left in
-        while True:
-            while visits and visits[0][0] != gates[visits[0][1]].visit:
-                heapq.heappop(visits)
-            instant = visits[0][0] if visits else math.inf
-            if ends and ends[0][0] < instant:
-                instant = ends[0][0]
-            if next_arrival < total and arrivals[next_arrival] < instant:
-                instant = arrivals[next_arrival]
-            if instant == math.inf:
-                return
-            now = instant
-            # The gates visited now: those whose core asked for now, and those with a body ending
-            # or a request arriving now.
-            visited: set[int] = set()
-            while visits and visits[0][0] == now:
-                index = heapq.heappop(visits)[1]
-                if gates[index].visit == now:
-                    visited.add(index)
-            ending: list[int] = []
+        while (now := self._next_instant(visits, arrivals)) != math.inf:
+            ending: list[int] = []  # the bodies that end now, in script order
             while ends and ends[0][0] == now:
-                index = heapq.heappop(ends)[1]
-                ending.append(index)
-                visited.add(gate_of[index].index)
+                ending.append(heapq.heappop(ends)[1])
             arriving: list[int] = []
-            while next_arrival < total and arrivals[next_arrival] == now:
-                index = order[next_arrival]
-                arriving.append(index)
-                visited.add(gate_of[index].index)
-                next_arrival += 1
-            now_visited = [gates[index] for index in sorted(visited)]
-            for gate in now_visited:
+            while arrivals and arrivals[-1][0] == now:
+                arriving.append(arrivals.pop()[1])
+            visited = self._visited(visits, now, ending, arriving)
+            for gate in visited:
                 woken = gate.state.advance(now)
                 if woken:
                     self.apply(now, gate, _events(woken))
@@ -387,10 +365,41 @@ class _Run:
                 self.end(now, gate_of[index], requests[index])
             for index in arriving:
                 self.arrive(now, gate_of[index], requests[index])
-            for gate in now_visited:
+            for gate in visited:
                 visit = gate.visited(now)
                 if visit != math.inf:
                     heapq.heappush(visits, (visit, gate.index))
+
+    def _next_instant(self, visits: list[tuple[float, int]], arrivals: list[tuple[int, int]]) -> float:
+        # The earliest of the gates' next visits, the bodies' ends and the arrivals (inf: none left).
+        gates = self.gates
+        while visits and visits[0][0] != gates[visits[0][1]].visit:
+            heapq.heappop(visits)  # stale: that gate asked for another instant since
+        instant = visits[0][0] if visits else math.inf
+        ends = self.ends
+        if ends and ends[0][0] < instant:
+            instant = ends[0][0]
+        if arrivals and arrivals[-1][0] < instant:
+            instant = arrivals[-1][0]
+        return instant
+
+    def _visited(
+        self, visits: list[tuple[float, int]], now: float, ending: list[int], arriving: list[int]
+    ) -> list[_Gate]:
+        # The gates visited now, in the order of their keys' first arrivals: those whose core asked
+        # for now, and those with a body ending or a request arriving now.
+        gates = self.gates
+        visited: set[int] = set()
+        while visits and visits[0][0] == now:
+            index = heapq.heappop(visits)[1]
+            if gates[index].visit == now:
+                visited.add(index)
+        gate_of = self.gate_of
+        for index in ending:
+            visited.add(gate_of[index].index)
+        for index in arriving:
+            visited.add(gate_of[index].index)
+        return [gates[index] for index in sorted(visited)]
 
     def rows(self) -> list[RequestResult]:
         """A row per request, in the script's order."""
@@ -535,8 +544,10 @@ def check_priorities(jobs: Sequence[Job], priorities: int) -> None:
             )
 
 
-def check_rate_limits(rate_limits: Iterable[RateLimit]) -> tuple[RateLimit, ...]:
+def check_rate_limits(rate_limits: Iterable[RateLimit] | RateLimit) -> tuple[RateLimit, ...]:
     """Return ``rate_limits`` as a tuple, checking that the simulator can replay them.
+
+    A single limit is taken only to be refused with a message that says to give a list.
 
     Raises:
         TypeError: ``rate_limits`` is a single limit rather than a list, or holds something else

@@ -41,10 +41,11 @@ def _rate_limit_sets(
     # One set (a list of RateLimit, possibly empty) or several (a list of such lists).
     if isinstance(rate_limits, RateLimit):
         raise TypeError("rate_limits is a list of RateLimit objects, or a list of such lists")
-    items = list(rate_limits)
-    if all(isinstance(item, RateLimit) for item in items):
-        return [check_rate_limits(items)]  # type: ignore[arg-type]
-    return [check_rate_limits(item) for item in items]  # type: ignore[arg-type]
+    items: list[RateLimit | Sequence[RateLimit]] = list(rate_limits)
+    limits = [item for item in items if isinstance(item, RateLimit)]
+    if len(limits) == len(items):
+        return [check_rate_limits(limits)]
+    return [check_rate_limits(item) for item in items]
 
 
 def sweep(

@@ -6,7 +6,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._core import RateLimit
 from ._compare import Comparison
@@ -128,41 +128,23 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = N
         raise ValueError("no rows to plot")
     figure = _new_figure()
     shares, waits = figure.subplots(1, 2)
-    waitings = list(dict.fromkeys(row.max_waiting for row in rows))
-    limit_sets = list(dict.fromkeys(row.rate_limits for row in rows))
-    by_limits = len(waitings) == 1 and len(limit_sets) > 1
-
-    def x_of(row: SweepRow) -> int:
-        return limit_sets.index(row.rate_limits) if by_limits else waitings.index(row.max_waiting)
-
-    def line_of(row: SweepRow) -> tuple[object, ...]:
-        return (row.max_running,) if by_limits else (row.max_running, row.rate_limits)
-
-    lines = list(dict.fromkeys(line_of(row) for row in rows))
+    axis = _SweepAxis(rows)
+    lines = list(dict.fromkeys(axis.line_of(row) for row in rows))
     listed = shown([row.summary for row in rows], any(row.rate_limits for row in rows))
     outcomes = [(o.name, o.column, OUTCOME_COLORS[o.name]) for o in listed]
-    styles = ("-", "--", "-.", ":")
+    running = len({line[0] for line in lines}) > 1
+    limits = len(axis.limit_sets) > 1 and not axis.by_limits
     for number, line in enumerate(lines):
-        mine = [row for row in rows if line_of(row) == line]
-        xs = [x_of(row) for row in mine]
-        suffix = _line_label(line, len({key[0] for key in lines}) > 1, len(limit_sets) > 1 and not by_limits)
-        style = styles[number % len(styles)]
+        mine = [row for row in rows if axis.line_of(row) == line]
+        xs = [axis.x_of(row) for row in mine]
+        suffix = _line_label(line, running, limits)
+        style = _STYLES[number % len(_STYLES)]
         for field, label, color in outcomes:
             ys = [100 * getattr(row.summary, field) / max(row.summary.requests, 1) for row in mine]
             shares.plot(xs, ys, style, marker="o", color=color, label=label + suffix)
         p99 = [(row.summary.queue_ms.p99 or 0) / 1000 for row in mine]
         waits.plot(xs, p99, style, marker="o", color="tab:blue", label="p99 wait" + suffix)
-    if by_limits:
-        labels = [_limits_label(limits, "\n") for limits in limit_sets]
-        name = "rate limits"
-    else:
-        labels = ["none" if q is None else str(q) for q in waitings]
-        name = "max_waiting"
-    tilt = {"rotation": 30, "ha": "right"} if by_limits and len(labels) > 3 else {}
-    for axes in (shares, waits):
-        axes.set_xticks(range(len(labels)), labels, fontsize="small", **tilt)
-        axes.set_xlabel(name)
-        _legend_beside(axes)
+    axis.draw(shares, waits)
     shares.set_ylabel("% of requests")
     shares.set_ylim(0, 100)
     waits.set_ylabel("p99 queue time (s)")
@@ -170,6 +152,46 @@ def plot_sweep(rows: Sequence[SweepRow], path: str | Path, title: str | None = N
     if title:
         figure.suptitle(title)
     _save(figure, path)
+
+
+#: The line styles of a chart's lines, in turn.
+_STYLES = ("-", "--", "-.", ":")
+
+#: A line of a sweep chart: its C, and its rate limits unless they are the x axis (then None).
+_Line = tuple[int | None, tuple[RateLimit, ...] | None]
+
+
+class _SweepAxis:
+    """A sweep chart's x axis: ``max_waiting``, or the rate limits when they vary and it does not."""
+
+    def __init__(self, rows: Sequence[SweepRow]) -> None:
+        self.waitings = list(dict.fromkeys(row.max_waiting for row in rows))
+        self.limit_sets = list(dict.fromkeys(row.rate_limits for row in rows))
+        self.by_limits = len(self.waitings) == 1 and len(self.limit_sets) > 1
+
+    def x_of(self, row: SweepRow) -> int:
+        """The place of ``row``'s setting on the axis (evenly spaced, in the order given)."""
+        return (
+            self.limit_sets.index(row.rate_limits) if self.by_limits else self.waitings.index(row.max_waiting)
+        )
+
+    def line_of(self, row: SweepRow) -> _Line:
+        """The line ``row`` is a point of: one per value of the settings that are not the axis."""
+        return (row.max_running, None) if self.by_limits else (row.max_running, row.rate_limits)
+
+    def draw(self, *axes: Axes) -> None:
+        """Label the x axis of each of ``axes``, and put its legend beside it."""
+        if self.by_limits:
+            labels = [_limits_label(limits, "\n") for limits in self.limit_sets]
+            name = "rate limits"
+        else:
+            labels = ["none" if q is None else str(q) for q in self.waitings]
+            name = "max_waiting"
+        tilt: dict[str, Any] = {"rotation": 30, "ha": "right"} if self.by_limits and len(labels) > 3 else {}
+        for each in axes:
+            each.set_xticks(range(len(labels)), labels, fontsize="small", **tilt)
+            each.set_xlabel(name)
+            _legend_beside(each)
 
 
 #: How many times K(t) is sampled over the run for the chart.
@@ -207,10 +229,9 @@ def plot_comparison(
     width = float(max(1, math.ceil(end / 1000)))
     bins = [width * i for i in range(math.ceil(end / width) + 1)]
     best = comparison.best.result.on_time_at
-    styles = ("-", "--", "-.", ":")
     for number, contender in enumerate(comparison.contenders):
         color = f"C{number}"
-        style = styles[number // 10 % len(styles)]
+        style = _STYLES[number // 10 % len(_STYLES)]
         result = contender.result
         if contender.adaptive is not None:
             xs = [t for t, _ in result.limits] + [end]
@@ -243,10 +264,12 @@ def _limits_label(limits: Sequence[RateLimit], between: str = " + ") -> str:
     return between.join(limit.name for limit in limits) or "none"
 
 
-def _line_label(line: tuple[object, ...], running: bool, limits: bool) -> str:
+def _line_label(line: _Line, running: bool, limits: bool) -> str:
+    # What tells a line from the others: its C when several are drawn, its rate limits likewise.
+    c, rate_limits = line
     parts = []
     if running:
-        parts.append(f"C={'none' if line[0] is None else line[0]}")
-    if limits:
-        parts.append(_limits_label(line[1]))  # type: ignore[arg-type]
+        parts.append(f"C={'none' if c is None else c}")
+    if limits and rate_limits is not None:
+        parts.append(_limits_label(rate_limits))
     return "".join(f", {part}" for part in parts)

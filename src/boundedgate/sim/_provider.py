@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .._core import Adaptive, AdaptiveLimit, GateState, Status, Ticket
+from .._core import Adaptive, AdaptiveLimit, GateState, Status, Ticket, arrival_of, start_of
 
 __all__ = ("Client", "ClientResult", "Provider", "drift", "simulate_provider", "steps")
 
@@ -278,7 +278,7 @@ class _Sim:
         elif (
             status is Status.REJECTED or status is Status.INFEASIBLE or status is EXPIRED or status is EVICTED
         ):
-            result.refusal_seconds += now - call.arrival  # type: ignore[operator]
+            result.refusal_seconds += now - arrival_of(call)
             if status is Status.INFEASIBLE:
                 result.infeasible += 1
             elif status is EXPIRED:
@@ -356,13 +356,13 @@ class _Sim:
             self.active -= 1
             self.push(now, "served", None)
             woken += state.release(call, now)
-            if call.budget is not None and now >= call.arrival + call.budget:  # type: ignore[operator]
+            if call.budget is not None and now >= arrival_of(call) + call.budget:
                 result.late += 1
             else:
                 result.on_time += 1
                 result.on_time_at.append(now)
             if controller is not None:
-                controller.sample(extra, now - call.started, now, state.running + 1)  # type: ignore[operator]
+                controller.sample(extra, now - start_of(call), now, state.running + 1)
         else:
             result.provider_refused += 1
             woken += state.release(call, now, FAILED)

@@ -239,7 +239,8 @@ COLUMNS: Mapping[str, Column] = {
 }
 
 
-def _job(fields: Mapping[str, object], where: str, ignore_unknown: bool = False) -> Job:
+def _job(fields: Mapping[str, Any], where: str, ignore_unknown: bool = False) -> Job:
+    # `fields` as read (JSON's values, or CSV cells as their columns read them): Job checks each.
     raw_id = fields.get("id")
     job_id = raw_id if isinstance(raw_id, str) and raw_id else None
     if ignore_unknown:
@@ -252,7 +253,7 @@ def _job(fields: Mapping[str, object], where: str, ignore_unknown: bool = False)
         if column.required and column.name not in fields:
             raise ScriptError(f"missing {column.name}", where, job_id)
     try:
-        return Job(**fields)  # type: ignore[arg-type]
+        return Job(**fields)
     except (TypeError, ValueError) as error:
         raise ScriptError(str(error), where, job_id) from None
 
@@ -339,37 +340,45 @@ def _parse_csv(text: str, source: str, ignore_unknown: bool = False) -> list[Job
     for line, cells in _csv_rows(text, source):
         if not any(cells):
             continue  # blank lines
-        if header is None:
-            header = cells
-            for name in header:
-                if name not in COLUMNS and not ignore_unknown:
-                    known = ", ".join(COLUMNS)
-                    raise ScriptError(
-                        f"unknown column {_show(name)} (a script has: {known})", f"{source}, line {line}"
-                    )
-            for column in COLUMNS.values():
-                if column.required and column.name not in header:
-                    raise ScriptError(f"no {column.name!r} column", f"{source}, line {line}")
-            if len({name for name in header if name in COLUMNS}) != sum(name in COLUMNS for name in header):
-                raise ScriptError("a column appears twice", f"{source}, line {line}")
-            continue
         where = f"{source}, line {line}"
-        if len(cells) != len(header):
-            raise ScriptError(f"{len(cells)} cells for {len(header)} columns", where)
-        fields: dict[str, Any] = {}
-        job_id = cells[header.index("id")] or None
-        for name, cell in zip(header, cells, strict=True):
-            if name not in COLUMNS:
-                continue  # an unknown column, ignored on request
-            try:
-                fields[name] = COLUMNS[name].from_text(name, cell)
-            except (TypeError, ValueError) as error:
-                raise ScriptError(str(error), where, job_id) from None
-        jobs.append(_job(fields, where))
+        if header is None:
+            header = _csv_header(cells, where, ignore_unknown)
+            continue
+        jobs.append(_job(_csv_fields(header, cells, where), where))
         rows.append(where)
     if header is None:
         raise ScriptError("empty script: a CSV script starts with a header line", source)
     return check_jobs(jobs, rows)
+
+
+def _csv_header(cells: list[str], where: str, ignore_unknown: bool) -> list[str]:
+    """The header line's column names, checked: known (unless ignored), the required ones, once each."""
+    for name in cells:
+        if name not in COLUMNS and not ignore_unknown:
+            known = ", ".join(COLUMNS)
+            raise ScriptError(f"unknown column {_show(name)} (a script has: {known})", where)
+    for column in COLUMNS.values():
+        if column.required and column.name not in cells:
+            raise ScriptError(f"no {column.name!r} column", where)
+    if len({name for name in cells if name in COLUMNS}) != sum(name in COLUMNS for name in cells):
+        raise ScriptError("a column appears twice", where)
+    return cells
+
+
+def _csv_fields(header: list[str], cells: list[str], where: str) -> dict[str, Any]:
+    """A row's cells read as its columns' values (an unknown column's left out)."""
+    if len(cells) != len(header):
+        raise ScriptError(f"{len(cells)} cells for {len(header)} columns", where)
+    fields: dict[str, Any] = {}
+    job_id = cells[header.index("id")] or None
+    for name, cell in zip(header, cells, strict=True):
+        if name not in COLUMNS:
+            continue  # an unknown column, ignored on request
+        try:
+            fields[name] = COLUMNS[name].from_text(name, cell)
+        except (TypeError, ValueError) as error:
+            raise ScriptError(str(error), where, job_id) from None
+    return fields
 
 
 def parse_script(

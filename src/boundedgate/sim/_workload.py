@@ -351,12 +351,34 @@ def generate(
     """
     if type(duration_ms) is not int or not 1 <= duration_ms <= MAX_MS:
         raise ValueError(f"duration_ms must be an int >= 1 and <= {MAX_MS}, got {duration_ms!r}")
+    processes = _processes(arrivals)
+    if not isinstance(service, (Fixed, Exponential, LogNormal)):
+        raise TypeError(f"service must be Fixed, Exponential or LogNormal, got {service!r}")
+    _check_budget(budget_ms)
+    _check_cost("cost", cost)
+    _check_cost("actual_cost", actual_cost)
+    classes = None if priority_mix is None else _cumulative(priority_mix, "priority_mix", "class")
+    keys, shares = _key_shares(key_mix)
+
+    expected = sum(process.expected(duration_ms) for process in processes)
+    if expected > MAX_REQUESTS and len(processes) > 1:
+        raise _too_many("these arrivals", duration_ms, expected, True)
+    arrival_rng = random.Random(f"boundedgate:{seed}:arrivals")
+    times = sorted(t for process in processes for t in process.times(duration_ms, arrival_rng))
+    draw = _Draws(seed, service, budget_ms, classes, keys, shares, cost, actual_cost)
+    width = len(str(len(times)))
+    return [draw.job(f"r{number:0{width}d}", arrival) for number, arrival in enumerate(times, start=1)]
+
+
+def _processes(arrivals: Arrivals | Sequence[Arrivals]) -> list[Arrivals]:
     processes = [arrivals] if isinstance(arrivals, (Poisson, Bursts)) else list(arrivals)
     for process in processes:
         if not isinstance(process, (Poisson, Bursts)):
             raise TypeError(f"arrivals must be Poisson or Bursts, got {process!r}")
-    if not isinstance(service, (Fixed, Exponential, LogNormal)):
-        raise TypeError(f"service must be Fixed, Exponential or LogNormal, got {service!r}")
+    return processes
+
+
+def _check_budget(budget_ms: object) -> None:
     if isinstance(budget_ms, bool) or not (
         budget_ms is None or isinstance(budget_ms, (int, Fixed, Exponential, LogNormal))
     ):
@@ -364,40 +386,58 @@ def generate(
     if isinstance(budget_ms, int) and budget_ms < 1:
         raise ValueError(f"budget_ms must be >= 1, got {budget_ms}")
 
-    _check_cost("cost", cost)
-    _check_cost("actual_cost", actual_cost)
 
-    classes = None if priority_mix is None else _cumulative(priority_mix, "priority_mix", "class")
-    if key_mix is not None and not isinstance(key_mix, Mapping):
+def _key_shares(key_mix: Mapping[str, float] | None) -> tuple[list[str], list[float] | None]:
+    """The keys of a key mix, and the running sums of their weights (None without a mix)."""
+    if key_mix is None:
+        return [], None
+    if not isinstance(key_mix, Mapping):
         raise TypeError(f"key_mix must be a mapping from key to weight, got {key_mix!r}")
-    keys = list(key_mix or ())
+    keys = list(key_mix)
     for key in keys:
         if not isinstance(key, str):
             raise TypeError(f"key_mix's keys must be strings, got {key!r}")
-    shares = None if key_mix is None else _cumulative(key_mix.values(), "key_mix", "key")
+    return keys, _cumulative(key_mix.values(), "key_mix", "key")
 
-    expected = sum(process.expected(duration_ms) for process in processes)
-    if expected > MAX_REQUESTS and len(processes) > 1:
-        raise _too_many("these arrivals", duration_ms, expected, True)
-    arrival_rng = random.Random(f"boundedgate:{seed}:arrivals")
-    times = sorted(t for process in processes for t in process.times(duration_ms, arrival_rng))
-    service_rng = random.Random(f"boundedgate:{seed}:service")
-    budget_rng = random.Random(f"boundedgate:{seed}:budget")
-    priority_rng = random.Random(f"boundedgate:{seed}:priority")
-    cost_rng = random.Random(f"boundedgate:{seed}:cost")
-    actual_rng = random.Random(f"boundedgate:{seed}:actual_cost")
-    key_rng = random.Random(f"boundedgate:{seed}:key")
-    width = len(str(len(times)))
-    jobs: list[Job] = []
-    for number, arrival in enumerate(times, start=1):
+
+class _Draws:
+    """A request's random parts, each drawn from a stream of its own (see the module)."""
+
+    def __init__(
+        self,
+        seed: int,
+        service: Distribution,
+        budget_ms: int | Distribution | None,
+        classes: list[float] | None,
+        keys: list[str],
+        shares: list[float] | None,
+        cost: float | Distribution | None,
+        actual_cost: float | Distribution | None,
+    ) -> None:
+        self.service = service
+        self.budget_ms = budget_ms
+        self.classes = classes
+        self.keys = keys
+        self.shares = shares
+        self.cost = cost
+        self.actual_cost = actual_cost
+        self.service_rng = random.Random(f"boundedgate:{seed}:service")
+        self.budget_rng = random.Random(f"boundedgate:{seed}:budget")
+        self.priority_rng = random.Random(f"boundedgate:{seed}:priority")
+        self.cost_rng = random.Random(f"boundedgate:{seed}:cost")
+        self.actual_rng = random.Random(f"boundedgate:{seed}:actual_cost")
+        self.key_rng = random.Random(f"boundedgate:{seed}:key")
+
+    def job(self, name: str, arrival: int) -> Job:
+        """The next request, arriving at ``arrival``."""
+        budget_ms = self.budget_ms
         if budget_ms is None or isinstance(budget_ms, int):
             budget = budget_ms
         else:
-            budget = _whole_ms(budget_ms.sample(budget_rng))
-        priority = 0 if classes is None else _pick(classes, priority_rng)
-        key = "" if shares is None else keys[_pick(shares, key_rng)]
-        service_ms = _whole_ms(service.sample(service_rng))
-        declared = 0 if cost is None else _cost(cost, cost_rng)
-        actual = None if actual_cost is None else _cost(actual_cost, actual_rng)
-        jobs.append(Job(f"r{number:0{width}d}", arrival, service_ms, budget, priority, declared, actual, key))
-    return jobs
+            budget = _whole_ms(budget_ms.sample(self.budget_rng))
+        priority = 0 if self.classes is None else _pick(self.classes, self.priority_rng)
+        key = "" if self.shares is None else self.keys[_pick(self.shares, self.key_rng)]
+        service_ms = _whole_ms(self.service.sample(self.service_rng))
+        declared = 0 if self.cost is None else _cost(self.cost, self.cost_rng)
+        actual = None if self.actual_cost is None else _cost(self.actual_cost, self.actual_rng)
+        return Job(name, arrival, service_ms, budget, priority, declared, actual, key)
