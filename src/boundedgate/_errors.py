@@ -148,7 +148,7 @@ class GateError(Exception):
 
     def _where(self) -> str:
         return (
-            f"gate {self.gate!r} [running {self.running}/{self.max_running}, "
+            f"gate {self.gate!r} [running {self.running}/{_limit(self.max_running)}, "
             f"waiting {self.waiting}/{_limit(self.max_waiting)}]"
         )
 

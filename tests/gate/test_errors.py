@@ -138,6 +138,11 @@ def test_messages() -> None:
     assert repr(FULL) == "QueueFull(\"gate 'openai' [running 2/2, waiting 3/3] is full\")"
 
 
+def test_a_rate_limiter_without_slots_says_its_running_count_is_unbounded() -> None:
+    fields = {**FIELDS[RateLimited], "max_running": None, "running": 0}
+    assert "[running 0/unbounded, " in str(RateLimited(**fields))
+
+
 def test_to_dict_is_a_json_body_for_a_503() -> None:
     body = FULL.to_dict()
     assert json.loads(json.dumps(body)) == body
