@@ -17,7 +17,8 @@ import redis.asyncio
 
 from boundedgate import KeyedGate
 from boundedgate.asgi import GateMiddleware, limits_document
-from boundedgate.redis import RedisGate, RedisPermit
+from boundedgate.redis import RedisPermit
+from boundedgate.redis._process import ProcessSide
 from boundedgate.redis._scripts import ADMIT
 from tests.asgi.harness import Client, StreamingApp, serve
 from tests.asgi.servers import require, served
@@ -48,7 +49,7 @@ def hang_up_as_the_grant_arrives(monkeypatch: pytest.MonkeyPatch, leaving: Clien
     """``leaving`` hangs up in the callback that delivers its permit's grant, just before it does."""
     granted = RedisPermit._granted
 
-    def leave_then_grant(permit: RedisPermit, token: object) -> None:
+    def leave_then_grant(permit: RedisPermit, token: Any) -> None:
         leaving.leave()
         granted(permit, token)
 
@@ -85,19 +86,19 @@ async def test_a_hang_up_while_the_admission_is_on_its_way_to_redis_is_disconnec
     client: redis.asyncio.Redis, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     answer = asyncio.Event()
-    run = RedisGate._run
+    run = ProcessSide.run
 
-    async def admission_held_until_told(gate: RedisGate, script: Any, *args: Any) -> Any:
+    async def admission_held_until_told(side: ProcessSide, script: Any, *args: Any) -> Any:
         if script is ADMIT:
             await answer.wait()
-        return await run(gate, script, *args)
+        return await run(side, script, *args)
 
-    monkeypatch.setattr(RedisGate, "_run", admission_held_until_told)
+    monkeypatch.setattr(ProcessSide, "run", admission_held_until_told)
     async with make_gate(client, name, 1, 1) as gate:
         app = StreamingApp(chunks=0)
         gone = Client()
         task = serve(GateMiddleware(app, gate=gate), gone)
-        await until(lambda: bool(gate._waiters), "the admission on its way to Redis")
+        await until(lambda: bool(gate._side.waiters), "the admission on its way to Redis")
         gone.leave()
         await until(gone.incoming.empty, "the hang-up read while the admission is out")
         answer.set()  # then Redis grants it a slot, which it will never use

@@ -29,7 +29,7 @@ async def cluster(client: redis.asyncio.Redis, name: str) -> ClusterStatistics:
 
 async def listening(client: redis.asyncio.Redis, gate: RedisGate, within: float = 10.0) -> None:
     """Return once ``gate``'s listener has subscribed to its wake channel: a grant's message reaches it."""
-    channel = wake_prefix(gate.name) + gate._agent
+    channel = wake_prefix(gate.name) + gate.process
 
     async def subscribed() -> bool:
         return bool((await client.pubsub_numsub(channel))[0][1])

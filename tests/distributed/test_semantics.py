@@ -162,8 +162,10 @@ async def test_a_grant_seen_after_the_deadline_expires_and_passes_the_slot_on(
             late = asyncio.create_task(gate.admit(timeout=0.2).__aenter__())
             await wait_until(lambda: _waiting(client, name, 1), 5, "1 waiting")
             if not deadline_timer:
-                (waiter,) = gate._waiters.values()
-                waiter._timer.cancel()  # type: ignore[union-attr]
+                (waiter,) = gate._side.waiters.values()
+                assert isinstance(waiter, RedisPermit)
+                assert waiter._timer is not None
+                waiter._timer.cancel()
             second = other.submit(_enter(other.gate.admit(timeout=30)))
             await wait_until(lambda: _waiting(client, name, 2), 5, "2 waiting")
             other.loop.call_soon_threadsafe(holder.release)
@@ -422,7 +424,7 @@ async def test_this_process_never_counts_more_waiting_than_the_queue_holds(
         await wait_until(queued, 5, "the first waiter")
         await listening(client, gate)
         await asyncio.sleep(0.2)  # the sync its subscription kicks has run; the next poll is in 1 s
-        other._common = (*other._common[:-1], "nowhere:")  # the grant's message is lost: a poll finds it
+        other._side.common = (*other._side.common[:-1], "nowhere:")  # its grant message is lost
         holder.release()
 
         async def handed() -> bool:

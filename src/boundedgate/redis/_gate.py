@@ -1,18 +1,17 @@
 """RedisGate: one limit for the whole cluster, with the API of :class:`~boundedgate.BoundedGate`.
 
-The decisions are taken in Redis by the Lua scripts (see ``lua/prelude.lua``); this class sends
-them, turns their replies into permits and typed errors, and keeps this process's side of the
-bargain: leases renewed, waiters polled, releases and cancellations retried until they land.
+The decisions are taken in Redis by the Lua scripts (see ``lua/prelude.lua``). This class is the
+public face, and composes the parts that do the work: this process's side of the gate
+(:mod:`._process`: its settings, its tables of holders and waiters, its counters, the calls it
+sends and the refusals it builds), its permits (:mod:`._permit`), its background work
+(:mod:`._background`: leases renewed, waiters polled, grants heard) and its adaptive controller
+(:mod:`._adaptive`). Each of them works through the side alone.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import itertools
 import math
-import weakref
-from collections.abc import Coroutine, Sequence
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Never, NoReturn, final
 
@@ -34,18 +33,16 @@ from .._core import (
     shown,
 )
 from .._core import check_deadline as _check_deadline
-from .._driver import log_event
-from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
 from .._streams import StreamOpener, StreamSource, StreamT
 from . import _scripts
 from ._adaptive import ClusterController
 from ._background import Background
 from ._inspect import read_cluster
-from ._io import UNREACHABLE, fields, pooled, text
+from ._io import UNREACHABLE, pooled
 from ._lacking import no_attribute, not_implemented, refuse_arguments
-from ._layout import agent_id, gate_keys, wake_prefix
 from ._permit import RedisPermit
-from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
+from ._process import ProcessSide, ms
+from ._stats import ClusterStatistics, RedisGateStatistics
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -68,10 +65,6 @@ def _cluster_limits(max_running: object, max_waiting: object) -> tuple[int, int 
     if waiting is not None:
         check_count("max_waiting", waiting, 0, "an unbounded queue", most=_LUA_COUNT)
     return running, waiting
-
-
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
 
 
 @final
@@ -149,35 +142,7 @@ class RedisGate:
     docs/cluster.md, "What RedisGate does not have").
     """
 
-    __slots__ = (
-        "_agent",
-        "_background",
-        "_calls",
-        "_client",
-        "_common",
-        "_controller",
-        "_counters",
-        "_epoch",
-        "_fallback",
-        "_head",
-        "_holders",
-        "_idle_ttl",
-        "_keys",
-        "_last_running",
-        "_last_waiting",
-        "_lease_ttl",
-        "_loop",
-        "_max_running",
-        "_max_waiting",
-        "_name",
-        "_op_timeout",
-        "_poll_interval",
-        "_serial",
-        "_tasks",
-        "_waiter_ttl",
-        "_waiters",
-        "_waiting",
-    )
+    __slots__ = ("_controller", "_side")
 
     def __init__(
         self,
@@ -197,89 +162,65 @@ class RedisGate:
     ) -> None:
         if lacking:  # a BoundedGate's setting it has not (priorities=, rate_limits=...): say so
             raise refuse_arguments("RedisGate.__init__", lacking)
-        self._max_running, self._max_waiting = _cluster_limits(max_running, max_waiting)
-        self._name = check_name(name)
-        self._lease_ttl = check_positive("lease_ttl", lease_ttl)
-        self._poll_interval = check_positive("poll_interval", poll_interval)
-        self._waiter_ttl = (
-            max(4 * self._poll_interval, 1.0)
-            if waiter_ttl is None
-            else check_positive("waiter_ttl", waiter_ttl)
-        )
-        if self._waiter_ttl <= self._poll_interval:
+        # Checked in the order of the arguments: the first bad one is the one named.
+        running, waiting = _cluster_limits(max_running, max_waiting)
+        name = check_name(name)
+        lease = check_positive("lease_ttl", lease_ttl)
+        poll = check_positive("poll_interval", poll_interval)
+        waiter = max(4 * poll, 1.0) if waiter_ttl is None else check_positive("waiter_ttl", waiter_ttl)
+        if waiter <= poll:
             raise ValueError(f"waiter_ttl ({waiter_ttl}) must exceed poll_interval ({poll_interval})")
-        self._op_timeout = check_positive("op_timeout", op_timeout)
-        self._idle_ttl = check_positive("idle_ttl", idle_ttl)
+        operation = check_positive("op_timeout", op_timeout)
+        idle = check_positive("idle_ttl", idle_ttl)
         if adaptive is not None and not isinstance(adaptive, Adaptive):
             raise TypeError(f"adaptive must be an Adaptive, got {shown(adaptive)}")
-        self._client = client
-        self._calls = _scripts.Calls(client, self._op_timeout)
-        self._fallback = fallback
-        self._agent = agent_id()
-        self._keys = gate_keys(self._name)
-        # Outcomes are kept long enough for any late message, retry or poll about them to find them.
-        outcome_ttl = 3 * max(self._lease_ttl, self._waiter_ttl, self._op_timeout)
-        self._common: tuple[object, ...] = (
-            self._max_running,
-            -1 if self._max_waiting is None else self._max_waiting,
-            _ms(self._lease_ttl),
-            _ms(self._waiter_ttl),
-            _ms(outcome_ttl),
-            _ms(self._idle_ttl),
-            wake_prefix(self._name),
+        self._side = side = ProcessSide(
+            client,
+            name=name,
+            max_running=running,
+            max_waiting=waiting,
+            lease_ttl=lease,
+            poll_interval=poll,
+            waiter_ttl=waiter,
+            op_timeout=operation,
+            idle_ttl=idle,
+            fallback=fallback,
+            background=Background,
         )
-        #: The common head of every call (key count, keys, common ARGV), encoded once, and what it encodes.
-        self._head: tuple[tuple[object, ...], tuple[bytes, ...]] = (
-            self._common,
-            _scripts.encode_head(self._keys, self._common),
-        )
-        self._serial = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        #: This process's permits that hold a slot, by id (the heartbeat renews their leases). Held
-        #: weakly: a permit nobody references is collected, warns, and its lease is renewed no more.
-        self._holders: weakref.WeakValueDictionary[str, RedisPermit] = weakref.WeakValueDictionary()
-        #: This process's permits that are arriving or queued, by id (polled, and woken by messages).
-        self._waiters: dict[str, RedisPermit] = {}
-        self._waiting = 0  # of those, the ones queued
-        self._counters = LocalCounters()
-        self._epoch: str | None = None
-        self._last_running = 0
-        self._last_waiting = 0
-        self._background = Background(self)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._controller = None if adaptive is None else ClusterController(self, adaptive)
+        self._controller = None if adaptive is None else ClusterController(side, adaptive)
+        side.controller = self._controller
 
     # -- public API -------------------------------------------------------------------------
 
     @property
     def name(self) -> str:
         """The gate's name, shared by every process that uses the same gate."""
-        return self._name
+        return self._side.name
 
     @property
     def client(self) -> Any:
         """The Redis client the gate talks through."""
-        return self._client
+        return self._side.client
 
     @property
     def max_running(self) -> int:
         """Running slots (C), cluster-wide."""
-        return self._max_running
+        return self._side.max_running
 
     @property
     def max_waiting(self) -> int | None:
         """Queue places (Q), cluster-wide; None when the queue is unbounded."""
-        return self._max_waiting
+        return self._side.max_waiting
 
     @property
     def running(self) -> int:
         """Slots held by this process now."""
-        return len(self._holders)
+        return len(self._side.holders)
 
     @property
     def waiting(self) -> int:
         """Requests of this process in the queue now."""
-        return self._waiting
+        return self._side.waiting
 
     @property
     def cluster_running(self) -> int:
@@ -291,17 +232,17 @@ class RedisGate:
         last such exchange: current while it is busy, older while it is idle (0 before the
         first). :meth:`cluster_stats` reads the cluster now, for a round trip.
         """
-        return self._last_running
+        return self._side.last_running
 
     @property
     def cluster_waiting(self) -> int:
         """Requests in the cluster's queue, as this process last heard from Redis (as ``cluster_running``)."""
-        return self._last_waiting
+        return self._side.last_waiting
 
     @property
     def process(self) -> str:
         """The id of this gate object in Redis (``host/pid/random``), as :meth:`cluster_stats` shows it."""
-        return self._agent
+        return self._side.agent
 
     def admit(
         self,
@@ -346,11 +287,11 @@ class RedisGate:
         if lacking:
             raise refuse_arguments("RedisGate.admit", lacking)
         if deadline is None:
-            permit = RedisPermit(self, None if timeout is None else check_timeout(timeout), _INF)
+            permit = RedisPermit(self, self._side, None if timeout is None else check_timeout(timeout), _INF)
         elif timeout is not None:
             raise ValueError("give timeout or deadline, not both")
         else:
-            permit = RedisPermit(self, None, _check_deadline(deadline))
+            permit = RedisPermit(self, self._side, None, _check_deadline(deadline))
         if max_wait is not None:
             permit.max_wait = check_max_wait(max_wait)
         permit._raise_late = check_flag("raise_late", raise_late)
@@ -412,9 +353,7 @@ class RedisGate:
 
     def stats(self) -> RedisGateStatistics:
         """Statistics of the requests of this process through the gate (see :class:`RedisGateStatistics`)."""
-        return self._counters.snapshot(
-            self._name, self._max_running, self._max_waiting, len(self._holders), self._waiting
-        )
+        return self._side.stats()
 
     async def set_limits(
         self,
@@ -438,24 +377,23 @@ class RedisGate:
             TypeError, ValueError: A limit the constructor would refuse (nothing changed).
             redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
         """
+        side = self._side
         running, waiting = _cluster_limits(
-            self._max_running if max_running is ... else max_running,
-            self._max_waiting if max_waiting is ... else max_waiting,
+            side.max_running if max_running is ... else max_running,
+            side.max_waiting if max_waiting is ... else max_waiting,
         )
-        reply = await self._run(
+        reply = await side.run(
             _scripts.LIMITS,
             (
                 "" if max_running is ... else running,
                 "" if max_waiting is ... else (-1 if waiting is None else waiting),
             ),
         )
-        self._seen(reply[0], reply[1], reply[2])
-        self._max_running = running
-        self._max_waiting = waiting
-        self._common = (running, -1 if waiting is None else waiting, *self._common[2:])
+        side.seen(reply[0], reply[1], reply[2])
+        side.set_limits(running, waiting)
         controller = self._controller
         if controller is not None and max_running is not ...:
-            controller.limit.adopt(running, self._bind().time())
+            controller.limit.adopt(running, side.bind().time())
 
     @property
     def controller(self) -> AdaptiveLimit | None:
@@ -484,8 +422,8 @@ class RedisGate:
         """
         seconds = check_pause(seconds)
         if seconds > 0:
-            reply = await self._adapt(("pause", _ms(seconds), 0, 1, 1, 0, 0))
-            self._seen(reply[2], reply[3], reply[4])
+            reply = await self._side.adapt(("pause", ms(seconds), 0, 1, 1, 0, 0))
+            self._side.seen(reply[2], reply[3], reply[4])
 
     async def signal(
         self, kind: str, *, retry_after: float | None = None, max_pause: float = MAX_PAUSE
@@ -515,7 +453,7 @@ class RedisGate:
             return
         controller = self._controller
         if kind == "overloaded" and controller is not None:
-            self._bind()
+            self._side.bind()
             await controller.overloaded()
 
     async def cluster_stats(self) -> ClusterStatistics:
@@ -524,11 +462,12 @@ class RedisGate:
         Raises:
             GateUnavailable: Redis could not be reached in time.
         """
+        side = self._side
         try:
-            call = functools.partial(read_cluster, self._client, self._name)
-            return await pooled(call, self._op_timeout)
+            call = functools.partial(read_cluster, side.client, side.name)
+            return await pooled(call, side.op_timeout)
         except UNREACHABLE as error:
-            raise self._unavailable(0.0, 0.0, "unreachable") from error
+            raise side.unavailable(0.0, 0.0, "unreachable") from error
 
     def observe(self, callback: Any) -> NoReturn:
         """Not there yet: no observer hook; raises ``NotImplementedError`` with the way out."""
@@ -557,14 +496,7 @@ class RedisGate:
         abandoned, and its lease or queue place lapses in Redis instead. Permits still held stop
         being renewed: their slots come back within ``lease_ttl``. The client is not closed.
         """
-        await self._background.aclose()
-        tasks = list(self._tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self._op_timeout)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
+        await self._side.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -578,206 +510,4 @@ class RedisGate:
         await self.aclose()
 
     def __repr__(self) -> str:
-        waiting = "unbounded" if self._max_waiting is None else self._max_waiting
-        return (
-            f"<RedisGate {self._name!r} [here: running {len(self._holders)}, waiting {self._waiting}; "
-            f"cluster limits {self._max_running}/{waiting}]>"
-        )
-
-    # -- internals used by RedisPermit and Background ---------------------------------------
-
-    def _bind(self) -> asyncio.AbstractEventLoop:
-        loop = asyncio.get_running_loop()
-        old = self._loop
-        if loop is not old:
-            if old is not None and (self._holders or self._waiters) and not old.is_closed():
-                raise RuntimeError(f"{self!r} is in use on another event loop")
-            self._loop = loop
-            self._background = Background(self)
-            self._tasks = set()
-        return loop
-
-    def _new_id(self) -> str:
-        return f"{self._agent}#{next(self._serial)}"
-
-    async def _run(
-        self,
-        script: _scripts.Script,
-        args: Sequence[object],
-        seconds: float | None = None,
-        client: Any = None,
-    ) -> Any:
-        """Run one script with the gate's keys and settings, within ``op_timeout`` (or ``seconds``).
-
-        Through the user's client, or ``client``; a pool with no free connection is waited for.
-        """
-        seconds = self._op_timeout if seconds is None else seconds
-        common, head = self._head
-        if common is not self._common:  # the settings changed (set_limits): encode them again
-            self._head = common, head = self._common, _scripts.encode_head(self._keys, self._common)
-        call = functools.partial(script, self._client if client is None else client, head, args, self._calls)
-        return await pooled(call, seconds)
-
-    def _seen(self, running: object, waiting: object, epoch: object) -> None:
-        """Note the cluster's counts and epoch from a reply."""
-        self._last_running = int(running)  # type: ignore[call-overload]
-        self._last_waiting = int(waiting)  # type: ignore[call-overload]
-        epoch = text(epoch)
-        old = self._epoch
-        if old != epoch and (old is None or (len(epoch), epoch) > (len(old), old)):
-            if old is not None:
-                self._counters.epoch_changes += 1
-            self._epoch = epoch
-
-    def _spawn(self, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Run ``call`` in its own task, which the caller's cancellation cannot reach."""
-        task = self._loop.create_task(call)  # type: ignore[union-attr]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _abandon(self, permit_id: str, how: str) -> None:
-        """Take back, in the background, whatever place or unused slot ``permit_id`` has in Redis."""
-        horizon = max(self._lease_ttl, self._waiter_ttl)
-        self._spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon, handed_at=4))
-
-    def _release(
-        self, permit_id: str, how: str, sample: tuple[float, float] | None = None
-    ) -> asyncio.Task[None]:
-        """Give the slot of ``permit_id`` back, in the background; returns the task doing it.
-
-        ``sample`` (run time, latency signal) is for the adaptive controller, once Redis answered.
-        """
-        return self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample))
-
-    async def _release_here(self, permit_id: str, how: str, sample: tuple[float, float] | None) -> None:
-        """Give the slot of ``permit_id`` back from the calling task, within ``op_timeout``.
-
-        One script call, no task of its own. If Redis does not answer in time, or the caller is
-        cancelled meanwhile (the release may or may not have landed: it is idempotent), it goes
-        on in the background, retried as :meth:`_release` does.
-        """
-        try:
-            reply = await self._run(_scripts.RELEASE, (permit_id, how))
-        except UNREACHABLE:
-            self._counters.retries += 1
-            self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample, True))
-            return
-        except BaseException:
-            self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample, True))
-            raise
-        self._released(reply, sample)
-
-    def _released(self, reply: Any, sample: tuple[float, float] | None, handed_at: int = 5) -> None:
-        """Note what Redis answered to a release (or a cancellation: ``handed_at=4``).
-
-        Wakes this process's waiters that the script handed a slot to, and samples a run for the
-        adaptive controller.
-        """
-        reply = fields(reply)
-        self._seen(reply[1], reply[2], reply[3])
-        if len(reply) > handed_at:
-            self._handed(reply, handed_at)
-        controller = self._controller
-        if sample is not None and controller is not None:
-            controller.sampled(sample[0], sample[1], int(reply[1]) + 1, int(reply[4]))
-
-    def _handed(self, reply: Sequence[Any], start: int) -> None:
-        """Wake the waiters of this process that a script's reply says it granted a slot to."""
-        waiters = self._waiters
-        for i in range(start, len(reply) - 1, 2):
-            waiter = waiters.get(text(reply[i]))
-            if waiter is not None:
-                waiter._granted(reply[i + 1])
-
-    async def _adapt(self, args: Sequence[object]) -> Any:
-        """Run the ``adapt`` script (a signal, or a controller's proposal); returns its reply."""
-        self._bind()
-        return await self._run(_scripts.ADAPT, args)
-
-    async def _until_done(
-        self,
-        script: _scripts.Script,
-        permit_id: str,
-        how: str,
-        horizon: float,
-        sample: tuple[float, float] | None = None,
-        retried: bool = False,
-        handed_at: int = 5,
-    ) -> None:
-        # Scripts are idempotent, so retrying after a lost reply is safe. Past the horizon the
-        # lease (or the waiter's place) has lapsed in Redis anyway: the slot is back without us.
-        loop = self._loop
-        give_up = loop.time() + horizon  # type: ignore[union-attr]
-        delay = 0.05
-        while True:
-            try:
-                reply = await self._run(script, (permit_id, how))
-            except UNREACHABLE:
-                if not retried:
-                    retried = True
-                    self._counters.retries += 1
-                if loop.time() + delay > give_up:  # type: ignore[union-attr]
-                    return
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, 1.0)
-                continue
-            self._released(reply, sample, handed_at)
-            return
-
-    def _refused(self, permit: RedisPermit, running: int, waiting: int, paused_for: float) -> QueueFull:
-        """The refusal of a full cluster; ``paused_for``: seconds of a cluster pause still to run."""
-        return QueueFull(
-            self._name,
-            self._max_running,
-            self._max_waiting,
-            running,
-            waiting,
-            0.0,
-            permit.ended - permit.arrival,  # type: ignore[operator]
-            self._counters.recent_run_seconds,
-            paused_for,
-        )
-
-    def _expired(self, permit: RedisPermit) -> QueueExpired:
-        waited = permit.ended - permit.arrival  # type: ignore[operator]
-        return QueueExpired(
-            self._name,
-            self._max_running,
-            self._max_waiting,
-            self._last_running,
-            self._last_waiting,
-            waited,
-            waited,
-            permit._queue_by,
-            self._counters.recent_run_seconds,
-        )
-
-    def _unavailable(self, waited: float, elapsed: float, reason: str) -> GateUnavailable:
-        error = GateUnavailable(
-            self._name,
-            self._max_running,
-            self._max_waiting,
-            self._last_running,
-            self._last_waiting,
-            waited,
-            elapsed,
-            reason,
-        )
-        log_event(self._name, "unavailable", str(error), reason=reason, waited=waited, elapsed=elapsed)
-        return error
-
-    def _late(self, permit: RedisPermit) -> Late:
-        arrival: float = permit.arrival  # type: ignore[assignment]
-        ended: float = permit.ended  # type: ignore[assignment]
-        return Late(
-            self._name,
-            self._max_running,
-            self._max_waiting,
-            self._last_running,
-            self._last_waiting,
-            permit.started - arrival,  # type: ignore[operator]
-            ended - arrival,
-            permit.deadline,
-            ended - permit.deadline,
-        )
+        return repr(self._side)

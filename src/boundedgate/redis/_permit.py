@@ -14,10 +14,11 @@ from .._errors import Late
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
 from ._io import UNREACHABLE, fields, text
+from ._process import Field, ProcessSide
 from ._scripts import ADMIT as _ADMIT
 
 if TYPE_CHECKING:
-    from .._driver import Permit
+    from .._driver import BoundedGate, Permit
     from ._gate import RedisGate
 
 __all__ = ("RedisPermit",)
@@ -88,6 +89,7 @@ class RedisPermit(HandsOver):
         "_inner",
         "_queue_by",
         "_raise_late",
+        "_side",
         "_status",
         "_timeout",
         "_timer",
@@ -100,7 +102,7 @@ class RedisPermit(HandsOver):
         "started",
     )
 
-    def __init__(self, gate: RedisGate, timeout: float | None, deadline: float) -> None:
+    def __init__(self, gate: RedisGate, side: ProcessSide, timeout: float | None, deadline: float) -> None:
         self.arrival: float | None = None
         self.deadline = deadline
         self.started: float | None = None
@@ -108,6 +110,7 @@ class RedisPermit(HandsOver):
         self.lease_lost = False
         self._status = NEW
         self._gate = gate
+        self._side = side
         self._timeout = timeout
         self._id: str | None = None
         self._token: tuple[str, int] | None = None
@@ -224,12 +227,12 @@ class RedisPermit(HandsOver):
         # op_timeout, the release goes on in the background, retried until it lands.
         release = self._end_holding(None if exc_type is None else FAILED)
         if release is not None:
-            await self._gate._release_here(*release)
+            await self._side.release_here(*release)
         if exc_type is None and self._status is LATE and self._raise_late:
-            raise self._gate._late(self)
+            raise self._late()
 
     def __repr__(self) -> str:
-        return f"<RedisPermit of {self._gate.name!r}: {self.status.value}>"
+        return f"<RedisPermit of {self._side.name!r}: {self.status.value}>"
 
     # -- the stream hand-over (boundedgate's StreamPermit contract) -------------------------
 
@@ -252,7 +255,7 @@ class RedisPermit(HandsOver):
         """
         release = self._end_holding(ending)
         if release is not None:
-            self._gate._release(*release)
+            self._side.release(*release)
 
     def _end_holding(self, ending: Status | None) -> tuple[str, str, tuple[float, float] | None] | None:
         """End the request as :meth:`_finish` does; return the release to send, None if there is none."""
@@ -260,33 +263,34 @@ class RedisPermit(HandsOver):
         if inner is not None:
             inner._finish(ending)
             return None
-        if self._status is not RUNNING:
+        permit_id, started, arrival = self._id, self.started, self.arrival
+        if self._status is not RUNNING or permit_id is None or started is None or arrival is None:
             return None
-        gate = self._gate
-        loop: asyncio.AbstractEventLoop = gate._loop  # type: ignore[assignment]
+        side = self._side
+        loop = side.bound()
         now = loop.time()
         if ending is not None:
             if not BY_STATUS[ending].ran:
                 raise ValueError(f"a running request cannot end as {ending.value}")
-            self._status = status = ending
+            status = ending
         elif now >= self.deadline:
-            self._status = status = LATE
+            status = LATE
         else:
-            self._status = status = COMPLETED
-        counters, name = gate._counters, BY_STATUS[status].name
-        setattr(counters, name, getattr(counters, name) + 1)
+            status = COMPLETED
+        self._status = status
+        side.count(status)
         self.ended = now
-        gate._counters.ran(now - self.started, now - self.arrival)  # type: ignore[operator]
-        gate._holders.pop(self._id, None)  # type: ignore[arg-type]
+        ran = now - started
+        side.counters.ran(ran, now - arrival)
+        side.holders.pop(permit_id, None)
         self._token = None
         if loop.is_closed():
             return None
         sample = None
-        if gate._controller is not None and (status is COMPLETED or status is LATE):
-            ran = now - self.started  # type: ignore[operator]
+        if side.controller is not None and (status is COMPLETED or status is LATE):
             first = self._first_item
-            sample = (ran, ran if first is None else first - self.started)  # type: ignore[operator]
-        return self._id, status.value, sample  # type: ignore[return-value]
+            sample = (ran, ran if first is None else first - started)
+        return permit_id, status.value, sample
 
     def __del__(self) -> None:
         # The gate holds its permits weakly, so a permit dropped while it holds its slot comes here
@@ -298,33 +302,70 @@ class RedisPermit(HandsOver):
         except AttributeError:  # __init__ never ran
             return
         what = "its slot is given back"
-        loop = self._gate._loop
-        try:
-            loop.call_soon_threadsafe(self._leaked)  # type: ignore[union-attr]
-        except (AttributeError, RuntimeError):  # no loop, or it closed
-            what = "its event loop is closed: its lease lapses"
+        closed = "its event loop is closed: its lease lapses"
+        loop = self._side.loop
+        if loop is None:
+            what = closed
+        else:
+            try:
+                loop.call_soon_threadsafe(self._leaked)
+            except RuntimeError:  # the loop closed
+                what = closed
         warnings.warn(f"unreleased {self!r}: {what}", ResourceWarning, stacklevel=1, source=self)
 
     def _note_first_item(self) -> None:
         """Its stream gave its first item now: the adaptive controller's sample (time to first token)."""
         if self._first_item is None and self._status is RUNNING:
-            self._first_item = self._gate._loop.time()  # type: ignore[union-attr]
+            self._first_item = self._side.time()
 
     def _leaked(self) -> None:
         """End a permit collected while it held its slot, counted as ``leaked``, and release it."""
         self._finish(LEAKED)
 
     def _late(self) -> Late:
-        """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``."""
+        """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``.
+
+        Raises:
+            RuntimeError: It never ran.
+        """
         inner = self._inner
         if inner is not None:
-            return inner.gate._late(inner)
-        return self._gate._late(self)
+            return inner._late()
+        arrival, started, ended = self.arrival, self.started, self.ended
+        if arrival is None or started is None or ended is None:
+            raise RuntimeError(f"{self!r} never ran: it cannot be late")
+        return self._side.late(arrival, started, ended, self.deadline)
 
     @property
     def _loop(self) -> asyncio.AbstractEventLoop | None:
         """The event loop that owns the permit's gate (to schedule a release from another thread)."""
-        return self._gate._loop
+        return self._side.loop
+
+    # -- what its process's side asks of it (_process.Tracked) ------------------------------
+
+    def _queued(self) -> bool:
+        """True while it waits in the cluster's queue."""
+        return self._status is QUEUED
+
+    def _granted(self, token: Field) -> None:
+        """A message, a reply or a poll says Redis granted this waiter a slot."""
+        future = self._future
+        if future is not None:
+            _wake(future, _GRANTED, token)
+
+    def _told(self, what: str, value: object = None) -> None:
+        """A poll says how this waiter's place ended (expired, lapsed, ...) or that Redis is out of reach."""
+        future = self._future
+        if future is not None:
+            _wake(future, what, value)
+
+    def _reattached(self, token: Field) -> bool:
+        """Redis counted this holder again after its lease lapsed, with ``token``; True the first time."""
+        self._token = (self._side.epoch or "", int(text(token)))
+        if self.lease_lost:
+            return False
+        self.lease_lost = True
+        return True
 
     # -- arrival ----------------------------------------------------------------------------
 
@@ -332,8 +373,8 @@ class RedisPermit(HandsOver):
         """Arrive at the gate now: hold a slot when this returns, or raise why not."""
         if self._status is not NEW or self._id is not None:  # an id: another entry is on its way
             raise RuntimeError(f"{self!r} was already used; call admit() for each request")
-        gate = self._gate
-        loop = gate._bind()
+        side = self._side
+        loop = side.bind()
         task = current_task(loop)
         if task is not None and is_cancelling(task) and cancellation_pending(task):
             self._status = CANCELLED  # refused before it is counted
@@ -346,136 +387,133 @@ class RedisPermit(HandsOver):
         if deadline <= now:
             self._status = EXPIRED  # refused before it is counted
             self.ended = now
-            raise gate._expired(self)
+            raise side.expired(0.0, self._queue_by)
         if self.max_wait != _INF:
             deadline = min(deadline, now + self.max_wait)
         self._queue_by = deadline
         remaining = -1 if deadline == math.inf else math.ceil((deadline - now) * 1000)
-        self._id = permit_id = gate._new_id()
+        self._id = permit_id = side.new_id()
         future = self._future = loop.create_future()
         # Registered before the request is sent: a grant message may overtake the reply.
-        gate._waiters[permit_id] = self
+        side.waiters[permit_id] = self
         try:
             reply = fields(
-                await gate._run(
+                await side.run(
                     _ADMIT,
                     (permit_id, remaining, 1 if wait else 0),
-                    min(gate._op_timeout, deadline - now),
+                    min(side.op_timeout, deadline - now),
                 )
             )
         except BaseException as error:
-            del gate._waiters[permit_id]
+            del side.waiters[permit_id]
             self._future = None
-            await self._not_admitted(error, wait)
+            await self._not_admitted(error, wait, permit_id, now)
             return
         state, (value, running, waiting, epoch) = int(reply[0]), reply[1:5]
-        gate._seen(running, waiting, epoch)
+        side.seen(running, waiting, epoch)
         if len(reply) > 5:  # its sweep handed slots to others of this process's waiters
-            gate._handed(reply, 5)
+            side.handed(reply, 5)
         if state == 1:
-            del gate._waiters[permit_id]
+            del side.waiters[permit_id]
             self._future = None
-            self._start(value)
+            self._start(value, permit_id)
             return
         if state != 2:
-            del gate._waiters[permit_id]
+            del side.waiters[permit_id]
             self._future = None
             if state == 3:
-                self._end(REJECTED)
-                gate._counters.rejected += 1
-                raise gate._refused(self, int(running), int(waiting), int(value) / 1000)
-            self._end(REJECTED)  # an outcome already recorded for a fresh id: state was lost
-            gate._counters.unavailable += 1
-            raise gate._unavailable(0.0, self.ended - now, "waiter_lease_lost")  # type: ignore[operator]
-        await self._wait(future)
+                ended = self._end(REJECTED)
+                side.counters.rejected += 1
+                raise side.refused(ended - now, int(running), int(waiting), int(value) / 1000)
+            ended = self._end(REJECTED)  # an outcome already recorded for a fresh id: state was lost
+            side.counters.unavailable += 1
+            raise side.unavailable(0.0, ended - now, "waiter_lease_lost")
+        await self._wait(future, permit_id, now)
 
-    async def _not_admitted(self, error: BaseException, wait: bool) -> None:
+    async def _not_admitted(self, error: BaseException, wait: bool, permit_id: str, arrival: float) -> None:
         """The admission call failed: re-raise, or raise the typed refusal, or use the fallback."""
-        gate = self._gate
-        permit_id: str = self._id  # type: ignore[assignment]
+        side = self._side
         if self._client_left and isinstance(error, (asyncio.CancelledError, *UNREACHABLE)):
-            self._disconnected()  # its client left while Redis was being asked: nobody to admit
+            self._disconnected(permit_id)  # its client left while Redis was being asked: nobody to admit
         if isinstance(error, asyncio.CancelledError):
             # The admission may have landed: take it back. It arrived here, so it counts here, as a
             # request cancelled while it waits does (whether or not Redis had heard of it yet).
-            gate._abandon(permit_id, "cancelled")
-            gate._counters.cancelled += 1
+            side.abandon(permit_id, "cancelled")
+            side.counters.cancelled += 1
             self._end(CANCELLED)
             raise error
         if not isinstance(error, UNREACHABLE):
             raise error
-        if gate._loop.time() >= self._queue_by:  # type: ignore[union-attr]
-            gate._abandon(permit_id, "expired")
-            self._end(EXPIRED)
-            gate._counters.expired += 1
-            raise gate._expired(self) from error
-        gate._abandon(permit_id, "unavailable")
-        fallback = gate._fallback
+        if side.time() >= self._queue_by:
+            side.abandon(permit_id, "expired")
+            ended = self._end(EXPIRED)
+            side.counters.expired += 1
+            raise side.expired(ended - arrival, self._queue_by) from error
+        side.abandon(permit_id, "unavailable")
+        fallback = side.fallback
         if fallback is not None:
             await self._fall_back(fallback, wait)
             return
-        self._end(REJECTED)
-        gate._counters.unavailable += 1
-        elapsed = self.ended - self.arrival  # type: ignore[operator]
-        raise gate._unavailable(0.0, elapsed, "unreachable") from error
+        ended = self._end(REJECTED)
+        side.counters.unavailable += 1
+        raise side.unavailable(0.0, ended - arrival, "unreachable") from error
 
-    async def _wait(self, future: asyncio.Future[tuple[str, Any]]) -> None:
+    async def _wait(self, future: asyncio.Future[tuple[str, Any]], permit_id: str, arrival: float) -> None:
         """Wait in the cluster's queue until granted, expired or cancelled."""
-        gate = self._gate
-        loop = gate._loop
+        side = self._side
+        loop = side.bound()
         self._status = QUEUED
-        gate._waiting += 1
-        counters = gate._counters
+        side.waiting += 1
+        counters = side.counters
         # A waiter granted in Redis that has not heard of it yet is counted here still, while a
         # newcomer may hold its place there: the queue never held more than Q.
-        here = gate._waiting
-        limit = gate._max_waiting
+        here = side.waiting
+        limit = side.max_waiting
         if limit is not None and here > limit:
             here = limit
         if here > counters.peak_waiting:
             counters.peak_waiting = here
-        gate._background.watch()
+        side.background.watch()
         if self._queue_by != math.inf and not future.done():
-            self._timer = loop.call_at(self._queue_by, _wake, future, "deadline")  # type: ignore[union-attr]
+            self._timer = loop.call_at(self._queue_by, _wake, future, "deadline")
         try:
             what, value = await future
         except asyncio.CancelledError:
             # Cancelled while waiting, or in the same turn as a grant reached it: either way the
             # cancellation script takes back the place or passes the unused slot on.
-            self._leave()
+            self._leave(permit_id)
             if self._client_left:
-                self._disconnected()
-            gate._abandon(self._id, "cancelled")  # type: ignore[arg-type]
+                self._disconnected(permit_id)
+            side.abandon(permit_id, "cancelled")
             counters.cancelled += 1
             self._end(CANCELLED)
             raise
-        self._leave()
+        self._leave(permit_id)
         if what == _DISCONNECTED or self._client_left:  # a grant in the turn its client left: unused
-            self._disconnected()
-        now = loop.time()  # type: ignore[union-attr]
+            self._disconnected(permit_id)
+        now = loop.time()
+        counters.waited(now - arrival)
         if what == _GRANTED and now < self._queue_by:
-            counters.waited(now - self.arrival)  # type: ignore[operator]
-            self._start(value)
+            self._start(value, permit_id)
             return
-        counters.waited(now - self.arrival)  # type: ignore[operator]
         if what in (_GRANTED, "deadline", "expired"):
             # Never start at or after the deadline: a grant that arrives then passes the slot on.
             if what != "expired":
-                gate._abandon(self._id, "expired")  # type: ignore[arg-type]
+                side.abandon(permit_id, "expired")
             counters.expired += 1
-            self._end(EXPIRED)
-            raise gate._expired(self)
+            ended = self._end(EXPIRED)
+            raise side.expired(ended - arrival, self._queue_by)
         counters.unavailable += 1
-        self._end(REJECTED)
-        waited = self.ended - self.arrival  # type: ignore[operator]
+        ended = self._end(REJECTED)
+        waited = ended - arrival
         if what == "unreachable":
-            raise gate._unavailable(waited, waited, "unreachable") from value
-        raise gate._unavailable(waited, waited, "waiter_lease_lost")
+            raise side.unavailable(waited, waited, "unreachable") from value
+        raise side.unavailable(waited, waited, "waiter_lease_lost")
 
-    def _disconnected(self) -> NoReturn:
+    def _disconnected(self, permit_id: str) -> NoReturn:
         """End a request whose client left before it used a slot: its place or slot goes back in Redis."""
-        self._gate._abandon(self._id, _DISCONNECTED)  # type: ignore[arg-type]
-        self._gate._counters.disconnected += 1
+        self._side.abandon(permit_id, _DISCONNECTED)
+        self._side.counters.disconnected += 1
         self._end(DISCONNECTED)
         raise asyncio.CancelledError()
 
@@ -486,47 +524,52 @@ class RedisPermit(HandsOver):
         another gate inside): the slot goes back unused, as a grant nobody took up (Redis takes
         the admission back, no run time is counted here), and passes on.
         """
-        if self._status is not RUNNING:
+        permit_id = self._id
+        if self._status is not RUNNING or permit_id is None:
             return
-        gate = self._gate
-        gate._holders.pop(self._id, None)  # type: ignore[arg-type]
+        side = self._side
+        side.holders.pop(permit_id, None)
         self._token = None
         self.started = None
-        gate._counters.admitted -= 1
-        gate._counters.disconnected += 1
+        side.counters.admitted -= 1
+        side.counters.disconnected += 1
         self._end(DISCONNECTED)
-        gate._abandon(self._id, _DISCONNECTED)  # type: ignore[arg-type]
+        side.abandon(permit_id, _DISCONNECTED)
 
-    def _leave(self) -> None:
-        gate = self._gate
-        del gate._waiters[self._id]  # type: ignore[arg-type]
-        gate._waiting -= 1
+    def _leave(self, permit_id: str) -> None:
+        side = self._side
+        del side.waiters[permit_id]
+        side.waiting -= 1
         self._future = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _start(self, token: object) -> None:
+    def _start(self, token: Field, permit_id: str) -> None:
         if self._client_left:  # granted at once, after its client left: the slot passes on unused
-            self._disconnected()
-        gate = self._gate
+            self._disconnected(permit_id)
+        side = self._side
         self._status = RUNNING
-        self.started = gate._loop.time()  # type: ignore[union-attr]
-        self._token = (gate._epoch or "", int(text(token)))
-        gate._holders[self._id] = self  # type: ignore[index]
-        counters = gate._counters
+        self.started = side.time()
+        self._token = (side.epoch or "", int(text(token)))
+        holders = side.holders
+        holders[permit_id] = self
+        counters = side.counters
         counters.admitted += 1
-        if len(gate._holders) > counters.peak_running:
-            counters.peak_running = len(gate._holders)
-        gate._background.watch()
+        if len(holders) > counters.peak_running:
+            counters.peak_running = len(holders)
+        side.background.watch()
 
-    def _end(self, status: Status) -> None:
+    def _end(self, status: Status) -> float:
+        """End the request now as ``status``; returns the time."""
+        now = self._side.time()
         self._status = status
-        self.ended = self._gate._loop.time()  # type: ignore[union-attr]
+        self.ended = now
+        return now
 
-    async def _fall_back(self, fallback: Any, wait: bool) -> None:
+    async def _fall_back(self, fallback: BoundedGate, wait: bool) -> None:
         deadline = None if self.deadline == math.inf else self.deadline
-        self._gate._counters.fallbacks += 1
+        self._side.counters.fallbacks += 1
         if not wait:
             self._inner = fallback.try_admit(deadline=deadline)
             return
@@ -535,18 +578,6 @@ class RedisPermit(HandsOver):
             deadline=deadline, max_wait=max_wait, raise_late=self._raise_late
         )
         await inner.__aenter__()
-
-    def _granted(self, token: object) -> None:
-        """A message or a poll says Redis granted this waiter a slot."""
-        future = self._future
-        if future is not None:
-            _wake(future, _GRANTED, token)
-
-    def _told(self, what: str, value: Any = None) -> None:
-        """A poll says how this waiter's place ended (expired, lapsed, ...) or that Redis is out of reach."""
-        future = self._future
-        if future is not None:
-            _wake(future, what, value)
 
 
 if TYPE_CHECKING:
