@@ -263,14 +263,17 @@ async def test_unreachable_redis_fails_closed_with_gate_unavailable(name: str) -
     try:
         async with RedisGate(dead, max_running=1, max_waiting=1, name=name, op_timeout=1.0) as gate:
             start = time.monotonic()
+            permit = gate.admit(timeout=30)
             with pytest.raises(GateUnavailable) as info:
-                async with gate.admit(timeout=30):
+                async with permit:
                     pytest.fail("admitted without Redis")
             assert time.monotonic() - start < 5
             error = info.value
             assert (error.code, error.reason, error.http_status) == ("gate_unavailable", "unreachable", 503)
             assert error.__cause__ is not None
-            assert gate.stats().unavailable == 1
+            # Its ending is its own: counted apart from QueueFull's, shown as REJECTED (as documented).
+            assert permit.status is Status.REJECTED
+            assert (gate.stats().unavailable, gate.stats().rejected) == (1, 0)
             with pytest.raises(GateUnavailable):
                 await gate.cluster_stats()
     finally:

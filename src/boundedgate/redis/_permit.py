@@ -14,7 +14,7 @@ from .._errors import Late
 from .._streams import StreamPermit
 from .._streams._handing import HandsOver
 from ._io import UNREACHABLE, fields, text
-from ._process import Field, ProcessSide
+from ._process import Ending, Field, ProcessSide
 from ._scripts import ADMIT as _ADMIT
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ FAILED = Status.FAILED
 LEAKED = Status.LEAKED
 ABORTED = Status.ABORTED
 DISCONNECTED = Status.DISCONNECTED
+UNAVAILABLE = Ending.UNAVAILABLE
 _INF = math.inf
 
 _GRANTED = "granted"
@@ -108,7 +109,7 @@ class RedisPermit(HandsOver):
         self.started: float | None = None
         self.ended: float | None = None
         self.lease_lost = False
-        self._status = NEW
+        self._status: Status | Ending = NEW
         self._gate = gate
         self._side = side
         self._timeout = timeout
@@ -143,7 +144,10 @@ class RedisPermit(HandsOver):
         A request refused with :class:`~boundedgate.GateUnavailable` ends ``REJECTED``.
         """
         inner = self._inner
-        return self._status if inner is None else inner.status
+        if inner is not None:
+            return inner.status
+        status = self._status
+        return REJECTED if isinstance(status, Ending) else status  # an ending of its own shows so
 
     @property
     def id(self) -> str | None:
@@ -423,10 +427,8 @@ class RedisPermit(HandsOver):
             self._future = None
             if state == 3:
                 ended = self._end(REJECTED)
-                side.counters.rejected += 1
                 raise side.refused(ended - now, int(running), int(waiting), int(value) / 1000)
-            ended = self._end(REJECTED)  # an outcome already recorded for a fresh id: state was lost
-            side.counters.unavailable += 1
+            ended = self._end(UNAVAILABLE)  # an outcome already recorded for a fresh id: state was lost
             raise side.unavailable(0.0, ended - now, "waiter_lease_lost")
         await self._wait(future, permit_id, now)
 
@@ -439,7 +441,6 @@ class RedisPermit(HandsOver):
             # The admission may have landed: take it back. It arrived here, so it counts here, as a
             # request cancelled while it waits does (whether or not Redis had heard of it yet).
             side.abandon(permit_id, "cancelled")
-            side.counters.cancelled += 1
             self._end(CANCELLED)
             raise error
         if not isinstance(error, UNREACHABLE):
@@ -447,15 +448,13 @@ class RedisPermit(HandsOver):
         if side.time() >= self._queue_by:
             side.abandon(permit_id, "expired")
             ended = self._end(EXPIRED)
-            side.counters.expired += 1
             raise side.expired(ended - arrival, self._queue_by) from error
         side.abandon(permit_id, "unavailable")
         fallback = side.fallback
         if fallback is not None:
             await self._fall_back(fallback, wait)
             return
-        ended = self._end(REJECTED)
-        side.counters.unavailable += 1
+        ended = self._end(UNAVAILABLE)
         raise side.unavailable(0.0, ended - arrival, "unreachable") from error
 
     async def _wait(self, future: asyncio.Future[tuple[str, Any]], permit_id: str, arrival: float) -> None:
@@ -485,7 +484,6 @@ class RedisPermit(HandsOver):
             if self._client_left:
                 self._disconnected(permit_id)
             side.abandon(permit_id, "cancelled")
-            counters.cancelled += 1
             self._end(CANCELLED)
             raise
         self._leave(permit_id)
@@ -500,11 +498,9 @@ class RedisPermit(HandsOver):
             # Never start at or after the deadline: a grant that arrives then passes the slot on.
             if what != "expired":
                 side.abandon(permit_id, "expired")
-            counters.expired += 1
             ended = self._end(EXPIRED)
             raise side.expired(ended - arrival, self._queue_by)
-        counters.unavailable += 1
-        ended = self._end(REJECTED)
+        ended = self._end(UNAVAILABLE)
         waited = ended - arrival
         if what == "unreachable":
             raise side.unavailable(waited, waited, "unreachable") from value
@@ -513,7 +509,6 @@ class RedisPermit(HandsOver):
     def _disconnected(self, permit_id: str) -> NoReturn:
         """End a request whose client left before it used a slot: its place or slot goes back in Redis."""
         self._side.abandon(permit_id, _DISCONNECTED)
-        self._side.counters.disconnected += 1
         self._end(DISCONNECTED)
         raise asyncio.CancelledError()
 
@@ -532,7 +527,6 @@ class RedisPermit(HandsOver):
         self._token = None
         self.started = None
         side.counters.admitted -= 1
-        side.counters.disconnected += 1
         self._end(DISCONNECTED)
         side.abandon(permit_id, _DISCONNECTED)
 
@@ -560,11 +554,13 @@ class RedisPermit(HandsOver):
             counters.peak_running = len(holders)
         side.background.watch()
 
-    def _end(self, status: Status) -> float:
-        """End the request now as ``status``; returns the time."""
-        now = self._side.time()
-        self._status = status
+    def _end(self, ending: Status | Ending) -> float:
+        """End the request now as ``ending``, counted in this process's statistics; returns the time."""
+        side = self._side
+        now = side.time()
+        self._status = ending
         self.ended = now
+        side.count(ending)
         return now
 
     async def _fall_back(self, fallback: BoundedGate, wait: bool) -> None:

@@ -24,6 +24,7 @@ knows them only as the small protocols declared here (:class:`Tracked`, :class:`
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import itertools
 import math
@@ -39,7 +40,7 @@ from ._io import UNREACHABLE, fields, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._stats import LocalCounters, RedisGateStatistics
 
-__all__ = ("ProcessSide", "Sampler", "Tracked", "Work", "ms")
+__all__ = ("Ending", "ProcessSide", "Sampler", "Tracked", "Work", "ms")
 
 #: A reply's field as the client gives it: bytes, or str when it decodes responses (an int in arrays).
 Field = bytes | str | int
@@ -48,6 +49,14 @@ Field = bytes | str | int
 def ms(seconds: float) -> int:
     """``seconds`` in whole milliseconds, rounded up, at least 1: how the scripts take a duration."""
     return max(1, math.ceil(seconds * 1000))
+
+
+class Ending(enum.Enum):
+    """How a request of this process ended where the core's :class:`~boundedgate.Status` has no word."""
+
+    #: Refused with ``GateUnavailable`` (Redis out of reach, or its place there lost): counted in
+    #: ``stats().unavailable``; the permit's ``status`` shows ``REJECTED``, as documented.
+    UNAVAILABLE = "unavailable"
 
 
 class Tracked(Protocol):
@@ -272,9 +281,9 @@ class ProcessSide:
         """A new request id of this process: ``host/pid/random#n``."""
         return f"{self.agent}#{next(self._serial)}"
 
-    def count(self, status: Status) -> None:
-        """Count one request of this process that ended as ``status``."""
-        name = BY_STATUS[status].name
+    def count(self, ending: Status | Ending) -> None:
+        """Count one request of this process that ended as ``ending``."""
+        name = ending.value if isinstance(ending, Ending) else BY_STATUS[ending].name
         counters = self.counters
         setattr(counters, name, getattr(counters, name) + 1)
 
