@@ -109,3 +109,18 @@ async def test_every_key_of_the_gate_has_its_idle_ttl_whichever_script_made_it(
         assert {k.rsplit(":", 1)[1] for k in keys} >= {"meta", "seq", "stats", "outcomes"}
         for key in keys:
             assert await client.pttl(key) > 0, key
+
+
+@pytest.mark.parametrize("ending", [Status.COMPLETED, Status.LATE, Status.EXPIRED])
+async def test_a_running_permit_ends_only_as_the_core_s_rule_allows(
+    client: redis.asyncio.Redis, name: str, ending: Status
+) -> None:
+    # One rule for every gate (the core's ended_as): FAILED, ABORTED or LEAKED, or none and the
+    # time decides. Any other is refused before anything changes, as a local permit refuses it.
+    async with make_gate(client, name, 1, 0) as gate:
+        permit = await gate.try_admit()
+        with pytest.raises(ValueError, match=f"cannot end as {ending.value}"):
+            permit._finish(ending)
+        assert (permit.status, gate.running, gate.stats().completed) == (Status.RUNNING, 1, 0)
+        permit.release()
+        await settles_empty(client, name)

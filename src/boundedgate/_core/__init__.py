@@ -36,7 +36,7 @@ from ._settings import (
     check_timeout,
     shown,
 )
-from ._state import GateState, pace_weight, queue_deadline
+from ._state import GateState, ended_as, pace_weight, queue_deadline
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket, note
 from ._totals import KeyedStatistics, Totals, total
@@ -92,6 +92,7 @@ __all__ = (
     "check_priority",
     "check_remaining",
     "check_timeout",
+    "ended_as",
     "mypyc_attr",
     "note",
     "pace_weight",

@@ -8,7 +8,7 @@ import warnings
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar, final
 
-from .._core import BY_STATUS, Status, check_cost
+from .._core import Status, check_cost, ended_as
 from .._driver._compat import cancellation_pending, current_task, is_cancelling
 from .._errors import Late
 from .._streams import StreamPermit
@@ -273,15 +273,7 @@ class RedisPermit(HandsOver):
         side = self._side
         loop = side.bound()
         now = loop.time()
-        if ending is not None:
-            if not BY_STATUS[ending].ran:
-                raise ValueError(f"a running request cannot end as {ending.value}")
-            status = ending
-        elif now >= self.deadline:
-            status = LATE
-        else:
-            status = COMPLETED
-        self._status = status
+        self._status = status = ended_as(ending, now, self.deadline)
         side.count(status)
         self.ended = now
         ran = now - started
