@@ -36,7 +36,7 @@ from ._settings import (
     check_timeout,
     shown,
 )
-from ._state import GateState, ended_as, pace_weight, queue_deadline
+from ._state import RECENT_RUN_WEIGHT, GateState, ended_as, pace_weight, queue_deadline
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket, note
 from ._totals import KeyedStatistics, Totals, total
@@ -51,6 +51,7 @@ __all__ = (
     "NEVER_RAN",
     "OUTCOMES",
     "RAN",
+    "RECENT_RUN_WEIGHT",
     "SIGNALS",
     "SIMULATED",
     "Adaptive",

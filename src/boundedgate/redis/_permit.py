@@ -9,10 +9,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar, final
 
 from .._core import Status, check_cost, ended_as
-from .._driver._compat import cancellation_pending, current_task, is_cancelling
+from .._driver import cancellation_pending
 from .._errors import Late
-from .._streams import StreamPermit
-from .._streams._handing import HandsOver
+from .._streams import HandsOver, StreamPermit
 from ._io import UNREACHABLE, fields, text
 from ._process import Ending, Field, ProcessSide
 from ._scripts import ADMIT as _ADMIT
@@ -371,8 +370,8 @@ class RedisPermit(HandsOver):
             raise RuntimeError(f"{self!r} was already used; call admit() for each request")
         side = self._side
         loop = side.bind()
-        task = current_task(loop)
-        if task is not None and is_cancelling(task) and cancellation_pending(task):
+        task = asyncio.current_task(loop)
+        if task is not None and task.cancelling() and cancellation_pending(task):
             self._status = CANCELLED  # refused before it is counted
             raise asyncio.CancelledError()
         now = loop.time()
