@@ -190,7 +190,7 @@ async def test_the_library_is_loaded_again_after_a_restart(own_server: RedisServ
 async def test_another_version_s_library_stands_beside_this_one(own_server: RedisServer, name: str) -> None:
     # Another boundedgate version's library has another digest, so another name and other
     # function names: loading it replaces nothing of this one, and both work side by side.
-    other_admit = _scripts.Script("admit.lua", direct=True)
+    other_admit = _scripts.Script("admit.lua")
     other_admit.own += "\n-- another version\n"
     other = _scripts.Library(other_admit)
     assert other.name != _scripts.LIBRARY.name

@@ -96,13 +96,8 @@ class RedisGate:
     The gate binds to the event loop that first uses it, like the client it is given. Close it
     with :meth:`aclose` (or ``async with``) to stop its background work; the client stays yours.
     Lease renewals and wake-up messages use connections of the gate's own, made with the client's
-    connection settings, so that the process's own traffic can never starve them. Through a plain
-    ``redis.asyncio.Redis`` (no subclass, not single-connection), admissions, releases and
-    cancellations are sent on its pool's connections directly, not through its ``execute_command``:
-    redis-py's own command hooks and metrics do not see them, nor, for an idle connection taken and
-    given back directly, the pool's connection events and metrics (unless the pool has a credential
-    provider); a call that cannot reach Redis is made again through ``execute_command``, with the
-    client's retries.
+    connection settings, so that the process's own traffic can never starve them. Admissions,
+    releases and cancellations go through the client's ``execute_command``, with its retries.
 
     On Redis 7 and later the scripts run as functions of one library, loaded once per server and
     again if the server lost it; older servers, cluster clients and clients whose ACL refuses

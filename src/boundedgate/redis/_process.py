@@ -171,7 +171,7 @@ class ProcessSide:
         self.waiter_ttl = waiter_ttl
         self.op_timeout = op_timeout
         self.fallback = fallback
-        self.calls = _scripts.Calls(client, op_timeout)
+        self.calls = _scripts.Calls(client)
         #: This gate object's id in Redis (``host/pid/random``).
         self.agent = agent_id()
         self.keys = gate_keys(name)
