@@ -16,9 +16,9 @@ API is a :class:`ProcessSide`:
   typed refusals its callers raise.
 
 :class:`~boundedgate.redis.RedisPermit`, the background loops and the adaptive controller each take
-a ``ProcessSide`` and work through it; none of them knows the gate, which composes them. The side
-knows them only as the small protocols declared here (:class:`Tracked`, :class:`Work`,
-:class:`Sampler`).
+a ``ProcessSide`` and work through it; none of them works on the gate, which composes them (a
+permit holds its gate only to answer ``permit.gate``). The side knows them only as the small
+protocols declared here (:class:`Tracked`, :class:`Work`, :class:`Sampler`).
 """
 
 from __future__ import annotations
