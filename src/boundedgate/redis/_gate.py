@@ -993,13 +993,18 @@ class RedisPermit(HandsOver):
         self._end(DISCONNECTED)
         raise asyncio.CancelledError()
 
-    def _disconnect_unused(self) -> None:
-        """End a running permit whose request never used its slot, as *disconnected*.
+    def _give_back_unused(self) -> None:
+        """End the request as *disconnected* if it holds a slot it never used for its work.
 
         For a server whose client left while the request was held back further on (queued at
         another gate inside): the slot goes back unused, as a grant nobody took up (Redis takes
-        the admission back, no run time is counted here), and passes on.
+        the admission back, no run time is counted here), and passes on. As a local
+        ``Permit``'s method of the same name, which a permit of the fallback gate answers.
         """
+        inner = self._inner
+        if inner is not None:
+            inner._give_back_unused()
+            return
         permit_id = self._id
         if self._status is not RUNNING or permit_id is None:
             return
