@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ import redis.asyncio
 
 from boundedgate import KeyedGate
 from boundedgate.asgi import GateMiddleware, limits_document
-from boundedgate.redis import RedisPermit
+from boundedgate.redis import RedisGate, RedisPermit
 from boundedgate.redis._process import ProcessSide
 from boundedgate.redis._scripts import ADMIT
 from tests.asgi.harness import Client, StreamingApp, serve
@@ -134,6 +135,37 @@ async def test_stacked_over_a_redis_gate_a_hang_up_in_its_queue_is_disconnected_
     assert (inner_stats.disconnected, inner_stats.cancelled, inner_stats.completed) == (1, 0, 1)
     assert (outer_stats.disconnected, outer_stats.aborted, outer_stats.completed) == (1, 0, 1)
     assert view.counters["disconnected"] == 1
+
+
+async def test_over_a_cluster_gate_s_fallback_a_hang_up_in_the_inner_queue_is_disconnected() -> None:
+    # Redis is out of reach: the outer cluster gate admits through its fallback gate, whose slot
+    # a request queued at the inner gate never used: its hang-up gives that slot back unused.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: nothing listens there
+    dead = redis.asyncio.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
+    fallback = checked_gate(2, 0, name="local")
+    inner = checked_gate(1, 1, name="inner")
+    try:
+        async with RedisGate(dead, max_running=2, max_waiting=0, op_timeout=0.5, fallback=fallback) as outer:
+            app = StreamingApp(chunks=1, pause=0)
+            app.hold = True
+            stacked = GateMiddleware(GateMiddleware(app, gate=inner), gate=outer)
+            first = serve(stacked, Client())
+            await until(lambda: app.entered == 1, "the first request in the app")
+            queued = Client()
+            task = serve(stacked, queued)
+            await until(lambda: inner.waiting == 1, "the second request queued at the inner gate")
+            queued.leave()
+            await task
+            assert fallback.running == 1  # the fallback slot back once the inner gate let it go
+            app.release.set()
+            await first
+    finally:
+        await dead.aclose()
+    stats = fallback.stats()
+    assert (stats.disconnected, stats.aborted, stats.completed) == (1, 0, 1)
+    assert outer.stats().fallbacks == 2
 
 
 async def test_a_tenant_gate_over_a_cluster_gate_in_uvicorn_counts_a_queued_hang_up_as_disconnected(
