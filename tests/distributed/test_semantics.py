@@ -220,9 +220,11 @@ async def _release(permit: RedisPermit) -> None:
 
 async def test_late_on_exit_and_failed_body(client: redis.asyncio.Redis, name: str) -> None:
     async with make_gate(client, name, 1, 1) as gate:
+        loop = asyncio.get_running_loop()
         with pytest.raises(Late) as info:
-            async with gate.admit(timeout=0.1) as permit:
-                await asyncio.sleep(0.2)
+            # A second to reach Redis (room for a loaded machine), then the block runs past it.
+            async with gate.admit(timeout=1.0) as permit:
+                await asyncio.sleep(permit.deadline - loop.time() + 0.05)
         assert permit.status is Status.LATE
         assert info.value.overrun >= 0
         with pytest.raises(KeyError):
@@ -397,7 +399,7 @@ async def test_a_queue_budget_expires_a_waiter_its_deadline_would_have_let_wait(
                 pytest.fail("it never starts")
         waited = time.monotonic() - start
         assert 0.3 <= waited < 3  # the budget, with room for a loaded machine; far from the 30 s
-        assert caught.value.waited == pytest.approx(waited, abs=0.1)
+        assert 0.3 <= caught.value.waited <= waited  # what it waited, not what raising it took
         holder.release()
         await settles_empty(client, name)  # its place in Redis went too (taken back in the background)
         assert gate.stats().expired == 1
