@@ -40,15 +40,16 @@ async def test_a_stream_holds_its_cluster_slot_until_eof(client: redis.asyncio.R
 async def test_a_permit_handed_to_a_stream_is_ended_by_it(client: redis.asyncio.Redis, name: str) -> None:
     # What the stream wrapper relies on (boundedgate's StreamPermit): hand-over, a synchronous and
     # idempotent end, late detection, the owning loop.
+    loop = asyncio.get_running_loop()
     async with make_gate(client, name, 1, 0) as gate:
-        async with gate.admit(timeout=0.05) as permit:
+        async with gate.admit(timeout=1.0) as permit:  # a second to reach Redis, on a loaded machine
             permit._hand_over()
             with pytest.raises(RuntimeError, match="already handed"):
                 permit._hand_over()
         assert permit.status is Status.RUNNING  # the block's exit neither released nor raised
         assert (await cluster(client, name)).running == 1
-        assert permit._loop is asyncio.get_running_loop()
-        await asyncio.sleep(0.1)
+        assert permit._loop is loop
+        await asyncio.sleep(permit.deadline - loop.time() + 0.05)  # past its deadline
         asyncio.get_running_loop().call_soon_threadsafe(permit._finish)  # as a finaliser does
         await asyncio.sleep(0)
         permit._finish(Status.FAILED)  # a second end does nothing
