@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ import redis.asyncio
 from boundedgate import KeyedGate
 from boundedgate.asgi import GateMiddleware, limits_document
 from boundedgate.redis import RedisGate, RedisPermit
+from boundedgate.redis._process import ProcessSide
 from boundedgate.redis._scripts import ADMIT
 from tests.asgi.harness import Client, StreamingApp, serve
 from tests.asgi.servers import require, served
@@ -48,7 +50,7 @@ def hang_up_as_the_grant_arrives(monkeypatch: pytest.MonkeyPatch, leaving: Clien
     """``leaving`` hangs up in the callback that delivers its permit's grant, just before it does."""
     granted = RedisPermit._granted
 
-    def leave_then_grant(permit: RedisPermit, token: object) -> None:
+    def leave_then_grant(permit: RedisPermit, token: Any) -> None:
         leaving.leave()
         granted(permit, token)
 
@@ -85,19 +87,19 @@ async def test_a_hang_up_while_the_admission_is_on_its_way_to_redis_is_disconnec
     client: redis.asyncio.Redis, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     answer = asyncio.Event()
-    run = RedisGate._run
+    run = ProcessSide.run
 
-    async def admission_held_until_told(gate: RedisGate, script: Any, *args: Any) -> Any:
+    async def admission_held_until_told(side: ProcessSide, script: Any, *args: Any) -> Any:
         if script is ADMIT:
             await answer.wait()
-        return await run(gate, script, *args)
+        return await run(side, script, *args)
 
-    monkeypatch.setattr(RedisGate, "_run", admission_held_until_told)
+    monkeypatch.setattr(ProcessSide, "run", admission_held_until_told)
     async with make_gate(client, name, 1, 1) as gate:
         app = StreamingApp(chunks=0)
         gone = Client()
         task = serve(GateMiddleware(app, gate=gate), gone)
-        await until(lambda: bool(gate._waiters), "the admission on its way to Redis")
+        await until(lambda: bool(gate._side.waiters), "the admission on its way to Redis")
         gone.leave()
         await until(gone.incoming.empty, "the hang-up read while the admission is out")
         answer.set()  # then Redis grants it a slot, which it will never use
@@ -133,6 +135,37 @@ async def test_stacked_over_a_redis_gate_a_hang_up_in_its_queue_is_disconnected_
     assert (inner_stats.disconnected, inner_stats.cancelled, inner_stats.completed) == (1, 0, 1)
     assert (outer_stats.disconnected, outer_stats.aborted, outer_stats.completed) == (1, 0, 1)
     assert view.counters["disconnected"] == 1
+
+
+async def test_over_a_cluster_gate_s_fallback_a_hang_up_in_the_inner_queue_is_disconnected() -> None:
+    # Redis is out of reach: the outer cluster gate admits through its fallback gate, whose slot
+    # a request queued at the inner gate never used: its hang-up gives that slot back unused.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: nothing listens there
+    dead = redis.asyncio.Redis(host="127.0.0.1", port=port, socket_connect_timeout=0.5)
+    fallback = checked_gate(2, 0, name="local")
+    inner = checked_gate(1, 1, name="inner")
+    try:
+        async with RedisGate(dead, max_running=2, max_waiting=0, op_timeout=0.5, fallback=fallback) as outer:
+            app = StreamingApp(chunks=1, pause=0)
+            app.hold = True
+            stacked = GateMiddleware(GateMiddleware(app, gate=inner), gate=outer)
+            first = serve(stacked, Client())
+            await until(lambda: app.entered == 1, "the first request in the app")
+            queued = Client()
+            task = serve(stacked, queued)
+            await until(lambda: inner.waiting == 1, "the second request queued at the inner gate")
+            queued.leave()
+            await task
+            assert fallback.running == 1  # the fallback slot back once the inner gate let it go
+            app.release.set()
+            await first
+    finally:
+        await dead.aclose()
+    stats = fallback.stats()
+    assert (stats.disconnected, stats.aborted, stats.completed) == (1, 0, 1)
+    assert outer.stats().fallbacks == 2
 
 
 async def test_a_tenant_gate_over_a_cluster_gate_in_uvicorn_counts_a_queued_hang_up_as_disconnected(

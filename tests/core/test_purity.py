@@ -77,11 +77,6 @@ SHARED_PRIVATE: dict[str, dict[str, str]] = {
         "httpx._signals": "reads the provider's signals as it does",
         "httpx._transport": "and tells retries apart by the same header",
     },
-    "redis": {
-        "_driver._compat": "a Redis permit asks what a local one asks of the running task",
-        "_streams._handing": "and hands its slot over to a stream as a local one does",
-        "_core._state": "its statistics weigh recent runs as the core's do",
-    },
 }
 
 

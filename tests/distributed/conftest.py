@@ -2,11 +2,16 @@
 
 Every test here runs in real time (``looptime`` off): leases, polls and sockets do not fast-forward.
 A session server serves the tests that only need a Redis; a test that kills or restarts Redis gets
-its own server (``own_server``).
+its own server (``own_server``). Nothing a test makes outlives it unnoticed: its garbage is
+collected as it ends, so an unclosed connection or permit warns in its name, not in a later test's
+(which would fail a later ``pytest.warns`` block); a task whose exception nobody retrieved fails it
+(the tasks it left pending are cancelled as its loop closes).
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -57,3 +62,28 @@ async def client(redis_server: RedisServer) -> AsyncIterator[redis.asyncio.Redis
 @pytest.fixture
 def name() -> str:
     return f"test-{uuid.uuid4().hex[:12]}"
+
+
+class _Errors(logging.Handler):
+    """What asyncio reports at ERROR level: a task destroyed pending, an exception never retrieved."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture(autouse=True)
+def _nothing_outlives_the_test() -> Iterator[None]:
+    """Collect the test's garbage as it ends (its loops closed), and fail on what asyncio reported."""
+    errors = _Errors()
+    asyncio_logger = logging.getLogger("asyncio")
+    asyncio_logger.addHandler(errors)
+    try:
+        yield
+        gc.collect()  # an unclosed connection or permit warns now, in this test's name
+    finally:
+        asyncio_logger.removeHandler(errors)
+    assert not errors.messages, f"left behind by this test: {errors.messages}"

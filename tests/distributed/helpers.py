@@ -29,7 +29,7 @@ async def cluster(client: redis.asyncio.Redis, name: str) -> ClusterStatistics:
 
 async def listening(client: redis.asyncio.Redis, gate: RedisGate, within: float = 10.0) -> None:
     """Return once ``gate``'s listener has subscribed to its wake channel: a grant's message reaches it."""
-    channel = wake_prefix(gate.name) + gate._agent
+    channel = wake_prefix(gate.name) + gate.process
 
     async def subscribed() -> bool:
         return bool((await client.pubsub_numsub(channel))[0][1])
@@ -85,13 +85,26 @@ class OtherProcess:
         return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self.loop))
 
     def close(self) -> None:
-        async def shutdown() -> None:
+        """End the other process: its gate and client closed, then its loop.
+
+        Raises:
+            AssertionError: Tasks of the test were still running there (they are cancelled first,
+                as a process's end would).
+        """
+
+        async def shutdown() -> list[asyncio.Task[Any]]:
             await self.gate.aclose()
             await self.client.aclose()
+            left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
+            return left
 
         try:
-            self.run(shutdown())
+            left = self.run(shutdown())
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
             self.loop.close()
+        assert not left, f"tasks still running in the other process at its end: {left}"

@@ -46,7 +46,7 @@ async def test_cancelled_after_any_number_of_loop_turns_leaks_nothing(
         await settles_empty(client, name)
         stats = gate.stats()
         assert stats.running == stats.waiting == 0
-        assert gate._holders == gate._waiters == {}
+        assert gate._side.holders == gate._side.waiters == {}
 
         # Redis and this process agree on what became of it (once the cancellation's reply is in).
         async def agreed() -> bool:

@@ -188,7 +188,7 @@ async def test_lost_wake_up_messages_cost_a_poll_never_a_grant(
     # in order, each within a poll or so.
     poll = 0.2
     other = OtherProcess(redis_server.url, name, 1, 10)
-    other.gate._common = (*other.gate._common[:-1], NOWHERE)
+    other.gate._side.common = (*other.gate._side.common[:-1], NOWHERE)
     try:
         async with make_gate(client, name, 1, 10, poll_interval=poll) as gate:
             holder = other.run(other.gate.try_admit())
@@ -202,9 +202,9 @@ async def test_lost_wake_up_messages_cost_a_poll_never_a_grant(
             for i in range(3):
                 tasks.append(asyncio.create_task(request(i)))
                 await wait_until(functools.partial(_waiting, client, name, i + 1), 5, f"{i + 1} waiting")
-            channel = gate._common[-1] + gate.process  # type: ignore[operator]
+            channel = gate._side.wake_channel
             await wait_until(lambda: _subscribed(client, channel), 5, "the listener subscribed")
-            gate._common = (*gate._common[:-1], NOWHERE)  # its own releases' grants are lost too
+            gate._side.common = (*gate._side.common[:-1], NOWHERE)  # its own releases' grants are lost too
             start = time.monotonic()
             other.run(_release(holder))
             await asyncio.wait_for(asyncio.gather(*tasks), 10)
@@ -230,7 +230,7 @@ async def test_a_killed_subscription_is_renewed_and_grants_still_arrive(
         holder = await gate.try_admit()
         waiter = asyncio.create_task(gate.admit(timeout=30).__aenter__())
         await wait_until(lambda: _waiting(client, name, 1), 5, "1 waiting")
-        channel = gate._common[-1] + gate.process  # type: ignore[operator]
+        channel = gate._side.wake_channel
         await wait_until(lambda: _subscribed(client, channel), 5, "the listener subscribed")
         await client.client_kill_filter(_type="pubsub")
         await wait_until(lambda: _subscribed(client, channel), 5, "the listener subscribed again")

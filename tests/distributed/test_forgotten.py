@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio
 
 from boundedgate import Status
-from boundedgate.redis import RedisGate
+from boundedgate.redis._process import ProcessSide
 
 from .helpers import cluster, make_gate, settles_empty, wait_until
 
@@ -45,7 +45,7 @@ async def test_a_dropped_permit_is_not_renewed_so_its_lease_lapses_even_if_its_r
 ) -> None:
     lease = 0.6
     async with make_gate(client, name, 1, 0, lease_ttl=lease) as gate:
-        monkeypatch.setattr(RedisGate, "_release", lambda gate, permit_id, how: None)
+        monkeypatch.setattr(ProcessSide, "release", lambda side, permit_id, how, sample=None: None)
         permit = await gate.try_admit()
         with pytest.warns(ResourceWarning):
             del permit

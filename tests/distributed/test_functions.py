@@ -47,7 +47,7 @@ async def _calls(client: redis.asyncio.Redis) -> dict[str, int]:
 
 
 def _uses_functions(gate: RedisGate) -> bool:
-    return gate._calls.functions
+    return gate._side.calls.functions
 
 
 async def _libraries(client: redis.asyncio.Redis) -> list[str]:
@@ -145,7 +145,7 @@ async def test_the_library_is_loaded_again_after_a_function_flush(
                 async with gate.admit(timeout=5):
                     pass
                 assert await _libraries(client) == [_scripts.LIBRARY.name]
-            assert gate._calls.functions
+            assert gate._side.calls.functions
             await settles_empty(client, name)
     finally:
         await client.aclose()
@@ -190,7 +190,7 @@ async def test_the_library_is_loaded_again_after_a_restart(own_server: RedisServ
 async def test_another_version_s_library_stands_beside_this_one(own_server: RedisServer, name: str) -> None:
     # Another boundedgate version's library has another digest, so another name and other
     # function names: loading it replaces nothing of this one, and both work side by side.
-    other_admit = _scripts.Script("admit.lua", direct=True)
+    other_admit = _scripts.Script("admit.lua")
     other_admit.own += "\n-- another version\n"
     other = _scripts.Library(other_admit)
     assert other.name != _scripts.LIBRARY.name
@@ -231,7 +231,7 @@ async def test_a_client_refused_functions_by_its_acl_gets_the_scripts(
             for _ in range(3):
                 async with gate.admit(timeout=5):
                     pass
-            assert not gate._calls.functions
+            assert not gate._side.calls.functions
         calls = await _calls(admin)
         assert calls.get("evalsha", 0) >= 6
         assert await _libraries(admin) == []
@@ -254,7 +254,7 @@ async def test_a_script_s_own_error_is_raised_not_taken_for_a_missing_library(
             with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
                 async with gate.admit(timeout=5):
                     pass
-            assert gate._calls.functions
+            assert gate._side.calls.functions
             assert "function|load" not in await _calls(client)
             await client.delete(gate_keys(name)[0])
     finally:

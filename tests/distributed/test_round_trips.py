@@ -14,8 +14,6 @@ from typing import Any, ClassVar
 import pytest
 import redis.asyncio
 
-from boundedgate.redis import _scripts
-
 from .helpers import listening, make_gate, settles_empty
 from .servers import RedisServer
 
@@ -187,122 +185,8 @@ async def test_uncontended_pairs_start_no_task_of_the_gate(counting: redis.async
     assert started == []
 
 
-async def test_uncontended_pairs_start_no_task_at_all_through_a_plain_client(
-    redis_server: RedisServer, name: str
-) -> None:
-    # redis-py sends a command under its socket timeout with wait_for, a task a command: the
-    # direct path sends it itself, op_timeout bounding the call.
-    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
-    loop = asyncio.get_running_loop()
-    started: list[str] = []
-
-    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        started.append(getattr(coro, "__qualname__", repr(coro)))
-        return asyncio.Task(coro, loop=loop, **kwargs)
-
-    try:
-        async with make_gate(client, name, 1, 10, **QUIET) as gate:
-            async with gate.admit(timeout=5):
-                pass
-            await asyncio.sleep(0.05)
-            loop.set_task_factory(factory)
-            try:
-                for _ in range(PAIRS):
-                    async with gate.admit(timeout=5):
-                        pass
-            finally:
-                loop.set_task_factory(None)
-    finally:
-        await client.aclose()
-    assert started == []
-
-
-async def _timers_of_uncontended_pairs(
-    redis_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
-) -> list[float]:
-    """The timers (seconds ahead) that PAIRS uncontended pairs set, through a client whose socket
-    timeout (5 s) cannot end a read that op_timeout (2 s) ends first; its connections keep it."""
-    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=5)
-    loop = asyncio.get_running_loop()
-    timers: list[float] = []
-    call_at = loop.call_at
-
-    def counting_call_at(when: float, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-        timers.append(when - loop.time())
-        return call_at(when, *args, **kwargs)
-
-    try:
-        async with make_gate(client, name, 1, 10, op_timeout=2.0, **QUIET) as gate:
-            async with gate.admit(timeout=5):
-                pass
-            await asyncio.sleep(0.05)
-            with monkeypatch.context() as patched:
-                patched.setattr(loop, "call_at", counting_call_at)
-                for _ in range(PAIRS):
-                    async with gate.admit():
-                        pass
-            pool = client.connection_pool
-            connections = [*pool._available_connections, *pool._in_use_connections]
-            assert connections
-            assert {c.socket_timeout for c in connections} == {5}
-    finally:
-        await client.aclose()
-    return timers
-
-
-async def test_an_uncontended_call_sets_one_timer_its_op_timeout(
-    redis_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The socket timeout that cannot end a read before op_timeout does is not set for it.
-    timers = await _timers_of_uncontended_pairs(redis_server, name, monkeypatch)
-    assert len(timers) == 2 * PAIRS
-    assert all(0 < seconds <= 2.0 for seconds in timers)
-
-
-async def test_where_an_infinite_read_timeout_sets_a_timer_the_socket_timeout_is_cleared_for_the_read(
-    redis_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # redis-py before 8.1 reads read_response(timeout=math.inf) as a timer that never fires: the
-    # socket timeout is cleared for the read instead, and set again after it.
-    monkeypatch.setattr(_scripts, "_INF_IS_NO_TIMEOUT", False)
-    timers = await _timers_of_uncontended_pairs(redis_server, name, monkeypatch)
-    assert len(timers) == 2 * PAIRS
-    assert all(0 < seconds <= 2.0 for seconds in timers)
-
-
-async def test_an_uncontended_pair_takes_idle_connections_without_the_pools_methods(
-    client: redis.asyncio.Redis, name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # get_connection and release take the pool's lock and record metrics and events, some 45
-    # Python calls a command: an idle connection is taken and given back in a few steps.
-    pool = client.connection_pool
-    used: list[str] = []
-    for method in ("get_connection", "release"):
-        original = getattr(pool, method)
-
-        async def counting(
-            *args: Any, _original: Any = original, _method: str = method, **kwargs: Any
-        ) -> Any:
-            used.append(_method)
-            return await _original(*args, **kwargs)
-
-        monkeypatch.setattr(pool, method, counting)
-    async with make_gate(client, name, 1, 10, **QUIET) as gate:
-        async with gate.admit(timeout=5):
-            pass
-        used.clear()
-        for _ in range(PAIRS):
-            async with gate.admit(timeout=5):
-                pass
-        assert used == []
-        assert len(pool._in_use_connections) == 0
-        await client.client_kill_filter(_type="normal", skipme=False)  # every idle connection is dead
-        async with gate.admit(timeout=5):  # ... and the next call finds out, and connects anew
-            pass
-
-
 class _OwnRedis(redis.asyncio.Redis):
-    """A client subclass: its commands go through its own execute_command, never around it."""
+    """A client subclass: the gate's calls go through its own execute_command, as any client's."""
 
 
 @pytest.mark.parametrize(
@@ -313,7 +197,7 @@ class _OwnRedis(redis.asyncio.Redis):
 async def test_a_gate_works_through_every_kind_of_client(
     redis_server: RedisServer, name: str, settings: dict[str, bool]
 ) -> None:
-    # A plain client's admissions are sent around its execute_command; the others' through it.
+    # Whatever the client decodes, however it pools its connections, whatever its class.
     kind = _OwnRedis if settings.pop("subclass", False) else redis.asyncio.Redis
     client = kind.from_url(redis_server.url, **settings)
     try:
@@ -332,8 +216,8 @@ async def test_a_gate_works_through_every_kind_of_client(
 async def test_admissions_go_on_after_redis_dropped_the_clients_connections(
     redis_server: RedisServer, name: str
 ) -> None:
-    # The pooled connections are dead: the first call on one fails, and is made again through the
-    # client, which reconnects, rather than failing closed.
+    # The pooled connections are dead: the client finds out as it takes one and connects anew,
+    # rather than the gate failing closed.
     client = redis.asyncio.Redis.from_url(redis_server.url)
     killer = redis.asyncio.Redis.from_url(redis_server.url)
     try:
@@ -351,19 +235,3 @@ async def test_admissions_go_on_after_redis_dropped_the_clients_connections(
     finally:
         await client.aclose()
         await killer.aclose()
-
-
-async def test_a_connection_taken_from_a_pool_reset_meanwhile_is_not_given_back_to_it(
-    client: redis.asyncio.Redis,
-) -> None:
-    await client.ping()  # one idle connection in the pool
-    pool = client.connection_pool
-    connection = _scripts._take(pool)
-    assert connection is not None
-    assert connection.is_connected
-    pool.reset()  # type: ignore[no-untyped-call]
-    await _scripts._put_back(pool, connection)  # no error, as the pool's release would raise
-    assert not connection.is_connected
-    assert connection not in pool._available_connections
-    await client.ping()  # the pool works on with connections of its own, and is taken from again
-    assert _scripts._take(pool) is not None

@@ -83,7 +83,8 @@ async def test_every_ending_releases_once(client: redis.asyncio.Redis, name: str
 
 async def test_a_stream_ending_past_its_deadline_raises_late(client: redis.asyncio.Redis, name: str) -> None:
     async with make_gate(client, name, 1, 0) as gate:
-        stream = await gate.stream(lambda: ticks(3, every=0.05), timeout=0.05)
+        # A second to reach Redis (room for a loaded machine); the stream's three items take more.
+        stream = await gate.stream(lambda: ticks(3, every=0.4), timeout=1.0)
         with pytest.raises(Late):
             async for _ in stream:
                 pass

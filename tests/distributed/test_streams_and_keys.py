@@ -40,15 +40,16 @@ async def test_a_stream_holds_its_cluster_slot_until_eof(client: redis.asyncio.R
 async def test_a_permit_handed_to_a_stream_is_ended_by_it(client: redis.asyncio.Redis, name: str) -> None:
     # What the stream wrapper relies on (boundedgate's StreamPermit): hand-over, a synchronous and
     # idempotent end, late detection, the owning loop.
+    loop = asyncio.get_running_loop()
     async with make_gate(client, name, 1, 0) as gate:
-        async with gate.admit(timeout=0.05) as permit:
+        async with gate.admit(timeout=1.0) as permit:  # a second to reach Redis, on a loaded machine
             permit._hand_over()
             with pytest.raises(RuntimeError, match="already handed"):
                 permit._hand_over()
         assert permit.status is Status.RUNNING  # the block's exit neither released nor raised
         assert (await cluster(client, name)).running == 1
-        assert permit._loop is asyncio.get_running_loop()
-        await asyncio.sleep(0.1)
+        assert permit._loop is loop
+        await asyncio.sleep(permit.deadline - loop.time() + 0.05)  # past its deadline
         asyncio.get_running_loop().call_soon_threadsafe(permit._finish)  # as a finaliser does
         await asyncio.sleep(0)
         permit._finish(Status.FAILED)  # a second end does nothing
@@ -109,3 +110,18 @@ async def test_every_key_of_the_gate_has_its_idle_ttl_whichever_script_made_it(
         assert {k.rsplit(":", 1)[1] for k in keys} >= {"meta", "seq", "stats", "outcomes"}
         for key in keys:
             assert await client.pttl(key) > 0, key
+
+
+@pytest.mark.parametrize("ending", [Status.COMPLETED, Status.LATE, Status.EXPIRED])
+async def test_a_running_permit_ends_only_as_the_core_s_rule_allows(
+    client: redis.asyncio.Redis, name: str, ending: Status
+) -> None:
+    # One rule for every gate (the core's ended_as): FAILED, ABORTED or LEAKED, or none and the
+    # time decides. Any other is refused before anything changes, as a local permit refuses it.
+    async with make_gate(client, name, 1, 0) as gate:
+        permit = await gate.try_admit()
+        with pytest.raises(ValueError, match=f"cannot end as {ending.value}"):
+            permit._finish(ending)
+        assert (permit.status, gate.running, gate.stats().completed) == (Status.RUNNING, 1, 0)
+        permit.release()
+        await settles_empty(client, name)

@@ -36,7 +36,7 @@ from ._settings import (
     check_timeout,
     shown,
 )
-from ._state import GateState, pace_weight, queue_deadline
+from ._state import RECENT_RUN_WEIGHT, GateState, ended_as, pace_weight, queue_deadline
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket, arrival_of, end_of, note, start_of
 from ._totals import KeyedStatistics, Totals, total
@@ -51,6 +51,7 @@ __all__ = (
     "NEVER_RAN",
     "OUTCOMES",
     "RAN",
+    "RECENT_RUN_WEIGHT",
     "SIGNALS",
     "SIMULATED",
     "Adaptive",
@@ -94,6 +95,7 @@ __all__ = (
     "check_remaining",
     "check_timeout",
     "end_of",
+    "ended_as",
     "mypyc_attr",
     "note",
     "pace_weight",

@@ -202,6 +202,23 @@ def queue_deadline(ticket: Ticket) -> float:
     return min(ticket.deadline, arrival_of(ticket) + ticket.max_wait)
 
 
+def ended_as(ending: Status | None, now: float, deadline: float) -> Status:
+    """The outcome of a running request that ends at ``now``: the one rule every gate's release follows.
+
+    ``ending`` says how a request that did not end normally ended (``FAILED``, ``ABORTED`` or
+    ``LEAKED``), and is its outcome; without one it is ``LATE`` at or after ``deadline``, else
+    ``COMPLETED``.
+
+    Raises:
+        ValueError: ``ending`` is another status.
+    """
+    if ending is None:
+        return LATE if now >= deadline else COMPLETED
+    if ending is FAILED or ending is ABORTED or ending is LEAKED:
+        return ending
+    raise ValueError(f"a running request cannot end as {ending.value}")
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # the keyed gate's per-key state, the tests' checks
 class GateState:
     """The counts, queue, deadlines and buckets of one gate, and the rules that change them."""
@@ -378,29 +395,22 @@ class GateState:
         if ticket.status is not RUNNING:
             return _NOBODY
         ran = now - start_of(ticket)
-        if ending is None:
-            if now >= ticket.deadline:
-                ticket.status = LATE
-                self.late += 1
-                self._report(ticket, now)
-            else:
-                ticket.status = COMPLETED
-                self.completed += 1
-            # The pace counts normal endings only: a provider failing fast must not look fast.
-            recent = self.recent_run_seconds
-            self.recent_run_seconds = ran if recent is None else recent + self._pace_weight * (ran - recent)
-        elif ending is FAILED:
-            ticket.status = FAILED
+        ticket.status = status = ended_as(ending, now, ticket.deadline)
+        if status is COMPLETED:
+            self.completed += 1
+        elif status is LATE:
+            self.late += 1
+            self._report(ticket, now)
+        elif status is FAILED:
             self.failed += 1
-        elif ending is ABORTED:
-            ticket.status = ABORTED
+        elif status is ABORTED:
             self.aborted += 1
-        elif ending is LEAKED:
-            ticket.status = LEAKED
+        else:
             self.leaked += 1
             self._report(ticket, now)
-        else:
-            raise ValueError(f"a running request cannot end as {ending.value}")
+        if ending is None:  # the pace counts normal endings only: a provider failing fast must not look fast
+            recent = self.recent_run_seconds
+            self.recent_run_seconds = ran if recent is None else recent + self._pace_weight * (ran - recent)
         ticket.ended = now
         self.running -= 1
         self.run_seconds_total += ran

@@ -3,6 +3,7 @@
 from .._core import COMPILED, restore_docstrings
 from ._bounded import BoundedGate
 from ._combined import CombinedPermit, admit_all
+from ._compat import cancellation_pending
 from ._gate import GateBase
 from ._keyed import KeyedGate
 from ._keyed_base import KeyedBase
@@ -12,4 +13,12 @@ from ._permit import Permit
 if COMPILED:
     restore_docstrings(GateBase, KeyedBase, Permit, CombinedPermit)
 
-__all__ = ("BoundedGate", "CombinedPermit", "KeyedGate", "Permit", "admit_all", "log_event")
+__all__ = (
+    "BoundedGate",
+    "CombinedPermit",
+    "KeyedGate",
+    "Permit",
+    "admit_all",
+    "cancellation_pending",
+    "log_event",
+)

@@ -3,6 +3,7 @@
 Nothing here knows a particular gate: a permit only has to implement :class:`StreamPermit`.
 """
 
+from ._handing import HandsOver
 from ._opener import StreamOpener, StreamSource, StreamT
 from ._protocol import StreamPermit
 from ._stream import GatedStream, hand_over
@@ -12,6 +13,7 @@ from ._stream import _first_item as first_item
 
 __all__ = (
     "GatedStream",
+    "HandsOver",
     "StreamOpener",
     "StreamPermit",
     "StreamSource",

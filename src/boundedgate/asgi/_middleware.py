@@ -80,8 +80,6 @@ LATE = Status.LATE
 FAILED = Status.FAILED
 ABORTED = Status.ABORTED
 
-DISCONNECTED = Status.DISCONNECTED
-
 #: The messages that end a response body for good.
 _PATH_SEND = "http.response.pathsend"
 
@@ -560,7 +558,7 @@ class _Exchange:
         else:
             # Its client left while a gate inside still held it back from the app: this gate's
             # slot was never used for the work it stands for.
-            _give_back_unused(permit)
+            permit._give_back_unused()
 
     def _provider_refusal(self, error: Exception) -> Refusal | None:
         """The service's answer to the provider's refusal the app raised, if it is one and can be sent."""
@@ -665,20 +663,3 @@ class _Exchange:
         if middleware._ratelimit:
             headers += ratelimit_fields(permit.gate)
         return headers
-
-
-def _give_back_unused(permit: Any) -> None:
-    """End a running permit whose slot the request never used, as *disconnected*.
-
-    For a gate whose app is another gate that never let the request through: the slot goes back
-    as a grant nobody took up (the admission is taken back, no run time is recorded), and passes
-    on to the next in line.
-    """
-    inner = getattr(permit, "_inner", None)  # a RedisGate's permit admitted by its fallback gate
-    if inner is not None:
-        permit = inner
-    unused = getattr(permit, "_disconnect_unused", None)  # a RedisGate's own permit
-    if unused is not None:
-        unused()
-    elif permit.status is RUNNING:
-        permit._gate._cancel(permit, DISCONNECTED)  # the core's "granted, but not yet used" ending

@@ -9,9 +9,8 @@ try:
 except ImportError as error:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError("boundedgate.redis needs the redis client: pip install 'boundedgate[redis]'") from error
 
-from ._gate import RedisGate
+from ._gate import RedisGate, RedisPermit
 from ._inspect import format_cluster, read_cluster
-from ._permit import RedisPermit
 from ._stats import ClusterHolder, ClusterStatistics, ClusterWaiter, RedisGateStatistics
 
 __all__ = (

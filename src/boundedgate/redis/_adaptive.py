@@ -20,76 +20,69 @@ so each controller decides from the C in force, not from its own history.
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._core import Adaptive, AdaptiveLimit
 from ._io import UNREACHABLE
-
-if TYPE_CHECKING:
-    from ._gate import RedisGate
+from ._process import ProcessSide, ms
 
 __all__ = ("ClusterController",)
-
-
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
 
 
 class ClusterController:
     """A process's half of a cluster gate's adaptive limit: its controller, and the proposals it sends.
 
     Args:
-        gate: The gate whose cluster C it moves.
+        side: This process's side of the gate whose cluster C it moves.
         settings: The controller's settings (every process sharing the gate should give the same).
     """
 
-    __slots__ = ("_gate", "limit")
+    __slots__ = ("_side", "limit")
 
-    def __init__(self, gate: RedisGate, settings: Adaptive) -> None:
-        self._gate = gate
+    def __init__(self, side: ProcessSide, settings: Adaptive) -> None:
+        self._side = side
         #: This process's controller (``gate.controller``).
-        self.limit = AdaptiveLimit(settings, gate.max_running)
+        self.limit = AdaptiveLimit(settings, side.max_running)
 
     async def pause(self, seconds: float) -> None:
         """Pause new starts cluster-wide for ``seconds`` (a rate-limit reset); C is unchanged."""
-        await self._gate._adapt(("pause", _ms(seconds), 0, 1, 1, 0, 0))
+        await self._side.adapt(("pause", ms(seconds), 0, 1, 1, 0, 0))
 
     async def overloaded(self) -> None:
         """An overload signal: the cluster cuts its C, unless it cut within the window."""
         limit = self.limit
-        reply = await self._gate._adapt(self._args("overloaded", limit.settings.decrease))
+        reply = await self._side.adapt(self._args("overloaded", limit.settings.decrease))
         self.adopt(reply, overload=bool(int(reply[0])))
 
     def sampled(self, ran: float, latency: float, in_flight: int, cluster_c: int) -> None:
         """A request of this process ran to an answer: sample it; propose what its window asks for."""
-        gate = self._gate
+        side = self._side
         limit = self.limit
-        now = gate._loop.time()  # type: ignore[union-attr]
-        gate._max_running = cluster_c
+        now = side.time()
+        side.max_running = cluster_c
         limit.adopt(cluster_c, now)
         before, cuts, grown = limit.value, limit.cuts, limit.grown
         limit.sample(latency, ran, now, in_flight)
         if limit.cuts > cuts:
-            gate._spawn(self._propose(self._args("cut", limit.value / before)))
+            side.spawn(self._propose(self._args("cut", limit.value / before)))
         elif limit.grown > grown:
-            gate._spawn(self._propose(self._args("grow", 0)))
+            side.spawn(self._propose(self._args("grow", 0)))
 
     def adopt(self, reply: Any, overload: bool | None = None) -> None:
         """Take the cluster's C (and the age of its last cut) from an ``adapt`` reply."""
-        gate = self._gate
+        side = self._side
         _, c, running, waiting, epoch, since, _ = reply
-        gate._seen(running, waiting, epoch)
+        side.seen(running, waiting, epoch)
         since = int(since)
-        gate._max_running = int(c)
-        self.limit.adopt(int(c), gate._loop.time(), None if since < 0 else since / 1000, overload)  # type: ignore[union-attr]
+        side.max_running = int(c)
+        self.limit.adopt(int(c), side.time(), None if since < 0 else since / 1000, overload)
 
     def _args(self, what: str, factor: float) -> tuple[object, ...]:
         limit = self.limit
         settings = limit.settings
         return (
             what,
-            _ms(limit.span()),
+            ms(limit.span()),
             repr(float(factor)),
             settings.floor,
             settings.ceiling,
@@ -99,7 +92,7 @@ class ClusterController:
 
     async def _propose(self, args: tuple[object, ...]) -> None:
         try:
-            reply = await self._gate._adapt(args)
+            reply = await self._side.adapt(args)
         except UNREACHABLE:
             return  # a proposal is advice: the next window proposes again
         if args[0] == "cut" and not int(reply[0]):  # the cluster had cut within the window

@@ -22,34 +22,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._core import Status
-from .._driver import log_event
 from ._io import UNREACHABLE, bounded, own_client, text
+from ._process import ProcessSide
 from ._scripts import SYNC
-
-if TYPE_CHECKING:
-    from ._gate import RedisGate
 
 __all__ = ("Background",)
 
-QUEUED = Status.QUEUED
-
 
 class Background:
-    """The sync loop and the wake listener of one gate object, started on demand.
+    """The sync loop and the wake listener of one gate object on one event loop, started on demand.
 
     Args:
-        gate: The gate they serve.
+        side: The process's side of the gate they serve, bound to that loop.
     """
 
-    __slots__ = ("_closing", "_gate", "_kick", "_listener", "_syncer")
+    __slots__ = ("_closing", "_kick", "_listener", "_side", "_syncer")
 
-    def __init__(self, gate: RedisGate) -> None:
-        self._gate = gate
+    def __init__(self, side: ProcessSide) -> None:
+        self._side = side
         self._syncer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._kick: asyncio.Event | None = None
@@ -57,14 +50,14 @@ class Background:
 
     def watch(self) -> None:
         """Make sure the loops run that the gate's current holders and waiters need."""
-        gate = self._gate
+        side = self._side
         if self._closing:
             return
         if self._syncer is None:
-            self._kick = asyncio.Event()
-            self._syncer = gate._loop.create_task(self._sync_loop())  # type: ignore[union-attr]
-        if self._listener is None and gate._waiting:
-            self._listener = gate._loop.create_task(self._listen())  # type: ignore[union-attr]
+            kick = self._kick = asyncio.Event()
+            self._syncer = side.bound().create_task(self._sync_loop(kick))
+        if self._listener is None and side.waiting:
+            self._listener = side.bound().create_task(self._listen())
 
     def kick(self) -> None:
         """Sync now rather than at the end of the period."""
@@ -84,43 +77,34 @@ class Background:
 
     # -- the sync loop ----------------------------------------------------------------------
 
-    async def _sync_loop(self) -> None:
-        gate = self._gate
-        loop = gate._loop
-        kick: asyncio.Event = self._kick  # type: ignore[assignment]
+    async def _sync_loop(self, kick: asyncio.Event) -> None:
+        side = self._side
+        loop = side.bound()
         failing_since: float | None = None
         own: tuple[Any, Callable[[], Coroutine[Any, Any, None]]] | None = None
         try:
             # It ends one period after it found nothing to do, not at once: requests that come and
             # go within a period (uncontended pairs) find it running, and start no task each.
             while not self._closing:
-                period = gate._poll_interval if gate._waiters else gate._lease_ttl / 3
+                period = side.poll_interval if side.waiters else side.lease_ttl / 3
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await bounded(kick.wait(), period)
                 kick.clear()
-                if not (gate._holders or gate._waiters):
+                if not (side.holders or side.waiters):
                     break
-                now = loop.time()  # type: ignore[union-attr]
-                holders = list(gate._holders)
-                args: list[object] = [gate._agent, len(holders), *holders]
-                for permit_id, permit in gate._waiters.items():
-                    if permit._status is QUEUED:
-                        deadline = permit.deadline
-                        remaining = -1 if deadline == math.inf else max(0, math.ceil((deadline - now) * 1000))
-                        args += (permit_id, remaining)
+                now = loop.time()
+                args = side.sync_args(now)
                 if len(args) == 2:
                     continue
                 if own is None:
-                    own = own_client(gate._client) or (gate._client, _nothing)
+                    own = own_client(side.client) or (side.client, _nothing)
                 try:
-                    reply = await gate._run(SYNC, args, client=own[0])
+                    reply = await side.run(SYNC, args, client=own[0])
                 except UNREACHABLE as error:
                     if failing_since is None:
                         failing_since = now
-                    elif loop.time() - failing_since >= gate._waiter_ttl:  # type: ignore[union-attr]
-                        for permit in list(gate._waiters.values()):
-                            if permit._status is QUEUED:
-                                permit._told("unreachable", error)
+                    elif loop.time() - failing_since >= side.waiter_ttl:
+                        side.unreachable(error)
                     continue
                 failing_since = None
                 self._apply(reply)
@@ -130,64 +114,47 @@ class Background:
                 await _close_quietly(own[1])
 
     def _apply(self, reply: list[Any]) -> None:
-        gate = self._gate
-        gate._seen(reply[1], reply[2], reply[0])
+        side = self._side
+        side.seen(reply[1], reply[2], reply[0])
         for i in range(3, len(reply), 3):
             permit_id, what, value = text(reply[i]), text(reply[i + 1]), reply[i + 2]
             if what == "reattached":
-                holder = gate._holders.get(permit_id)
-                if holder is not None:
-                    if not holder.lease_lost:
-                        holder.lease_lost = True
-                        gate._counters.lease_lost += 1
-                        log_event(
-                            gate.name,
-                            "lease_lost",
-                            f"{holder!r} lost its lease while it ran, and was counted again",
-                            permit=permit_id,
-                        )
-                    holder._token = (gate._epoch or "", int(text(value)))
-                continue
-            waiter = gate._waiters.get(permit_id)
-            if waiter is None:
-                continue
-            if what == "granted":
-                waiter._granted(value)
+                side.reattached(permit_id, value)
+            elif what == "granted":
+                side.granted(permit_id, value)
             elif what not in ("requeued", "ended"):
-                waiter._told(what)
+                side.told(permit_id, what)
 
     # -- the listener -----------------------------------------------------------------------
 
     async def _listen(self) -> None:
-        gate = self._gate
-        loop = gate._loop
-        channel = gate._common[-1] + gate._agent  # type: ignore[operator]
-        linger = max(10 * gate._poll_interval, 5.0)
+        side = self._side
+        loop = side.bound()
+        channel = side.wake_channel
+        linger = max(10 * side.poll_interval, 5.0)
         backoff = 0.05
         idle_since: float | None = None
-        own = own_client(gate._client) or (gate._client, _nothing)
+        own = own_client(side.client) or (side.client, _nothing)
         try:
             while True:
                 pubsub = own[0].pubsub()
                 try:
-                    await bounded(pubsub.subscribe(channel), gate._op_timeout)
+                    await bounded(pubsub.subscribe(channel), side.op_timeout)
                     backoff = 0.05
                     self.kick()  # grants announced while nobody listened are found by a sync
                     read = _reader(pubsub)
                     while True:
-                        data = await read(gate._poll_interval)
+                        data = await read(side.poll_interval)
                         if self._closing:
                             return
                         if data is not None:
                             permit_id, _, token = text(data).rpartition(" ")
-                            waiter = gate._waiters.get(permit_id)
-                            if waiter is not None:
-                                waiter._granted(token)
-                        if gate._waiters:
+                            side.granted(permit_id, token)
+                        if side.waiters:
                             idle_since = None
                         elif idle_since is None:
-                            idle_since = loop.time()  # type: ignore[union-attr]
-                        elif loop.time() - idle_since >= linger:  # type: ignore[union-attr]
+                            idle_since = loop.time()
+                        elif loop.time() - idle_since >= linger:
                             return
                 except UNREACHABLE:
                     await asyncio.sleep(backoff)

@@ -1,26 +1,31 @@
-"""RedisGate: one limit for the whole cluster, with the API of :class:`~boundedgate.BoundedGate`.
+"""RedisGate and RedisPermit: one limit for the whole cluster, with the API of BoundedGate's.
 
-The decisions are taken in Redis by the Lua scripts (see ``lua/prelude.lua``); this class sends
-them, turns their replies into permits and typed errors, and keeps this process's side of the
-bargain: leases renewed, waiters polled, releases and cancellations retried until they land.
+The decisions are taken in Redis by the Lua scripts (see ``lua/prelude.lua``). The gate is the
+public face, and composes the parts that do the work: this process's side of the gate
+(:mod:`._process`: its settings, its tables of holders and waiters, its counters, the calls it
+sends and the refusals it builds), its permits (here: a request's claim, from arrival until its
+slot is back in Redis), its background work (:mod:`._background`: leases renewed, waiters polled,
+grants heard) and its adaptive controller (:mod:`._adaptive`). Each of them works through the side
+alone. The gate and its permit share this module as a container and its element do: each is typed
+for the other (``gate.admit() -> RedisPermit``, ``permit.gate -> RedisGate``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import math
-import weakref
-from collections.abc import Coroutine, Sequence
-from types import EllipsisType
-from typing import TYPE_CHECKING, Any, Never, NoReturn, final
+import warnings
+from types import EllipsisType, TracebackType
+from typing import TYPE_CHECKING, Any, Never, NoReturn, Self, TypeVar, final
 
 from .._core import (
     MAX_PAUSE,
     SIGNALS,
     Adaptive,
     AdaptiveLimit,
+    Status,
+    check_cost,
     check_count,
     check_flag,
     check_max_running,
@@ -30,30 +35,27 @@ from .._core import (
     check_pause,
     check_positive,
     check_timeout,
+    ended_as,
     provider_pause,
     shown,
 )
 from .._core import check_deadline as _check_deadline
-from .._driver import log_event
-from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
-from .._streams import StreamOpener, StreamSource, StreamT
+from .._driver import cancellation_pending
+from .._errors import Late
+from .._streams import HandsOver, StreamOpener, StreamPermit, StreamSource, StreamT
 from . import _scripts
 from ._adaptive import ClusterController
 from ._background import Background
 from ._inspect import read_cluster
 from ._io import UNREACHABLE, fields, pooled, text
 from ._lacking import no_attribute, not_implemented, refuse_arguments
-from ._layout import agent_id, gate_keys, wake_prefix
-from ._permit import RedisPermit
-from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
+from ._process import Ending, Field, ProcessSide, ms
+from ._stats import ClusterStatistics, RedisGateStatistics
 
 if TYPE_CHECKING:
-    from types import TracebackType
-    from typing import Self
+    from .._driver import BoundedGate, Permit
 
-    from .._driver import BoundedGate
-
-__all__ = ("RedisGate",)
+__all__ = ("RedisGate", "RedisPermit")
 
 _INF = math.inf
 
@@ -68,10 +70,6 @@ def _cluster_limits(max_running: object, max_waiting: object) -> tuple[int, int 
     if waiting is not None:
         check_count("max_waiting", waiting, 0, "an unbounded queue", most=_LUA_COUNT)
     return running, waiting
-
-
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
 
 
 @final
@@ -103,13 +101,8 @@ class RedisGate:
     The gate binds to the event loop that first uses it, like the client it is given. Close it
     with :meth:`aclose` (or ``async with``) to stop its background work; the client stays yours.
     Lease renewals and wake-up messages use connections of the gate's own, made with the client's
-    connection settings, so that the process's own traffic can never starve them. Through a plain
-    ``redis.asyncio.Redis`` (no subclass, not single-connection), admissions, releases and
-    cancellations are sent on its pool's connections directly, not through its ``execute_command``:
-    redis-py's own command hooks and metrics do not see them, nor, for an idle connection taken and
-    given back directly, the pool's connection events and metrics (unless the pool has a credential
-    provider); a call that cannot reach Redis is made again through ``execute_command``, with the
-    client's retries.
+    connection settings, so that the process's own traffic can never starve them. Admissions,
+    releases and cancellations go through the client's ``execute_command``, with its retries.
 
     On Redis 7 and later the scripts run as functions of one library, loaded once per server and
     again if the server lost it; older servers, cluster clients and clients whose ACL refuses
@@ -149,35 +142,7 @@ class RedisGate:
     docs/cluster.md, "What RedisGate does not have").
     """
 
-    __slots__ = (
-        "_agent",
-        "_background",
-        "_calls",
-        "_client",
-        "_common",
-        "_controller",
-        "_counters",
-        "_epoch",
-        "_fallback",
-        "_head",
-        "_holders",
-        "_idle_ttl",
-        "_keys",
-        "_last_running",
-        "_last_waiting",
-        "_lease_ttl",
-        "_loop",
-        "_max_running",
-        "_max_waiting",
-        "_name",
-        "_op_timeout",
-        "_poll_interval",
-        "_serial",
-        "_tasks",
-        "_waiter_ttl",
-        "_waiters",
-        "_waiting",
-    )
+    __slots__ = ("_controller", "_side")
 
     def __init__(
         self,
@@ -197,89 +162,65 @@ class RedisGate:
     ) -> None:
         if lacking:  # a BoundedGate's setting it has not (priorities=, rate_limits=...): say so
             raise refuse_arguments("RedisGate.__init__", lacking)
-        self._max_running, self._max_waiting = _cluster_limits(max_running, max_waiting)
-        self._name = check_name(name)
-        self._lease_ttl = check_positive("lease_ttl", lease_ttl)
-        self._poll_interval = check_positive("poll_interval", poll_interval)
-        self._waiter_ttl = (
-            max(4 * self._poll_interval, 1.0)
-            if waiter_ttl is None
-            else check_positive("waiter_ttl", waiter_ttl)
-        )
-        if self._waiter_ttl <= self._poll_interval:
+        # Checked in the order of the arguments: the first bad one is the one named.
+        running, waiting = _cluster_limits(max_running, max_waiting)
+        name = check_name(name)
+        lease = check_positive("lease_ttl", lease_ttl)
+        poll = check_positive("poll_interval", poll_interval)
+        waiter = max(4 * poll, 1.0) if waiter_ttl is None else check_positive("waiter_ttl", waiter_ttl)
+        if waiter <= poll:
             raise ValueError(f"waiter_ttl ({waiter_ttl}) must exceed poll_interval ({poll_interval})")
-        self._op_timeout = check_positive("op_timeout", op_timeout)
-        self._idle_ttl = check_positive("idle_ttl", idle_ttl)
+        operation = check_positive("op_timeout", op_timeout)
+        idle = check_positive("idle_ttl", idle_ttl)
         if adaptive is not None and not isinstance(adaptive, Adaptive):
             raise TypeError(f"adaptive must be an Adaptive, got {shown(adaptive)}")
-        self._client = client
-        self._calls = _scripts.Calls(client, self._op_timeout)
-        self._fallback = fallback
-        self._agent = agent_id()
-        self._keys = gate_keys(self._name)
-        # Outcomes are kept long enough for any late message, retry or poll about them to find them.
-        outcome_ttl = 3 * max(self._lease_ttl, self._waiter_ttl, self._op_timeout)
-        self._common: tuple[object, ...] = (
-            self._max_running,
-            -1 if self._max_waiting is None else self._max_waiting,
-            _ms(self._lease_ttl),
-            _ms(self._waiter_ttl),
-            _ms(outcome_ttl),
-            _ms(self._idle_ttl),
-            wake_prefix(self._name),
+        self._side = side = ProcessSide(
+            client,
+            name=name,
+            max_running=running,
+            max_waiting=waiting,
+            lease_ttl=lease,
+            poll_interval=poll,
+            waiter_ttl=waiter,
+            op_timeout=operation,
+            idle_ttl=idle,
+            fallback=fallback,
+            background=Background,
         )
-        #: The common head of every call (key count, keys, common ARGV), encoded once, and what it encodes.
-        self._head: tuple[tuple[object, ...], tuple[bytes, ...]] = (
-            self._common,
-            _scripts.encode_head(self._keys, self._common),
-        )
-        self._serial = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        #: This process's permits that hold a slot, by id (the heartbeat renews their leases). Held
-        #: weakly: a permit nobody references is collected, warns, and its lease is renewed no more.
-        self._holders: weakref.WeakValueDictionary[str, RedisPermit] = weakref.WeakValueDictionary()
-        #: This process's permits that are arriving or queued, by id (polled, and woken by messages).
-        self._waiters: dict[str, RedisPermit] = {}
-        self._waiting = 0  # of those, the ones queued
-        self._counters = LocalCounters()
-        self._epoch: str | None = None
-        self._last_running = 0
-        self._last_waiting = 0
-        self._background = Background(self)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._controller = None if adaptive is None else ClusterController(self, adaptive)
+        self._controller = None if adaptive is None else ClusterController(side, adaptive)
+        side.controller = self._controller
 
     # -- public API -------------------------------------------------------------------------
 
     @property
     def name(self) -> str:
         """The gate's name, shared by every process that uses the same gate."""
-        return self._name
+        return self._side.name
 
     @property
     def client(self) -> Any:
         """The Redis client the gate talks through."""
-        return self._client
+        return self._side.client
 
     @property
     def max_running(self) -> int:
         """Running slots (C), cluster-wide."""
-        return self._max_running
+        return self._side.max_running
 
     @property
     def max_waiting(self) -> int | None:
         """Queue places (Q), cluster-wide; None when the queue is unbounded."""
-        return self._max_waiting
+        return self._side.max_waiting
 
     @property
     def running(self) -> int:
         """Slots held by this process now."""
-        return len(self._holders)
+        return len(self._side.holders)
 
     @property
     def waiting(self) -> int:
         """Requests of this process in the queue now."""
-        return self._waiting
+        return self._side.waiting
 
     @property
     def cluster_running(self) -> int:
@@ -291,17 +232,17 @@ class RedisGate:
         last such exchange: current while it is busy, older while it is idle (0 before the
         first). :meth:`cluster_stats` reads the cluster now, for a round trip.
         """
-        return self._last_running
+        return self._side.last_running
 
     @property
     def cluster_waiting(self) -> int:
         """Requests in the cluster's queue, as this process last heard from Redis (as ``cluster_running``)."""
-        return self._last_waiting
+        return self._side.last_waiting
 
     @property
     def process(self) -> str:
         """The id of this gate object in Redis (``host/pid/random``), as :meth:`cluster_stats` shows it."""
-        return self._agent
+        return self._side.agent
 
     def admit(
         self,
@@ -346,11 +287,11 @@ class RedisGate:
         if lacking:
             raise refuse_arguments("RedisGate.admit", lacking)
         if deadline is None:
-            permit = RedisPermit(self, None if timeout is None else check_timeout(timeout), _INF)
+            permit = RedisPermit(self, self._side, None if timeout is None else check_timeout(timeout), _INF)
         elif timeout is not None:
             raise ValueError("give timeout or deadline, not both")
         else:
-            permit = RedisPermit(self, None, _check_deadline(deadline))
+            permit = RedisPermit(self, self._side, None, _check_deadline(deadline))
         if max_wait is not None:
             permit.max_wait = check_max_wait(max_wait)
         permit._raise_late = check_flag("raise_late", raise_late)
@@ -412,9 +353,7 @@ class RedisGate:
 
     def stats(self) -> RedisGateStatistics:
         """Statistics of the requests of this process through the gate (see :class:`RedisGateStatistics`)."""
-        return self._counters.snapshot(
-            self._name, self._max_running, self._max_waiting, len(self._holders), self._waiting
-        )
+        return self._side.stats()
 
     async def set_limits(
         self,
@@ -438,24 +377,23 @@ class RedisGate:
             TypeError, ValueError: A limit the constructor would refuse (nothing changed).
             redis.exceptions.RedisError: Redis could not be reached within ``op_timeout``.
         """
+        side = self._side
         running, waiting = _cluster_limits(
-            self._max_running if max_running is ... else max_running,
-            self._max_waiting if max_waiting is ... else max_waiting,
+            side.max_running if max_running is ... else max_running,
+            side.max_waiting if max_waiting is ... else max_waiting,
         )
-        reply = await self._run(
+        reply = await side.run(
             _scripts.LIMITS,
             (
                 "" if max_running is ... else running,
                 "" if max_waiting is ... else (-1 if waiting is None else waiting),
             ),
         )
-        self._seen(reply[0], reply[1], reply[2])
-        self._max_running = running
-        self._max_waiting = waiting
-        self._common = (running, -1 if waiting is None else waiting, *self._common[2:])
+        side.seen(reply[0], reply[1], reply[2])
+        side.set_limits(running, waiting)
         controller = self._controller
         if controller is not None and max_running is not ...:
-            controller.limit.adopt(running, self._bind().time())
+            controller.limit.adopt(running, side.bind().time())
 
     @property
     def controller(self) -> AdaptiveLimit | None:
@@ -484,8 +422,8 @@ class RedisGate:
         """
         seconds = check_pause(seconds)
         if seconds > 0:
-            reply = await self._adapt(("pause", _ms(seconds), 0, 1, 1, 0, 0))
-            self._seen(reply[2], reply[3], reply[4])
+            reply = await self._side.adapt(("pause", ms(seconds), 0, 1, 1, 0, 0))
+            self._side.seen(reply[2], reply[3], reply[4])
 
     async def signal(
         self, kind: str, *, retry_after: float | None = None, max_pause: float = MAX_PAUSE
@@ -515,7 +453,7 @@ class RedisGate:
             return
         controller = self._controller
         if kind == "overloaded" and controller is not None:
-            self._bind()
+            self._side.bind()
             await controller.overloaded()
 
     async def cluster_stats(self) -> ClusterStatistics:
@@ -524,11 +462,12 @@ class RedisGate:
         Raises:
             GateUnavailable: Redis could not be reached in time.
         """
+        side = self._side
         try:
-            call = functools.partial(read_cluster, self._client, self._name)
-            return await pooled(call, self._op_timeout)
+            call = functools.partial(read_cluster, side.client, side.name)
+            return await pooled(call, side.op_timeout)
         except UNREACHABLE as error:
-            raise self._unavailable(0.0, 0.0, "unreachable") from error
+            raise side.unavailable(0.0, 0.0, "unreachable") from error
 
     def observe(self, callback: Any) -> NoReturn:
         """Not there yet: no observer hook; raises ``NotImplementedError`` with the way out."""
@@ -557,14 +496,7 @@ class RedisGate:
         abandoned, and its lease or queue place lapses in Redis instead. Permits still held stop
         being renewed: their slots come back within ``lease_ttl``. The client is not closed.
         """
-        await self._background.aclose()
-        tasks = list(self._tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self._op_timeout)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
+        await self._side.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -578,206 +510,559 @@ class RedisGate:
         await self.aclose()
 
     def __repr__(self) -> str:
-        waiting = "unbounded" if self._max_waiting is None else self._max_waiting
-        return (
-            f"<RedisGate {self._name!r} [here: running {len(self._holders)}, waiting {self._waiting}; "
-            f"cluster limits {self._max_running}/{waiting}]>"
-        )
+        return repr(self._side)
 
-    # -- internals used by RedisPermit and Background ---------------------------------------
 
-    def _bind(self) -> asyncio.AbstractEventLoop:
-        loop = asyncio.get_running_loop()
-        old = self._loop
-        if loop is not old:
-            if old is not None and (self._holders or self._waiters) and not old.is_closed():
-                raise RuntimeError(f"{self!r} is in use on another event loop")
-            self._loop = loop
-            self._background = Background(self)
-            self._tasks = set()
-        return loop
+NEW = Status.NEW
+QUEUED = Status.QUEUED
+RUNNING = Status.RUNNING
+REJECTED = Status.REJECTED
+EXPIRED = Status.EXPIRED
+CANCELLED = Status.CANCELLED
+COMPLETED = Status.COMPLETED
+LATE = Status.LATE
+FAILED = Status.FAILED
+LEAKED = Status.LEAKED
+ABORTED = Status.ABORTED
+DISCONNECTED = Status.DISCONNECTED
+UNAVAILABLE = Ending.UNAVAILABLE
 
-    def _new_id(self) -> str:
-        return f"{self._agent}#{next(self._serial)}"
+_GRANTED = "granted"
+#: What wakes a waiter whose client went away (also the outcome Redis records).
+_DISCONNECTED = "disconnected"
 
-    async def _run(
+_T = TypeVar("_T")
+
+
+def _wake(future: asyncio.Future[tuple[str, Any]], what: str, value: Any = None) -> None:
+    if not future.done():
+        future.set_result((what, value))
+
+
+@final
+class RedisPermit(HandsOver):
+    """A request's claim on a :class:`RedisGate`: a cluster slot, held until released.
+
+    It behaves as :class:`~boundedgate.Permit`: ``gate.admit(...)`` returns a permit that has not
+    arrived; entering it with ``async with`` is the arrival; leaving the block releases the slot
+    and raises :class:`~boundedgate.Late` if the block finished at or after the deadline.
+    Releasing is idempotent and synchronous: the permit ends at once, and the release is sent to
+    Redis by a task of its own, retried until it lands, which no cancellation of the caller can
+    interrupt. The ``async with`` exit sends the release itself and waits for it (at most
+    ``op_timeout``; past that, or if the exiting task is cancelled, the release goes on in the
+    background as above), so the slot is free cluster-wide when the block has exited.
+
+    The gate holds its permits weakly: a permit that holds a slot and that nothing references any
+    more is garbage-collected, warns with a ``ResourceWarning`` naming the gate, and its slot is
+    released (counted in ``stats().leaked``, not ``failed``); its lease is renewed no more.
+
+    Attributes:
+        arrival: When it arrived, on the loop's clock (None before it has).
+        deadline: When it must be done by, on the loop's clock (``math.inf`` for no deadline).
+        started: When it got its slot (None if it has not).
+        ended: When it reached its outcome (None while it is pending).
+        lease_lost: True if, while it held its slot, its lease lapsed in Redis (this process
+            stalled or lost Redis for longer than ``lease_ttl``) or Redis forgot it (a restart):
+            its slot may have been given to another request meanwhile. It was counted again as
+            soon as this process could renew it.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_client_left",
+        "_first_item",
+        "_from_try_admit",
+        "_future",
+        "_gate",
+        "_handed_over",
+        "_id",
+        "_inner",
+        "_queue_by",
+        "_raise_late",
+        "_side",
+        "_status",
+        "_timeout",
+        "_timer",
+        "_token",
+        "arrival",
+        "deadline",
+        "ended",
+        "lease_lost",
+        "max_wait",
+        "started",
+    )
+
+    def __init__(self, gate: RedisGate, side: ProcessSide, timeout: float | None, deadline: float) -> None:
+        self.arrival: float | None = None
+        self.deadline = deadline
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.lease_lost = False
+        self._status: Status | Ending = NEW
+        self._gate = gate
+        self._side = side
+        self._timeout = timeout
+        self._id: str | None = None
+        self._token: tuple[str, int] | None = None
+        self._future: asyncio.Future[tuple[str, Any]] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._inner: Permit | None = None
+        self._handed_over = False
+        self._first_item: float | None = None  # when its stream gave its first item (loop clock)
+        #: The longest it may wait in the queue, in seconds from arrival (``inf``: as its deadline allows).
+        self.max_wait = _INF
+        # When it must leave the queue if not started: min(deadline, arrival + max_wait).
+        self._queue_by = deadline
+        self._raise_late = True
+        # True from try_admit() until its block is entered: the one entry a running permit allows.
+        self._from_try_admit = False
+        # True once disconnect() was called while it waited, or while its admission was on its way.
+        self._client_left = False
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def gate(self) -> RedisGate:
+        """The gate this permit belongs to."""
+        return self._gate
+
+    @property
+    def status(self) -> Status:
+        """Where the request stands (:class:`~boundedgate.Status`); its outcome once it has ended.
+
+        A request refused with :class:`~boundedgate.GateUnavailable` ends ``REJECTED``.
+        """
+        inner = self._inner
+        if inner is not None:
+            return inner.status
+        status = self._status
+        return REJECTED if isinstance(status, Ending) else status  # an ending of its own shows so
+
+    @property
+    def id(self) -> str | None:
+        """The request's id in Redis (``host/pid/random#n``), None before it arrived."""
+        return self._id
+
+    @property
+    def token(self) -> tuple[str, int] | None:
+        """A fencing token ``(epoch, n)`` while it holds a cluster slot, None otherwise.
+
+        ``n`` grows with every grant of the gate within one ``epoch`` (the creation time of the
+        gate's state in Redis), so a downstream service can refuse a holder older than one it has
+        seen. A permit counted again after losing its lease gets a new token. None for a permit
+        admitted through the local fallback gate.
+        """
+        return self._token
+
+    @property
+    def fallback(self) -> bool:
+        """True if Redis was unreachable and the permit was admitted by the local fallback gate."""
+        return self._inner is not None
+
+    def release(self) -> None:
+        """Give the slot back now, as a normal end (completed, or late past the deadline).
+
+        Does nothing if the permit does not hold a slot (not yet admitted, or already released).
+        Never raises: the release is sent to Redis in the background and retried until it lands
+        (or until the lease has lapsed, which returns the slot too). Call it on the event loop's
+        thread.
+        """
+        self._finish()
+
+    def abort(self) -> None:
+        """End the request now as *aborted*: its client went away while it ran.
+
+        As :meth:`Permit.abort <boundedgate.Permit.abort>`: call it once the cancelled work has
+        really stopped; it does nothing if the permit holds no slot.
+        """
+        self._finish(ABORTED)
+
+    def disconnect(self) -> None:
+        """Its client went away while it waited: leave the cluster's queue now, as *disconnected*.
+
+        As :meth:`Permit.disconnect <boundedgate.Permit.disconnect>`: the waiting ``async with``
+        raises ``CancelledError`` and the place in Redis is taken back. A grant that reached it in
+        this loop turn, before its ``async with`` resumed, is given back unused (it passes on),
+        as is one that Redis answers to an admission still on its way when the client left.
+        Does nothing unless the permit is waiting or on its way to Redis.
+        """
+        inner = self._inner
+        if inner is not None:
+            inner.disconnect()
+        elif self._id is not None and (self._status is QUEUED or self._status is NEW):
+            self._client_left = True  # whatever wakes its entry next, it ends disconnected
+            if self._future is not None:
+                _wake(self._future, _DISCONNECTED)
+
+    async def __aenter__(self) -> Self:
+        if self._status is RUNNING or self._inner is not None:
+            if self._from_try_admit:  # it holds its slot already: this is its one block
+                self._from_try_admit = False
+                return self
+            raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
+        await self._arrive(True)
+        return self
+
+    async def __aexit__(
         self,
-        script: _scripts.Script,
-        args: Sequence[object],
-        seconds: float | None = None,
-        client: Any = None,
-    ) -> Any:
-        """Run one script with the gate's keys and settings, within ``op_timeout`` (or ``seconds``).
-
-        Through the user's client, or ``client``; a pool with no free connection is waited for.
-        """
-        seconds = self._op_timeout if seconds is None else seconds
-        common, head = self._head
-        if common is not self._common:  # the settings changed (set_limits): encode them again
-            self._head = common, head = self._common, _scripts.encode_head(self._keys, self._common)
-        call = functools.partial(script, self._client if client is None else client, head, args, self._calls)
-        return await pooled(call, seconds)
-
-    def _seen(self, running: object, waiting: object, epoch: object) -> None:
-        """Note the cluster's counts and epoch from a reply."""
-        self._last_running = int(running)  # type: ignore[call-overload]
-        self._last_waiting = int(waiting)  # type: ignore[call-overload]
-        epoch = text(epoch)
-        old = self._epoch
-        if old != epoch and (old is None or (len(epoch), epoch) > (len(old), old)):
-            if old is not None:
-                self._counters.epoch_changes += 1
-            self._epoch = epoch
-
-    def _spawn(self, call: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Run ``call`` in its own task, which the caller's cancellation cannot reach."""
-        task = self._loop.create_task(call)  # type: ignore[union-attr]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    def _abandon(self, permit_id: str, how: str) -> None:
-        """Take back, in the background, whatever place or unused slot ``permit_id`` has in Redis."""
-        horizon = max(self._lease_ttl, self._waiter_ttl)
-        self._spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon, handed_at=4))
-
-    def _release(
-        self, permit_id: str, how: str, sample: tuple[float, float] | None = None
-    ) -> asyncio.Task[None]:
-        """Give the slot of ``permit_id`` back, in the background; returns the task doing it.
-
-        ``sample`` (run time, latency signal) is for the adaptive controller, once Redis answered.
-        """
-        return self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample))
-
-    async def _release_here(self, permit_id: str, how: str, sample: tuple[float, float] | None) -> None:
-        """Give the slot of ``permit_id`` back from the calling task, within ``op_timeout``.
-
-        One script call, no task of its own. If Redis does not answer in time, or the caller is
-        cancelled meanwhile (the release may or may not have landed: it is idempotent), it goes
-        on in the background, retried as :meth:`_release` does.
-        """
-        try:
-            reply = await self._run(_scripts.RELEASE, (permit_id, how))
-        except UNREACHABLE:
-            self._counters.retries += 1
-            self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample, True))
-            return
-        except BaseException:
-            self._spawn(self._until_done(_scripts.RELEASE, permit_id, how, self._lease_ttl, sample, True))
-            raise
-        self._released(reply, sample)
-
-    def _released(self, reply: Any, sample: tuple[float, float] | None, handed_at: int = 5) -> None:
-        """Note what Redis answered to a release (or a cancellation: ``handed_at=4``).
-
-        Wakes this process's waiters that the script handed a slot to, and samples a run for the
-        adaptive controller.
-        """
-        reply = fields(reply)
-        self._seen(reply[1], reply[2], reply[3])
-        if len(reply) > handed_at:
-            self._handed(reply, handed_at)
-        controller = self._controller
-        if sample is not None and controller is not None:
-            controller.sampled(sample[0], sample[1], int(reply[1]) + 1, int(reply[4]))
-
-    def _handed(self, reply: Sequence[Any], start: int) -> None:
-        """Wake the waiters of this process that a script's reply says it granted a slot to."""
-        waiters = self._waiters
-        for i in range(start, len(reply) - 1, 2):
-            waiter = waiters.get(text(reply[i]))
-            if waiter is not None:
-                waiter._granted(reply[i + 1])
-
-    async def _adapt(self, args: Sequence[object]) -> Any:
-        """Run the ``adapt`` script (a signal, or a controller's proposal); returns its reply."""
-        self._bind()
-        return await self._run(_scripts.ADAPT, args)
-
-    async def _until_done(
-        self,
-        script: _scripts.Script,
-        permit_id: str,
-        how: str,
-        horizon: float,
-        sample: tuple[float, float] | None = None,
-        retried: bool = False,
-        handed_at: int = 5,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
-        # Scripts are idempotent, so retrying after a lost reply is safe. Past the horizon the
-        # lease (or the waiter's place) has lapsed in Redis anyway: the slot is back without us.
-        loop = self._loop
-        give_up = loop.time() + horizon  # type: ignore[union-attr]
-        delay = 0.05
-        while True:
-            try:
-                reply = await self._run(script, (permit_id, how))
-            except UNREACHABLE:
-                if not retried:
-                    retried = True
-                    self._counters.retries += 1
-                if loop.time() + delay > give_up:  # type: ignore[union-attr]
-                    return
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, 1.0)
-                continue
-            self._released(reply, sample, handed_at)
+        if self._handed_over:
+            return  # a stream owns the slot now and ends it
+        inner = self._inner
+        if inner is not None:
+            await inner.__aexit__(exc_type, exc, tb)
             return
+        # The permit ends before any await. The release is sent from this task (no task of its own
+        # in the common case); if this task is cancelled, or Redis does not answer within
+        # op_timeout, the release goes on in the background, retried until it lands.
+        release = self._end_holding(None if exc_type is None else FAILED)
+        if release is not None:
+            await self._side.release_here(*release)
+        if exc_type is None and self._status is LATE and self._raise_late:
+            raise self._late()
 
-    def _refused(self, permit: RedisPermit, running: int, waiting: int, paused_for: float) -> QueueFull:
-        """The refusal of a full cluster; ``paused_for``: seconds of a cluster pause still to run."""
-        return QueueFull(
-            gate=self._name,
-            max_running=self._max_running,
-            max_waiting=self._max_waiting,
-            running=running,
-            waiting=waiting,
-            waited=0.0,
-            elapsed=permit.ended - permit.arrival,  # type: ignore[operator]
-            recent_run=self._counters.recent_run_seconds,
-            paused_for=paused_for,
-        )
+    def __repr__(self) -> str:
+        return f"<RedisPermit of {self._side.name!r}: {self.status.value}>"
 
-    def _expired(self, permit: RedisPermit) -> QueueExpired:
-        waited = permit.ended - permit.arrival  # type: ignore[operator]
-        return QueueExpired(
-            gate=self._name,
-            max_running=self._max_running,
-            max_waiting=self._max_waiting,
-            running=self._last_running,
-            waiting=self._last_waiting,
-            waited=waited,
-            elapsed=waited,
-            deadline=permit._queue_by,
-            recent_run=self._counters.recent_run_seconds,
-        )
+    # -- the stream hand-over (boundedgate's StreamPermit contract) -------------------------
 
-    def _unavailable(self, waited: float, elapsed: float, reason: str) -> GateUnavailable:
-        error = GateUnavailable(
-            gate=self._name,
-            max_running=self._max_running,
-            max_waiting=self._max_waiting,
-            running=self._last_running,
-            waiting=self._last_waiting,
-            waited=waited,
-            elapsed=elapsed,
-            reason=reason,
-        )
-        log_event(self._name, "unavailable", str(error), reason=reason, waited=waited, elapsed=elapsed)
-        return error
+    def settle(self, cost: float) -> None:
+        """Accept the request's real cost, for the same call sites as :meth:`Permit.settle`.
 
-    def _late(self, permit: RedisPermit) -> Late:
-        arrival: float = permit.arrival  # type: ignore[assignment]
-        ended: float = permit.ended  # type: ignore[assignment]
-        return Late(
-            gate=self._name,
-            max_running=self._max_running,
-            max_waiting=self._max_waiting,
-            running=self._last_running,
-            waiting=self._last_waiting,
-            waited=permit.started - arrival,  # type: ignore[operator]
-            elapsed=ended - arrival,
-            deadline=permit.deadline,
-            overrun=ended - permit.deadline,
+        A cluster gate has no rate budget to charge, so this only checks ``cost``.
+
+        Raises:
+            TypeError, ValueError: ``cost`` is not a finite number >= 0.
+        """
+        check_cost(cost)
+
+    def _finish(self, ending: Status | None = None) -> None:
+        """End the request now, if it holds a slot: as ``ending`` says, else completed or late.
+
+        Synchronous and idempotent, on the loop's thread: the permit ends at once, and the
+        release is sent to Redis by its own task, retried until it lands. On a closed loop (a
+        stream collected after its loop ended) nothing can be sent: the lease lapses instead.
+        """
+        release = self._end_holding(ending)
+        if release is not None:
+            self._side.release(*release)
+
+    def _end_holding(self, ending: Status | None) -> tuple[str, str, tuple[float, float] | None] | None:
+        """End the request as :meth:`_finish` does; return the release to send, None if there is none."""
+        inner = self._inner
+        if inner is not None:
+            inner._finish(ending)
+            return None
+        permit_id, started, arrival = self._id, self.started, self.arrival
+        if self._status is not RUNNING or permit_id is None or started is None or arrival is None:
+            return None
+        side = self._side
+        loop = side.bound()
+        now = loop.time()
+        self._status = status = ended_as(ending, now, self.deadline)
+        side.count(status)
+        self.ended = now
+        ran = now - started
+        side.counters.ran(ran, now - arrival)
+        side.holders.pop(permit_id, None)
+        self._token = None
+        if loop.is_closed():
+            return None
+        sample = None
+        if side.controller is not None and (status is COMPLETED or status is LATE):
+            first = self._first_item
+            sample = (ran, ran if first is None else first - started)
+        return permit_id, status.value, sample
+
+    def __del__(self) -> None:
+        # The gate holds its permits weakly, so a permit dropped while it holds its slot comes here
+        # and its lease is renewed no more. The release is scheduled on the gate's loop, from
+        # whichever thread the collector runs in, never made here: see GatedStream.__del__.
+        try:
+            if self._status is not RUNNING or self._handed_over or self._inner is not None:
+                return
+        except AttributeError:  # __init__ never ran
+            return
+        what = "its slot is given back"
+        closed = "its event loop is closed: its lease lapses"
+        loop = self._side.loop
+        if loop is None:
+            what = closed
+        else:
+            try:
+                loop.call_soon_threadsafe(self._leaked)
+            except RuntimeError:  # the loop closed
+                what = closed
+        warnings.warn(f"unreleased {self!r}: {what}", ResourceWarning, stacklevel=1, source=self)
+
+    def _note_first_item(self) -> None:
+        """Its stream gave its first item now: the adaptive controller's sample (time to first token)."""
+        if self._first_item is None and self._status is RUNNING:
+            self._first_item = self._side.time()
+
+    def _leaked(self) -> None:
+        """End a permit collected while it held its slot, counted as ``leaked``, and release it."""
+        self._finish(LEAKED)
+
+    def _late(self) -> Late:
+        """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``.
+
+        Raises:
+            RuntimeError: It never ran.
+        """
+        inner = self._inner
+        if inner is not None:
+            return inner._late()
+        arrival, started, ended = self.arrival, self.started, self.ended
+        if arrival is None or started is None or ended is None:
+            raise RuntimeError(f"{self!r} never ran: it cannot be late")
+        return self._side.late(arrival, started, ended, self.deadline)
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop that owns the permit's gate (to schedule a release from another thread)."""
+        return self._side.loop
+
+    # -- what its process's side asks of it (_process.Tracked) ------------------------------
+
+    def _queued(self) -> bool:
+        """True while it waits in the cluster's queue."""
+        return self._status is QUEUED
+
+    def _granted(self, token: Field) -> None:
+        """A message, a reply or a poll says Redis granted this waiter a slot."""
+        future = self._future
+        if future is not None:
+            _wake(future, _GRANTED, token)
+
+    def _told(self, what: str, value: object = None) -> None:
+        """A poll says how this waiter's place ended (expired, lapsed, ...) or that Redis is out of reach."""
+        future = self._future
+        if future is not None:
+            _wake(future, what, value)
+
+    def _reattached(self, token: Field) -> bool:
+        """Redis counted this holder again after its lease lapsed, with ``token``; True the first time."""
+        self._token = (self._side.epoch or "", int(text(token)))
+        if self.lease_lost:
+            return False
+        self.lease_lost = True
+        return True
+
+    # -- arrival ----------------------------------------------------------------------------
+
+    async def _arrive(self, wait: bool) -> None:
+        """Arrive at the gate now: hold a slot when this returns, or raise why not."""
+        if self._status is not NEW or self._id is not None:  # an id: another entry is on its way
+            raise RuntimeError(f"{self!r} was already used; call admit() for each request")
+        side = self._side
+        loop = side.bind()
+        task = asyncio.current_task(loop)
+        if task is not None and task.cancelling() and cancellation_pending(task):
+            self._status = CANCELLED  # refused before it is counted
+            raise asyncio.CancelledError()
+        now = loop.time()
+        self.arrival = now
+        if self._timeout is not None:
+            self.deadline = now + self._timeout
+        deadline = self.deadline
+        if deadline <= now:
+            self._status = EXPIRED  # refused before it is counted
+            self.ended = now
+            raise side.expired(0.0, self._queue_by)
+        if self.max_wait != _INF:
+            deadline = min(deadline, now + self.max_wait)
+        self._queue_by = deadline
+        remaining = -1 if deadline == math.inf else math.ceil((deadline - now) * 1000)
+        self._id = permit_id = side.new_id()
+        future = self._future = loop.create_future()
+        # Registered before the request is sent: a grant message may overtake the reply.
+        side.waiters[permit_id] = self
+        try:
+            reply = fields(
+                await side.run(
+                    _scripts.ADMIT,
+                    (permit_id, remaining, 1 if wait else 0),
+                    min(side.op_timeout, deadline - now),
+                )
+            )
+        except BaseException as error:
+            del side.waiters[permit_id]
+            self._future = None
+            await self._not_admitted(error, wait, permit_id, now)
+            return
+        state, (value, running, waiting, epoch) = int(reply[0]), reply[1:5]
+        side.seen(running, waiting, epoch)
+        if len(reply) > 5:  # its sweep handed slots to others of this process's waiters
+            side.handed(reply, 5)
+        if state == 1:
+            del side.waiters[permit_id]
+            self._future = None
+            self._start(value, permit_id)
+            return
+        if state != 2:
+            del side.waiters[permit_id]
+            self._future = None
+            if state == 3:
+                ended = self._end(REJECTED)
+                raise side.refused(ended - now, int(running), int(waiting), int(value) / 1000)
+            ended = self._end(UNAVAILABLE)  # an outcome already recorded for a fresh id: state was lost
+            raise side.unavailable(0.0, ended - now, "waiter_lease_lost")
+        await self._wait(future, permit_id, now)
+
+    async def _not_admitted(self, error: BaseException, wait: bool, permit_id: str, arrival: float) -> None:
+        """The admission call failed: re-raise, or raise the typed refusal, or use the fallback."""
+        side = self._side
+        if self._client_left and isinstance(error, (asyncio.CancelledError, *UNREACHABLE)):
+            self._disconnected(permit_id)  # its client left while Redis was being asked: nobody to admit
+        if isinstance(error, asyncio.CancelledError):
+            # The admission may have landed: take it back. It arrived here, so it counts here, as a
+            # request cancelled while it waits does (whether or not Redis had heard of it yet).
+            side.abandon(permit_id, "cancelled")
+            self._end(CANCELLED)
+            raise error
+        if not isinstance(error, UNREACHABLE):
+            raise error
+        if side.time() >= self._queue_by:
+            side.abandon(permit_id, "expired")
+            ended = self._end(EXPIRED)
+            raise side.expired(ended - arrival, self._queue_by) from error
+        side.abandon(permit_id, "unavailable")
+        fallback = side.fallback
+        if fallback is not None:
+            await self._fall_back(fallback, wait)
+            return
+        ended = self._end(UNAVAILABLE)
+        raise side.unavailable(0.0, ended - arrival, "unreachable") from error
+
+    async def _wait(self, future: asyncio.Future[tuple[str, Any]], permit_id: str, arrival: float) -> None:
+        """Wait in the cluster's queue until granted, expired or cancelled."""
+        side = self._side
+        loop = side.bound()
+        self._status = QUEUED
+        side.waiting += 1
+        counters = side.counters
+        # A waiter granted in Redis that has not heard of it yet is counted here still, while a
+        # newcomer may hold its place there: the queue never held more than Q.
+        here = side.waiting
+        limit = side.max_waiting
+        if limit is not None and here > limit:
+            here = limit
+        if here > counters.peak_waiting:
+            counters.peak_waiting = here
+        side.background.watch()
+        if self._queue_by != math.inf and not future.done():
+            self._timer = loop.call_at(self._queue_by, _wake, future, "deadline")
+        try:
+            what, value = await future
+        except asyncio.CancelledError:
+            # Cancelled while waiting, or in the same turn as a grant reached it: either way the
+            # cancellation script takes back the place or passes the unused slot on.
+            self._leave(permit_id)
+            if self._client_left:
+                self._disconnected(permit_id)
+            side.abandon(permit_id, "cancelled")
+            self._end(CANCELLED)
+            raise
+        self._leave(permit_id)
+        if what == _DISCONNECTED or self._client_left:  # a grant in the turn its client left: unused
+            self._disconnected(permit_id)
+        now = loop.time()
+        counters.waited(now - arrival)
+        if what == _GRANTED and now < self._queue_by:
+            self._start(value, permit_id)
+            return
+        if what in (_GRANTED, "deadline", "expired"):
+            # Never start at or after the deadline: a grant that arrives then passes the slot on.
+            if what != "expired":
+                side.abandon(permit_id, "expired")
+            ended = self._end(EXPIRED)
+            raise side.expired(ended - arrival, self._queue_by)
+        ended = self._end(UNAVAILABLE)
+        waited = ended - arrival
+        if what == "unreachable":
+            raise side.unavailable(waited, waited, "unreachable") from value
+        raise side.unavailable(waited, waited, "waiter_lease_lost")
+
+    def _disconnected(self, permit_id: str) -> NoReturn:
+        """End a request whose client left before it used a slot: its place or slot goes back in Redis."""
+        self._side.abandon(permit_id, _DISCONNECTED)
+        self._end(DISCONNECTED)
+        raise asyncio.CancelledError()
+
+    def _give_back_unused(self) -> None:
+        """End the request as *disconnected* if it holds a slot it never used for its work.
+
+        For a server whose client left while the request was held back further on (queued at
+        another gate inside): the slot goes back unused, as a grant nobody took up (Redis takes
+        the admission back, no run time is counted here), and passes on. As a local
+        ``Permit``'s method of the same name, which a permit of the fallback gate answers.
+        """
+        inner = self._inner
+        if inner is not None:
+            inner._give_back_unused()
+            return
+        permit_id = self._id
+        if self._status is not RUNNING or permit_id is None:
+            return
+        side = self._side
+        side.holders.pop(permit_id, None)
+        self._token = None
+        self.started = None
+        side.counters.admitted -= 1
+        self._end(DISCONNECTED)
+        side.abandon(permit_id, _DISCONNECTED)
+
+    def _leave(self, permit_id: str) -> None:
+        side = self._side
+        del side.waiters[permit_id]
+        side.waiting -= 1
+        self._future = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _start(self, token: Field, permit_id: str) -> None:
+        if self._client_left:  # granted at once, after its client left: the slot passes on unused
+            self._disconnected(permit_id)
+        side = self._side
+        self._status = RUNNING
+        self.started = side.time()
+        self._token = (side.epoch or "", int(text(token)))
+        holders = side.holders
+        holders[permit_id] = self
+        counters = side.counters
+        counters.admitted += 1
+        if len(holders) > counters.peak_running:
+            counters.peak_running = len(holders)
+        side.background.watch()
+
+    def _end(self, ending: Status | Ending) -> float:
+        """End the request now as ``ending``, counted in this process's statistics; returns the time."""
+        side = self._side
+        now = side.time()
+        self._status = ending
+        self.ended = now
+        side.count(ending)
+        return now
+
+    async def _fall_back(self, fallback: BoundedGate, wait: bool) -> None:
+        deadline = None if self.deadline == math.inf else self.deadline
+        self._side.counters.fallbacks += 1
+        if not wait:
+            self._inner = fallback.try_admit(deadline=deadline)
+            return
+        max_wait = None if self.max_wait == _INF else self.max_wait
+        self._inner = inner = fallback.admit(
+            deadline=deadline, max_wait=max_wait, raise_late=self._raise_late
         )
+        await inner.__aenter__()
+
+
+if TYPE_CHECKING:
+
+    def _is_a_stream_permit(permit: RedisPermit) -> StreamPermit:  # mypy checks the contract here
+        return permit

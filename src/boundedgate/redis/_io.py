@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import redis.asyncio
 import redis.exceptions
 
-__all__ = ("UNREACHABLE", "bounded", "fields", "own_client", "pooled", "text")
+__all__ = ("UNREACHABLE", "bounded", "fields", "own_client", "pool_full", "pooled", "text")
 
 _CANCELLING = getattr(asyncio.Task, "cancelling", None)  # Python 3.11+
 
@@ -87,7 +87,7 @@ async def pooled(call: Callable[[], Coroutine[Any, Any, T]], seconds: float) -> 
         try:
             return await bounded(call(), max(0.0, give_up - loop.time()))
         except redis.exceptions.ConnectionError as error:
-            if not _pool_full(error):
+            if not pool_full(error):
                 raise
             left = give_up - loop.time()
             if left <= 0:
@@ -96,7 +96,7 @@ async def pooled(call: Callable[[], Coroutine[Any, Any, T]], seconds: float) -> 
             delay = min(2 * delay, 0.05)
 
 
-def _pool_full(error: redis.exceptions.ConnectionError) -> bool:
+def pool_full(error: redis.exceptions.ConnectionError) -> bool:
     """Whether ``error`` is a pool's refusal of one more connection, not a failure to reach Redis."""
     if isinstance(error, redis.exceptions.MaxConnectionsError):
         return True

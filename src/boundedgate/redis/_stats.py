@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._core import OUTCOMES, GateStatistics
-from .._core._state import RECENT_RUN_WEIGHT
+from .._core import OUTCOMES, RECENT_RUN_WEIGHT, GateStatistics
 
 __all__ = ("ClusterHolder", "ClusterStatistics", "ClusterWaiter", "LocalCounters", "RedisGateStatistics")
 
