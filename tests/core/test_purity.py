@@ -92,7 +92,6 @@ SHARED_PRIVATE: dict[str, dict[str, str]] = {
 CYCLE_EDGES: dict[tuple[str, str], str] = {
     # The driver's back edges of today, each removed by a step of the restructuring (issue 27).
     ("_driver._gate", "_driver._light"): "a key's gate named from its key state",
-    ("_driver._gate", "_driver._combined"): "Late built from a combined permit",
     ("_driver._permit", "_driver._gate"): "the permit reads its gate natively",
     ("_driver._permit", "_driver._bounded"): "Permit.gate is a BoundedGate",
     ("_driver._refusing", "_driver._permit"): "the refusal's coroutine enters a permit",

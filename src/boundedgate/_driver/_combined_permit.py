@@ -280,7 +280,7 @@ class CombinedPermit:
 
     def _late(self) -> Late:
         """The :class:`Late` for a request that finished at or after its deadline, naming the last gate."""
-        return self._permits[-1]._gate._late(self)
+        return self._permits[-1]._gate._late(self.arrival, self.started, self.ended, self.deadline)  # type: ignore[arg-type]  # it ran
 
     def __repr__(self) -> str:
         names = ", ".join(repr(gate.name) for gate in self.gates) or f"{len(self._steps)} gates"

@@ -64,7 +64,6 @@ from ._observing import Observer, Observers, attach, log_event
 from ._permit import _HELD, Permit, new_held_permit, new_permit
 
 if TYPE_CHECKING:
-    from ._combined import CombinedPermit
     from ._light import KeyState
 
 __all__ = ("GateBase",)
@@ -712,20 +711,21 @@ class GateBase:
             paused_for,
         )
 
-    def _late(self, permit: Permit | CombinedPermit) -> Late:
-        """The :class:`Late` for a request that finished at or after its deadline, naming this gate."""
+    def _late(self, arrival: float, started: float, ended: float, deadline: float) -> Late:
+        """The :class:`Late` for a request that finished at or after its deadline, naming this gate.
+
+        Its times, on the gate's clock: when it arrived, started, ended, and its deadline.
+        """
         state = self._state
         name = self._name or self.name  # as in _refusal
-        ended: float = permit.ended  # type: ignore[assignment]
-        arrival: float = permit.arrival  # type: ignore[assignment]
         return Late(
             name,
             self._max_running,
             state.max_waiting,
             state.running,
             state.waiting,
-            permit.started - arrival,  # type: ignore[operator]
+            started - arrival,
             ended - arrival,
-            permit.deadline,
-            ended - permit.deadline,
+            deadline,
+            ended - deadline,
         )

@@ -329,7 +329,7 @@ class Permit(Ticket):
             if gate._rated and gate._state.waiting:
                 gate._rearm()
         if exc_type is None and self.status is LATE and self._raise_late:
-            raise self._gate._late(self)
+            raise self._late()
 
     def _arrive(self, wait: bool) -> Status:
         """Arrive at the gate now, and return the status the gate gave the permit."""
@@ -410,7 +410,7 @@ class Permit(Ticket):
         return self._gate._loop
 
     def _late(self) -> Late:
-        return self._gate._late(self)
+        return self._gate._late(self.arrival, self.started, self.ended, self.deadline)  # type: ignore[arg-type]  # it ran
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"

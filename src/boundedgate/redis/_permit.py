@@ -318,7 +318,7 @@ class RedisPermit(HandsOver):
         """The :class:`~boundedgate.Late` error describing a request that ended ``LATE``."""
         inner = self._inner
         if inner is not None:
-            return inner.gate._late(inner)
+            return inner._late()
         return self._gate._late(self)
 
     @property
