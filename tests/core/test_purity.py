@@ -90,16 +90,9 @@ SHARED_PRIVATE: dict[str, dict[str, str]] = {
 #: names under ``boundedgate``. At most one pair belongs here for good (a container and its element
 #: typed for each other); an entry whose import is gone, or closes no cycle, fails a test.
 CYCLE_EDGES: dict[tuple[str, str], str] = {
-    # The driver's back edges of today, each removed by a step of the restructuring (issue 27).
-    ("_driver._gate", "_driver._light"): "a key's gate named from its key state",
-    ("_driver._permit", "_driver._gate"): "the permit reads its gate natively",
-    ("_driver._permit", "_driver._bounded"): "Permit.gate is a BoundedGate",
-    ("_driver._refusing", "_driver._permit"): "the refusal's coroutine enters a permit",
-    ("_driver._light", "_driver._gate"): "a light key holds its gate",
-    ("_driver._light", "_driver._bounded"): "light_of() takes a BoundedGate",
-    ("_driver._light", "_driver._keyed"): "a key state calls its keyed gate",
-    ("_driver._light", "_driver._keyed_base"): "and writes its compiled base's fields",
-    ("_driver._keyed_base", "_driver._bounded"): "the listed gates are typed BoundedGate",
+    # Type-only, for good: Permit.gate is the public BoundedGate, the gate module's one subclass (a
+    # container and its element, as h11's _events and _headers).
+    ("_driver._gate", "_driver._bounded"): "Permit.gate is typed as the public BoundedGate",
     # Removed by the redis restructure: the gate's satellites type the gate they work for.
     ("redis._adaptive", "redis._gate"): "removed by the redis restructure",
     ("redis._background", "redis._gate"): "removed by the redis restructure",

@@ -82,16 +82,10 @@ class Observers:
                 logger.exception("observer %r of gate %r raised", callback, record.gate)
 
 
-def attach(state: GateState, gate: str, key: Hashable | None, observers: Observers) -> None:
-    """Give ``state`` the hooks of the gate named ``gate`` (and ``key``, for a keyed gate's key).
-
-    A keyed gate's light key (``_light.py``) gets its full state first: a light key has no hooks.
-    """
-    full = getattr(state, "full", None)
-    if full is not None:
-        full()
+def attach(state: GateState, gate: str, key: Hashable | None, observers: Observers | None) -> None:
+    """Give ``state`` the hooks of the gate named ``gate`` (and ``key``, for a keyed gate's key)."""
     state.reporter = _reporter(state, gate, key)
-    state.observer = _observer(state, gate, key, observers) if observers.callbacks else None
+    state.observer = _observer(state, gate, key, observers) if observers and observers.callbacks else None
 
 
 def _observer(
