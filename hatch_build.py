@@ -30,7 +30,7 @@ except ImportError:  # `python hatch_build.py DIR`, outside a build
 
 #: The modules compiled, under ``src/boundedgate``: the admission path and nothing else (the
 #: ticket, the queue and the state, the gate and its permits, the combined permit, the keyed gate's
-#: key state and per-call part, the refusal's reporter). The rest stays interpreted:
+#: key state and per-call part, the hooks of its states). The rest stays interpreted:
 #: the public ``BoundedGate`` (``_driver/_bounded.py``: mypyc 2.4 gives a native class's weak
 #: references no clearing at deallocation, so the gate's weak-reference slot is an interpreted
 #: subclass's), the keyed gate but its per-call base (the weak references again its subclass's), the
@@ -42,7 +42,7 @@ COMPILED = (
     "_driver/_gate.py",
     "_driver/_combined_permit.py",
     "_driver/_keys.py",
-    "_driver/_reporting.py",
+    "_driver/_hooks.py",
 )
 
 #: What compiling needs beyond hatchling (the workarounds in these modules were found with mypy 2.4).

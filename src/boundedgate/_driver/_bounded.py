@@ -17,7 +17,7 @@ from typing import final
 
 from .._core import Adaptive, GateState, RateLimit, check_flag, shown
 from ._gate import GateBase
-from ._observing import attach
+from ._hooks import attach
 
 __all__ = ("BoundedGate",)
 

@@ -76,7 +76,8 @@ from .._core import (
 from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import GatedStream, StreamOpener, StreamPermit, StreamSource, StreamT, hand_over
 from ._compat import cancellation_pending, clock_of, current_task, is_cancelling
-from ._observing import Observer, Observers, attach, log_event
+from ._hooks import attach
+from ._observing import Observer, Observers, log_event
 
 if TYPE_CHECKING:
     from ._bounded import BoundedGate

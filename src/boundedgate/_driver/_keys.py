@@ -75,7 +75,8 @@ from .._core import (
 )
 from ._bounded import BoundedGate
 from ._gate import GateBase, Permit
-from ._observing import Observers, attach
+from ._hooks import attach
+from ._observing import Observers
 
 __all__ = ("FRESH", "LISTED", "RETIRED", "KeyOwner", "KeyState", "KeyedBase", "fold", "key_gate_name")
 
