@@ -29,13 +29,14 @@ except ImportError:  # `python hatch_build.py DIR`, outside a build
     BuildHookInterface = object  # type: ignore[assignment,misc]
 
 #: The modules compiled, under ``src/boundedgate``: the admission path and nothing else (the
-#: ticket, the queue and the state, the gate and its permits, the combined permit, the keyed gate's
-#: key state and per-call part, the hooks of its states). The rest stays interpreted:
+#: settings checks each admission makes, the ticket, the queue and the state, the gate and its permits,
+#: the combined permit, the keyed gate's key state and per-call part). The rest stays interpreted:
 #: the public ``BoundedGate`` (``_driver/_bounded.py``: mypyc 2.4 gives a native class's weak
 #: references no clearing at deallocation, so the gate's weak-reference slot is an interpreted
 #: subclass's), the keyed gate but its per-call base (the weak references again its subclass's), the
 #: streams, the errors, the simulator, the Redis gate; ``_core/_native.py`` must.
 COMPILED = (
+    "_core/_settings.py",
     "_core/_ticket.py",
     "_core/_queue.py",
     "_core/_state.py",
