@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from boundedgate import BoundedGate, KeyedGate, Late, QueueFull
+from boundedgate import BoundedGate, KeyedGate, Late, QueueExpired, QueueFull
 from tests.helpers import live_gate
 
 
@@ -313,3 +313,20 @@ def test_a_dropped_keys_counters_fold_as_the_totals_add_every_field_of_the_stati
     folded = Totals()
     folded.add(into)
     assert folded.values == expected.values
+
+
+def test_a_keys_new_gate_follows_the_loop_that_runs_it() -> None:
+    # A key's new gate starts on the loop its keyed gate last ran on; run by another loop (a second
+    # asyncio.run), it binds to that one, and its queue's timer fires there.
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=1)
+
+    async def expire_one(key: str) -> None:
+        held = keyed.try_admit(key)
+        with pytest.raises(QueueExpired):
+            async with keyed.admit(key, timeout=0.01):
+                pass
+        held.release()
+
+    asyncio.run(expire_one("a"))
+    asyncio.run(expire_one("b"))
+    assert (keyed.stats().total.expired, keyed.stats().total.completed) == (2, 2)

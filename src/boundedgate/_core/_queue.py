@@ -48,8 +48,11 @@ class WaitQueue:
     def __init__(self, classes: IntArg = 1, jump_share: FloatArg = 0.2) -> None:
         #: Number of priority classes; 0 is the most urgent.
         self.classes = check_priorities(classes)
-        check_jump_share(jump_share)  # refused here by name, before it is a key of the cache below
-        earn, price = _terms(jump_share)
+        try:
+            earn, price = _terms(jump_share)
+        except TypeError:  # unhashable, so no number: refused by name (the cache cannot say why)
+            check_jump_share(jump_share)
+            raise
         # One class: its lane, always there. Several: a lane per class that holds an entry, and
         # those classes, most urgent first.
         self._lane: deque[Ticket] = deque()
@@ -175,7 +178,8 @@ class WaitQueue:
 
 @functools.lru_cache(maxsize=64, typed=True)
 def _terms(jump_share: FloatArg) -> tuple[int, int]:
-    # A checked jump share's exact fraction, as what a start earns and what a jump costs: found once
-    # per value (a keyed gate makes a queue for each of its keys).
+    # A checked jump share's exact fraction, as what a start earns and what a jump costs: checked and
+    # found once per value and type (a keyed gate makes a queue for each of its keys); a value
+    # refused raises, and is not cached.
     share = check_jump_share(jump_share)
     return share.numerator, share.denominator

@@ -54,11 +54,13 @@ and declares ``admit()``'s key a ``K`` to a type checker.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import math
+import time
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from types import EllipsisType
 from typing import Any, Final, Protocol, cast, final
 
@@ -254,12 +256,14 @@ class KeyedBase:
     """A keyed gate without its weak references and its rarer parts: see ``KeyedGate`` (``_keyed.py``)."""
 
     __slots__ = (
+        "_clock",
         "_created",
         "_dropped",
         "_gates",
         "_idle_keys",
         "_jump_share",
         "_keep_idle",
+        "_loop",
         "_max_running",
         "_max_waiting",
         "_name",
@@ -293,6 +297,10 @@ class KeyedBase:
     # The callbacks every key's gate records to (through its state's hooks).
     _observers: Observers
     _keep_idle: int
+    # The loop its keys' gates were last bound to, and its clock: a key's new gate starts bound to
+    # it (its first arrival binds it again if another loop runs it).
+    _loop: asyncio.AbstractEventLoop | None
+    _clock: Callable[[], float]
     # Listed gates: every key with requests running or waiting, and the idle ones kept.
     _gates: dict[Any, GateBase]
     # The idle keys among them, least recently idle first.
@@ -332,6 +340,8 @@ class KeyedBase:
         self._template = True
         self._observers = Observers()
         self._keep_idle = keep_idle
+        self._loop = None
+        self._clock = time.monotonic  # read by nothing before it is bound
         self._gates = {}
         self._idle_keys = OrderedDict()
         self._resting = []
@@ -411,6 +421,9 @@ class KeyedBase:
         )
         gate: GateBase = BoundedGate.__new__(BoundedGate)  # what its constructor makes, around this state
         gate._setup(state, key_gate_name(self._prefix, key), bool(self._rate_limits))
+        if self._loop is not None:  # binding a gate reads the loop's clock; its keys' share one loop
+            gate._loop = self._loop
+            gate._clock = self._clock
         gate._controller = controller
         self._attach(key, gate)
         self._created += 1
@@ -429,6 +442,8 @@ class KeyedBase:
         """Make ``gate`` (fresh) ``key``'s gate."""
         state: KeyState = gate._state  # type: ignore[assignment]  # a key's gate drives a key state
         state.phase = LISTED
+        self._loop = gate._loop
+        self._clock = gate._clock
         gates = self._gates
         gates[key] = gate
         if len(gates) > self._peak_keys:
