@@ -26,13 +26,17 @@ _NO_NOTES: dict[str, Any] = {}
 DECISIONS = ("allow", "queue", "reject")
 
 
-def _retry_after(state: GateState, ticket: Ticket, status: Status) -> float | None:
+def _scaled(seconds: float | None, scale: float) -> float | None:
+    return None if seconds is None else seconds * scale
+
+
+def _retry_after(state: GateState, ticket: Ticket, status: Status, ended: float) -> float | None:
     # As the refusals compute it (boundedgate._errors): exact for a rate limit, else an estimate.
     if status is Status.RATE_LIMITED:
         ready: float = ticket._notes["ready_at"]  # noted as it was refused
-        return max(0.0, ready - ticket.ended)  # type: ignore[operator]
+        return max(0.0, ready - ended)
     if status is Status.INFEASIBLE:
-        return max(0.0, state.predicted_start(ticket.ended) - ticket.ended)  # type: ignore[arg-type, operator]
+        return max(0.0, state.predicted_start(ended) - ended)
     recent = state.recent_run_seconds
     if recent is None or state.limit == sys.maxsize:
         return None
@@ -103,8 +107,10 @@ class RequestRecord:
         """
         status = ticket.status
         outcome = BY_STATUS[status]
-        arrival: float = ticket.arrival  # type: ignore[assignment]
-        ended: float = ticket.ended  # type: ignore[assignment]
+        arrival = ticket.arrival
+        ended = ticket.ended
+        if arrival is None or ended is None:
+            raise ValueError(f"{ticket!r} has not reached its outcome: it has no record yet")
         started = ticket.started
         notes = getattr(ticket, "_notes", _NO_NOTES)
         # A slot given back unused (a caller cancelled as it was handed one) was still granted.
@@ -135,8 +141,6 @@ class RequestRecord:
             cost=notes.get("declared", ticket.cost),
             settled=ticket.cost,
             limited_by=notes.get("limited_by"),
-            retry_after=(
-                None if not refused or (r := _retry_after(state, ticket, status)) is None else r * scale
-            ),
+            retry_after=None if not refused else _scaled(_retry_after(state, ticket, status, ended), scale),
             borrowed_burst=notes.get("borrowed", False),
         )

@@ -186,8 +186,12 @@ def _ready_behind(bucket: TokenBucket, cost: float, tickets: float, tokens: floa
 
 
 def queue_deadline(ticket: Ticket) -> float:
-    """When an arrived ticket leaves the queue unstarted: ``min(deadline, arrival + max_wait)``."""
-    return min(ticket.deadline, ticket.arrival + ticket.max_wait)  # type: ignore[operator]
+    """When an arrived ticket leaves the queue unstarted: ``min(deadline, arrival + max_wait)``.
+
+    Before its arrival its queue budget has not begun: its deadline alone.
+    """
+    arrival = ticket.arrival
+    return ticket.deadline if arrival is None else min(ticket.deadline, arrival + ticket.max_wait)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the keyed gate's per-key state, the tests' checks
@@ -354,7 +358,7 @@ class GateState:
             return self._refuse_infeasible(ticket, now, woken)
         elif self.waiting < self._queue_limit:
             if buckets and self.observer is not None and self.running < self.max_running:
-                note(ticket, "limited_by", self.limiting(ticket, now).name)  # type: ignore[union-attr]
+                note(ticket, "limited_by", self._limiting(ticket, now).name)
             self._enqueue(ticket)
             return self._jumped(ticket, now, woken) if buckets else woken
         elif self._queue.classes > 1 and (victim := self._queue.evict_for(ticket.priority)) is not None:
@@ -384,9 +388,11 @@ class GateState:
         Raises:
             ValueError: ``ending`` is another status (checked before anything changes).
         """
-        if ticket.status is not RUNNING:
-            return _NOBODY
-        ran = now - ticket.started  # type: ignore[operator]
+        started = ticket.started
+        arrival = ticket.arrival
+        if ticket.status is not RUNNING or started is None or arrival is None:
+            return _NOBODY  # not running (a running ticket has arrived and started)
+        ran = now - started
         if ending is None:
             if now >= ticket.deadline:
                 ticket.status = LATE
@@ -415,7 +421,7 @@ class GateState:
         self.run_seconds_total += ran
         if ran > self.run_seconds_max:
             self.run_seconds_max = ran
-        total = now - ticket.arrival  # type: ignore[operator]
+        total = now - arrival
         self.end_to_end_seconds_total += total
         if total > self.end_to_end_seconds_max:
             self.end_to_end_seconds_max = total
@@ -680,8 +686,10 @@ class GateState:
 
         Its bucket is the one that decides :meth:`tokens_ready_at`.
         """
-        if not self._buckets:
-            return None
+        return self._limiting(ticket, now) if self._buckets else None
+
+    def _limiting(self, ticket: Ticket, now: float) -> RateLimit:
+        # limiting() of a state with rate limits.
         requests, tokens = self._ahead(ticket.priority)
         return max(self._buckets, key=lambda b: _ready_behind(b, ticket.cost, requests, tokens, now)).limit
 
@@ -792,7 +800,7 @@ class GateState:
         ticket.status = RATE_LIMITED
         ticket.ended = now
         self.rate_limited += 1
-        note(ticket, "limited_by", self.limiting(ticket, now).name)  # type: ignore[union-attr]
+        note(ticket, "limited_by", self._limiting(ticket, now).name)
         note(ticket, "ready_at", due)
         self._ended(ticket)
         return woken
@@ -830,7 +838,8 @@ class GateState:
             self.waiting -= 1
             if buckets:
                 self._unqueue_cost(ticket)
-            waited = now - ticket.arrival  # type: ignore[operator]
+            arrival = ticket.arrival
+            waited = 0.0 if arrival is None else now - arrival  # a queued ticket has arrived
             self.queue_seconds_total += waited
             if waited > self.queue_seconds_max:
                 self.queue_seconds_max = waited
@@ -874,7 +883,8 @@ class GateState:
         self.waiting -= 1
         if self._buckets:
             self._unqueue_cost(ticket)
-        waited = now - ticket.arrival  # type: ignore[operator]
+        arrival = ticket.arrival
+        waited = 0.0 if arrival is None else now - arrival  # a queued ticket has arrived
         self.queue_seconds_total += waited
         if waited > self.queue_seconds_max:
             self.queue_seconds_max = waited

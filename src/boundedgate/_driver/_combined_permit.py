@@ -242,13 +242,13 @@ class CombinedPermit:
             return
         # Each gate judges lateness on its own reading of the clock; the last reading is the end.
         late = False
-        ended: float = self.started  # type: ignore[assignment]
+        ended = self.started
         for permit in reversed(self._permits):
             permit._finish(ending)
             if permit.status is LATE:
                 late = True
-            if permit.ended > ended:  # type: ignore[operator]
-                ended = permit.ended  # type: ignore[assignment]
+            if permit.ended is not None and (ended is None or permit.ended > ended):
+                ended = permit.ended
         self.ended = ended
         self.status = ending if ending is not None else LATE if late else COMPLETED
 
@@ -274,7 +274,7 @@ class CombinedPermit:
 
     def _late(self) -> Late:
         """The :class:`Late` for a request that finished at or after its deadline, naming the last gate."""
-        return self._permits[-1]._gate._late(self.arrival, self.started, self.ended, self.deadline)  # type: ignore[arg-type]  # it ran
+        return self._permits[-1]._gate._late(self.arrival, self.started, self.ended, self.deadline)
 
     def __repr__(self) -> str:
         names = ", ".join(repr(gate.name) for gate in self.gates) or f"{len(self._steps)} gates"

@@ -591,7 +591,8 @@ class GateBase:
                 except asyncio.InvalidStateError:
                     pass
                 except RuntimeError:  # its loop is closed: nobody will ever wake on it
-                    if not self._loop.is_closed():  # type: ignore[union-attr]
+                    loop = self._loop
+                    if loop is None or not loop.is_closed():
                         raise
                     self._parked.discard(permit)
                     permit._waiter = None
@@ -637,13 +638,16 @@ class GateBase:
             self._arm_timer(when)
 
     def _arm_timer(self, when: float) -> None:
+        loop = self._loop
+        if loop is None:  # never bound: nothing has arrived, nothing waits
+            return
         if self._timer is not None:
             self._timer.cancel()
         try:
-            self._timer = self._loop.call_at(when, self._on_timer)  # type: ignore[union-attr]
+            self._timer = loop.call_at(when, self._on_timer)
         except RuntimeError:  # the loop is closed (a release after it closed): nothing to wake
             self._timer = None
-            if not self._loop.is_closed():  # type: ignore[union-attr]
+            if not loop.is_closed():
                 raise
             return
         self._timer_at = when
@@ -673,7 +677,10 @@ class GateBase:
         state = self._state
         status = permit.status
         name = self._name
-        ended: float = permit.ended  # type: ignore[assignment]
+        arrival = permit.arrival
+        ended = permit.ended
+        if arrival is None or ended is None:
+            raise RuntimeError(f"{permit!r} was not refused: it has no refusal")
         if status is REJECTED:
             error = _QUEUE_FULL(
                 name,
@@ -715,7 +722,7 @@ class GateBase:
                 notes["limited_by"],
                 max(0.0, ready - ended, paused_for),
             )
-        waited = ended - permit.arrival  # type: ignore[operator]
+        waited = ended - arrival
         if status is EVICTED:
             return Evicted(
                 name,
@@ -742,11 +749,15 @@ class GateBase:
             paused_for,
         )
 
-    def _late(self, arrival: float, started: float, ended: float, deadline: float) -> Late:
+    def _late(
+        self, arrival: float | None, started: float | None, ended: float | None, deadline: float
+    ) -> Late:
         """The :class:`Late` for a request that finished at or after its deadline, naming this gate.
 
         Its times, on the gate's clock: when it arrived, started, ended, and its deadline.
         """
+        if arrival is None or started is None or ended is None:
+            raise RuntimeError("only a request that ran and ended can be late")
         state = self._state
         name = self._name
         return Late(
@@ -1019,7 +1030,7 @@ class Permit(Ticket):
         return self._gate._loop
 
     def _late(self) -> Late:
-        return self._gate._late(self.arrival, self.started, self.ended, self.deadline)  # type: ignore[arg-type]  # it ran
+        return self._gate._late(self.arrival, self.started, self.ended, self.deadline)
 
     def __repr__(self) -> str:
         return f"<Permit of {self._gate.name!r}: {self.status.value}>"
