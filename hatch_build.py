@@ -28,22 +28,22 @@ try:
 except ImportError:  # `python hatch_build.py DIR`, outside a build
     BuildHookInterface = object  # type: ignore[assignment,misc]
 
-#: The modules compiled, under ``src/boundedgate``: the admission path and nothing else. The rest
-#: stays interpreted: the public ``BoundedGate`` (``_driver/_bounded.py``: mypyc 2.4 gives a native
-#: class's weak references no clearing at deallocation, so the gate's weak-reference slot is an
-#: interpreted subclass's), the keyed gate (but its keys' state, ``_driver/_light.py``, and its base,
-#: ``_driver/_keyed_base.py``: ``admit()`` and the totals, the weak references again its subclass's), the
-#: streams, the errors, the simulator, the Redis gate, the settings checks; ``_core/_native.py`` must.
+#: The modules compiled, under ``src/boundedgate``: the admission path and nothing else (the
+#: settings checks each admission makes, the ticket, the queue and the state, the gate and its permits,
+#: the combined permit, the keyed gate's key state and per-call part). The rest stays interpreted:
+#: the public ``BoundedGate`` (``_driver/_bounded.py``: mypyc 2.4 gives a native class's weak
+#: references no clearing at deallocation, so the gate's weak-reference slot is an interpreted
+#: subclass's), the keyed gate but its per-call base (the weak references again its subclass's), the
+#: streams, the errors, the simulator, the Redis gate; ``_core/_native.py`` must.
 COMPILED = (
+    "_core/_settings.py",
     "_core/_ticket.py",
     "_core/_queue.py",
     "_core/_state.py",
-    "_driver/_permit.py",
     "_driver/_gate.py",
     "_driver/_combined_permit.py",
-    "_driver/_light.py",
-    "_driver/_keyed_base.py",
-    "_driver/_reporting.py",
+    "_driver/_keys.py",
+    "_driver/_hooks.py",
 )
 
 #: What compiling needs beyond hatchling (the workarounds in these modules were found with mypy 2.4).

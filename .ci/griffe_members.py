@@ -2,14 +2,14 @@
 
 The gate's slots and methods are declared by ``GateBase`` (``_driver/_gate.py``, compiled with mypyc
 where the build compiles), of which the public ``BoundedGate`` (``_driver/_bounded.py``) is the one
-subclass, adding only its weak-reference slot, the constructor and ``_around()``. The reference
+subclass, adding only its weak-reference slot and the constructor. The reference
 documents the public class as if it declared them, as it did before the split, without rendering
 every class's inherited members (the errors' ``GateError`` fields, say), and without its base. The
 compiled modules' argument types (``FloatArg``, ``IntArg``, ``StrArg``, ``BoolArg``: the plain
 types for a type checker, see ``_core/_native.py``) read as those plain types, and the permit's
 gate (typed ``GateBase``, so that the compiled permit reads it natively) as ``BoundedGate``. The
 same for ``KeyedGate`` (``_driver/_keyed.py``) and its compiled base ``KeyedBase``
-(``_driver/_keyed_base.py``), which declares ``admit()``: the keyed gate's own declaration of it, for
+(``_driver/_keys.py``), which declares ``admit()``: the keyed gate's own declaration of it, for
 a type checker alone (its key a ``K``), takes the base's docstring.
 """
 
@@ -32,7 +32,7 @@ class GateMembers(griffe.Extension):
             return
         for public, hidden in (
             ("_driver._bounded.BoundedGate", "_driver._gate.GateBase"),
-            ("_driver._keyed.KeyedGate", "_driver._keyed_base.KeyedBase"),
+            ("_driver._keyed.KeyedGate", "_driver._keys.KeyedBase"),
         ):
             cls, base = pkg[public], pkg[hidden]
             for name, member in base.members.items():
@@ -48,7 +48,7 @@ class GateMembers(griffe.Extension):
                     if isinstance(member, griffe.Function):
                         for parameter in member.parameters:
                             _plain(parameter.annotation)
-        for member in pkg["_driver._permit.Permit"].members.values():
+        for member in pkg["_driver._gate.Permit"].members.values():
             if isinstance(member, griffe.Function):
                 for parameter in member.parameters:
                     _plain(parameter.annotation)

@@ -120,19 +120,6 @@ def test_a_weakly_referenced_gate_is_freed_with_its_weak_references_cleared() ->
     ), done.stderr
 
 
-def test_the_hot_paths_allocate_plainly_only_interpreted() -> None:
-    # Interpreted, a permit is made by object.__new__ and its fields set in line; compiled, the
-    # class refuses object.__new__, and its type call is the cheap way.
-    permit = importlib.import_module("boundedgate._driver._permit")
-    combined = importlib.import_module("boundedgate._driver._combined_permit")
-    core = importlib.import_module("boundedgate._core")
-    assert permit._PLAIN_ALLOCATION is combined._PLAIN_ALLOCATION is (not boundedgate.COMPILED)
-    assert core.allocates_plainly(permit.Permit) is (not boundedgate.COMPILED)
-    gate = boundedgate.BoundedGate(max_running=1, max_waiting=0)
-    assert type(gate.admit()) is permit.Permit
-    assert type(boundedgate.admit_all(gate)) is combined.CombinedPermit
-
-
 KEYED_FREED = """
 import asyncio, gc, weakref
 from boundedgate import KeyedGate, admit_all

@@ -337,9 +337,8 @@ def test_a_permit_is_made_by_its_gate_only() -> None:
     )
 
 
-# Entering a full gate: the compiled build routes an entry that looks bound to be refused (every
-# slot busy, the queue full, when __aenter__ is called) through another coroutine. The arrival is
-# when that coroutine runs, as for any entry: whatever the gate has become by then decides.
+# Entering a full gate: the arrival is when the coroutine of __aenter__ runs, not when it is made:
+# whatever the gate has become by then decides.
 
 
 async def test_an_entry_made_on_a_full_gate_starts_if_a_slot_is_free_when_it_runs() -> None:

@@ -33,7 +33,7 @@ from boundedgate import (
     Status,
     admit_all,
 )
-from boundedgate._driver._keyed import _KeyState
+from boundedgate._driver._keys import KeyState
 from tests.core.invariants import check_invariants
 from tests.helpers import Job, Result, live_gate, reference, run_script, run_virtual
 
@@ -372,5 +372,5 @@ def test_the_order_check_accepts_exactly_the_orders_some_total_order_allows(
 
 def test_keyed_states_are_the_only_ones_that_know_their_keyed_gate() -> None:
     # The bookkeeping for keys lives in a state subclass: a plain gate has a plain GateState.
-    assert type(BoundedGate(max_running=1, max_waiting=0)._state) is not _KeyState
+    assert type(BoundedGate(max_running=1, max_waiting=0)._state) is not KeyState
     assert math.isinf(admit_all(BoundedGate(max_running=1, max_waiting=0)).deadline)

@@ -13,16 +13,6 @@ from boundedgate import BoundedGate, QueueExpired, QueueFull
 from boundedgate._driver._observing import log_event
 
 
-@pytest.fixture(params=["compiled reporter", "closure"])
-def reporter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways of reporting, in either build: the Reporter class (compiled where the build compiles)
-    the compiled build hands the core, and the closure the pure build hands it."""
-    from boundedgate._driver import _observing
-
-    monkeypatch.setattr(_observing, "_NATIVE", request.param == "compiled reporter")
-    return str(request.param)
-
-
 async def test_normal_traffic_writes_nothing_at_info(caplog: pytest.LogCaptureFixture) -> None:
     gate = BoundedGate(max_running=2, max_waiting=2, name="quiet")
     with caplog.at_level(logging.DEBUG, logger="boundedgate"):
@@ -32,9 +22,7 @@ async def test_normal_traffic_writes_nothing_at_info(caplog: pytest.LogCaptureFi
     assert caplog.records == []
 
 
-async def test_a_refusal_is_one_record_with_its_fields(
-    caplog: pytest.LogCaptureFixture, reporter: str
-) -> None:
+async def test_a_refusal_is_one_record_with_its_fields(caplog: pytest.LogCaptureFixture) -> None:
     gate = BoundedGate(max_running=1, max_waiting=0, name="openai")
     holder = gate.try_admit()
     with caplog.at_level(logging.INFO, logger="boundedgate"), pytest.raises(QueueFull):
@@ -56,9 +44,7 @@ async def test_a_refusal_is_one_record_with_its_fields(
     assert "openai: request rejected at once" in record.getMessage()
 
 
-async def test_an_expiry_and_a_late_ending_are_logged_at_info(
-    caplog: pytest.LogCaptureFixture, reporter: str
-) -> None:
+async def test_an_expiry_and_a_late_ending_are_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
     gate = BoundedGate(max_running=1, max_waiting=1, name="g")
     holder = gate.try_admit()
     with caplog.at_level(logging.INFO, logger="boundedgate"):
@@ -75,7 +61,7 @@ async def test_an_expiry_and_a_late_ending_are_logged_at_info(
     assert caplog.records[0].waited_ms == pytest.approx(2000)  # type: ignore[attr-defined]
 
 
-async def test_a_leak_is_a_warning(caplog: pytest.LogCaptureFixture, reporter: str) -> None:
+async def test_a_leak_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     import gc
 
     gate = BoundedGate(max_running=1, max_waiting=0, name="g")
@@ -116,7 +102,7 @@ def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 async def test_the_logger_is_read_at_each_refusal_not_when_the_gate_was_made(
-    caplog: pytest.LogCaptureFixture, reporter: str
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # A gate made, and refusing, while the logger is off at INFO; then the level is lowered, raised
     # and lowered again: each refusal follows the level of its moment (the logger's level cache).
@@ -149,7 +135,7 @@ async def test_the_logger_is_read_at_each_refusal_not_when_the_gate_was_made(
 
 
 async def test_logging_disable_and_a_disabled_logger_silence_refusals_until_lifted(
-    caplog: pytest.LogCaptureFixture, reporter: str
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     gate = BoundedGate(max_running=1, max_waiting=0, name="g")
     logger = logging.getLogger("boundedgate")
@@ -173,7 +159,7 @@ async def test_logging_disable_and_a_disabled_logger_silence_refusals_until_lift
         assert _refusals(caplog) == ["rejected", "rejected", "rejected"]
 
 
-async def test_a_handler_added_after_the_gate_was_made_gets_the_refusal_record(reporter: str) -> None:
+async def test_a_handler_added_after_the_gate_was_made_gets_the_refusal_record() -> None:
     gate = BoundedGate(max_running=1, max_waiting=0, name="late-handler")
     logger = logging.getLogger("boundedgate")
     await _refuse_one(gate)  # nothing listens yet
@@ -198,9 +184,7 @@ async def test_a_handler_added_after_the_gate_was_made_gets_the_refusal_record(r
     assert [(r.gate, r.outcome) for r in handler.records] == [("late-handler", "rejected")]  # type: ignore[attr-defined]
 
 
-async def test_a_leak_is_checked_at_warning_not_at_info(
-    caplog: pytest.LogCaptureFixture, reporter: str
-) -> None:
+async def test_a_leak_is_checked_at_warning_not_at_info(caplog: pytest.LogCaptureFixture) -> None:
     # The reporter asks the logger about the record's own level: a logger at WARNING logs a leak
     # (WARNING) and not a refusal (INFO), whatever it answered for the other level before.
     import gc
@@ -214,26 +198,3 @@ async def test_a_leak_is_checked_at_warning_not_at_info(
             gc.collect()
             await asyncio.sleep(0)
     assert [(r.outcome, r.levelno) for r in caplog.records] == [("leaked", logging.WARNING)]  # type: ignore[attr-defined]
-
-
-def test_a_logger_class_of_its_own_is_asked_through_its_method() -> None:
-    # The level cache is read directly only for the standard Logger.isEnabledFor; a logger class of
-    # the application's own (logging.setLoggerClass before boundedgate was imported) is asked.
-    from boundedgate._driver import _observing
-
-    class Own(logging.Logger):
-        def isEnabledFor(self, level: int) -> bool:
-            return True
-
-    assert _observing._reads_natively(logging.Logger("standard"))
-    assert not _observing._reads_natively(Own("own"))
-
-
-def test_each_build_hands_the_core_its_own_reporter() -> None:
-    import boundedgate
-    from boundedgate._driver import _observing
-    from boundedgate._driver._reporting import Reporter
-
-    gate = BoundedGate(max_running=1, max_waiting=0)
-    assert _observing._NATIVE is boundedgate.COMPILED
-    assert isinstance(gate._state.reporter, Reporter) is boundedgate.COMPILED

@@ -9,7 +9,7 @@ from . import _state
 from ._adaptive import MAX_PAUSE, SIGNALS, Adaptive, AdaptiveLimit, provider_pause
 from ._bucket import RateLimit, TokenBucket
 from ._limits import GateLimits, check_limits
-from ._native import BoolArg, FloatArg, IntArg, StrArg, allocates_plainly, mypyc_attr, restore_docstrings
+from ._native import BoolArg, FloatArg, IntArg, StrArg, mypyc_attr, restore_docstrings
 from ._outcomes import BY_NAME, BY_STATUS, NEVER_RAN, OUTCOMES, RAN, SIMULATED, Outcome
 from ._queue import WaitQueue
 from ._record import DECISIONS, RequestRecord
@@ -72,7 +72,6 @@ __all__ = (
     "TokenBucket",
     "Totals",
     "WaitQueue",
-    "allocates_plainly",
     "arrival_of",
     "check_at_least",
     "check_cost",

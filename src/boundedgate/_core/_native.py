@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-__all__ = ("BoolArg", "FloatArg", "IntArg", "StrArg", "allocates_plainly", "mypyc_attr", "restore_docstrings")
+__all__ = ("BoolArg", "FloatArg", "IntArg", "StrArg", "mypyc_attr", "restore_docstrings")
 
 if TYPE_CHECKING:
     from mypy_extensions import mypyc_attr
@@ -36,19 +36,6 @@ BoolArg: TypeAlias = bool
 FloatArg: TypeAlias = float
 IntArg: TypeAlias = int
 StrArg: TypeAlias = str
-
-
-def allocates_plainly(cls: type) -> bool:
-    """True when ``object.__new__`` makes an instance of ``cls`` (interpreted); compiled, the class allocates.
-
-    Interpreted, a hot path allocates plainly and sets the fields itself (the type call and the
-    frame of ``__init__`` cost more than the work); ``object.__new__`` refuses a native class.
-    """
-    try:
-        object.__new__(cls)
-    except TypeError:  # pragma: no mutate (either answer makes the same objects, interpreted)
-        return False  # pragma: no mutate
-    return True  # pragma: no mutate
 
 
 def restore_docstrings(*classes: type) -> None:

@@ -26,6 +26,7 @@ does, and choosing, evicting and compacting cost the classes in use, never the c
 from __future__ import annotations
 
 import bisect
+import functools
 from collections import deque
 from collections.abc import Iterator
 from typing import Final
@@ -47,7 +48,11 @@ class WaitQueue:
     def __init__(self, classes: IntArg = 1, jump_share: FloatArg = 0.2) -> None:
         #: Number of priority classes; 0 is the most urgent.
         self.classes = check_priorities(classes)
-        share = check_jump_share(jump_share)
+        try:
+            earn, price = _terms(jump_share)
+        except TypeError:  # unhashable, so no number: refused by name (the cache cannot say why)
+            check_jump_share(jump_share)
+            raise
         # One class: its lane, always there. Several: a lane per class that holds an entry, and
         # those classes, most urgent first.
         self._lane: deque[Ticket] = deque()
@@ -55,8 +60,8 @@ class WaitQueue:
         self._used: list[int] = [0] if self.classes == 1 else []
         # A jump costs `_price` credit; each start from the queue earns `_earn`; one jump is banked
         # (none when jumping is off).
-        self._earn = share.numerator
-        self._price = share.denominator
+        self._earn = earn
+        self._price = price
         self._credit = self._price if self._earn else 0
         # Arrival order across lanes (tickets of one instant keep their order).
         self._next_seq = 0
@@ -169,3 +174,12 @@ class WaitQueue:
         if self._credit >= self._price:
             return top, True
         return oldest, False
+
+
+@functools.lru_cache(maxsize=64, typed=True)
+def _terms(jump_share: FloatArg) -> tuple[int, int]:
+    # A checked jump share's exact fraction, as what a start earns and what a jump costs: checked and
+    # found once per value and type (a keyed gate makes a queue for each of its keys); a value
+    # refused raises, and is not cached.
+    share = check_jump_share(jump_share)
+    return share.numerator, share.denominator

@@ -26,6 +26,10 @@ _NO_NOTES: dict[str, Any] = {}
 DECISIONS = ("allow", "queue", "reject")
 
 
+def _scaled(seconds: float | None, scale: float) -> float | None:
+    return None if seconds is None else seconds * scale
+
+
 def _retry_after(state: GateState, ticket: Ticket, status: Status, ended: float) -> float | None:
     # As the refusals compute it (boundedgate._errors): exact for a rate limit, else an estimate.
     if status is Status.RATE_LIMITED:
@@ -135,10 +139,6 @@ class RequestRecord:
             cost=notes.get("declared", ticket.cost),
             settled=ticket.cost,
             limited_by=notes.get("limited_by"),
-            retry_after=(
-                None
-                if not refused or (r := _retry_after(state, ticket, status, ended)) is None
-                else r * scale
-            ),
+            retry_after=None if not refused else _scaled(_retry_after(state, ticket, status, ended), scale),
             borrowed_burst=notes.get("borrowed", False),
         )

@@ -6,8 +6,10 @@ infinities: a limit is a count. A count is at most :data:`MAX_COUNT` (beyond it,
 limit: None says so), a number of seconds or a factor at most a float's range (an int beyond it is
 refused by name, not with an ``OverflowError`` from deep inside), and a flag is ``True`` or
 ``False``, nothing that merely has a truth value. Every public constructor and setter checks here,
-in the pure code both builds share, before it changes anything: the compiled build reads the
-arguments of its entry points as ``object`` (see ``_native.py``), so it never refuses one itself.
+in the code both builds share, before it changes anything: the compiled build reads the arguments
+of its entry points as ``object`` (see ``_native.py``), so it never refuses one itself, and it
+compiles this module with the core (every admission checks its arguments here), which declares
+what it is given ``object`` too.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def shown(value: object) -> str:
 
 
 def _count(name: str, value: object) -> int:
+    if type(value) is int:  # an int itself (a bool is an int of another type)
+        return value
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int, not bool")
     try:

@@ -4,11 +4,10 @@ from .._core import COMPILED, restore_docstrings
 from ._bounded import BoundedGate
 from ._combined import CombinedPermit, admit_all
 from ._compat import cancellation_pending
-from ._gate import GateBase
+from ._gate import GateBase, Permit
 from ._keyed import KeyedGate
-from ._keyed_base import KeyedBase
+from ._keys import KeyedBase
 from ._observing import log_event
-from ._permit import Permit
 
 if COMPILED:
     restore_docstrings(GateBase, KeyedBase, Permit, CombinedPermit)

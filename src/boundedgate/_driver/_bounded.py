@@ -17,6 +17,7 @@ from typing import final
 
 from .._core import Adaptive, GateState, RateLimit, check_flag, shown
 from ._gate import GateBase
+from ._hooks import attach
 
 __all__ = ("BoundedGate",)
 
@@ -112,17 +113,9 @@ class BoundedGate(GateBase):  # type: ignore[misc]  # GateBase is final to mypyc
         feasible = check_flag("feasible", feasible)
         if adaptive is not None and not isinstance(adaptive, Adaptive):
             raise TypeError(f"adaptive must be Adaptive settings, got {shown(adaptive)}")
-        self._setup(GateState(max_running, max_waiting, priorities, jump_share, rate_limits), name)
-        self._state.feasible = feasible
+        state = GateState(max_running, max_waiting, priorities, jump_share, rate_limits)
+        state.feasible = feasible
+        self._setup(state, name, bool(state.rate_limits))
+        attach(state, self._name, None, None)
         if adaptive is not None:
             self.adapt(adaptive)
-
-    @classmethod
-    def _around(cls, state: GateState, name: str) -> BoundedGate:
-        """A gate driving ``state`` (a keyed gate's per-key state, say) rather than one of its own.
-
-        The caller gives ``state`` its hooks (a keyed gate attaches its own observers).
-        """
-        gate = cls.__new__(cls)
-        gate._setup(state, name, attached=False)
-        return gate

@@ -20,7 +20,6 @@ from .._core import (
     FloatArg,
     IntArg,
     Status,
-    allocates_plainly,
     check_cost,
     check_deadline,
     check_flag,
@@ -31,11 +30,10 @@ from .._core import (
 from .._errors import GateError, Late
 from .._streams import GatedStream, StreamPermit, hand_over
 from ._bounded import BoundedGate
-from ._gate import GateBase
-from ._keyed import KeyedGate, _KeyState
-from ._light import light_of
+from ._gate import GateBase, Permit
+from ._keyed import KeyedGate
+from ._keys import KeyState
 from ._order import check_order, checked_gates
-from ._permit import Permit, new_permit
 
 __all__ = ("CombinedPermit", "Step", "combine")
 
@@ -200,26 +198,22 @@ class CombinedPermit:
             try:
                 # A step is a gate or a pair (checked when the permit was made): no global lookup.
                 gate: GateBase = step[0]._gate_for(step[1]) if type(step) is tuple else step  # type: ignore[assignment]
-                if cost is None:  # the one deadline and priority are checked already
-                    permit = new_permit(gate, timeout, deadline, priority, 0.0)
-                elif timeout is None:  # its gate checks the cost against its buckets
+                if timeout is None:  # its gate checks the cost against its buckets
                     permit = gate.admit(deadline=deadline, priority=priority, cost=cost)
                 else:
                     permit = gate.admit(timeout=timeout, priority=priority, cost=cost)
-                if not taken:  # the first step: its arrival is the call's (one clock reading)
+                if taken:  # a later step waits only what is left of the call's queue budget
+                    if wait_until != _INF:
+                        permit.max_wait = max(0.0, wait_until - loop.time())
+                    await permit.__aenter__()
+                else:  # the first step: its arrival is the call's
                     permit.max_wait = max_wait
-                    status = permit._arrive(True)
+                    await permit.__aenter__()
                     now: float = permit.arrival  # type: ignore[assignment]  # set by the arrival
                     self.arrival = now
                     deadline = self.deadline = permit.deadline
                     wait_until = now + max_wait  # every step's queue budget ends here
                     timeout = None
-                else:
-                    if wait_until != _INF:
-                        permit.max_wait = max(0.0, wait_until - loop.time())
-                    status = permit._arrive(True)
-                if status is not RUNNING:  # a step that starts at once needs no coroutine
-                    await permit._wait()
             except BaseException as exc:
                 self._give_back(taken, permit, exc)
                 raise
@@ -248,13 +242,13 @@ class CombinedPermit:
             return
         # Each gate judges lateness on its own reading of the clock; the last reading is the end.
         late = False
-        ended: float = self.started  # type: ignore[assignment]
+        ended = self.started
         for permit in reversed(self._permits):
             permit._finish(ending)
             if permit.status is LATE:
                 late = True
-            if permit.ended > ended:  # type: ignore[operator]
-                ended = permit.ended  # type: ignore[assignment]
+            if permit.ended is not None and (ended is None or permit.ended > ended):
+                ended = permit.ended
         self.ended = ended
         self.status = ending if ending is not None else LATE if late else COMPLETED
 
@@ -280,7 +274,7 @@ class CombinedPermit:
 
     def _late(self) -> Late:
         """The :class:`Late` for a request that finished at or after its deadline, naming the last gate."""
-        return self._permits[-1]._gate._late(self)
+        return self._permits[-1]._gate._late(self.arrival, self.started, self.ended, self.deadline)
 
     def __repr__(self) -> str:
         names = ", ".join(repr(gate.name) for gate in self.gates) or f"{len(self._steps)} gates"
@@ -331,20 +325,7 @@ def combine(
         absolute = check_deadline(deadline)
     if families is not None:
         check_order(families, all(map(operator.is_, families, steps)))  # each gate its own family?
-    if _PLAIN_ALLOCATION:  # CombinedPermit.__init__ spelled out: the type call and its frame cost more
-        permit: CombinedPermit = _new(CombinedPermit)
-        permit._steps = steps
-        permit._priority = level
-        permit._cost = checked_cost
-        permit._handed_over = False
-        permit._timeout = relative
-        permit._permits = ()
-        permit._loop = None
-        permit.arrival = permit.started = permit.ended = None
-        permit.deadline = absolute
-        permit.status = NEW
-    else:  # compiled, the type call is the cheap way (and object.__new__ is refused for a native class)
-        permit = CombinedPermit(steps, relative, absolute, level, checked_cost)
+    permit = CombinedPermit(steps, relative, absolute, level, checked_cost)
     permit._max_wait = _INF if max_wait is None else check_max_wait(max_wait)
     permit._raise_late = raise_late is True or check_flag("raise_late", raise_late)
     return permit
@@ -355,12 +336,8 @@ def _families(gates: tuple[Any, ...]) -> list[BoundedGate | KeyedGate[Any]]:
     families: list[BoundedGate | KeyedGate[Any]] = []
     for gate in gates:
         if type(gate) is BoundedGate:  # both classes are final: no subclass to miss
-            state = gate._state
-            light = light_of(gate)
-            if light is not None:
-                families.append(light._owner)
-            else:
-                families.append(state._owner if type(state) is _KeyState else gate)
+            state = gate._state  # a key's gate belongs to its keyed gate's family
+            families.append(cast("KeyedGate[Any]", state.owner) if type(state) is KeyState else gate)
         elif type(gate) is tuple and len(gate) == 2 and type(gate[0]) is KeyedGate:
             hash(gate[1])
             families.append(gate[0])
@@ -403,10 +380,6 @@ def _not_a_step(given: object) -> TypeError:
             f"alone ({_DOCS})"
         )
     return TypeError(f"admit_all() takes gates and (KeyedGate, key) pairs, got {given!r} ({_DOCS})")
-
-
-_new: Final = object.__new__
-_PLAIN_ALLOCATION: Final = allocates_plainly(CombinedPermit)
 
 
 if TYPE_CHECKING:

@@ -1,8 +1,24 @@
-"""The gate: the asyncio driver around the decision core, all of BoundedGate but its weak references.
+"""The gate and its permits: the asyncio driver around the decision core.
 
 The gate owns a :class:`GateState` and does what it says: it parks queued permits on futures,
 resolves those futures when the state hands them a slot or expires them, and keeps one loop timer
-armed at the earliest queued deadline (no task and no timer per waiter).
+armed at the earliest queued deadline (no task and no timer per waiter). A :class:`Permit` is one
+request's claim on the gate, from its arrival (entering it) to the release of its slot (leaving it,
+``release()``, a stream that ends, or the garbage collector); it is the gate's ticket in the core.
+
+Theory of operation
+===================
+
+Entering a permit is its arrival, ``_arrive``, then, unless it started at once, ``_wait``.
+``_arrive`` checks the permit is new, refuses a caller with a cancellation pending before anything
+is counted, reads the clock once and hands the arrival to the state; ``try_admit()`` arrives the
+same way without waiting, and its permit's entry only takes the slot it holds. ``_wait`` parks a
+queued permit on a future (arming the timer if its queue deadline comes first), and raises the
+refusal of one that was refused or left the queue unstarted. Every way a slot is
+given back goes through ``_finish``: the block's exit, ``release()``, ``abort()``, a stream that
+ends, the finaliser of a dropped ``try_admit()`` permit. Whatever the state answers (the permits it
+started or expired on the way) is woken by ``_wake``; if the state raises in the middle of an
+event, ``_core_failed`` wakes whoever it had already moved.
 
 :class:`GateBase` holds every slot and method of a gate; the public ``BoundedGate``
 (``_bounded.py``, never compiled) is its one subclass and adds the ``__weakref__`` slot alone. This
@@ -13,9 +29,8 @@ it hands the object to the native one. ``GateBase`` is final to mypyc, so that c
 its methods directly (not through the Python attribute protocol that an interpreted subclass's
 methods would need), and so nothing may override them.
 
-A gate's state may be a keyed gate's key state (``_light.py``), a native subclass of ``GateState``
-compiled with it, whose fields (a light key's too) are a state's: the gate reads them natively, and
-calls the state's methods natively (they dispatch to a subclass's own).
+A gate's state may be a keyed gate's key state, a native subclass of ``GateState`` that tells its
+keyed gate of its changes: the gate reads its fields and calls its methods as any state's.
 """
 
 from __future__ import annotations
@@ -26,9 +41,10 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from types import EllipsisType
-from typing import TYPE_CHECKING, Any, Final, cast, final
+import warnings
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from types import EllipsisType, TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, cast, final
 
 from .._core import (
     MAX_PAUSE,
@@ -44,6 +60,7 @@ from .._core import (
     Status,
     StrArg,
     Ticket,
+    check_cost,
     check_deadline,
     check_flag,
     check_max_wait,
@@ -57,18 +74,17 @@ from .._core import (
     queue_deadline,
 )
 from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
-from .._streams import StreamOpener, StreamSource, StreamT
-from ._compat import clock_of
-from ._light import key_gate_name
-from ._observing import Observer, Observers, attach, log_event
-from ._permit import _HELD, Permit, new_held_permit, new_permit
+from .._streams import GatedStream, StreamOpener, StreamPermit, StreamSource, StreamT, hand_over
+from ._compat import cancellation_pending, clock_of, current_task, is_cancelling
+from ._hooks import attach
+from ._observing import Observer, Observers, log_event
 
 if TYPE_CHECKING:
-    from ._combined import CombinedPermit
-    from ._light import KeyState
+    from ._bounded import BoundedGate
 
-__all__ = ("GateBase",)
+__all__ = ("GateBase", "Permit")
 
+NEW: Final[Status] = Status.NEW
 QUEUED: Final[Status] = Status.QUEUED
 RUNNING: Final[Status] = Status.RUNNING
 REJECTED: Final[Status] = Status.REJECTED
@@ -78,10 +94,22 @@ INFEASIBLE: Final[Status] = Status.INFEASIBLE
 COMPLETED: Final[Status] = Status.COMPLETED
 LATE: Final[Status] = Status.LATE
 CANCELLED: Final[Status] = Status.CANCELLED
+FAILED: Final[Status] = Status.FAILED
+ABORTED: Final[Status] = Status.ABORTED
+LEAKED: Final[Status] = Status.LEAKED
+DISCONNECTED: Final[Status] = Status.DISCONNECTED
 _INF: Final = math.inf
 _MAX: Final = sys.float_info.max
 _ZERO: Final = 0  # `priority is not _ZERO`: the identity of the small int the default is
 _QUEUE_FULL: Final = QueueFull  # read natively by compiled code, where the imported name is a dict look-up
+
+_Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
+
+# What `_waiter` holds for a permit from try_admit() until it is entered: the slot is held already.
+_HELD: Final[asyncio.Future[None]] = cast("asyncio.Future[None]", object())
+
+# What only the gate passes: a Permit made by hand is refused.
+_BY_GATE: Final = object()
 
 
 @final  # to mypyc: its methods are called directly (BoundedGate, the one subclass, overrides none)
@@ -108,9 +136,10 @@ class GateBase:
     _max_running: int | None
     # With buckets, any event may move the next wake-up (tokens due), not only a new deadline.
     _rated: bool
-    # None for a key's gate made again for another key (see KeyedBase.admit): named when first read.
-    _name: str | None
-    _observers: Observers
+    _name: str
+    # Its own callbacks (None until observe() is first called; a keyed gate's keys record to the
+    # keyed gate's).
+    _observers: Observers | None
     _loop: asyncio.AbstractEventLoop | None
     # What reads the loop's clock (see clock_of): set with _loop, read by every admission.
     _clock: Callable[[], float]
@@ -122,14 +151,13 @@ class GateBase:
     _parked: set[Permit]
     _controller: AdaptiveLimit | None
 
-    def _setup(self, state: GateState, name: StrArg, attached: bool = True) -> None:
+    def _setup(self, state: GateState, name: StrArg, rated: bool) -> None:
+        """Drive ``state`` (``rated``: it has rate limits), without hooks: the maker attaches them."""
         self._state = state
         self._max_running = None if state.max_running == sys.maxsize else state.max_running
-        self._rated = bool(state.rate_limits)
-        self._name = name = check_name(name)
-        self._observers = Observers()
-        if attached:
-            attach(state, name, None, self._observers)
+        self._rated = rated
+        self._name = check_name(name)
+        self._observers = None
         self._loop = None
         self._clock = time.monotonic  # until it is bound: read by nothing before
         self._timer = None
@@ -142,11 +170,7 @@ class GateBase:
     @property
     def name(self) -> str:
         """The gate's name."""
-        name = self._name
-        if name is None:  # a key's gate, made again for another key: named on first reading
-            state = cast("KeyState", self._state)
-            name = self._name = key_gate_name(state._keys._prefix, state._key)
-        return name
+        return self._name
 
     @property
     def max_running(self) -> int | None:
@@ -227,27 +251,28 @@ class GateBase:
                 could never be served), or a raise_late that is not True or False. Each names its
                 argument.
         """
-        if max_wait is not None or raise_late is not True:
-            late = check_flag("raise_late", raise_late)
-            permit = self.admit(timeout=timeout, deadline=deadline, priority=priority, cost=cost)
-            permit.max_wait = check_max_wait(max_wait)
-            permit._raise_late = late
-            return permit
-        if priority is not _ZERO:  # the default passes untouched; anything else is checked (0.0, None)
-            priority = check_priority(priority, self._state.priorities)
-        cost = 0.0 if cost is None else self._state.check_cost(cost)
         if deadline is None:
-            if timeout is None:
-                return new_permit(self, None, _INF, priority, cost)
-            # The common case inline; an int beyond a float's range (and inf, NaN) takes the full check.
-            if (type(timeout) is float or type(timeout) is int) and 0 <= timeout <= _MAX:
-                return new_permit(self, timeout, _INF, priority, cost)
-            return new_permit(self, check_timeout(timeout), _INF, priority, cost)
-        if timeout is not None:
+            relative = None if timeout is None else check_timeout(timeout)
+            absolute = _INF
+        elif timeout is not None:
             raise ValueError("give timeout or deadline, not both")
-        if type(deadline) is float and deadline <= _INF:  # the common case inline (NaN fails <=)
-            return new_permit(self, None, deadline, priority, cost)
-        return new_permit(self, None, check_deadline(deadline), priority, cost)
+        else:
+            relative = None
+            absolute = check_deadline(deadline)
+        state = self._state
+        permit = Permit(
+            _BY_GATE,
+            self,
+            relative,
+            absolute,
+            check_priority(priority, state.priorities),
+            0.0 if cost is None else state.check_cost(cost),
+        )
+        if max_wait is not None:
+            permit.max_wait = check_max_wait(max_wait)
+        if raise_late is not True:
+            permit._raise_late = check_flag("raise_late", raise_late)
+        return permit
 
     def try_admit(
         self,
@@ -269,8 +294,9 @@ class GateBase:
             asyncio.CancelledError: The calling task has a cancellation pending, as for
                 :meth:`admit` (nothing was counted).
         """
+        checked = self.admit(timeout=timeout, deadline=deadline, cost=cost)
         # Dropped unreleased, a held permit gives its slot back (as leaked).
-        permit: Permit = new_held_permit(self.admit(timeout=timeout, deadline=deadline, cost=cost))
+        permit = _HeldPermit(_BY_GATE, self, checked._timeout, checked.deadline, 0, checked.cost)
         if permit._arrive(False) is not RUNNING:
             raise permit._gate._refusal(permit)  # the gate it arrived at (a keyed gate may move it)
         permit._waiter = _HELD  # held before it is entered: its first entry is not a second one
@@ -327,13 +353,17 @@ class GateBase:
         It is called on the event loop, in the step that ended the request, and must not use the
         gate; an exception it raises is logged to the ``boundedgate`` logger and goes no further.
         """
-        self._observers.add(callback)
-        attach(self._state, self.name, None, self._observers)
+        observers = self._observers
+        if observers is None:
+            observers = self._observers = Observers()
+        observers.add(callback)
+        attach(self._state, self._name, None, observers)
 
     def unobserve(self, callback: Observer) -> None:
         """Stop calling ``callback``; with no callback left the gate records nothing."""
-        self._observers.remove(callback)
-        attach(self._state, self.name, None, self._observers)
+        if self._observers is not None:
+            self._observers.remove(callback)
+        attach(self._state, self._name, None, self._observers)
 
     @property
     def controller(self) -> AdaptiveLimit | None:
@@ -516,7 +546,7 @@ class GateBase:
             f"waiting {state.waiting}/{waiting}]>"
         )
 
-    # -- driver internals (used by Permit) --------------------------------------------------
+    # -- driver internals (used by the permits) ----------------------------------------------
 
     def _bind(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
@@ -561,7 +591,8 @@ class GateBase:
                 except asyncio.InvalidStateError:
                     pass
                 except RuntimeError:  # its loop is closed: nobody will ever wake on it
-                    if not self._loop.is_closed():  # type: ignore[union-attr]
+                    loop = self._loop
+                    if loop is None or not loop.is_closed():
                         raise
                     self._parked.discard(permit)
                     permit._waiter = None
@@ -607,13 +638,16 @@ class GateBase:
             self._arm_timer(when)
 
     def _arm_timer(self, when: float) -> None:
+        loop = self._loop
+        if loop is None:  # never bound: nothing has arrived, nothing waits
+            return
         if self._timer is not None:
             self._timer.cancel()
         try:
-            self._timer = self._loop.call_at(when, self._on_timer)  # type: ignore[union-attr]
+            self._timer = loop.call_at(when, self._on_timer)
         except RuntimeError:  # the loop is closed (a release after it closed): nothing to wake
             self._timer = None
-            if not self._loop.is_closed():  # type: ignore[union-attr]
+            if not loop.is_closed():
                 raise
             return
         self._timer_at = when
@@ -640,8 +674,11 @@ class GateBase:
         """
         state = self._state
         status = permit.status
-        name = self._name or self.name  # the property only for a key's gate not named yet (a call)
-        ended: float = permit.ended  # type: ignore[assignment]
+        name = self._name
+        arrival = permit.arrival
+        ended = permit.ended
+        if arrival is None or ended is None:
+            raise RuntimeError(f"{permit!r} was not refused: it has no refusal")
         paused_for = 0.0 if state.paused_until == _INF else state.paused_until - ended
         if status is REJECTED:
             return _QUEUE_FULL(
@@ -681,7 +718,7 @@ class GateBase:
                 limit=notes["limited_by"],
                 retry_after=max(0.0, ready - ended, paused_for),
             )
-        waited = ended - permit.arrival  # type: ignore[operator]
+        waited = ended - arrival
         if status is EVICTED:
             return Evicted(
                 gate=name,
@@ -708,20 +745,349 @@ class GateBase:
             paused_for=paused_for,
         )
 
-    def _late(self, permit: Permit | CombinedPermit) -> Late:
-        """The :class:`Late` for a request that finished at or after its deadline, naming this gate."""
+    def _late(
+        self, arrival: float | None, started: float | None, ended: float | None, deadline: float
+    ) -> Late:
+        """The :class:`Late` for a request that finished at or after its deadline, naming this gate.
+
+        Its times, on the gate's clock: when it arrived, started, ended, and its deadline.
+        """
+        if arrival is None or started is None or ended is None:
+            raise RuntimeError("only a request that ran and ended can be late")
         state = self._state
-        name = self._name or self.name  # as in _refusal
-        ended: float = permit.ended  # type: ignore[assignment]
-        arrival: float = permit.arrival  # type: ignore[assignment]
+        name = self._name
         return Late(
             gate=name,
             max_running=self._max_running,
             max_waiting=state.max_waiting,
             running=state.running,
             waiting=state.waiting,
-            waited=permit.started - arrival,  # type: ignore[operator]
+            waited=started - arrival,
             elapsed=ended - arrival,
-            deadline=permit.deadline,
-            overrun=ended - permit.deadline,
+            deadline=deadline,
+            overrun=ended - deadline,
         )
+
+
+@final
+class Permit(Ticket):
+    """A request's claim on a :class:`BoundedGate`: a running slot, held until released.
+
+    ``gate.admit(...)`` returns a permit that has not arrived yet; entering it with ``async with``
+    is the arrival (it starts, waits in the queue, or is refused), and leaving the block releases
+    the slot and raises :class:`Late` if the block finished at or after the deadline.
+    ``gate.try_admit()`` returns a permit that already holds its slot.
+
+    Releasing is idempotent: the slot goes back exactly once, whichever path gets there first
+    (``release()``, the end of the ``async with`` block), and the block may be exited from another
+    task than the one that entered it. A permit is entered once: entering it again while its block
+    runs (``async with permit:`` inside ``async with permit:``) is a ``RuntimeError`` that leaves
+    the slot with the outer block. A permit from ``try_admit()`` garbage-collected while it holds
+    its slot gives it back (on its gate's loop, in the turn after), counted as ``leaked``, with a
+    ``ResourceWarning``.
+
+    Attributes:
+        status: Where the request stands (:class:`Status`); its outcome once it has ended.
+        arrival: When it arrived, on the gate's clock (None before it has).
+        deadline: When it must be done by, on the gate's clock (``math.inf`` for no deadline).
+        started: When it got its slot (None if it has not).
+        ended: When it reached its outcome (None while it is pending).
+        priority: Its priority class (0, the most urgent, unless the gate has several).
+        cost: Its rate cost: declared at admission, then as settled by :meth:`settle`.
+    """
+
+    __slots__ = ("_gate", "_handed_over", "_raise_late", "_timeout", "_waiter")
+
+    # Its gate (a BoundedGate), typed as the compiled base so that compiled code reads its fields
+    # natively.
+    _gate: GateBase
+    # The relative budget, turned into `deadline` at arrival (None when it was absolute).
+    _timeout: float | None
+    # The future a queued permit sleeps on; the gate resolves it when the permit leaves the queue.
+    _waiter: asyncio.Future[None] | None
+    # True once a stream owns the slot: the block's exit then leaves it alone.
+    _handed_over: bool
+    # False: a block that finishes late is counted late, but its exit raises nothing.
+    _raise_late: bool
+
+    def __init__(
+        self,
+        by: object = None,
+        gate: GateBase | None = None,
+        timeout: float | None = None,
+        deadline: float = _INF,
+        priority: int = 0,
+        cost: float = 0.0,
+    ) -> None:
+        if by is not _BY_GATE or gate is None:
+            raise TypeError("a Permit is made by gate.admit() or gate.try_admit()")
+        super().__init__(deadline, priority, cost)
+        self._gate = gate
+        self._timeout = timeout
+        self._waiter = None
+        self._handed_over = False
+        self._raise_late = True
+
+    @property
+    def gate(self) -> BoundedGate:
+        """The gate this permit belongs to."""
+        return cast("BoundedGate", self._gate)
+
+    def release(self) -> None:
+        """Give the slot back now, as a normal end (completed, or late past the deadline).
+
+        Does nothing if the permit does not hold a slot (not yet admitted, or already released).
+        Never raises :class:`Late`; the ``async with`` exit does that. Call it on the event
+        loop's thread.
+        """
+        self._finish()
+
+    def abort(self) -> None:
+        """End the request now as *aborted*: its client went away while it ran.
+
+        For a server that learns its client hung up (an HTTP disconnect): cancel the work, wait
+        until it has really stopped, then call this, so the request counts as ``aborted`` rather
+        than ``failed`` and the slot goes back. Like :meth:`release`, it does nothing if the permit
+        holds no slot, and never raises :class:`Late`.
+        """
+        self._finish(ABORTED)
+
+    def disconnect(self) -> None:
+        """Its client went away while it waited: leave the queue now, as *disconnected*.
+
+        The ``async with`` (or ``await``) waiting for a slot then raises ``CancelledError``, and
+        the request never starts; a slot handed to it in this very loop turn passes on to the next
+        in line. Does nothing unless the permit is waiting: a permit that runs is ended with
+        :meth:`abort` once its work has stopped. Call it on the gate's event loop.
+        """
+        waiter = self._waiter
+        if waiter is None or waiter is _HELD:
+            return
+        self._gate._cancel(self, DISCONNECTED)
+        if not waiter.done():
+            waiter.cancel()
+
+    def settle(self, cost: FloatArg) -> None:
+        """Record the request's real cost, e.g. the token usage the SDK reported.
+
+        Rate limits counted in tokens are charged the difference to the declared cost (never below
+        a bucket's floor: a debt later requests wait out) or refunded the over-estimate (never above
+        its burst). Call it once the usage is known, before or after the slot was released (a
+        stream's usage is only known at its end). Settling again adjusts from the last settled
+        cost. Does nothing for a request that never started. For a key of a :class:`KeyedGate`,
+        a settle after the key's gate was dropped charges the key's gate of now (made for it if
+        need be), so the key's debt is not forgotten with the gate.
+
+        Raises:
+            TypeError, ValueError: ``cost`` is not a finite number >= 0.
+        """
+        value = check_cost(cost)
+        gate = self._gate
+        if gate._loop is None:
+            return
+        try:
+            woken = gate._state.settle(self, value, gate._clock())
+        except BaseException:
+            gate._core_failed()
+            raise
+        gate = self._gate  # a settle after a keyed gate dropped its key's gate charges the key's gate now
+        if woken:
+            gate._wake(woken)
+        if gate._rated and gate._state.waiting:
+            gate._rearm()
+
+    def hand_to(self, stream: _Stream, *, raise_late: BoolArg = True) -> GatedStream[_Stream]:
+        """Give the slot to ``stream``: the returned wrapper releases it when the stream ends.
+
+        From then on the ``async with`` block neither releases the slot nor raises :class:`Late`,
+        whatever happens in it, so hand over last (``return permit.hand_to(raw)``); if the block
+        raises before the hand-over, it releases as usual. The permit's deadline is the stream's.
+
+        Args:
+            stream: An async iterator: an SDK stream (``create(stream=True)``), the stream an SDK's
+                ``.stream()`` manager yields, or any async generator.
+            raise_late: Raise :class:`Late` at the end of a stream that ends at or after the
+                deadline (True), or only count it as late in ``stats()`` (False).
+
+        Returns:
+            The :class:`GatedStream` that now owns the slot: a drop-in for ``stream``.
+
+        Raises:
+            TypeError: ``stream`` is not an async iterator, or ``raise_late`` is not True or False
+                (the block still owns the slot).
+            RuntimeError: The permit holds no slot (not admitted, or already released), or was
+                already handed to a stream.
+        """
+        # HandsOver.hand_to(), on the class itself: a compiled class has one base that is not a trait.
+        return hand_over(cast("StreamPermit", self), stream, raise_late=raise_late)
+
+    def _hand_over(self) -> None:
+        if self.status is not RUNNING:
+            raise RuntimeError(f"{self!r} holds no slot to hand over")
+        if self._handed_over:
+            raise RuntimeError(f"{self!r} was already handed to a stream")
+        self._handed_over = True
+
+    async def __aenter__(self) -> Self:
+        if self.status is RUNNING:
+            if self._waiter is not _HELD:
+                # Entered already: a second exit would free the slot under the first block's body.
+                raise RuntimeError(f"{self!r} is already entered; a permit is entered once, by one block")
+            self._waiter = None  # from try_admit(): it holds its slot already
+            return self
+        if self._arrive(True) is RUNNING:
+            return self
+        gate = self._gate  # the gate it arrived at (a keyed gate may have moved it)
+        if self.status is QUEUED:
+            waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]  # bound by now
+            parked = gate._parked
+            parked.add(self)
+            expires = self.deadline if self.max_wait == _INF else queue_deadline(self)
+            if gate._rated:
+                gate._rearm()
+            elif expires < gate._timer_at:
+                gate._arm_timer(expires)
+            try:
+                await waiter
+            except BaseException:
+                # Cancelled while waiting, or in the same loop turn as the gate handed it a slot
+                # (the future holds a result but the task was cancelled before it resumed): either
+                # way give back what it holds, and a slot passes on to the next in line.
+                self._waiter = None
+                parked.discard(self)
+                gate._cancel(self)
+                raise
+            self._waiter = None
+            parked.discard(self)
+            status = self.status
+            if status is RUNNING:
+                return self
+            if status is DISCONNECTED:  # disconnect() in the turn it was handed a slot
+                raise asyncio.CancelledError()
+        raise gate._refusal(self)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._handed_over:
+            return  # a stream owns the slot now
+        # No await before the release: a second cancellation must not be able to interrupt it.
+        self._finish(None if exc_type is None else FAILED)
+        if exc_type is None and self.status is LATE and self._raise_late:
+            raise self._late()
+
+    def _arrive(self, wait: bool) -> Status:
+        """Arrive at the gate now, and return the status the gate gave the permit."""
+        if self.status is not NEW:
+            raise RuntimeError(f"{self!r} was already used; call admit() for each request")
+        gate = self._gate
+        loop = gate._loop
+        if loop is None or (task := current_task(loop)) is None:
+            loop = gate._bind()
+            task = current_task(loop)
+        if task is not None and is_cancelling(task) and cancellation_pending(task):
+            # Refused before it is counted: a cancelled caller never touches the counters.
+            self.status = CANCELLED
+            raise asyncio.CancelledError()
+        now = gate._clock()
+        timeout = self._timeout
+        if timeout is not None:
+            self.deadline = now + timeout
+        try:
+            woken = gate._state.arrive(self, now, wait)
+        except BaseException:
+            self._gate._core_failed()  # the gate it arrived at (a keyed gate may have moved it)
+            raise
+        if woken:
+            gate._wake(woken)
+        return self.status
+
+    def _finish(self, ending: Status | None = None) -> None:
+        """End the request now, if it holds a slot: as ``ending`` says, else completed or late."""
+        if self.status is RUNNING:
+            gate = self._gate
+            try:
+                woken = gate._state.release(self, gate._clock(), ending)
+            except BaseException:
+                gate._core_failed()
+                raise
+            if woken:
+                gate._wake(woken)
+            if gate._rated and gate._state.waiting:
+                gate._rearm()
+
+    def _give_back_unused(self) -> None:
+        """End the request as *disconnected* if it holds a slot it never used for its work.
+
+        For a server whose client left while the request was held back further on (queued at
+        another gate inside): the slot goes back as a grant nobody took up (the admission is
+        taken back, no run time is recorded), and passes on to the next in line. The HTTP
+        middleware calls it on any gate's permit (a ``RedisPermit`` has the same method).
+        """
+        if self.status is RUNNING:
+            self._gate._cancel(self, DISCONNECTED)  # the core's "granted, but not yet used" ending
+
+    # -- what a stream needs (boundedgate._streams.StreamPermit) -------------------------------
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._gate._loop
+
+    def _late(self) -> Late:
+        return self._gate._late(self.arrival, self.started, self.ended, self.deadline)
+
+    def __repr__(self) -> str:
+        return f"<Permit of {self._gate.name!r}: {self.status.value}>"
+
+
+class _HeldPermit(Permit):  # type: ignore[misc]  # the one subclass: try_admit()'s permits
+    """A permit that holds its slot before anything entered it: what ``try_admit()`` returns.
+
+    It is the one kind a caller can drop with no block's exit ever running (a permit entered with
+    ``async with`` is released by the exit, even when its task is destroyed: closing the coroutine
+    runs it), so it alone pays for a finaliser; permits from ``admit()`` deallocate at no extra cost.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        # Dropped while it holds its slot (never released, never entered): the slot comes back as
+        # leaked. A stream that owns the slot has a finaliser of its own.
+        if self.status is RUNNING and not self._handed_over:
+            _leaked(self)
+
+
+def _leaked(permit: Permit) -> None:
+    """From the finaliser: give the slot back as leaked, on the gate's loop, and warn.
+
+    The collector may run in any thread, and in the middle of the gate's own work on its loop's
+    thread: the release is a callback on that loop, in the turn after. On a closed loop nothing
+    else runs the gate, and the release happens here.
+    """
+    loop = permit._gate._loop
+    note = ""
+    if loop is not None and not loop.is_closed():
+        try:
+            loop.call_soon_threadsafe(permit._finish, LEAKED)
+        except RuntimeError:  # the loop closed in between
+            permit._finish(LEAKED)
+            note = " (its event loop is closed)"
+    else:
+        permit._finish(LEAKED)
+        note = " (its event loop is closed)"
+    warnings.warn(
+        f"a permit of gate {permit._gate.name!r} was dropped while it held its slot; the slot is given "
+        f"back, counted as leaked{note}: release it, or enter it with async with",
+        ResourceWarning,
+        stacklevel=1,
+        source=permit,
+    )
+
+
+if TYPE_CHECKING:
+
+    def _is_a_stream_permit(permit: Permit) -> StreamPermit:  # mypy checks the contract here
+        return permit

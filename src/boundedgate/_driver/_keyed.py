@@ -1,39 +1,9 @@
 """KeyedGate: one BoundedGate per key (provider, tenant, session), dropped when its key is idle.
 
-Theory of operation
-===================
-
-A key's gate drives a :class:`KeyState` (``_light.py``), which starts *light* when the keyed gate
-has no rate limits, no controller and no observers: counts only, without a queue of its own, until
-anything else is needed, when it becomes a full state in place (plain gates pay nothing for any of
-this). A light key dropped folds its few counters into ``_done*``; the gate of the last one dropped
-is kept in ``_spare`` and made again for the next new key if nothing holds it by then. ``admit()``
-and the fields that every arrival and release update (the listed gates, the spare, the totals) are
-those of ``KeyedGate``'s base, :class:`KeyedBase` (``_keyed_base.py``, compiled with the key state
-where the build compiles). Either kind of state goes through three phases:
-
-``FRESH``
-    Made by ``admit(key)`` for a key with no gate, and held by nothing but its permit: a permit
-    that is never entered, or whose caller was cancelled before it arrived, takes its gate with
-    it when it is garbage.
-
-``LISTED``
-    At its first counted arrival it becomes the key's gate, in ``_gates``, which holds it while
-    anything runs or waits in it. When it becomes idle it is kept for reuse if ``keep_idle``
-    allows (the least recently idle key goes first), else dropped.
-
-``RETIRED``
-    Dropped: its counters were folded into the keyed gate's totals, and it is out of every table.
-    Nothing runs or waits in it, and nothing will.
-
-An arrival at a gate that is not its key's listed gate (a retired one, or a fresh one when the
-key was listed meanwhile, through another permit taken at the same time) moves the permit to the
-key's gate of that moment. So a key never has two gates admitting at once, whatever the permits
-were taken from, and every release counts.
-
-A gate becomes idle through a release or a cancellation, or, with rate limits (whose waiters may wait
-for tokens while no slot is busy), through the expiry of its last waiter; those events check for it.
-The overrides also keep running totals of running and waiting across keys, for exact aggregate peaks.
+Each key's gate, its phases and the table of keys that every call updates are those of
+``KeyedGate``'s compiled base, :class:`KeyedBase` (``_keys.py``, where the theory of operation is).
+This module holds the rest: the public class, the limits a key's gate is made with (the template,
+an override, limits set for the key), the signals, and the statistics.
 
 With ``adaptive``, each key's gate has a controller of its own (an :class:`AdaptiveLimit`, which
 samples that key's requests and hears that key's signals). When the gate is dropped, a controller
@@ -45,15 +15,11 @@ the bursts, and the memory it takes is bounded however many keys come and go.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import heapq
-import itertools
-import math
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from types import EllipsisType
-from typing import TYPE_CHECKING, Generic, cast, final
+from typing import TYPE_CHECKING, Any, Generic, cast, final
 
 from typing_extensions import TypeVar
 
@@ -66,10 +32,7 @@ from .._core import (
     GateState,
     KeyedStatistics,
     RateLimit,
-    Status,
-    Ticket,
     Totals,
-    WaitQueue,
     check_count,
     check_flag,
     check_limits,
@@ -83,24 +46,15 @@ from .._core import (
 )
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._bounded import BoundedGate
-from ._gate import GateBase
-from ._keyed_base import KeyedBase
-from ._light import FRESH, LISTED, RETIRED, KeyState, key_gate_name, light_of
-from ._observing import Observer, Observers, attach
-from ._permit import Permit
-
-CANCELLED = Status.CANCELLED
+from ._gate import Permit
+from ._keys import KeyedBase, KeyOwner, KeyState
+from ._observing import Observer
 
 __all__ = ("KeyedGate",)
 
 #: A key's limits as ``overrides`` may give them: a :class:`GateLimits`, or any pair the runtime
 #: accepts, ``(max_running, max_waiting)``.
 Limits = GateLimits | tuple[int | None, int | None]
-
-_FRESH, _LISTED, _RETIRED = FRESH, LISTED, RETIRED
-
-#: The keys' state (the name ``admit_all`` and the tests know it by).
-_KeyState = KeyState
 
 #: A keyed gate's key type: inferred from ``overrides``, else any hashable (a default, PEP 696), so
 #: that ``KeyedGate(max_running=..., max_waiting=...)`` needs no annotation.
@@ -159,19 +113,11 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
     __slots__ = (
         "__weakref__",
         "_adaptive",
-        "_jump_share",
         "_learned",
         "_learned_keys",
-        "_light",
-        "_name",
-        "_observers",
         "_override",
         "_overrides",
-        "_priorities",
-        "_rate_limits",
-        "_retired",
         "_set",
-        "_ticks",
     )
 
     def __init__(
@@ -193,14 +139,15 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         keep_idle = check_count("keep_idle", keep_idle)
         learned_keys = check_count("learned_keys", learned_keys)
         _check_adaptive(adaptive, max_running)
-        self._priorities = priorities
-        self._jump_share = jump_share
-        self._rate_limits = tuple(rate_limits)
-        self._max_running = None if max_running is None else check_max_running(max_running)
-        self._max_waiting = check_max_waiting(max_waiting)
-        self._name = check_name(name)
-        self._prefix = name + "/"
-        self._observers = Observers()
+        self._init_keys(
+            check_name(name),
+            None if max_running is None else check_max_running(max_running),
+            check_max_waiting(max_waiting),
+            priorities,
+            jump_share,
+            tuple(rate_limits),
+            keep_idle,
+        )
         self._overrides: Mapping[K, Limits] | None = None
         self._override: Callable[[K], Limits | None] | None = None
         # Limits set at runtime for particular keys (set_limits(key, ...)): they outrank overrides.
@@ -213,40 +160,11 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             self._override = overrides
         elif overrides is not None:
             raise TypeError(f"overrides must be a mapping or a function of the key, got {shown(overrides)}")
-        self._keep_idle = keep_idle
         self._adaptive = adaptive
         self._learned_keys = learned_keys
         # What the controllers of keys without a gate learned, least recently dropped first.
         self._learned: OrderedDict[K, AdaptiveLimit] = OrderedDict()
-        # Listed gates: every key with requests running or waiting, and the idle ones kept.
-        self._gates = {}
-        # The idle keys among them, least recently idle first.
-        self._idle_keys = OrderedDict()
-        # Idle keys whose rate limits are refilling, by when they will be full: (when, tick, key).
-        self._resting = []
-        self._ticks = itertools.count()
-        self._retired = Totals()
-        # What the light keys dropped so far add to it: completions, and their run time's sum and max.
-        self._done = 0
-        self._done_run_total = 0.0
-        self._done_run_max = 0.0
-        # Keys start light (see _light.py) unless something needs a full state from the start.
-        self._light = not self._rate_limits and adaptive is None
-        self._plain = False  # set at the end of __init__
-        # The queue every light key shares: empty, for ever (a light key never queues; promoted, it
-        # has a queue of its own).
-        self._empty = WaitQueue(priorities, jump_share)
-        # The gate of the light key dropped last, to be made again if nothing holds it (see _create).
-        self._spare = None
-        self._created = 0
-        self._dropped = 0
-        self._peak_keys = 0
-        # Running and waiting summed over keys, kept up to date by the keys' states.
-        self._running = 0
-        self._waiting = 0
-        self._peak_running = 0
-        self._peak_waiting = 0
-        self._replain()
+        self._template = overrides is None and adaptive is None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -340,7 +258,7 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
 
         Use it for a key's own statistics: ``keyed.get(key).stats()``.
         """
-        return self._gates.get(key)
+        return cast("BoundedGate | None", self._gates.get(key))
 
     def limits(self, key: K) -> GateLimits:
         """The limits a gate for ``key`` is created with: the key's override, else the template.
@@ -405,7 +323,7 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         probe = GateState(base.max_running, base.max_waiting)
         probe.set_limits(0.0, max_running, max_waiting)
         self._set[key] = GateLimits(None if probe.limit == sys.maxsize else probe.limit, probe.max_waiting)
-        self._plain = False
+        self._template = False
         gate = self._gates.get(key)
         if gate is not None:
             gate.set_limits(max_running=max_running, max_waiting=max_waiting, evict=evict)
@@ -450,7 +368,7 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
                 gate = self._create(key)
                 self._list(key, gate)
             gate.pause(pause)
-            state = cast(_KeyState, gate._state)
+            state = cast(KeyState, gate._state)
             if not state.running and not state.waiting:
                 self._idle_keys.pop(key, None)
                 self._idle(key, state, gate._clock())  # it rests
@@ -518,42 +436,17 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
     def stats(self) -> KeyedStatistics:
         """An immutable snapshot: the gate counts, and every key's counters summed, dropped keys included."""
         gates = self._gates
-        folded = Totals()
-        values = folded.values = dict(self._retired.values)
-        completed, ran, longest = self._done, self._done_run_total, self._done_run_max
-        full: list[GateState] = []
-        slots: int | None = 0
-        places: int | None = 0
-        for gate in gates.values():
-            light = light_of(gate)
-            if light is None:
-                full.append(gate._state)
-                continue
-            completed += light.completed
-            values["admitted"] += light.running  # a light key's started requests run or completed
-            ran += light.run_seconds_total
-            longest = max(longest, light.run_seconds_max)
-            slots = None if slots is None or light.limit == sys.maxsize else slots + light.limit
-            places = None if places is None or light.max_waiting is None else places + light.max_waiting
-        values["admitted"] += completed
-        values["completed"] += completed
-        values["run_seconds_total"] += ran
-        values["end_to_end_seconds_total"] += ran
-        for name in ("run_seconds_max", "end_to_end_seconds_max"):
-            values[name] = max(values[name], longest)
+        retired = Totals()
+        retired.add(self._retired)
         summed = total(
-            self._name, folded, full, self._running, self._waiting, self._peak_running, self._peak_waiting
+            self._name,
+            retired,
+            [gate._state for gate in gates.values()],
+            self._running,
+            self._waiting,
+            self._peak_running,
+            self._peak_waiting,
         )
-        if slots != 0 or places != 0:  # the light keys' limits, added to the full states' sums
-            summed = dataclasses.replace(
-                summed,
-                max_running=None
-                if slots is None or summed.max_running is None
-                else summed.max_running + slots,
-                max_waiting=None
-                if places is None or summed.max_waiting is None
-                else summed.max_waiting + places,
-            )
         return KeyedStatistics(
             name=self._name,
             keys=len(gates),
@@ -584,23 +477,14 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         then is not recorded.
         """
         self._observers.add(callback)
-        self._light = False  # records need full states: the keys made from now on have them
-        self._plain = False
         for key, gate in tuple(self._gates.items()):
-            light = light_of(gate)
-            if light is not None:
-                light.full()  # attaches it
-            else:
-                self._attach(key, gate)
+            self._attach(key, gate)
 
     def unobserve(self, callback: Observer) -> None:
         """Stop calling ``callback``; with no callback left the keys' gates record nothing."""
         self._observers.remove(callback)
-        self._light = not self._observers.callbacks and not self._rate_limits and self._adaptive is None
-        self._replain()
-        for key, gate in self._gates.items():
-            if light_of(gate) is None:
-                self._attach(key, gate)
+        for key, gate in tuple(self._gates.items()):
+            self._attach(key, gate)
 
     def __repr__(self) -> str:
         return (
@@ -608,220 +492,21 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             f"running {self._running}, waiting {self._waiting}]>"
         )
 
-    # -- internals (used by _KeyState and admit_all) ------------------------------------------
+    # -- what the keys' table asks of the keyed gate (KeyedBase, off the common path) -----------
 
-    def _replain(self) -> None:
-        # Whether a new key may be the spare gate made again by admit(): light keys, no override.
-        self._plain = self._light and self._overrides is None and self._override is None and not self._set
+    def _own_setup(self, key: K) -> tuple[int | None, int | None, AdaptiveLimit | None]:
+        """The limits a gate for ``key`` is made with, and its controller (None without ``adaptive``).
 
-    def _gate_for(self, key: K) -> BoundedGate:
-        """The key's listed gate, else a fresh one (listed at its first arrival)."""
-        gate = self._gates.get(key)
-        if gate is None:
-            gate = self._create(key)
-        return gate
-
-    def _create(self, key: K) -> BoundedGate:
-        if self._overrides is None and self._override is None and not self._set:
-            max_running, max_waiting = self._max_running, self._max_waiting
-        else:
-            max_running, max_waiting = self.limits(key)
-        if self._light:
-            if self._spare is not None and (gate := self._reused(key, max_running, max_waiting)) is not None:
-                return gate
-            self._created += 1
-            fresh = KeyState(self, key, max_running, max_waiting, self._empty)
-            gate = BoundedGate._around(fresh, key_gate_name(self._prefix, key))
-            fresh._gate = gate
-            return gate
-        controller = None
-        if self._adaptive is not None and max_running is not None:
-            controller = self._learned.pop(key, None)
-            if controller is None:
-                controller = AdaptiveLimit(self._adaptive, max_running)
-            max_running = controller.limit
-        state = _KeyState(self, key, max_running, max_waiting)
-        gate = BoundedGate._around(state, key_gate_name(self._prefix, key))
-        if controller is not None:
-            gate._controller = controller
-        self._attach(key, gate)
-        self._created += 1
-        return gate
-
-    def _light_idle(self, light: KeyState) -> None:
-        """A listed light key is idle: keep it among the idle keys, or drop it (no rest: no buckets)."""
-        keep = self._keep_idle
-        if not keep:
-            self._drop_light(cast(K, light._key), light)
-            return
-        idle = self._idle_keys
-        idle[cast(K, light._key)] = None
-        if len(idle) > keep:
-            self._drop(idle.popitem(last=False)[0])
-
-    def _drop_light(self, key: K, light: KeyState) -> None:
-        gate = self._gates.pop(key)
-        light._phase = _RETIRED
-        light._gate = None  # the gate and its state no longer hold each other
-        self._spare = gate  # made again for another key, if nothing else holds it by then
-        self._done += light.completed
-        ran = light.run_seconds_total
-        if ran:
-            self._done_run_total += ran
-            if light.run_seconds_max > self._done_run_max:
-                self._done_run_max = light.run_seconds_max
-        self._dropped += 1
-
-    def _attach(self, key: K, gate: GateBase) -> None:
-        """Give a key's gate its hooks: the keyed gate's observers, and its controller's sampler."""
-        if gate._controller is None:
-            attach(gate._state, self._name, key, self._observers)
-            return
-        observers = Observers()
-        observers.callbacks = (*self._observers.callbacks, gate._sample)
-        attach(gate._state, self._name, key, observers)
-
-    def _arrive_idle(self, state: _KeyState, ticket: Ticket, now: float, wait: bool) -> Sequence[Ticket]:
-        """An arrival at an idle gate: a kept one leaves the idle keys, a fresh one is listed."""
-        key = cast(K, state._key)
-        phase = state._phase
-        if phase == _RETIRED or (phase == _FRESH and key in self._gates):
-            # Not the key's gate (any more): the permit arrives at the key's gate of this moment.
-            state._phase = _RETIRED
-            permit = cast(Permit, ticket)
-            gate = self._gate_for(key)
-            permit._gate = gate
-            gate._bind()
-            woken = gate._state.arrive(permit, now, wait)
-            if woken:
-                gate._wake(woken)
-            return ()
-        woken = GateState.arrive(state, ticket, now, wait)
-        if not state.running and not state.waiting:
-            return woken  # refused (at once, or before it was counted): still idle
-        if phase == _FRESH:
-            self._list(key, cast(BoundedGate, cast(Permit, ticket)._gate))  # the gate whose state this is
-        else:
-            self._idle_keys.pop(key, None)  # it was kept idle, or resting while its buckets refill
-        self._tell(state)
-        return woken
-
-    def _list(self, key: K, gate: BoundedGate) -> None:
-        cast(_KeyState, gate._state)._phase = _LISTED
-        gates = self._gates
-        gates[key] = gate
-        if len(gates) > self._peak_keys:
-            self._peak_keys = len(gates)
-
-    def _settle_retired(self, state: _KeyState, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
-        """A settle for a request whose key's gate was dropped since: the key's gate of now pays it.
-
-        A dropped gate's buckets were full, so a refund has nothing to give back to a key with no
-        gate; a charge lists a gate for the key, which rests until its buckets are full again.
+        A key's controller is the one it learned with before its gate was dropped, if kept; its C
+        is the key's.
         """
-        if ticket.started is None:
-            return ()  # never started (refused, or its slot given back unused): nothing to settle
-        key = cast(K, state._key)
-        gate = self._gates.get(key)
-        if gate is None:
-            if cost <= ticket.cost or not any(limit.unit == "tokens" for limit in self._rate_limits):
-                ticket.cost = cost
-                return ()
-            gate = self._create(key)
-            self._list(key, gate)
-            origin = cast(Permit, ticket)._gate
-            gate._loop = origin._loop
-            gate._clock = origin._clock
-            live = cast(_KeyState, gate._state)
-            GateState.settle(live, ticket, cost, now)
-            self._idle(key, live, now)  # rests until its buckets refill
-            cast(Permit, ticket)._gate = gate
-            return ()
-        cast(Permit, ticket)._gate = gate
-        return gate._state.settle(ticket, cost, now)
-
-    def _charged_idle(self, state: _KeyState, now: float) -> None:
-        """A settle on an idle key: a key kept idle whose buckets a charge emptied rests instead."""
-        key = cast(K, state._key)
-        if key in self._idle_keys and state.full_at() > now:
-            del self._idle_keys[key]
-            heapq.heappush(self._resting, (state.full_at(), next(self._ticks), key))
-
-    def _tell(self, state: _KeyState) -> None:
-        """Bring the running totals up to date with ``state``'s counts."""
-        running = state.running
-        waiting = state.waiting
-        self._running = total_running = self._running + running - state._told_running
-        self._waiting = total_waiting = self._waiting + waiting - state._told_waiting
-        state._told_running = running
-        state._told_waiting = waiting
-        if total_running > self._peak_running:
-            self._peak_running = total_running
-        if total_waiting > self._peak_waiting:
-            self._peak_waiting = total_waiting
-
-    def _freed(self, state: _KeyState, now: float) -> None:
-        """After a release, a cancellation or the timer: tell the counts, see if the gate is idle."""
-        # A freed slot goes to at most one waiter, who leaves the queue: the totals cannot rise here,
-        # so there is no peak to check.
-        running = state.running
-        waiting = state.waiting
-        self._running += running - state._told_running
-        self._waiting += waiting - state._told_waiting
-        state._told_running = running
-        state._told_waiting = waiting
-        if not running and not waiting and state._phase == _LISTED:
-            self._idle(cast(K, state._key), state, now)
-        if self._resting and self._resting[0][0] <= now:
-            self._rested(now)
-
-    def _idle(self, key: K, state: _KeyState, now: float) -> None:
-        """``key``'s listed gate is idle: keep it among the idle keys, or drop it.
-
-        A gate whose rate limits are still refilling rests (stays listed) until they are full: its
-        key must not get a fresh burst by going idle for a moment.
-        """
-        full_at = state.full_at()
-        paused = state.paused_until
-        if paused != math.inf and paused > full_at:
-            full_at = paused  # a pause is kept to its end, like a debt of rate
-        if full_at > now:
-            heapq.heappush(self._resting, (full_at, next(self._ticks), key))
-            return
-        keep = self._keep_idle
-        if not keep:
-            self._drop(key)
-            return
-        idle = self._idle_keys
-        idle[key] = None
-        if len(idle) > keep:
-            self._drop(idle.popitem(last=False)[0])
-
-    def _rested(self, now: float) -> None:
-        """Resting keys whose buckets are full by ``now`` go idle (kept or dropped), if still unused."""
-        resting = self._resting
-        while resting and resting[0][0] <= now:
-            key = heapq.heappop(resting)[2]
-            gate = self._gates.get(key)
-            if gate is None:
-                continue
-            state = cast(_KeyState, gate._state)
-            if not state.running and not state.waiting and key not in self._idle_keys:
-                self._idle(key, state, now)
-
-    def _drop(self, key: K) -> None:
-        gate = self._gates[key]
-        light = light_of(gate)
-        if light is not None:
-            self._drop_light(key, light)
-            return
-        del self._gates[key]
-        state = cast(_KeyState, gate._state)
-        state._phase = _RETIRED
-        self._retired.add(state)
-        self._dropped += 1
-        if gate._controller is not None:
-            self._remember(key, gate._controller, bool(state.completed or state.late))
+        max_running, max_waiting = self.limits(key)
+        if self._adaptive is None or max_running is None:
+            return max_running, max_waiting, None
+        controller = self._learned.pop(key, None)
+        if controller is None:
+            controller = AdaptiveLimit(self._adaptive, max_running)
+        return controller.limit, max_waiting, controller
 
 
 def _check_adaptive(adaptive: object, max_running: object) -> None:
@@ -830,3 +515,9 @@ def _check_adaptive(adaptive: object, max_running: object) -> None:
         raise TypeError(f"adaptive must be Adaptive settings, got {shown(adaptive)}")
     if adaptive is not None and max_running is None:
         raise ValueError("an adaptive limit needs a template max_running")
+
+
+if TYPE_CHECKING:
+
+    def _is_a_key_owner(keyed: KeyedGate[Any]) -> KeyOwner:  # mypy checks the contract here
+        return keyed

@@ -1,23 +1,19 @@
-"""The driver's side of the core's two hooks: records for observers, and the ``boundedgate`` logger.
+"""The ``boundedgate`` logger, and the callbacks that observe a gate.
 
-A gate's :class:`GateState` calls ``observer`` with every ticket that reaches its outcome, and
-``reporter`` with those whose outcome is ``logged`` (refusals, late, leaked). This module makes
-both hooks for a state: the observer turns the ticket into a :class:`RequestRecord` for the
-gate's callbacks, and is only installed while there are callbacks (the core then pays one
-``is None`` check per ending); the reporter writes one structured log record, and costs nothing
-unless the logger is enabled for the record's level.
+A gate's observers (:class:`Observers`) are told the :class:`RequestRecord` of every request that
+ends, and the logger gets one structured record per refusal and per ending nobody asked for (late,
+leaked): the core's hooks that do both for a gate's state are ``_hooks.py``'s. :func:`log_event`
+writes a record for what the core cannot see (a Redis gate's ``lease_lost``, say).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 
-from .._core import GateState, RequestRecord, Status, Ticket
-from . import _reporting
-from ._reporting import Reporter
+from .._core import RequestRecord
 
-__all__ = ("Observer", "Observers", "attach", "log_event", "logger")
+__all__ = ("Observer", "Observers", "log_event", "log_record", "logger")
 
 #: The library's logger: one record per refusal and per ending nobody asked for, nothing else.
 logger = logging.getLogger("boundedgate")
@@ -25,33 +21,6 @@ logger.addHandler(logging.NullHandler())
 
 #: What a gate calls with each request's record.
 Observer = Callable[[RequestRecord], None]
-
-# The one ending logged at WARNING; the others are logged at INFO.
-_LEAKED = Status.LEAKED
-_WARNING = logging.WARNING
-_INFO = logging.INFO
-
-
-def _reads_natively(logger: logging.Logger) -> bool:
-    """Whether a :class:`Reporter` may read ``logger``'s ``disabled`` flag and level cache itself.
-
-    True for the standard library's ``Logger.isEnabledFor``, which reads a per-logger level cache
-    (the instance attribute ``_cache``, cleared whenever a level changes) after that flag; a logger
-    class of the application's own (``logging.setLoggerClass`` before boundedgate is imported) is
-    asked through its method.
-    """
-    return (
-        type(logger).isEnabledFor is logging.Logger.isEnabledFor
-        and isinstance(vars(logger).get("_cache"), dict)
-        and "disabled" in vars(logger)
-    )
-
-
-# The compiled build hands the core the compiled Reporter, which reads the logger natively; the
-# pure one, a closure that asks the logger (a class's call costs more there than it saves).
-# (vars() gives the logger a dict of its own, which slows interpreted reads of its attributes:
-# only the compiled build asks for it.)
-_NATIVE = not str(_reporting.__file__).endswith(".py") and _reads_natively(logger)
 
 
 class Observers:
@@ -80,39 +49,6 @@ class Observers:
                 callback(record)
             except Exception:
                 logger.exception("observer %r of gate %r raised", callback, record.gate)
-
-
-def attach(state: GateState, gate: str, key: Hashable | None, observers: Observers) -> None:
-    """Give ``state`` the hooks of the gate named ``gate`` (and ``key``, for a keyed gate's key).
-
-    A keyed gate's light key (``_light.py``) gets its full state first: a light key has no hooks.
-    """
-    full = getattr(state, "full", None)
-    if full is not None:
-        full()
-    state.reporter = _reporter(state, gate, key)
-    state.observer = _observer(state, gate, key, observers) if observers.callbacks else None
-
-
-def _observer(
-    state: GateState, gate: str, key: Hashable | None, observers: Observers
-) -> Callable[[Ticket], None]:
-    def observe(ticket: Ticket) -> None:
-        observers.tell(RequestRecord.of(ticket, state, gate, key))
-
-    return observe
-
-
-def _reporter(state: GateState, gate: str, key: Hashable | None) -> Callable[[Ticket], None]:
-    if _NATIVE:
-        return Reporter(state, gate, key, logger, log_record)
-
-    def report(ticket: Ticket) -> None:
-        level = _WARNING if ticket.status is _LEAKED else _INFO
-        if logger.isEnabledFor(level):
-            log_record(RequestRecord.of(ticket, state, gate, key), level)
-
-    return report
 
 
 def log_record(record: RequestRecord, level: int = logging.INFO) -> None:
