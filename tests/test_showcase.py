@@ -14,6 +14,9 @@ from boundedgate.sim import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The module's fixtures run the showcase once for all its tests: on one worker of pytest-xdist.
+pytestmark = pytest.mark.xdist_group("showcase")
+
 
 def run_virtual(coro_fn: Callable[..., Coroutine[Any, Any, Any]], *args: object) -> Any:
     # No I/O here, so time may jump at the first idle turn, rather than after looptime's default of

@@ -21,6 +21,10 @@ from mypy import api
 
 from tests.test_docs import PAGES, ROOT
 
+# mypy reads the sources (MYPYPATH), whichever build the suite imports; it shares its cache with
+# test_sdk_helpers.py, so the two run on one worker of pytest-xdist, one after the other.
+pytestmark = [pytest.mark.build_independent, pytest.mark.xdist_group("mypy-typed")]
+
 #: Errors that the library's own types cause today, each with where that is being fixed. A block may
 #: report these and nothing else; once none reports one, its entry must go (the test says so).
 KNOWN: dict[str, str] = {}

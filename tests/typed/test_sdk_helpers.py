@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 from mypy import api
 
+# mypy reads the sources (MYPYPATH), whichever build the suite imports; it shares its cache with
+# test_docs_blocks.py, so the two run on one worker of pytest-xdist, one after the other.
+pytestmark = [pytest.mark.build_independent, pytest.mark.xdist_group("mypy-typed")]
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
