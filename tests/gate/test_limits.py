@@ -89,6 +89,17 @@ async def test_a_rate_limit_signal_pauses_starts_until_the_reset_and_keeps_C() -
     assert gate.stats().pauses == 1
 
 
+async def test_pauses_counts_each_pause_that_began_or_was_extended() -> None:
+    gate = BoundedGate(max_running=2, max_waiting=5)
+    gate.pause(5)
+    gate.pause(3)  # ends before the pause in force: changes nothing
+    gate.pause(8)  # extends it
+    assert gate.stats().pauses == 2
+    await asyncio.sleep(9)
+    gate.pause(1)  # a new one, after the first ended
+    assert gate.stats().pauses == 3
+
+
 async def test_queued_requests_still_expire_during_a_pause() -> None:
     gate = BoundedGate(max_running=1, max_waiting=5)
     gate.pause(10)
