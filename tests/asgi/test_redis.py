@@ -46,6 +46,26 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.005)
 
 
+async def hang_up_queued_inside(
+    stacked: GateMiddleware, app: StreamingApp, queued: Callable[[], bool], outer_running: Callable[[], int]
+) -> None:
+    """A first request holds the app; a second, queued at the inner gate, hangs up; the first ends.
+
+    Between the two, the outer gate holds the first request's slot alone: the one the second
+    request took was given back unused when it left.
+    """
+    first = serve(stacked, Client())
+    await until(lambda: app.entered == 1, "the first request in the app")
+    leaving = Client()
+    task = serve(stacked, leaving)
+    await until(queued, "the second request queued at the inner gate")
+    leaving.leave()
+    await task
+    assert outer_running() == 1
+    app.release.set()
+    await first
+
+
 def hang_up_as_the_grant_arrives(monkeypatch: pytest.MonkeyPatch, leaving: Client) -> None:
     """``leaving`` hangs up in the callback that delivers its permit's grant, just before it does."""
     granted = RedisPermit._granted
@@ -119,16 +139,7 @@ async def test_stacked_over_a_redis_gate_a_hang_up_in_its_queue_is_disconnected_
         app = StreamingApp(chunks=1, pause=0)
         app.hold = True
         stacked = GateMiddleware(GateMiddleware(app, gate=inner), gate=outer)
-        first = serve(stacked, Client())
-        await until(lambda: app.entered == 1, "the first request in the app")
-        queued = Client()
-        task = serve(stacked, queued)
-        await until(lambda: inner.waiting == 1, "the second request queued in Redis")
-        queued.leave()
-        await task
-        assert outer.running == 1  # its outer slot back once the inner gate let it go
-        app.release.set()
-        await first
+        await hang_up_queued_inside(stacked, app, lambda: inner.waiting == 1, lambda: outer.running)
         view = await settles_empty(client, name)
         inner_stats, outer_stats = inner.stats(), outer.stats()
     assert app.entered == 1
@@ -151,16 +162,7 @@ async def test_over_a_cluster_gate_s_fallback_a_hang_up_in_the_inner_queue_is_di
             app = StreamingApp(chunks=1, pause=0)
             app.hold = True
             stacked = GateMiddleware(GateMiddleware(app, gate=inner), gate=outer)
-            first = serve(stacked, Client())
-            await until(lambda: app.entered == 1, "the first request in the app")
-            queued = Client()
-            task = serve(stacked, queued)
-            await until(lambda: inner.waiting == 1, "the second request queued at the inner gate")
-            queued.leave()
-            await task
-            assert fallback.running == 1  # the fallback slot back once the inner gate let it go
-            app.release.set()
-            await first
+            await hang_up_queued_inside(stacked, app, lambda: inner.waiting == 1, lambda: fallback.running)
     finally:
         await dead.aclose()
     stats = fallback.stats()
