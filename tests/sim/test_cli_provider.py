@@ -76,8 +76,9 @@ def library(**provider: object) -> list[list[object]]:
         max_waiting=30,
     )
     return [
-        [c.name, c.result.on_time, c.result.late, c.result.provider_refused, c.result.expired]
+        [c.name, r.on_time, r.late, r.cut, r.provider_refused, r.expired, r.wasted_seconds]
         for c in comparison.contenders
+        for r in [c.result]
     ]
 
 
@@ -103,22 +104,27 @@ def test_the_table_compares_every_contender_on_the_same_traffic(capsys: pytest.C
     assert lines[3] == "Best static in hindsight: C=14, Q=150, of 100 settings tried (C 8 to 30, Q 0 to none)"
     header = next(line for line in lines if line.startswith("contender"))
     assert header.split() == [
-        "contender", "C", "Q", "on", "time", "ratio", "late", "529/429", "refused", "expired", "no", "in",
+        "contender", "C", "Q", "on", "time", "ratio", "late", "cut", "529/429", "refused", "expired", "no",
+        "in", "wasted",
     ]  # fmt: skip
     table = rows(out)
     assert list(table) == CONTENDERS
-    for name, on_time, late, provider_refused, expired in library():
-        _, _, shown_on_time, _, shown_late, refused_by_provider, _, shown_expired, _ = table[name]  # type: ignore[index]
-        assert (int(shown_on_time), int(shown_late)) == (on_time, late), name
+    for name, on_time, late, cut, provider_refused, expired, wasted in library():
+        cells = table[name]  # type: ignore[index]
+        shown_on_time, shown_late, shown_cut, refused_by_provider = cells[2], cells[4], cells[5], cells[6]
+        shown_expired, shown_wasted = cells[8], cells[10]
+        assert (int(shown_on_time), int(shown_late), int(shown_cut)) == (on_time, late, cut), name
         assert (int(refused_by_provider), int(shown_expired)) == (provider_refused, expired), name
+        assert shown_wasted == f"{wasted:.0f}s", name
+    assert table["semaphore+timeout"][4] == "0"  # a timeout around the call: never an answer late
     assert table["best static"][:2] == ["14", "150"]
     assert table["best static"][3] == "1.000"
     assert table["semaphore"][:2] == ["20", "none"]
     assert table["gate Q=30"][:2] == ["20", "30"]
     low, high = (int(c) for c in table["adaptive Q=30"][0].split("-"))  # the range C took
     assert low < 20 <= high
-    assert table["semaphore"][-1] == "-"  # a semaphore never says no
-    assert table["gate Q=30"][-1] == "0ms"  # the gate says it at once
+    assert table["semaphore"][-2] == "-"  # a semaphore never says no
+    assert table["gate Q=30"][-2] == "0ms"  # the gate says it at once
     assert "529/429: the provider's refusals" in out
 
 
@@ -136,9 +142,8 @@ def test_json_gives_the_same_numbers(capsys: pytest.CaptureFixture[str]) -> None
     assert data["adaptive"] == dataclasses.asdict(Adaptive())  # the documented defaults
     assert data["best_static"] == {"max_running": 14, "max_waiting": 150}
     assert len(data["tried"]) == 100
-    assert [
-        [c["name"], c["on_time"], c["late"], c["provider_refused"], c["expired"]] for c in data["contenders"]
-    ] == library()
+    shown = ("name", "on_time", "late", "cut", "provider_refused", "expired", "wasted_seconds")
+    assert [[c[name] for name in shown] for c in data["contenders"]] == library()
     assert data["contenders"][3]["ratio"] == 1.0
 
 

@@ -38,9 +38,11 @@ TABLED_KEYS = 8
 
 FOOTNOTE = textwrap.fill(
     "(on time: answered within the budget, the goodput; ratio: on time / the best static gate's; "
-    "C of an adaptive gate: the range it took; 529/429: the provider's refusals, passed on to callers as "
+    "C of an adaptive gate: the range it took; cut: cut off at the deadline by a timeout around the call, "
+    "no answer; 529/429: the provider's refusals, passed on to callers as "
     "errors; refused: by the gate at arrival, its queue full or the deadline out of reach; expired: left "
-    "the queue at the deadline; no in: mean time from arrival to the gate's refusal)",
+    "the queue at the deadline; no in: mean time from arrival to the gate's refusal; wasted: the "
+    "provider's time spent on answers nobody waited for, late or cut off)",
     width=100,
 )
 
