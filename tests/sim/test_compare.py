@@ -15,6 +15,7 @@ from boundedgate.sim import (
     LogNormal,
     Poisson,
     Provider,
+    Request,
     compare_admission,
     generate,
     simulate_provider,
@@ -33,7 +34,7 @@ NAMES = [
 ]
 
 
-def traffic() -> list[tuple[float, float, float | None]]:
+def traffic() -> list[tuple[float, float, float | None] | Request]:
     jobs = generate(
         [Poisson(rate=40), Bursts(150, start_ms=6_000)],
         LogNormal(mean_ms=300, p99_ms=1500),
