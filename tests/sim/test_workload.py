@@ -326,6 +326,19 @@ def test_sized_traffic_draws_prompt_and_output_tokens_on_streams_of_their_own() 
         arrivals, None, prompt_tokens=Fixed(10), output_tokens=outputs, duration_ms=60_000, seed=4
     )
     assert [j.output_tokens for j in shorter] == [j.output_tokens for j in sized]  # its own stream
+    fast = Provider(1, overhead_seconds=0.02, prefill_tokens_per_second=50_000, decode_tokens_per_second=400)
+    faster = generate(
+        arrivals, None, prompt_tokens=prompts, output_tokens=outputs, speeds=fast, duration_ms=60_000, seed=4
+    )
+    assert [(j.prompt_tokens, j.output_tokens) for j in faster] == [
+        (j.prompt_tokens, j.output_tokens) for j in sized
+    ]
+    for job in faster:
+        assert job.prompt_tokens is not None
+        assert job.output_tokens is not None
+        assert job.service_ms == max(
+            1, round(1000 * fast.service_seconds(job.prompt_tokens, job.output_tokens))
+        )
 
 
 @pytest.mark.parametrize(

@@ -303,7 +303,7 @@ def _cost(value: float | Distribution, rng: random.Random) -> float:
     return value if isinstance(value, (int, float)) else round(value.sample(rng))
 
 
-#: The provider whose speeds give a sized request its service time (see :func:`generate`).
+#: The provider whose speeds give a sized request its service time by default (see :func:`generate`).
 _DEFAULT_SPEEDS = Provider(1)
 
 
@@ -319,6 +319,7 @@ def generate(
     actual_cost: float | Distribution | None = None,
     prompt_tokens: Distribution | None = None,
     output_tokens: Distribution | None = None,
+    speeds: Provider | None = None,
     seed: int = 0,
 ) -> list[Job]:
     """A reproducible script of requests, ready for :func:`simulate` or :func:`sweep`.
@@ -366,9 +367,11 @@ def generate(
         prompt_tokens: Each request's prompt size: a distribution of tokens (rounded to whole
             tokens), with ``output_tokens`` and no ``service``.
         output_tokens: Each request's answer size, likewise. A sized request's ``service_ms``
-            is the time a :class:`~boundedgate.sim.Provider` of the default speeds takes to
-            serve it (``Provider.service_seconds``); against a provider of other speeds,
-            ``plan --provider`` and :class:`~boundedgate.sim.Request` derive it from the sizes.
+            is the time ``speeds`` takes to serve it (``Provider.service_seconds``); a provider
+            of other speeds derives its own from the sizes (``plan --provider``,
+            :class:`~boundedgate.sim.Request`).
+        speeds: The :class:`~boundedgate.sim.Provider` whose speeds give a sized request its
+            ``service_ms`` (default: ``Provider``'s default speeds).
         seed: The seed; the same arguments and seed give the same script.
 
     Returns:
@@ -398,7 +401,7 @@ def generate(
     arrival_rng = random.Random(f"boundedgate:{seed}:arrivals")
     times = sorted(t for process in processes for t in process.times(duration_ms, arrival_rng))
     sizes = (prompt_tokens, output_tokens)
-    draw = _Draws(seed, service, budget_ms, classes, keys, shares, cost, actual_cost, sizes)
+    draw = _Draws(seed, service, budget_ms, classes, keys, shares, cost, actual_cost, sizes, speeds)
     width = len(str(len(times)))
     return [draw.job(f"r{number:0{width}d}", arrival) for number, arrival in enumerate(times, start=1)]
 
@@ -469,6 +472,7 @@ class _Draws:
         cost: float | Distribution | None,
         actual_cost: float | Distribution | None,
         sizes: tuple[Distribution | None, Distribution | None] = (None, None),
+        speeds: Provider | None = None,
     ) -> None:
         self.service = service
         self.budget_ms = budget_ms
@@ -484,6 +488,7 @@ class _Draws:
         self.actual_rng = random.Random(f"boundedgate:{seed}:actual_cost")
         self.key_rng = random.Random(f"boundedgate:{seed}:key")
         self.prompt_tokens, self.output_tokens = sizes
+        self.speeds = _DEFAULT_SPEEDS if speeds is None else speeds
         self.prompt_rng = random.Random(f"boundedgate:{seed}:prompt_tokens")
         self.output_rng = random.Random(f"boundedgate:{seed}:output_tokens")
 
@@ -504,7 +509,7 @@ class _Draws:
             assert self.output_tokens is not None
             prompt = _size(self.prompt_tokens, self.prompt_rng)
             output = _size(self.output_tokens, self.output_rng)
-            service_ms = _whole_ms(1000 * _DEFAULT_SPEEDS.service_seconds(prompt, output))
+            service_ms = _whole_ms(1000 * self.speeds.service_seconds(prompt, output))
         declared = 0 if self.cost is None else _cost(self.cost, self.cost_rng)
         actual = None if self.actual_cost is None else _cost(self.actual_cost, self.actual_rng)
         return Job(
