@@ -465,3 +465,18 @@ def test_sized_traffic_is_compared_at_the_providers_speeds(
         "--overhead", "500ms", "--prefill", "2000", "--decode", "20", "--json",
     )  # fmt: skip
     assert json.loads(replayed)["contenders"] == data["contenders"]
+
+
+def test_a_saved_sized_script_is_timed_at_the_providers_speeds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    script = tmp_path / "fast.csv"
+    status, _, _ = run(capsys, *SIZED, "--prefill", "50000", "--decode", "400", "--save-script", str(script))
+    assert status == 0
+    fast = Provider(20, prefill_tokens_per_second=50_000, decode_tokens_per_second=400)
+    for job in read_script(script):
+        assert job.prompt_tokens is not None
+        assert job.output_tokens is not None
+        assert job.service_ms == max(
+            1, round(1000 * fast.service_seconds(job.prompt_tokens, job.output_tokens))
+        )

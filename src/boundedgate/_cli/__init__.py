@@ -543,6 +543,7 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             actual_cost=_fixed_or_drawn(args.actual_cost),
             prompt_tokens=args.prompt_tokens,
             output_tokens=args.output_tokens,
+            speeds=None if args.provider is None else _compare.provider_of(args),
             seed=args.seed,
         )
     except ValueError as error:  # what the options above did not already refuse

@@ -16,7 +16,7 @@ from ..sim._text import comparison_table, human_ms, key_name, keys_comparison_ta
 from . import _units
 from ._progress import ProgressBar
 
-__all__ = ("add_options", "check_options", "compare", "in_seconds")
+__all__ = ("add_options", "check_options", "compare", "in_seconds", "provider_of")
 
 #: The options that shape the provider or the adaptive contenders: each needs --provider.
 _PROVIDER_ONLY = ("overload", "refuse_after", "floor", "ceiling", "overhead", "prefill", "decode")
@@ -174,7 +174,8 @@ def _note_late_changes(capacity: _units.Capacity, jobs: Sequence[Job]) -> None:
         )
 
 
-def _provider(args: argparse.Namespace) -> Provider:
+def provider_of(args: argparse.Namespace) -> Provider:
+    """The provider ``--provider`` and its options describe (its speeds also time a sized workload)."""
     refuse = 0.05 if args.refuse_after is None else args.refuse_after / 1000
     rpm = None if args.rpm is None else args.rpm[0]
     speeds = {
@@ -247,7 +248,7 @@ def compare(
     """Run the comparison ``plan --provider`` asks for and print it (and draw it)."""
     _check_traffic(jobs, parser)
     _note_late_changes(args.provider, jobs)
-    provider = _provider(args)
+    provider = provider_of(args)
     adaptive = _adaptive(args, parser)
     by_key: dict[str, list[Job]] = {}
     for job in jobs:
