@@ -2,15 +2,15 @@
 
 An in-process fake provider streams answers and serves at most 20 streams at once (a 21st gets a
 529, overloaded). Each call has its sizes, a prompt and an answer in tokens, both long-tailed: the
-provider reads the prompt before its first token and streams the answer at a steady pace, ten
-times faster than a mid-size model (boundedgate.sim.Provider's default speeds), so that the demo
-runs in seconds. The same traffic, a steady 40 calls a second with a burst of 400 at once, is
-sent three times: through ``asyncio.Semaphore(20)``, the usual fix; through the same semaphore
-with ``asyncio.timeout(2.5)`` around each call, what a careful user writes; and through ``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after
-2.5 s. Each call holds its slot for its whole stream, and carries its prompt's text (four
-characters a token), as a RAG call would. Then the same traffic goes four times to a provider
-whose capacity halves to 10 at 3 s: through the three, and through the gate with
-``adaptive=Adaptive()``, told of every 529.
+provider reads the prompt before its first token and streams the answer at a steady pace, ten times
+faster than a mid-size model (boundedgate.sim.Provider's default speeds), so that the demo runs in
+seconds. The same traffic, a steady 40 calls a second with a burst of 400 at once, is sent three
+times: through ``asyncio.Semaphore(20)``, the usual fix; through the same semaphore with
+``asyncio.timeout(2.5)`` around each call, what a careful user writes; and through
+``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after 2.5 s. Each call holds
+its slot for its whole stream, and carries its prompt's text (four characters a token), as a RAG
+call would. Then the same traffic goes four times to a provider whose capacity halves to 10 at 3 s:
+through the three, and through the gate with ``adaptive=Adaptive()``, told of every 529.
 
 Run it with ``make demo`` (the seven runs go side by side, one process each: about 15 seconds), or
 ``python examples/llm_burst.py`` (``--one-process`` runs them one after the other, shown live).
