@@ -1,12 +1,15 @@
 """boundedgate's showcase: a burst of streamed LLM calls, through two semaphores and through gates.
 
-An in-process fake provider streams answers with a long-tailed latency and serves at most 20
-streams at once (a 21st gets a 529, overloaded). The same traffic, a steady 40 calls a second with
-a burst of 400 at once, is sent three times: through ``asyncio.Semaphore(20)``, the usual fix;
-through the same semaphore with ``asyncio.timeout(2.5)`` around each call, what a careful user
-writes; and through ``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after
-2.5 s. Each call holds its slot for its whole stream, and carries an 8 KB prompt, as a RAG call
-would. Then the same traffic goes four times to a provider whose capacity halves to 10 at 3 s:
+An in-process fake provider streams answers and serves at most 20 streams at once (a 21st gets a
+529, overloaded). Each call has its sizes, a prompt and an answer in tokens, both long-tailed: the
+provider reads the prompt before its first token and streams the answer at a steady pace, ten times
+faster than a mid-size model (boundedgate.sim.Provider's default speeds), so that the demo runs in
+seconds. The same traffic, a steady 40 calls a second with a burst of 400 at once, is sent three
+times: through ``asyncio.Semaphore(20)``, the usual fix; through the same semaphore with
+``asyncio.timeout(2.5)`` around each call, what a careful user writes; and through
+``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after 2.5 s. Each call holds
+its slot for its whole stream, and carries its prompt's text (four characters a token), as a RAG
+call would. Then the same traffic goes four times to a provider whose capacity halves to 10 at 3 s:
 through the three, and through the gate with ``adaptive=Adaptive()``, told of every 529.
 
 Run it with ``make demo`` (the seven runs go side by side, one process each: about 15 seconds), or
@@ -35,6 +38,7 @@ from typing import Any
 
 from boundedgate import Adaptive, BoundedGate, Late, QueueExpired, QueueFull, RequestRecord
 from boundedgate.sim import Bursts, Job, LogNormal, Poisson, generate, simulate
+from boundedgate.sim import Provider as Speeds
 
 Caller = Callable[[Job], Coroutine[None, None, None]]  # makes one call, and records what became of it
 
@@ -46,9 +50,15 @@ STEADY_RATE = 40  # calls per second, for the whole run
 BURST = 400  # calls arriving at one instant...
 BURST_AT_MS = 1500  # ...at this time
 DURATION_MS = 6000  # arrivals fall in the first 6 s
-SERVICE = LogNormal(mean_ms=300, p99_ms=1500)  # a whole stream: first token, then the rest
+PROMPT_TOKENS = LogNormal(mean_ms=1000, p99_ms=8000)  # each call's prompt, in tokens...
+OUTPUT_TOKENS = LogNormal(mean_ms=100, p99_ms=600)  # ...and its answer
+# How fast the provider reads and streams: ten times a mid-size model (Speeds' defaults), so that a
+# call takes 0.3 s on average: its first token after 20 ms + prompt / 50,000 tokens a second.
+SPEEDS = Speeds(
+    PROVIDER_LIMIT, overhead_seconds=0.02, prefill_tokens_per_second=50_000, decode_tokens_per_second=400
+)
 CHUNKS = 12  # chunks per streamed answer
-CONTEXT = "Retrieved passage. " * 430  # ~8 KB of prompt per call
+PASSAGE = "Retrieved passage. "  # prompts repeat it, four characters a token
 HALVES_AT = 3.0  # the second scenario: the provider's capacity halves at this time, for good...
 REFUSE_SECONDS = 0.05  # ...and beyond its capacity it answers 529 (overloaded), after this long
 
@@ -57,7 +67,10 @@ def traffic(seed: int = 0) -> list[Job]:
     """The calls, the same for both runs: boundedgate.sim's seeded workload generator."""
     return generate(
         [Poisson(STEADY_RATE), Bursts(BURST, start_ms=BURST_AT_MS)],
-        SERVICE,
+        None,
+        prompt_tokens=PROMPT_TOKENS,
+        output_tokens=OUTPUT_TOKENS,
+        speeds=SPEEDS,
         duration_ms=DURATION_MS,
         budget_ms=round(BUDGET * 1000),
         seed=seed,
@@ -90,8 +103,12 @@ class Provider:
         )
         return self.limit // 2 if halved else self.limit
 
-    async def stream(self, prompt: str, seconds: float) -> AsyncGenerator[str, None]:
-        """Stream an answer: the first chunk after 30% of ``seconds``, the rest evenly after it."""
+    async def stream(self, prompt: str, output_tokens: int) -> AsyncGenerator[str, None]:
+        """Stream an answer: the first chunk once the prompt is read, the rest evenly after it.
+
+        The times are ``SPEEDS``': the first chunk after its overhead and ``prompt`` (four
+        characters a token) at its prefill speed, the answer's ``output_tokens`` at its decode speed.
+        """
         if self.active >= self.capacity():
             self.refused += 1
             await asyncio.sleep(REFUSE_SECONDS)
@@ -99,10 +116,11 @@ class Provider:
         self.active += 1
         self.peak = max(self.peak, self.active)
         try:
-            await asyncio.sleep(0.3 * seconds)
+            await asyncio.sleep(SPEEDS.first_token_seconds(len(prompt) // 4))
+            rest = output_tokens / SPEEDS.decode_tokens_per_second
             for index in range(CHUNKS):
                 if index:
-                    await asyncio.sleep(0.7 * seconds / (CHUNKS - 1))
+                    await asyncio.sleep(rest / (CHUNKS - 1))
                 yield f"token{index} "
         finally:
             self.active -= 1
@@ -156,11 +174,13 @@ class Run:
 
 
 def _prompt(job: Job) -> str:
-    return f"[{job.id}] {CONTEXT}"  # each call holds its own prompt from the moment it asks
+    # Each call holds its own prompt from the moment it asks: its size in tokens, four characters each.
+    tokens = job.prompt_tokens or 0
+    return (f"[{job.id}] " + PASSAGE * (tokens // 4 + 1))[: 4 * tokens]
 
 
 async def _stream_answer(provider: Provider, job: Job, prompt: str) -> str:
-    async with contextlib.aclosing(provider.stream(prompt, job.service_ms / 1000)) as stream:
+    async with contextlib.aclosing(provider.stream(prompt, job.output_tokens or 0)) as stream:
         return "".join([chunk async for chunk in stream])
 
 
@@ -358,6 +378,11 @@ async def compare_side_by_side(seed: int = 0) -> tuple[tuple[Run, Run, Run], lis
             print(f"  {run.name:<30} done: last answer at {run.wall:.1f} s", file=sys.stderr, flush=True)
         runs = [Run(**future.result()) for future in pending]
     return (runs[0], runs[1], runs[2]), runs[3:], traffic(seed)
+
+
+def _mean_service(jobs: Sequence[Job]) -> float:
+    """The calls' mean time at the provider, in seconds."""
+    return sum(job.service_ms for job in jobs) / max(len(jobs), 1) / 1000
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
@@ -648,8 +673,12 @@ async def main(seed: int = 0, one_process: bool = False, live: bool | None = Non
     live = sys.stderr.isatty() if live is None else live
     jobs = traffic(seed)
     print(
-        f"A fake LLM provider streams answers (mean {SERVICE.mean_ms:g} ms, p99 {SERVICE.p99_ms:g} ms) and "
-        f"serves at most {PROVIDER_LIMIT} streams at once.\n"
+        f"A fake LLM provider reads prompts (mean {PROMPT_TOKENS.mean_ms:g} tokens, p99 "
+        f"{PROMPT_TOKENS.p99_ms:g}) and streams answers (mean {OUTPUT_TOKENS.mean_ms:g} tokens, p99 "
+        f"{OUTPUT_TOKENS.p99_ms:g}) at {SPEEDS.prefill_tokens_per_second:g} and "
+        f"{SPEEDS.decode_tokens_per_second:g} tokens a second,\n"
+        f"a call taking {_seconds(_mean_service(jobs))} on average; it serves at most {PROVIDER_LIMIT} "
+        "streams at once.\n"
         f"{len(jobs)} calls arrive over {DURATION_MS / 1000:g} s: {STEADY_RATE} a second, plus {BURST} "
         f"at once at t={BURST_AT_MS / 1000:g} s. Every caller gives up after {BUDGET:g} s.\n"
         "The same calls go through a plain semaphore, through the semaphore with a timeout around each "

@@ -65,6 +65,7 @@ PUBLIC: dict[str, list[str]] = {
         "LogNormal",
         "Client",
         "Provider",
+        "Request",
         "steps",
         "drift",
         # what they return

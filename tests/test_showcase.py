@@ -90,7 +90,7 @@ def test_the_careful_semaphore_bounds_every_wait_but_not_the_queue_and_fails_slo
     assert careful.outcomes["expired"] > 0
     assert careful.outcomes["cut off"] > 0  # ...some of them after the provider had started
     assert careful.wasted > 0
-    assert gate.wasted == 0
+    assert gate.wasted < careful.wasted  # only its few late answers: a long answer cannot be in time
     assert min(careful.refusal_seconds) >= budget - 1e-6  # each failure took the whole budget
     assert max(gate.refusal_seconds, default=0.0) < 0.1 * budget
     assert careful.peak_waiting > 5 * showcase["MAX_WAITING"]
@@ -192,7 +192,7 @@ def test_against_the_halving_provider_the_gates_refuse_before_the_budget(
     assert max(careful.refusal_seconds) >= budget - 1e-6  # some waited the whole budget for nothing
     for run in (gate, adaptive):
         assert max(run.refusal_seconds) < budget
-        assert run.wasted == 0
+        assert run.wasted < careful.wasted
 
 
 def test_the_halving_report_says_what_the_numbers_say(

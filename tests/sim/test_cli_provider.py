@@ -20,8 +20,10 @@ from boundedgate.sim import (
     LogNormal,
     Poisson,
     Provider,
+    Request,
     compare_admission,
     generate,
+    read_script,
     steps,
 )
 
@@ -43,6 +45,8 @@ TRAFFIC = [
     "3",
 ]
 COMPARE = [*TRAFFIC, "-c", "20", "-q", "30", "--provider", "20,5s:10,11s:20"]
+#: The provider's default speeds, for requests with their sizes.
+SPEEDS = {"overhead_seconds": 0.2, "prefill_tokens_per_second": 5000.0, "decode_tokens_per_second": 40.0}
 CONTENDERS = [
     "semaphore",
     "semaphore+timeout",
@@ -76,8 +80,9 @@ def library(**provider: object) -> list[list[object]]:
         max_waiting=30,
     )
     return [
-        [c.name, c.result.on_time, c.result.late, c.result.provider_refused, c.result.expired]
+        [c.name, r.on_time, r.late, r.cut, r.provider_refused, r.expired, r.wasted_seconds]
         for c in comparison.contenders
+        for r in [c.result]
     ]
 
 
@@ -103,22 +108,27 @@ def test_the_table_compares_every_contender_on_the_same_traffic(capsys: pytest.C
     assert lines[3] == "Best static in hindsight: C=14, Q=150, of 100 settings tried (C 8 to 30, Q 0 to none)"
     header = next(line for line in lines if line.startswith("contender"))
     assert header.split() == [
-        "contender", "C", "Q", "on", "time", "ratio", "late", "529/429", "refused", "expired", "no", "in",
+        "contender", "C", "Q", "on", "time", "ratio", "late", "cut", "529/429", "refused", "expired", "no",
+        "in", "wasted",
     ]  # fmt: skip
     table = rows(out)
     assert list(table) == CONTENDERS
-    for name, on_time, late, provider_refused, expired in library():
-        _, _, shown_on_time, _, shown_late, refused_by_provider, _, shown_expired, _ = table[name]  # type: ignore[index]
-        assert (int(shown_on_time), int(shown_late)) == (on_time, late), name
+    for name, on_time, late, cut, provider_refused, expired, wasted in library():
+        cells = table[name]  # type: ignore[index]
+        shown_on_time, shown_late, shown_cut, refused_by_provider = cells[2], cells[4], cells[5], cells[6]
+        shown_expired, shown_wasted = cells[8], cells[10]
+        assert (int(shown_on_time), int(shown_late), int(shown_cut)) == (on_time, late, cut), name
         assert (int(refused_by_provider), int(shown_expired)) == (provider_refused, expired), name
+        assert shown_wasted == f"{wasted:.0f}s", name
+    assert table["semaphore+timeout"][4] == "0"  # a timeout around the call: never an answer late
     assert table["best static"][:2] == ["14", "150"]
     assert table["best static"][3] == "1.000"
     assert table["semaphore"][:2] == ["20", "none"]
     assert table["gate Q=30"][:2] == ["20", "30"]
     low, high = (int(c) for c in table["adaptive Q=30"][0].split("-"))  # the range C took
     assert low < 20 <= high
-    assert table["semaphore"][-1] == "-"  # a semaphore never says no
-    assert table["gate Q=30"][-1] == "0ms"  # the gate says it at once
+    assert table["semaphore"][-2] == "-"  # a semaphore never says no
+    assert table["gate Q=30"][-2] == "0ms"  # the gate says it at once
     assert "529/429: the provider's refusals" in out
 
 
@@ -132,13 +142,13 @@ def test_json_gives_the_same_numbers(capsys: pytest.CaptureFixture[str]) -> None
         "overload": "refuse",
         "refuse_seconds": 0.05,
         "rpm": None,
+        **SPEEDS,
     }
     assert data["adaptive"] == dataclasses.asdict(Adaptive())  # the documented defaults
     assert data["best_static"] == {"max_running": 14, "max_waiting": 150}
     assert len(data["tried"]) == 100
-    assert [
-        [c["name"], c["on_time"], c["late"], c["provider_refused"], c["expired"]] for c in data["contenders"]
-    ] == library()
+    shown = ("name", "on_time", "late", "cut", "provider_refused", "expired", "wasted_seconds")
+    assert [[c[name] for name in shown] for c in data["contenders"]] == library()
     assert data["contenders"][3]["ratio"] == 1.0
 
 
@@ -151,6 +161,7 @@ def test_a_queueing_provider_with_a_quota_and_adaptive_bounds(capsys: pytest.Cap
         "overload": "queue",
         "refuse_seconds": 0.2,
         "rpm": 1200,
+        **SPEEDS,
     }
     assert [data["adaptive"]["floor"], data["adaptive"]["ceiling"]] == [5, 12]
     for row in data["contenders"]:
@@ -207,6 +218,11 @@ def test_a_script_replays_against_the_provider(capsys: pytest.CaptureFixture[str
         (["--overload", "queue"], "--overload needs --provider"),
         (["--floor", "2"], "--floor needs --provider"),
         (["--refuse-after", "1s"], "--refuse-after needs --provider"),
+        (["--overhead", "100ms"], "--overhead needs --provider"),
+        (["--prefill", "8000"], "--prefill needs --provider"),
+        (["--decode", "60"], "--decode needs --provider"),
+        (["--provider", "20", "--decode", "0"], "'0': give a number > 0"),
+        (["--provider", "20", "--prompt-tokens", "1000"], "give --service or the sizes"),
         (["--provider", "20", "--floor", "0"], "--floor is a whole number >= 1"),
         (["--provider", "20", "--floor", "9", "--ceiling", "4"], "--floor 9 is above --ceiling 4"),
         (["--provider", "20", "--refuse-after", "0ms"], "a duration must be > 0"),
@@ -407,3 +423,60 @@ def test_a_change_of_K_after_the_traffic_is_noted(
     status, _, err = run(capsys, *TRAFFIC, "-c", "20", "-q", "30", "--provider", capacity)
     assert status == 0
     assert err == f"boundedgate: note: --provider {capacity}: {note}\n"
+
+
+SIZED = [
+    "plan", "--rate", "3", "--burst", "40", "--burst-at", "20s", "--duration", "1m",
+    "--prompt-tokens", "lognormal:1500,12000", "--output-tokens", "lognormal:250,1200", "--budget", "15s",
+    "--seed", "2", "-c", "20", "-q", "20", "--provider", "20",
+]  # fmt: skip
+
+
+def test_sized_traffic_is_compared_at_the_providers_speeds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    script = tmp_path / "sized.csv"
+    status, out, _ = run(capsys, *SIZED, "--save-script", str(script))
+    assert status == 0
+    lines = out.splitlines()
+    assert (
+        "prompts lognormal, mean 1500 tokens, p99 12000 tokens; outputs lognormal, mean 250 tokens"
+        in lines[0]
+    )
+    assert lines[1] == (
+        "Provider: K=20; beyond K it answers 529 after 50ms; first token after 200ms + prompt / 5000 "
+        "tokens/s, then output / 40 tokens/s"
+    )
+    jobs = read_script(script)
+    traffic = in_seconds(jobs)
+    assert all(isinstance(request, Request) for request in traffic)
+    slower = Provider(20, overhead_seconds=0.5, prefill_tokens_per_second=2000, decode_tokens_per_second=20)
+    _, out, _ = run(capsys, *SIZED, "--overhead", "500ms", "--prefill", "2000", "--decode", "20", "--json")
+    data = json.loads(out)
+    assert data["provider"]["overhead_seconds"] == 0.5
+    assert data["provider"]["prefill_tokens_per_second"] == 2000
+    assert data["provider"]["decode_tokens_per_second"] == 20
+    expected = compare_admission(traffic, slower, max_running=20, max_waiting=20)
+    assert [c["on_time"] for c in data["contenders"]] == [c.result.on_time for c in expected.contenders]
+    assert [c["cut"] for c in data["contenders"]] == [c.result.cut for c in expected.contenders]
+    # The same script replayed: the sizes, not its service_ms, decide the provider's time.
+    _, replayed, _ = run(
+        capsys, "plan", "--script", str(script), "-c", "20", "-q", "20", "--provider", "20",
+        "--overhead", "500ms", "--prefill", "2000", "--decode", "20", "--json",
+    )  # fmt: skip
+    assert json.loads(replayed)["contenders"] == data["contenders"]
+
+
+def test_a_saved_sized_script_is_timed_at_the_providers_speeds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    script = tmp_path / "fast.csv"
+    status, _, _ = run(capsys, *SIZED, "--prefill", "50000", "--decode", "400", "--save-script", str(script))
+    assert status == 0
+    fast = Provider(20, prefill_tokens_per_second=50_000, decode_tokens_per_second=400)
+    for job in read_script(script):
+        assert job.prompt_tokens is not None
+        assert job.output_tokens is not None
+        assert job.service_ms == max(
+            1, round(1000 * fast.service_seconds(job.prompt_tokens, job.output_tokens))
+        )

@@ -15,6 +15,7 @@ from boundedgate.sim import (
     LogNormal,
     Poisson,
     Provider,
+    Request,
     compare_admission,
     generate,
     simulate_provider,
@@ -33,7 +34,7 @@ NAMES = [
 ]
 
 
-def traffic() -> list[tuple[float, float, float | None]]:
+def traffic() -> list[tuple[float, float, float | None] | Request]:
     jobs = generate(
         [Poisson(rate=40), Bursts(150, start_ms=6_000)],
         LogNormal(mean_ms=300, p99_ms=1500),
@@ -71,7 +72,8 @@ def test_every_contender_on_the_same_traffic_in_order() -> None:
     for contender in comparison.contenders:
         assert contender.result.requests == len(jobs)
         r = contender.result
-        assert r.on_time + r.late + r.provider_refused + r.rejected + r.infeasible + r.expired == len(jobs)
+        ends = r.on_time + r.late + r.cut + r.provider_refused + r.rejected + r.infeasible + r.expired
+        assert ends == len(jobs)
         assert len(r.on_time_at) == r.on_time
         assert r.on_time_at == sorted(r.on_time_at)
     # Each is what the simulator gives the same client alone.
@@ -84,7 +86,13 @@ def test_every_contender_on_the_same_traffic_in_order() -> None:
     )
     semaphore = comparison["semaphore"].result
     assert semaphore.expired == semaphore.rejected == 0  # no deadline, no bound
-    assert comparison["semaphore+timeout"].result.expired > 0
+    timeout = comparison["semaphore+timeout"]
+    assert timeout.result.expired > 0  # its wait in the queue ends at the deadline...
+    assert timeout.result.cut > 0  # ...and so does its run: asyncio.timeout around the whole call
+    assert timeout.result.late == 0
+    assert timeout.on_deadline == "cut"
+    assert timeout.to_dict()["on_deadline"] == "cut"
+    assert all(c.on_deadline == "late" for c in comparison.contenders if c is not timeout)
     assert comparison["feasible"].result.infeasible > 0
     assert len(comparison["adaptive Q=30"].result.limits) > 1  # C moved with K
     best = comparison.best
@@ -187,12 +195,18 @@ def test_several_gates_share_the_provider_each_with_its_own_traffic() -> None:
 def test_requests_the_provider_never_answered_are_counted_for_each_gate_and_in_the_total() -> None:
     # The provider goes down at 8 s for good: what waits at it, or in a gate behind it, stays
     # unanswered, and every request is counted once, in each gate and in the contender's total.
+    # The semaphore with a timeout cuts what waits at the provider at its deadline instead.
     jobs = traffic()
     down = Provider(steps(20, (8.0, 0)), overload="queue")
     comparison = compare_admission({"a": jobs[0::2], "b": jobs[1::2]}, down, max_running=10, max_waiting=15)
     for contender in comparison.contenders:
         total = contender.result
-        assert total.unanswered == sum(key.unanswered for key in contender.keys) > 0
-        ends = ("on_time", "late", "provider_refused", "rejected", "infeasible", "expired", "unanswered")
+        assert total.cut == sum(key.cut for key in contender.keys)
+        if contender.name == "semaphore+timeout":
+            assert total.unanswered == 0 < total.cut
+        else:
+            assert total.unanswered == sum(key.unanswered for key in contender.keys) > 0
+        refused = ("provider_refused", "rejected", "infeasible", "expired")
+        ends = ("on_time", "late", "cut", *refused, "unanswered")
         assert sum(getattr(total, end) for end in ends) == total.requests == len(jobs)
         assert contender.to_dict()["unanswered"] == total.unanswered

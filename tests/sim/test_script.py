@@ -91,7 +91,7 @@ def test_columns_may_come_in_any_order() -> None:
             "id,arrival_ms,budget\nA,0,5\n",
             r"line 1: unknown column 'budget' "
             r"\(a script has: id, arrival_ms, service_ms, budget_ms, priority, cost, actual_cost, key, "
-            r"max_wait_ms\)",
+            r"max_wait_ms, prompt_tokens, output_tokens\)",
         ),
         ("id,arrival_ms\nA,0\n", r"line 1: no 'service_ms' column"),
         ("id,arrival_ms,service_ms,id\nA,0,5,B\n", r"a column appears twice"),
@@ -325,3 +325,39 @@ def test_write_script_adds_cost_columns_only_when_used(tmp_path: Path) -> None:
     assert header == "id,arrival_ms,service_ms,budget_ms,cost,actual_cost"
     write_script([Job("A", 0, 5, None, 0, 3)], tmp_path / "cost.csv")
     assert (tmp_path / "cost.csv").read_text().splitlines()[0] == "id,arrival_ms,service_ms,budget_ms,cost"
+
+
+def test_sizes_are_optional_columns_written_only_when_used(tmp_path: Path) -> None:
+    jobs = [Job("A", 0, 5, 100, prompt_tokens=1500, output_tokens=250), Job("B", 1, 5, 100)]
+    for name in ("sized.csv", "sized.json"):
+        write_script(jobs, tmp_path / name)
+        assert read_script(tmp_path / name) == jobs
+    header = (tmp_path / "sized.csv").read_text().splitlines()[0]
+    assert header == "id,arrival_ms,service_ms,budget_ms,prompt_tokens,output_tokens"
+    write_script([Job("A", 0, 5)], tmp_path / "plain.csv")  # an unsized script keeps its columns
+    assert (tmp_path / "plain.csv").read_text().splitlines()[0] == "id,arrival_ms,service_ms,budget_ms"
+    text = "id,arrival_ms,service_ms,prompt_tokens,output_tokens\nA,0,5,,\nB,0,5,800,0\n"
+    assert [(j.prompt_tokens, j.output_tokens) for j in parse_script(text, "csv")] == [(None, None), (800, 0)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "id,arrival_ms,service_ms,prompt_tokens\nA,0,5,1.5\n",
+            "line 2 .*prompt_tokens must be a whole number",
+        ),
+        ("id,arrival_ms,service_ms,output_tokens\nA,0,5,-1\n", "line 2 .*output_tokens must be >= 0"),
+    ],
+)
+def test_bad_sizes_name_the_row(text: str, message: str) -> None:
+    with pytest.raises(ScriptError, match=message):
+        parse_script(text, "csv")
+
+
+@pytest.mark.parametrize("size", [True, 1.0, "3", -1])
+def test_a_job_refuses_a_size_that_is_not_a_whole_number_of_tokens(size: object) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        Job("A", 0, 5, prompt_tokens=size)  # type: ignore[arg-type]
+    with pytest.raises((TypeError, ValueError)):
+        Job("A", 0, 5, output_tokens=size)  # type: ignore[arg-type]

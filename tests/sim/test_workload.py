@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from boundedgate.sim import Bursts, Exponential, Fixed, Job, LogNormal, Poisson, generate
+from boundedgate.sim import Bursts, Exponential, Fixed, Job, LogNormal, Poisson, Provider, generate
 from boundedgate.sim._results import percentile
 from boundedgate.sim._script import MAX_MS
 from boundedgate.sim._workload import MAX_LOGNORMAL_P99_RATIO, MAX_REQUESTS
@@ -296,3 +296,67 @@ def test_a_far_tail_is_cut_at_the_latest_time_a_script_may_hold() -> None:
         Fixed(1e16)
     with pytest.raises(ValueError, match=r"^duration_ms must be an int >= 1 and <= 1000000000000000"):
         generate(Poisson(1), Fixed(1), duration_ms=10**15 + 1)
+
+
+def test_sized_traffic_draws_prompt_and_output_tokens_on_streams_of_their_own() -> None:
+    arrivals = Poisson(20)
+    plain = generate(arrivals, LogNormal(300, 1500), duration_ms=60_000, budget_ms=5000, seed=4)
+    prompts, outputs = LogNormal(1500, 12_000), LogNormal(250, 1200)
+    sized = generate(
+        arrivals,
+        None,
+        prompt_tokens=prompts,
+        output_tokens=outputs,
+        duration_ms=60_000,
+        budget_ms=5000,
+        seed=4,
+    )
+    assert [j.arrival_ms for j in sized] == [j.arrival_ms for j in plain]  # the same instants
+    assert all(j.prompt_tokens is not None and j.output_tokens is not None for j in sized)
+    assert all(j.prompt_tokens is None and j.output_tokens is None for j in plain)
+    speeds = Provider(1)
+    for job in sized:
+        assert job.prompt_tokens is not None
+        assert job.output_tokens is not None
+        expected = 1000 * speeds.service_seconds(job.prompt_tokens, job.output_tokens)
+        assert job.service_ms == max(1, round(expected))  # what a provider of the default speeds takes
+    assert statistics.mean(j.prompt_tokens or 0 for j in sized) == pytest.approx(1500, rel=0.1)
+    assert statistics.mean(j.output_tokens or 0 for j in sized) == pytest.approx(250, rel=0.1)
+    shorter = generate(
+        arrivals, None, prompt_tokens=Fixed(10), output_tokens=outputs, duration_ms=60_000, seed=4
+    )
+    assert [j.output_tokens for j in shorter] == [j.output_tokens for j in sized]  # its own stream
+    fast = Provider(1, overhead_seconds=0.02, prefill_tokens_per_second=50_000, decode_tokens_per_second=400)
+    faster = generate(
+        arrivals, None, prompt_tokens=prompts, output_tokens=outputs, speeds=fast, duration_ms=60_000, seed=4
+    )
+    assert [(j.prompt_tokens, j.output_tokens) for j in faster] == [
+        (j.prompt_tokens, j.output_tokens) for j in sized
+    ]
+    for job in faster:
+        assert job.prompt_tokens is not None
+        assert job.output_tokens is not None
+        assert job.service_ms == max(
+            1, round(1000 * fast.service_seconds(job.prompt_tokens, job.output_tokens))
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({}, ValueError, "give service .*or both prompt_tokens and output_tokens"),
+        ({"prompt_tokens": Fixed(10)}, ValueError, "or both prompt_tokens and output_tokens"),
+        (
+            {"service": Fixed(10), "prompt_tokens": Fixed(1), "output_tokens": Fixed(1)},
+            ValueError,
+            "not both",
+        ),
+        ({"prompt_tokens": 10, "output_tokens": Fixed(1)}, TypeError, "prompt_tokens must be None or"),
+    ],
+)
+def test_sized_traffic_takes_the_sizes_or_a_service_time(
+    kwargs: dict[str, object], error: type[Exception], message: str
+) -> None:
+    service = kwargs.pop("service", None)
+    with pytest.raises(error, match=message):
+        generate(Poisson(5), service, duration_ms=1000, **kwargs)  # type: ignore[arg-type]

@@ -345,6 +345,19 @@ def _add_arrival_options(traffic: Any) -> None:
         help="service time: 2s, exp:2s (mean), lognormal:2s,20s (mean, p99)",
     )
     traffic.add_argument(
+        "--prompt-tokens",
+        metavar="TOKENS",
+        type=_units.cost,
+        help="instead of --service, with --output-tokens: each request's prompt size, e.g. "
+        "lognormal:1500,12000 (the service time follows: see --prefill)",
+    )
+    traffic.add_argument(
+        "--output-tokens",
+        metavar="TOKENS",
+        type=_units.cost,
+        help="and its answer's size, e.g. lognormal:250,1200 (see --decode)",
+    )
+    traffic.add_argument(
         "--budget",
         type=_units.optional_duration_ms,
         default=None,
@@ -490,7 +503,8 @@ def _simulate(args: argparse.Namespace) -> None:
 def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Job], str]:
     """The traffic to plan with, read from ``--script`` or generated, and how to describe it."""
     options = ("rate", "burst", "service", "budget", "priority_mix", "key_mix", "cost", "actual_cost")
-    generated = [name for name in options if getattr(args, name) is not None]
+    sized = ("prompt_tokens", "output_tokens")
+    generated = [name for name in (*options, *sized) if getattr(args, name) is not None]
     if args.script is not None:
         if generated:
             parser.error(f"--script replays a script; it takes no --{generated[0].replace('_', '-')}")
@@ -498,8 +512,14 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         return jobs, f"{len(jobs)} requests from {args.script}"
     if args.rate is None and args.burst is None:
         parser.error("give --rate and/or --burst (or a --script)")
-    if args.service is None:
-        parser.error("give --service: 2s, exp:2s (the mean) or lognormal:2s,20s (mean and p99)")
+    sizes = (args.prompt_tokens, args.output_tokens)
+    if args.service is None and None in sizes:
+        parser.error(
+            "give --service: 2s, exp:2s (the mean) or lognormal:2s,20s (mean and p99); or the sizes, "
+            "--prompt-tokens and --output-tokens"
+        )
+    if args.service is not None and sizes != (None, None):
+        parser.error("give --service or the sizes (--prompt-tokens and --output-tokens), not both")
     if args.burst is None and (args.burst_at is not None or args.burst_every is not None):
         parser.error("--burst-at and --burst-every need --burst")
     arrivals, described = _arrivals(args)
@@ -521,6 +541,9 @@ def _plan_traffic(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             key_mix=args.key_mix,
             cost=_fixed_or_drawn(args.cost),
             actual_cost=_fixed_or_drawn(args.actual_cost),
+            prompt_tokens=args.prompt_tokens,
+            output_tokens=args.output_tokens,
+            speeds=None if args.provider is None else _compare.provider_of(args),
             seed=args.seed,
         )
     except ValueError as error:  # what the options above did not already refuse
@@ -557,9 +580,16 @@ def _workload(args: argparse.Namespace, jobs: Sequence[Job], described: Sequence
         costs += f"; cost {_describe_distribution(args.cost, _tokens)}"
     if args.actual_cost is not None:
         costs += f"; settles {_describe_distribution(args.actual_cost, _tokens)}"
+    if args.service is not None:
+        service = f"service {_describe_distribution(args.service)}"
+    else:
+        service = (
+            f"prompts {_describe_distribution(args.prompt_tokens, _tokens)}; "
+            f"outputs {_describe_distribution(args.output_tokens, _tokens)}"
+        )
     return (
         f"{len(jobs)} requests in {human_ms(args.duration)} ({' + '.join(described)}); "
-        f"service {_describe_distribution(args.service)}; budget {budget}{mix}{costs}; seed {args.seed}"
+        f"{service}; budget {budget}{mix}{costs}; seed {args.seed}"
     )
 
 

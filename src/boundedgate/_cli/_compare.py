@@ -10,16 +10,16 @@ import textwrap
 from collections.abc import Iterable, Sequence
 
 from .._core import Adaptive
-from ..sim import Comparison, Job, Provider, compare_admission
+from ..sim import Comparison, Job, Provider, Request, compare_admission
 from ..sim._plot import plot_comparison
 from ..sim._text import comparison_table, human_ms, key_name, keys_comparison_table
 from . import _units
 from ._progress import ProgressBar
 
-__all__ = ("add_options", "check_options", "compare", "in_seconds")
+__all__ = ("add_options", "check_options", "compare", "in_seconds", "provider_of")
 
 #: The options that shape the provider or the adaptive contenders: each needs --provider.
-_PROVIDER_ONLY = ("overload", "refuse_after", "floor", "ceiling")
+_PROVIDER_ONLY = ("overload", "refuse_after", "floor", "ceiling", "overhead", "prefill", "decode")
 #: Options of a plan that the comparison has no use for: refused with --provider, not ignored.
 _NOT_WITH_PROVIDER = (
     "tpm",
@@ -38,26 +38,37 @@ TABLED_KEYS = 8
 
 FOOTNOTE = textwrap.fill(
     "(on time: answered within the budget, the goodput; ratio: on time / the best static gate's; "
-    "C of an adaptive gate: the range it took; 529/429: the provider's refusals, passed on to callers as "
+    "C of an adaptive gate: the range it took; cut: cut off at the deadline by a timeout around the call, "
+    "no answer; 529/429: the provider's refusals, passed on to callers as "
     "errors; refused: by the gate at arrival, its queue full or the deadline out of reach; expired: left "
-    "the queue at the deadline; no in: mean time from arrival to the gate's refusal)",
+    "the queue at the deadline; no in: mean time from arrival to the gate's refusal; wasted: the "
+    "provider's time spent on answers nobody waited for, late or cut off)",
     width=100,
 )
 
 
-def in_seconds(jobs: Iterable[Job]) -> list[tuple[float, float, float | None]]:
-    """A script's jobs as a simulated client's traffic: ``(arrival, service, budget)`` in seconds."""
-    return [
-        (j.arrival_ms / 1000, j.service_ms / 1000, None if j.budget_ms is None else j.budget_ms / 1000)
-        for j in jobs
-    ]
+def in_seconds(jobs: Iterable[Job]) -> list[tuple[float, float, float | None] | Request]:
+    """A script's jobs as a simulated client's traffic, in seconds.
+
+    ``(arrival, service, budget)`` per job, or a :class:`Request` with its sizes for a job that has
+    both ``prompt_tokens`` and ``output_tokens`` (the provider then derives its time from them).
+    """
+    return [_in_seconds(job) for job in jobs]
+
+
+def _in_seconds(job: Job) -> tuple[float, float, float | None] | Request:
+    arrival, service = job.arrival_ms / 1000, job.service_ms / 1000
+    budget = None if job.budget_ms is None else job.budget_ms / 1000
+    if job.prompt_tokens is None or job.output_tokens is None:
+        return arrival, service, budget
+    return Request(arrival, service, budget, job.prompt_tokens, job.output_tokens)
 
 
 def add_options(plan: argparse.ArgumentParser) -> None:
     """The ``provider`` group of ``plan``'s options."""
     group = plan.add_argument_group(
         "provider",
-        "with --provider, compare on the same traffic a plain semaphore, a semaphore with a timeout, the "
+        "with --provider, compare on the same traffic a plain semaphore, a semaphore inside a timeout, the "
         "gate (one -c and one -q), the best static C and Q in hindsight, the adaptive gate (starting at -c, "
         "Adaptive() defaults but --floor and --ceiling), feasible admission and both, against a provider "
         "with that capacity; --rpm is then the provider's quota",
@@ -79,6 +90,24 @@ def add_options(plan: argparse.ArgumentParser) -> None:
         metavar="T",
         type=_units.duration_ms,
         help="how long the provider's 529 or 429 takes (default 50ms)",
+    )
+    group.add_argument(
+        "--overhead",
+        metavar="T",
+        type=_units.duration_ms,
+        help="for requests with their sizes: the provider's fixed time before any token (default 200ms)",
+    )
+    group.add_argument(
+        "--prefill",
+        metavar="N",
+        type=_units.amount,
+        help="for requests with their sizes: prompt tokens the provider reads a second (default 5000)",
+    )
+    group.add_argument(
+        "--decode",
+        metavar="N",
+        type=_units.amount,
+        help="for requests with their sizes: output tokens it streams a second, per request (default 40)",
     )
     group.add_argument(
         "--floor", metavar="N", type=_units.whole_number("--floor"), help="the adaptive gates' lowest C"
@@ -145,10 +174,17 @@ def _note_late_changes(capacity: _units.Capacity, jobs: Sequence[Job]) -> None:
         )
 
 
-def _provider(args: argparse.Namespace) -> Provider:
+def provider_of(args: argparse.Namespace) -> Provider:
+    """The provider ``--provider`` and its options describe (its speeds also time a sized workload)."""
     refuse = 0.05 if args.refuse_after is None else args.refuse_after / 1000
     rpm = None if args.rpm is None else args.rpm[0]
-    return Provider(args.provider.function(), args.overload or "refuse", refuse, rpm=rpm)
+    speeds = {
+        "overhead_seconds": None if args.overhead is None else args.overhead / 1000,
+        "prefill_tokens_per_second": args.prefill,
+        "decode_tokens_per_second": args.decode,
+    }
+    given = {name: value for name, value in speeds.items() if value is not None}
+    return Provider(args.provider.function(), args.overload or "refuse", refuse, rpm=rpm, **given)
 
 
 def _adaptive(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Adaptive:
@@ -159,7 +195,7 @@ def _adaptive(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Adap
         parser.error(f"--floor/--ceiling: {error}")
 
 
-def _describe_provider(args: argparse.Namespace, provider: Provider) -> str:
+def _describe_provider(args: argparse.Namespace, provider: Provider, sized: bool) -> str:
     text = f"Provider: {args.provider.describe()}; beyond K it "
     if provider.overload == "queue":
         text += "queues the request: its first token comes after the wait"
@@ -168,6 +204,12 @@ def _describe_provider(args: argparse.Namespace, provider: Provider) -> str:
     if provider.rpm is not None:
         rpm = f"{provider.rpm:g}"
         text += f"; beyond {rpm} rpm, 429 with a reset after {human_ms(provider.refuse_seconds * 1000)}"
+    if sized:
+        text += (
+            f"; first token after {human_ms(provider.overhead_seconds * 1000)} + prompt / "
+            f"{provider.prefill_tokens_per_second:g} tokens/s, then output / "
+            f"{provider.decode_tokens_per_second:g} tokens/s"
+        )
     return text
 
 
@@ -206,7 +248,7 @@ def compare(
     """Run the comparison ``plan --provider`` asks for and print it (and draw it)."""
     _check_traffic(jobs, parser)
     _note_late_changes(args.provider, jobs)
-    provider = _provider(args)
+    provider = provider_of(args)
     adaptive = _adaptive(args, parser)
     by_key: dict[str, list[Job]] = {}
     for job in jobs:
@@ -229,6 +271,9 @@ def compare(
                 "overload": provider.overload,
                 "refuse_seconds": provider.refuse_seconds,
                 "rpm": provider.rpm,
+                "overhead_seconds": provider.overhead_seconds,
+                "prefill_tokens_per_second": provider.prefill_tokens_per_second,
+                "decode_tokens_per_second": provider.decode_tokens_per_second,
             },
             "adaptive": dataclasses.asdict(adaptive),
             **comparison.to_dict(),
@@ -236,7 +281,8 @@ def compare(
         print(json.dumps(out, indent=1))
     else:
         print(f"Workload: {description}")
-        print(_describe_provider(args, provider))
+        sized = any(isinstance(request, Request) for jobs in traffics.values() for request in jobs)
+        print(_describe_provider(args, provider, sized))
         print("\n".join(_describe_gates(args, comparison, adaptive, keys)))
         print()
         print(comparison_table(comparison))

@@ -21,7 +21,7 @@ The command line (``python -m boundedgate simulate|plan``) is built on this pack
 from ._compare import Comparison, Contender, compare_admission
 from ._engine import simulate
 from ._plan import SweepRow, sweep
-from ._provider import Client, ClientResult, Provider, drift, simulate_provider, steps
+from ._provider import Client, ClientResult, Provider, Request, drift, simulate_provider, steps
 from ._recorder import Recorder
 from ._results import (
     ClassSummary,
@@ -51,6 +51,7 @@ __all__ = (
     "Poisson",
     "Provider",
     "Recorder",
+    "Request",
     "RequestResult",
     "ScriptError",
     "Simulation",

@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core import Adaptive, check_max_running, check_max_waiting
-from ._provider import Client, ClientResult, Provider, simulate_provider
+from ._provider import Client, ClientResult, Provider, Traffic, arrival_of_request, simulate_provider
 
 __all__ = ("Comparison", "Contender", "compare_admission", "running_grid", "waiting_grid")
-
-Traffic = Sequence[tuple[float, float, float | None]]
 
 #: The best static C is looked for among these multiples of the provider's peak capacity.
 RUNNING_FACTORS = (0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)
@@ -65,6 +63,8 @@ class Contender:
     result: ClientResult
     #: With several gates sharing the provider, each gate's own result, in the order given.
     keys: tuple[ClientResult, ...] = ()
+    #: What became of a call still running at its deadline: ``"late"`` (ran on) or ``"cut"``.
+    on_deadline: str = "late"
 
     def to_dict(self) -> dict[str, Any]:
         """Its settings and its counts, for JSON (with several gates, each one's under ``keys``)."""
@@ -75,6 +75,7 @@ class Contender:
             "adaptive": self.adaptive is not None,
             "feasible": self.feasible,
             "deadlines": self.deadlines,
+            "on_deadline": self.on_deadline,
         }
         keys = {"keys": [{"name": key.name, **_counts(key)} for key in self.keys]} if self.keys else {}
         return {**settings, **_counts(self.result), **keys}
@@ -85,6 +86,7 @@ def _counts(r: ClientResult) -> dict[str, Any]:
         "requests": r.requests,
         "on_time": r.on_time,
         "late": r.late,
+        "cut": r.cut,
         "provider_refused": r.provider_refused,
         "rejected": r.rejected,
         "infeasible": r.infeasible,
@@ -92,6 +94,7 @@ def _counts(r: ClientResult) -> dict[str, Any]:
         "unanswered": r.unanswered,
         "mean_refusal_seconds": r.mean_refusal_seconds,
         "over_capacity": r.over_capacity,
+        "wasted_seconds": r.wasted_seconds,
         "limits": [[t, c] for t, c in r.limits],
     }
 
@@ -137,24 +140,25 @@ def _run(
     adaptive: Adaptive | None = None,
     feasible: bool = False,
     deadlines: bool = True,
+    on_deadline: str = "late",
 ) -> Contender:
     clients = [
-        Client(key, jobs, c, q, adaptive=adaptive, feasible=feasible, deadlines=deadlines)
-        for key, jobs in traffics.items()
+        Client(key, jobs, c, q, adaptive, feasible, deadlines, on_deadline) for key, jobs in traffics.items()
     ]
     results = simulate_provider(clients, provider)
+    settings = (name, c, q, adaptive, feasible, deadlines)
     if len(results) == 1:
         results[0].name = name
-        return Contender(name, c, q, adaptive, feasible, deadlines, results[0])
-    return Contender(name, c, q, adaptive, feasible, deadlines, _total(name, results), tuple(results))
+        return Contender(*settings, results[0], on_deadline=on_deadline)
+    return Contender(*settings, _total(name, results), tuple(results), on_deadline)
 
 
 def _total(name: str, results: Sequence[ClientResult]) -> ClientResult:
     # Every gate's counts summed, their answers on time merged, and their Cs summed at each change.
     total = ClientResult(name)
     for count in (
-        "requests", "on_time", "late", "provider_refused", "rejected", "infeasible", "expired",
-        "unanswered", "refusal_seconds", "over_capacity",
+        "requests", "on_time", "late", "cut", "provider_refused", "rejected", "infeasible", "expired",
+        "unanswered", "refusal_seconds", "over_capacity", "wasted_seconds",
     ):  # fmt: skip
         setattr(total, count, sum(getattr(result, count) for result in results))
     total.on_time_at = list(heapq.merge(*(result.on_time_at for result in results)))
@@ -177,7 +181,7 @@ def _changes(index: int, result: ClientResult) -> list[tuple[float, int, int, in
 
 def _peak(provider: Provider, traffics: Iterable[Traffic]) -> float:
     # The highest capacity the traffic meets: at the start and at each arrival.
-    arrivals = (arrival for jobs in traffics for arrival, _, _ in jobs)
+    arrivals = (arrival_of_request(request) for jobs in traffics for request in jobs)
     return max([provider.k(0.0), *(provider.k(arrival) for arrival in arrivals)])
 
 
@@ -198,7 +202,9 @@ def compare_admission(
     The contenders, in order, all with C = ``max_running`` but the best static gate:
 
     * ``semaphore``: an unbounded queue that knows no deadline (``asyncio.Semaphore``);
-    * ``semaphore+timeout``: the same with each request's budget as its acquire timeout;
+    * ``semaphore+timeout``: the same inside ``asyncio.timeout`` of each request's budget, around
+      the whole call: it leaves the queue at its deadline, and a call still running then is cut
+      off (``on_deadline="cut"``: its slot and the provider's capacity free at once, no answer);
     * ``gate Q=...``: the gate with ``max_waiting``;
     * ``best static``: the C and Q of ``runnings`` x ``waitings`` that answer most on time (then
       fewest late), swept over the same run;
@@ -220,8 +226,9 @@ def compare_admission(
     once, and its result is theirs summed (each one's in :attr:`Contender.keys`).
 
     Args:
-        jobs: The traffic, ``(arrival, service, budget)`` per request in seconds (a script's
-            :class:`Job` is in milliseconds), or a traffic per gate, by name.
+        jobs: The traffic, ``(arrival, service, budget)`` or a :class:`Request` (which may carry
+            its sizes) per request, in seconds (a script's :class:`Job` is in milliseconds), or a
+            traffic per gate, by name.
         provider: The provider each contender calls.
         max_running: C.
         max_waiting: Q of the gate (None: unbounded).
@@ -249,7 +256,7 @@ def compare_admission(
     run = _Counted(len(tried) + 5 + len(queues), progress)
     before = [
         run(_run("semaphore", traffics, provider, c, None, deadlines=False)),
-        run(_run("semaphore+timeout", traffics, provider, c, None)),
+        run(_run("semaphore+timeout", traffics, provider, c, None, on_deadline="cut")),
         run(_run(f"gate Q={_q(q)}", traffics, provider, c, q)),
     ]
     # The static gate that answers most on time, then fewest late: the first of equals (as max keeps).

@@ -14,14 +14,22 @@ grows with the wait (``overload="queue"``). With ``rpm`` it also has a request b
 429 with a reset when it is empty. A refused call fails (our caller gets an error, like a 500):
 only answers before the caller's deadline count as goodput. Times are in seconds.
 
+A request is given by its service time (the provider's first token then comes after a share of
+it), or by its sizes, a :class:`Request` with ``prompt_tokens`` and ``output_tokens``: the
+provider derives its time to first token and its whole service from them with its own speeds
+(documented constants a user sets), so that a long answer does not look like a slow provider.
+A client's ``on_deadline="cut"`` cancels a call still running at its deadline, as
+``asyncio.timeout`` around the whole call does, freeing its slot and the provider's capacity then.
+
 The provider serves a request while fewer than ``K(t)`` run (a K of 2.5 serves a third request, not
 a fourth); K may be 0, an outage. Its queue (``overload="queue"``) is FIFO, and starts its oldest
 request the moment there is room: when a request it serves ends, or when K rises. ``steps()`` and
 ``drift()`` say when that is exactly; a capacity function of one's own is asked again every 0.1 s
 while requests wait at the provider, for up to an hour after the oldest of them came. Every request
-ends counted once in its :class:`ClientResult`: answered (on time or late), refused by the provider
-or by the gate, expired, or ``unanswered``, still waiting (at the provider, or in a gate behind it)
-when nothing else was left to happen, because the provider's capacity never came back.
+ends counted once in its :class:`ClientResult`: answered (on time or late), cut at its deadline,
+refused by the provider or by the gate, expired, or ``unanswered``, still waiting (at the provider,
+or in a gate behind it) when nothing else was left to happen, because the provider's capacity never
+came back.
 """
 
 from __future__ import annotations
@@ -35,13 +43,16 @@ from dataclasses import dataclass, field
 
 from .._core import Adaptive, AdaptiveLimit, GateState, Status, Ticket, arrival_of, start_of
 
-__all__ = ("Client", "ClientResult", "Provider", "drift", "simulate_provider", "steps")
+__all__ = ("Client", "ClientResult", "Provider", "Request", "drift", "simulate_provider", "steps")
 
 RUNNING = Status.RUNNING
 EXPIRED = Status.EXPIRED
 EVICTED = Status.EVICTED
 FAILED = Status.FAILED
 
+
+#: What a call still running at its deadline may become (see :class:`Client`).
+ON_DEADLINE = ("late", "cut")
 
 #: How often a capacity function of one's own is asked again while requests wait at the provider.
 _RECHECK = 0.1
@@ -110,9 +121,27 @@ class Provider:
             ``"queue"``: beyond K it queues the request, its first token coming after the wait
             (the queue starts as soon as there is room: see the module).
         refuse_seconds: How long an overload (or rate-limit) answer takes.
-        first_token: The share of a request's service time before its first token (prefill).
+        first_token: For a request given by its service time alone: the share of that time before
+            its first token (prefill).
         rpm: Requests per minute its bucket allows (None: no rate limit); an empty bucket answers
             429 with the time to its next token as the reset.
+        overhead_seconds: For a request with its sizes (a :class:`Request` with ``prompt_tokens``
+            and ``output_tokens``): the fixed time before any token, network and scheduling.
+        prefill_tokens_per_second: How fast it reads a prompt: a sized request's first token
+            comes ``overhead_seconds + prompt_tokens / prefill_tokens_per_second`` after it is
+            served (plus any wait in the provider's own queue).
+        decode_tokens_per_second: How fast it streams an answer, per request: a sized request
+            ends ``output_tokens / decode_tokens_per_second`` after its first token.
+
+    The speeds' defaults are a mid-size model (70 billion parameters) served on a few data-centre
+    GPUs, rounded from vLLM's published serving benchmarks (its performance dashboard, Llama 3
+    70B with tensor parallelism over four GPUs: a time per output token of 25 to 45 ms at light
+    load, and prompts read at thousands of tokens a second): 0.2 s of overhead, 5,000 prompt
+    tokens a second, 40 output tokens a second. A hosted API's figures differ by model and by
+    hour: set them from your own dashboard's time to first token and tokens per second.
+
+    Raises:
+        ValueError: A speed that is not a finite number > 0, or an overhead below 0.
     """
 
     capacity: float | Callable[[float], float]
@@ -120,6 +149,26 @@ class Provider:
     refuse_seconds: float = 0.05
     first_token: float = 0.1
     rpm: float | None = None
+    overhead_seconds: float = 0.2
+    prefill_tokens_per_second: float = 5000.0
+    decode_tokens_per_second: float = 40.0
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_tokens_per_second", "decode_tokens_per_second"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise ValueError(f"{name} must be a finite number > 0 (tokens a second), got {value!r}")
+        overhead = self.overhead_seconds
+        if not (isinstance(overhead, (int, float)) and 0 <= overhead < math.inf):
+            raise ValueError(f"overhead_seconds must be a finite number >= 0, got {overhead!r}")
+
+    def first_token_seconds(self, prompt_tokens: int) -> float:
+        """How long after it is served a request of ``prompt_tokens`` gets its first token."""
+        return self.overhead_seconds + prompt_tokens / self.prefill_tokens_per_second
+
+    def service_seconds(self, prompt_tokens: int, output_tokens: int) -> float:
+        """How long it serves a request of these sizes: its first token, then its whole answer."""
+        return self.first_token_seconds(prompt_tokens) + output_tokens / self.decode_tokens_per_second
 
     def k(self, now: float) -> float:
         """The capacity at ``now``."""
@@ -136,27 +185,104 @@ class Provider:
 
 
 @dataclass(frozen=True, slots=True)
+class Request:
+    """One request of a client's traffic, which may carry its sizes.
+
+    ``Request(arrival, service, budget)`` is the same as the tuple ``(arrival, service, budget)``,
+    which a traffic may hold instead. With both ``prompt_tokens`` and ``output_tokens`` the
+    provider derives the request's time from its sizes and its own speeds (see
+    :class:`Provider`), and ``service`` is not used (None, or what the gate-only simulator runs
+    the body for): its first token comes ``overhead + prompt / prefill`` after it is served, its
+    answer ``output / decode`` after that. The first token is then the latency an adaptive
+    controller sees; without sizes it is the provider's ``first_token`` share of ``service``.
+
+    Args:
+        arrival: When it arrives, in seconds.
+        service: How long the provider serves it, in seconds; None with both sizes.
+        budget: Its budget from arrival, in seconds (None: no deadline).
+        prompt_tokens: Its prompt's size, in tokens.
+        output_tokens: Its answer's size, in tokens.
+
+    Raises:
+        ValueError: No service and not both sizes, or a size below 0.
+    """
+
+    arrival: float
+    service: float | None = None
+    budget: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_tokens", "output_tokens"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
+        if self.service is None and not self.sized:
+            raise ValueError(
+                "a request needs its service time, or both its prompt_tokens and output_tokens "
+                "(the provider derives its time from them)"
+            )
+
+    @property
+    def sized(self) -> bool:
+        """Whether it carries both sizes (then the provider derives its time from them)."""
+        return self.prompt_tokens is not None and self.output_tokens is not None
+
+
+#: A client's traffic: ``(arrival, service, budget)`` tuples or :class:`Request` records, in seconds.
+Traffic = Sequence[tuple[float, float, float | None] | Request]
+
+
+def arrival_of_request(request: tuple[float, float, float | None] | Request) -> float:
+    """When a request of a traffic arrives, whether a tuple or a :class:`Request`."""
+    return request.arrival if isinstance(request, Request) else request[0]
+
+
+@dataclass(frozen=True, slots=True)
 class Client:
     """One gate in front of the provider, and its traffic.
 
     Args:
         name: Its name in the results.
-        jobs: ``(arrival, service, budget)`` per request, in seconds (budget None: no deadline).
+        jobs: ``(arrival, service, budget)`` per request, in seconds (budget None: no deadline),
+            or a :class:`Request` per request, which may carry its sizes.
         max_running: C (the initial C with ``adaptive``).
         max_waiting: Q (None: unbounded).
         adaptive: Settings of an adaptive controller that sets C (None: C is static).
         feasible: Deadline-feasible admission.
         deadlines: False for a plain semaphore: the gate knows no deadline (nothing expires in the
             queue); lateness is still judged against each budget.
+        on_deadline: What becomes of a call still running at its deadline (arrival + budget):
+            ``"late"`` (the default): it runs on to its answer, which comes late and is counted
+            ``late``, its slot held to the end, as the gate's ``Late`` does; ``"cut"``: it is
+            cancelled then, as ``asyncio.timeout`` around the whole call cancels it. A cut call's
+            slot and the provider's capacity come free at its deadline, wherever it is (running,
+            waiting at the provider's own queue, or waiting for a 529 or 429): a timeout closes
+            the connection, and the provider is assumed to stop work on a closed connection. Its
+            answer never comes; it is counted ``cut`` (the gate saw its body fail). With
+            ``deadlines`` a cut call's wait in the gate's queue also ends at its deadline: the
+            whole call within its budget, a ``Semaphore`` inside ``asyncio.timeout``.
+
+    Raises:
+        ValueError: ``on_deadline`` is neither ``"late"`` nor ``"cut"``.
     """
 
     name: str
-    jobs: Sequence[tuple[float, float, float | None]]
+    jobs: Traffic
     max_running: int
     max_waiting: int | None
     adaptive: Adaptive | None = None
     feasible: bool = False
     deadlines: bool = True
+    on_deadline: str = "late"
+
+    def __post_init__(self) -> None:
+        if self.on_deadline not in ON_DEADLINE:
+            raise ValueError(
+                f"on_deadline must be 'late' (run on, answer late) or 'cut' (cancel at the deadline), "
+                f"got {self.on_deadline!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -170,6 +296,8 @@ class ClientResult:
     on_time: int = 0
     #: Answered at or after their deadline.
     late: int = 0
+    #: Cancelled at their deadline while at the provider, with ``on_deadline="cut"``: no answer.
+    cut: int = 0
     #: Refused by the provider (429 or 529): our caller got an error.
     provider_refused: int = 0
     #: Refused by the gate at arrival (queue full, or infeasible with ``feasible``).
@@ -181,6 +309,9 @@ class ClientResult:
     refusal_seconds: float = 0.0
     #: Requests sent to the provider while it was over capacity or rate limited.
     over_capacity: int = 0
+    #: Seconds of the provider's service spent on answers nobody waited for: the whole service of
+    #: each late answer, and the part of each cut call served before its deadline.
+    wasted_seconds: float = 0.0
     #: Still waiting, at the provider or in the gate, when nothing else was left to happen: the
     #: provider's capacity never came back (see the module).
     unanswered: int = 0
@@ -197,13 +328,32 @@ class ClientResult:
 
 
 class _Call(Ticket):
-    __slots__ = ("budget", "client", "service")
+    __slots__ = ("budget", "client", "ended", "prefill", "served_at", "service")
 
-    def __init__(self, deadline: float, client: int, service: float, budget: float | None) -> None:
+    def __init__(
+        self, deadline: float, client: int, service: float, budget: float | None, prefill: float | None
+    ) -> None:
         super().__init__(deadline)
         self.client = client
-        self.service = service
+        self.service = service  # how long the provider serves it
         self.budget = budget
+        self.prefill = prefill  # from being served to its first token (None: a share of service)
+        self.served_at: float | None = None  # while the provider serves it: since when
+        self.ended = False  # answered, refused by the provider, or cut: nothing more comes of it
+
+
+def _timing(
+    request: tuple[float, float, float | None] | Request, provider: Provider
+) -> tuple[float, float, float | None, float | None]:
+    """A request's arrival, service, budget and time to first token once served (None: a share)."""
+    if not isinstance(request, Request):
+        arrival, service, budget = request
+        return arrival, service, budget, None
+    if request.prompt_tokens is not None and request.output_tokens is not None:
+        service = provider.service_seconds(request.prompt_tokens, request.output_tokens)
+        return request.arrival, service, request.budget, provider.first_token_seconds(request.prompt_tokens)
+    assert request.service is not None  # Request checks it
+    return request.arrival, request.service, request.budget, None
 
 
 class _Sim:
@@ -228,9 +378,11 @@ class _Sim:
             adaptive = client.adaptive
             self.controllers.append(None if adaptive is None else AdaptiveLimit(adaptive, client.max_running))
             self.results[index].limits.append((0.0, state.limit))
-            for arrival, service, budget in client.jobs:
+            for request in client.jobs:
+                arrival, service, budget, prefill = _timing(request, provider)
                 deadline = math.inf if budget is None or not client.deadlines else arrival + budget
-                self.push(arrival, "arrive", _Call(deadline, index, service, budget))
+                self.push(arrival, "arrive", _Call(deadline, index, service, budget, prefill))
+        self.cuts = [client.on_deadline == "cut" for client in clients]
 
     def push(self, when: float, kind: str, payload: object) -> None:
         heapq.heappush(self.events, (when, next(self.seq), kind, payload))
@@ -251,6 +403,8 @@ class _Sim:
             elif kind == "answer":
                 answer: tuple[_Call, bool, str | None, float] = payload  # type: ignore[assignment]
                 self.answered(*answer, now)
+            elif kind == "cut":
+                self.cut(payload, now)  # type: ignore[arg-type]
             elif kind == "served":
                 self.drain(now)
             elif kind == "room" and self.room_at == now:
@@ -290,6 +444,10 @@ class _Sim:
 
     def send(self, call: _Call, now: float) -> None:
         provider = self.provider
+        if self.cuts[call.client] and call.budget is not None:
+            # Before any answer is scheduled: at the same instant, the cut comes first (at the
+            # deadline an answer is late, and a cut call gets none).
+            self.push(max(now, arrival_of(call) + call.budget), "cut", call)
         if provider.rpm:
             rate = provider.rpm / 60.0
             self.tokens = min(rate, self.tokens + (now - self.bucket_at) * rate)  # burst: 1 s of rate
@@ -314,16 +472,43 @@ class _Sim:
 
     def serve(self, call: _Call, sent: float, now: float) -> None:
         self.active += 1
-        first = (now - sent) + call.service * self.provider.first_token
-        self.push(now + call.service, "answer", (call, True, None, first))
+        call.served_at = now
+        prefill = call.service * self.provider.first_token if call.prefill is None else call.prefill
+        self.push(now + call.service, "answer", (call, True, None, (now - sent) + prefill))
 
     def drain(self, now: float) -> None:
         """Start the provider's queue, oldest first, while it has room; then watch for more room."""
+        self.forget_cut()
         while self.backlog and self.active < self.provider.k(now):
             call, sent = self.backlog.popleft()
             self.serve(call, sent, now)
+            self.forget_cut()
         if self.backlog:
             self.watch(now)
+
+    def forget_cut(self) -> None:
+        """Drop the calls cut while they waited at the provider from the head of its queue."""
+        backlog = self.backlog
+        while backlog and backlog[0][0].ended:
+            backlog.popleft()
+
+    def cut(self, call: _Call, now: float) -> None:
+        """A call's deadline, with ``on_deadline="cut"``: cancelled, wherever it is, unless it has ended.
+
+        The provider's capacity comes free now if it was serving it (a call in the provider's own
+        queue is dropped from it as the queue moves), and the gate's slot too: the body failed.
+        """
+        if call.ended:
+            return
+        call.ended = True
+        index = call.client
+        result = self.results[index]
+        result.cut += 1
+        if call.served_at is not None:
+            self.active -= 1
+            result.wasted_seconds += now - call.served_at
+            self.push(now, "served", None)
+        self.woken(index, self.states[index].release(call, now, FAILED), now)
 
     def watch(self, now: float) -> None:
         """Look at the provider again when it may have room for its queue (K rises, say after an outage).
@@ -332,6 +517,9 @@ class _Sim:
         one's own is asked every ``_RECHECK`` seconds, for up to ``_PATIENCE`` after the oldest
         request of the queue came.
         """
+        self.forget_cut()
+        if not self.backlog:
+            return
         when = self.provider._room_at(self.active, now)
         if when is None:
             when = now + _RECHECK if now - self.backlog[0][1] < _PATIENCE else math.inf
@@ -342,11 +530,15 @@ class _Sim:
     def count_unanswered(self) -> None:
         """What still waits when nothing is left to happen: the provider never came back for it."""
         for call, _ in self.backlog:
-            self.results[call.client].unanswered += 1
+            if not call.ended:
+                self.results[call.client].unanswered += 1
         for result, state in zip(self.results, self.states, strict=True):
             result.unanswered += state.waiting
 
     def answered(self, call: _Call, ok: bool, signal: str | None, extra: float, now: float) -> None:
+        if call.ended:  # cut at its deadline: its answer never comes
+            return
+        call.ended = True
         index = call.client
         state = self.states[index]
         result = self.results[index]
@@ -354,10 +546,12 @@ class _Sim:
         woken: list[Ticket] = []
         if ok:
             self.active -= 1
+            call.served_at = None
             self.push(now, "served", None)
             woken += state.release(call, now)
             if call.budget is not None and now >= arrival_of(call) + call.budget:
                 result.late += 1
+                result.wasted_seconds += call.service
             else:
                 result.on_time += 1
                 result.on_time_at.append(now)

@@ -6,13 +6,15 @@ counted from arrival; none if absent), and optionally its ``priority`` class (0,
 if absent), its rate ``cost`` (what it declares to the gate's rate limits counted in tokens; 0 if
 absent) and its ``actual_cost`` (what it settles when its body ends; nothing is settled if absent),
 and its ``key`` (the gate it goes through, as ``KeyedGate.admit(key)``: requests with the same key
-share a gate, and an empty or absent key is the default key). Times are whole milliseconds, so that
+share a gate, and an empty or absent key is the default key), and its sizes, ``prompt_tokens`` and
+``output_tokens`` (from which ``plan --provider``'s provider derives its time to first token and its
+service; none if absent). Times are whole milliseconds, so that
 no float rounding ever decides which of two events at the same instant comes first.
 
 Columns are looked up by name in :data:`COLUMNS`, and a column that is not there is an error (a typo
 such as ``budget`` must not silently mean "no deadline"). Later columns are added to that table
-with a default, as ``priority``, ``cost`` and ``key`` were, so scripts written before them keep
-their meaning.
+with a default, as ``priority``, ``cost``, ``key`` and the sizes were, so scripts written before
+them keep their meaning.
 """
 
 from __future__ import annotations
@@ -88,6 +90,14 @@ def _whole(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def _tokens(name: str, value: object) -> None:
+    if type(value) is not int:  # bool is an int to Python, never a size to us
+        kind = "a boolean" if isinstance(value, bool) else _show(value)
+        raise TypeError(f"{name} must be a whole number of tokens, got {kind}")
+    if not 0 <= value <= MAX_MS:
+        raise ValueError(f"{name} must be >= 0 and <= {MAX_MS}, got {_show(value)}")
+
+
 def _cost(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         kind = "a boolean" if isinstance(value, bool) else _show(value)
@@ -120,13 +130,18 @@ class Job:
         max_wait_ms: Its queue budget from arrival, >= 0, as ``admit(max_wait=...)``: still queued
             at ``min(arrival + budget, arrival + max_wait)``, it expires; once it runs only the
             budget decides whether it is late. None: it may wait as long as its budget allows.
+        prompt_tokens: Its prompt's size in tokens, >= 0; None if not known.
+        output_tokens: Its answer's size in tokens, >= 0; None if not known. With both sizes,
+            ``plan --provider`` (a :class:`~boundedgate.sim.Request` with its sizes) lets the
+            provider derive the request's time to first token and its service from them, at its
+            own speeds; ``service_ms`` is then what the gate-only simulation runs the body for.
 
     Raises:
-        TypeError: A field of the wrong type: a time that is not an int (floats, strings and
-            booleans included), a cost that is not a number (booleans included), an id or a key
-            that is not a str.
-        ValueError: An empty id, a time below its minimum, or a cost that is negative or not
-            finite.
+        TypeError: A field of the wrong type: a time or a size that is not an int (floats,
+            strings and booleans included), a cost that is not a number (booleans included), an
+            id or a key that is not a str.
+        ValueError: An empty id, a time or a size below its minimum, or a cost that is negative
+            or not finite.
     """
 
     id: str
@@ -138,6 +153,8 @@ class Job:
     actual_cost: float | None = None
     key: str = ""
     max_wait_ms: int | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str):
@@ -160,6 +177,9 @@ class Job:
             raise TypeError(f"key must be a string, got {_show(self.key)}")
         if self.max_wait_ms is not None:
             _whole("max_wait_ms", self.max_wait_ms, 0)
+        for name in ("prompt_tokens", "output_tokens"):
+            if (tokens := getattr(self, name)) is not None:
+                _tokens(name, tokens)
 
     @property
     def deadline_ms(self) -> float:
@@ -187,6 +207,14 @@ def _text_time(name: str, cell: str) -> object:
 
 def _text_optional_time(name: str, cell: str) -> object:
     return None if cell == "" else _text_time(name, cell)
+
+
+def _text_optional_tokens(name: str, cell: str) -> object:
+    if cell == "":
+        return None
+    if _WHOLE.fullmatch(cell):
+        return _int(name, cell)
+    raise TypeError(f"{name} must be a whole number of tokens, got {_show(cell)}")
 
 
 def _text_priority(name: str, cell: str) -> object:
@@ -235,6 +263,8 @@ COLUMNS: Mapping[str, Column] = {
         Column("actual_cost", False, _text_optional_cost),
         Column("key", False, _text),
         Column("max_wait_ms", False, _text_optional_time),
+        Column("prompt_tokens", False, _text_optional_tokens),
+        Column("output_tokens", False, _text_optional_tokens),
     )
 }
 
@@ -390,7 +420,8 @@ def parse_script(
     :data:`COLUMNS`; times are JSON integers and a missing or null ``budget_ms`` means no deadline.
     CSV: a header line naming the columns, then one request per line; an empty ``budget_ms`` cell
     means no deadline, an empty ``priority`` or ``cost`` cell the default, an empty
-    ``actual_cost`` cell nothing to settle, an empty ``key`` cell the default key. Cells are
+    ``actual_cost`` cell nothing to settle, an empty ``key`` cell the default key, an empty
+    ``prompt_tokens`` or ``output_tokens`` cell a size not known. Cells are
     stripped of surrounding spaces. A key is a string in both (``"3"``, not ``3``, in JSON).
 
     Args:

@@ -337,8 +337,9 @@ def _running(contender: Contender) -> str:
 def comparison_table(comparison: Comparison) -> str:
     """A line per contender: C, Q, on time and its ratio to the best static gate's, and the rest.
 
-    The rest: late answers, the provider's refusals, the gate's refusals, expiries, and the mean
-    time to a "no" from the gate.
+    The rest: late answers, calls cut off at their deadline, the provider's refusals, the gate's
+    refusals, expiries, the mean time to a "no" from the gate, and the provider's time spent on
+    answers nobody waited for (late or cut off).
     """
     lines = []
     for contender in comparison.contenders:
@@ -353,14 +354,19 @@ def comparison_table(comparison: Comparison) -> str:
                 r.on_time,
                 None if ratio is None else f"{ratio:.3f}",
                 r.late,
+                r.cut,
                 r.provider_refused,
                 r.rejected + r.infeasible,
                 r.expired,
                 None if told is None else human_ms(round(told * 1000)),
+                f"{r.wasted_seconds:.0f}s",
             )
         )
-    headers = ("contender", "C", "Q", "on time", "ratio", "late", "529/429", "refused", "expired", "no in")
-    return table(headers, lines, "lll" + "r" * 7)
+    headers = (
+        "contender", "C", "Q", "on time", "ratio", "late", "cut", "529/429", "refused", "expired", "no in",
+        "wasted",
+    )  # fmt: skip
+    return table(headers, lines, "lll" + "r" * 9)
 
 
 def keys_comparison_table(comparison: Comparison, keys: Sequence[str]) -> str:

@@ -5,7 +5,11 @@ time distribution (:class:`Fixed`, :class:`Exponential`, :class:`LogNormal` give
 p99), a budget (none, a fixed one, or a distribution), and for rate limits counted in tokens a
 declared cost and an actual one to settle (none, a fixed number, or a distribution: the same classes,
 whose numbers are then tokens rather than milliseconds), and mixes that spread the requests over
-priority classes and over keys by weight. :func:`generate` turns it into a script.
+priority classes and over keys by weight. Instead of a service time, a request may be given its
+sizes, prompt and output tokens drawn from distributions of their own (:class:`LogNormal` fits
+production traffic: most prompts short, a few very long); its service time is then the one a
+:class:`~boundedgate.sim.Provider` of the default speeds takes. :func:`generate` turns it into a
+script.
 
 Each part draws from its own random stream, seeded from the workload's seed and the part's name,
 so two workloads with the same seed and the same arrivals arrive at the same instants even when
@@ -24,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from ._provider import Provider
 from ._script import MAX_MS, Job
 
 __all__ = (
@@ -288,14 +293,23 @@ def _check_cost(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
+def _size(tokens: Distribution, rng: random.Random) -> int:
+    # Whole tokens, and at most what a script may hold.
+    return min(MAX_MS, round(tokens.sample(rng)))
+
+
 def _cost(value: float | Distribution, rng: random.Random) -> float:
     # Whole tokens, as LLM usage is counted.
     return value if isinstance(value, (int, float)) else round(value.sample(rng))
 
 
+#: The provider whose speeds give a sized request its service time by default (see :func:`generate`).
+_DEFAULT_SPEEDS = Provider(1)
+
+
 def generate(
     arrivals: Arrivals | Sequence[Arrivals],
-    service: Distribution,
+    service: Distribution | None,
     *,
     duration_ms: int,
     budget_ms: int | Distribution | None = None,
@@ -303,6 +317,9 @@ def generate(
     key_mix: Mapping[str, float] | None = None,
     cost: float | Distribution | None = None,
     actual_cost: float | Distribution | None = None,
+    prompt_tokens: Distribution | None = None,
+    output_tokens: Distribution | None = None,
+    speeds: Provider | None = None,
     seed: int = 0,
 ) -> list[Job]:
     """A reproducible script of requests, ready for :func:`simulate` or :func:`sweep`.
@@ -322,9 +339,20 @@ def generate(
     ``r00002``...); several arrival processes are merged, and requests arriving at the same instant
     keep the order of ``arrivals``.
 
+    Sized traffic gives each request its prompt and output tokens instead of a service time::
+
+        jobs = generate(
+            Poisson(rate=2),
+            None,
+            prompt_tokens=LogNormal(mean_ms=1_500, p99_ms=12_000),  # tokens, not milliseconds
+            output_tokens=LogNormal(mean_ms=250, p99_ms=1_200),
+            budget_ms=30_000,
+            duration_ms=600_000,
+        )
+
     Args:
         arrivals: One arrival process, or several to merge.
-        service: The service time distribution.
+        service: The service time distribution; None with ``prompt_tokens`` and ``output_tokens``.
         duration_ms: Arrivals fall in ``[0, duration_ms)``, an int >= 1.
         budget_ms: Each request's budget: None for no deadline, an int, or a distribution.
         priority_mix: The weights of the priority classes 0, 1, 2... (``[1, 4]``: one request in
@@ -336,6 +364,14 @@ def generate(
             or a distribution of tokens (sampled costs are rounded to whole tokens).
         actual_cost: The cost each request settles as its body ends: None (nothing settled), a
             number, or a distribution of tokens, drawn independently of ``cost``.
+        prompt_tokens: Each request's prompt size: a distribution of tokens (rounded to whole
+            tokens), with ``output_tokens`` and no ``service``.
+        output_tokens: Each request's answer size, likewise. A sized request's ``service_ms``
+            is the time ``speeds`` takes to serve it (``Provider.service_seconds``); a provider
+            of other speeds derives its own from the sizes (``plan --provider``,
+            :class:`~boundedgate.sim.Request`).
+        speeds: The :class:`~boundedgate.sim.Provider` whose speeds give a sized request its
+            ``service_ms`` (default: ``Provider``'s default speeds).
         seed: The seed; the same arguments and seed give the same script.
 
     Returns:
@@ -346,14 +382,13 @@ def generate(
             in ``duration_ms``, a duration that is not an int >= 1, a fixed budget that is not an
             int >= 1, an arrival process or distribution of the wrong type, a priority or key
             mix that is empty, has a weight that is not a finite number >= 0, or weighs nothing,
-            a key mix that is not a mapping from str, or a fixed cost that is not a finite number
-            >= 0.
+            a key mix that is not a mapping from str, a fixed cost that is not a finite number
+            >= 0, or not exactly one of ``service`` and the two sizes.
     """
     if type(duration_ms) is not int or not 1 <= duration_ms <= MAX_MS:
         raise ValueError(f"duration_ms must be an int >= 1 and <= {MAX_MS}, got {duration_ms!r}")
     processes = _processes(arrivals)
-    if not isinstance(service, (Fixed, Exponential, LogNormal)):
-        raise TypeError(f"service must be Fixed, Exponential or LogNormal, got {service!r}")
+    _check_service(service, prompt_tokens, output_tokens)
     _check_budget(budget_ms)
     _check_cost("cost", cost)
     _check_cost("actual_cost", actual_cost)
@@ -365,9 +400,32 @@ def generate(
         raise _too_many("these arrivals", duration_ms, expected, True)
     arrival_rng = random.Random(f"boundedgate:{seed}:arrivals")
     times = sorted(t for process in processes for t in process.times(duration_ms, arrival_rng))
-    draw = _Draws(seed, service, budget_ms, classes, keys, shares, cost, actual_cost)
+    sizes = (prompt_tokens, output_tokens)
+    draw = _Draws(seed, service, budget_ms, classes, keys, shares, cost, actual_cost, sizes, speeds)
     width = len(str(len(times)))
     return [draw.job(f"r{number:0{width}d}", arrival) for number, arrival in enumerate(times, start=1)]
+
+
+def _check_service(service: object, prompt_tokens: object, output_tokens: object) -> None:
+    """Exactly one of a service time distribution and the two sizes' distributions."""
+    sizes = (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens))
+    for name, value in sizes:
+        if value is not None and not isinstance(value, (Fixed, Exponential, LogNormal)):
+            raise TypeError(f"{name} must be None or Fixed, Exponential or LogNormal (tokens), got {value!r}")
+    if service is None:
+        if prompt_tokens is None or output_tokens is None:
+            raise ValueError(
+                "give service (a time distribution), or both prompt_tokens and output_tokens "
+                "(the service time then follows from the sizes)"
+            )
+        return
+    if not isinstance(service, (Fixed, Exponential, LogNormal)):
+        raise TypeError(f"service must be Fixed, Exponential or LogNormal, got {service!r}")
+    if prompt_tokens is not None or output_tokens is not None:
+        raise ValueError(
+            "give service or the sizes (prompt_tokens and output_tokens), not both: a sized "
+            "request's service time follows from its sizes"
+        )
 
 
 def _processes(arrivals: Arrivals | Sequence[Arrivals]) -> list[Arrivals]:
@@ -406,13 +464,15 @@ class _Draws:
     def __init__(
         self,
         seed: int,
-        service: Distribution,
+        service: Distribution | None,
         budget_ms: int | Distribution | None,
         classes: list[float] | None,
         keys: list[str],
         shares: list[float] | None,
         cost: float | Distribution | None,
         actual_cost: float | Distribution | None,
+        sizes: tuple[Distribution | None, Distribution | None] = (None, None),
+        speeds: Provider | None = None,
     ) -> None:
         self.service = service
         self.budget_ms = budget_ms
@@ -427,6 +487,10 @@ class _Draws:
         self.cost_rng = random.Random(f"boundedgate:{seed}:cost")
         self.actual_rng = random.Random(f"boundedgate:{seed}:actual_cost")
         self.key_rng = random.Random(f"boundedgate:{seed}:key")
+        self.prompt_tokens, self.output_tokens = sizes
+        self.speeds = _DEFAULT_SPEEDS if speeds is None else speeds
+        self.prompt_rng = random.Random(f"boundedgate:{seed}:prompt_tokens")
+        self.output_rng = random.Random(f"boundedgate:{seed}:output_tokens")
 
     def job(self, name: str, arrival: int) -> Job:
         """The next request, arriving at ``arrival``."""
@@ -437,7 +501,18 @@ class _Draws:
             budget = _whole_ms(budget_ms.sample(self.budget_rng))
         priority = 0 if self.classes is None else _pick(self.classes, self.priority_rng)
         key = "" if self.shares is None else self.keys[_pick(self.shares, self.key_rng)]
-        service_ms = _whole_ms(self.service.sample(self.service_rng))
+        prompt = output = None
+        if self.service is not None:
+            service_ms = _whole_ms(self.service.sample(self.service_rng))
+        else:
+            assert self.prompt_tokens is not None  # generate checks it
+            assert self.output_tokens is not None
+            prompt = _size(self.prompt_tokens, self.prompt_rng)
+            output = _size(self.output_tokens, self.output_rng)
+            service_ms = _whole_ms(1000 * self.speeds.service_seconds(prompt, output))
         declared = 0 if self.cost is None else _cost(self.cost, self.cost_rng)
         actual = None if self.actual_cost is None else _cost(self.actual_cost, self.actual_rng)
-        return Job(name, arrival, service_ms, budget, priority, declared, actual, key)
+        return Job(
+            name, arrival, service_ms, budget, priority, declared, actual, key,
+            prompt_tokens=prompt, output_tokens=output,
+        )  # fmt: skip
