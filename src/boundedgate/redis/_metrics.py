@@ -196,11 +196,12 @@ class ClusterFeed:
             self._start(asyncio.get_running_loop())
 
     def detach(self) -> None:
-        """An export stopped reading: the last one stops the background read."""
+        """An export stopped reading: the last one stops the background read (from any thread)."""
         self._exports = max(0, self._exports - 1)
-        if self._exports == 0 and self._task is not None:
-            self._task.cancel()
+        task = self._task
+        if self._exports == 0 and task is not None:
             self._task = None
+            _cancel(task)
 
     def age(self) -> float:
         """Seconds since the last successful read (since the feed was made, before one)."""
@@ -217,12 +218,14 @@ class ClusterFeed:
             value = spec.value(record)
             if value is not None:
                 local.add((spec.name, record.outcome.name if spec.by_outcome else ""), value)
-        if self._task is None and self._exports:
+        task = self._task
+        if task is None or task.done():  # not started yet, or its loop was closed: start it here
             self._start(asyncio.get_running_loop())
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         side = self._side
-        if self._task is not None or self._exports == 0:
+        task = self._task
+        if self._exports == 0 or (task is not None and not task.done() and not task.get_loop().is_closed()):
             return
         if side.loop is not loop:
             if side.loop is not None and not side.loop.is_closed() and (side.holders or side.waiters):
@@ -296,6 +299,20 @@ class ClusterFeed:
         if self._local is not None and self._side.loop is not None and not self._side.loop.is_closed():
             with contextlib.suppress(*UNREACHABLE, Exception):
                 await self._push()
+
+
+def _cancel(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` from whichever thread: at once on its loop's, else by its loop."""
+    loop = task.get_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        task.cancel()
+    elif not loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the task went with it
+            loop.call_soon_threadsafe(task.cancel)
 
 
 async def _read(client: Any, name: str, max_running: int, max_waiting: int | None) -> ClusterSnapshot:
