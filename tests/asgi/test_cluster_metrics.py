@@ -3,9 +3,10 @@
 tests/test_docs.py only runs the block (it defines the app); here it is written to a module and
 served by ``uvicorn --workers 2`` in a subprocess, with a route added that takes a while behind the
 gate, C and Q made small (so some requests are refused) and the background read made fast. Each
-request and each scrape is a connection of its own, so it lands on either worker. Every scrape must
-give the cluster's totals (what the clients saw, summed over both workers), whichever worker
-answers it, and no series may go down from one scrape to the next.
+request and each scrape is a connection of its own, so it lands on either worker; the added route
+blocks its worker a moment, and requests arrive a little apart, so that both workers serve some.
+Every scrape must give the cluster's totals (what the clients saw, summed over both workers),
+whichever worker answers it, and no series may go down from one scrape to the next.
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ SETTLE = 30.0
 ADDED = """
 
 import asyncio as _asyncio
+import time as _time
 
 
 @app.get("/call")
 async def call() -> dict[str, int]:
+    _time.sleep(0.05)  # this worker accepts nothing meanwhile: the next connection goes to the other
     await _asyncio.sleep(0.2)
     return {"pid": os.getpid()}
 """
@@ -161,6 +164,14 @@ class Clients:
             assert reply.status_code == 503, reply.text
             self.saw["rejected"] += 1
 
+    async def calls(self, n: int) -> None:
+        """``n`` requests, arriving 20 ms apart (while a worker is blocked, the other accepts)."""
+        tasks = []
+        for _ in range(n):
+            tasks.append(asyncio.create_task(self.call()))
+            await asyncio.sleep(0.02)
+        await asyncio.gather(*tasks)
+
     async def scrape(self) -> Scrape:
         reply = await self.http.get("/metrics")
         assert reply.status_code == 200
@@ -173,6 +184,10 @@ class Clients:
             assert total == self.saw[outcome], (outcome, total, self.saw)
         assert value(found, "boundedgate_request_active", gate=self.gate) == 0
         assert value(found, "boundedgate_limit_running", gate=self.gate) == 2
+
+    def idle(self, found: Scrape) -> bool:
+        active = value(found, "boundedgate_request_active", gate=self.gate)
+        return active == 0 and value(found, "boundedgate_request_queued", gate=self.gate) == 0
 
     def histograms_complete(self, found: Scrape) -> bool:
         count = "boundedgate_request_duration_seconds_count"
@@ -195,8 +210,16 @@ async def test_every_scrape_of_any_worker_gives_the_cluster_totals_monotonic(
     async with workers(tmp_path, redis_server.url) as base:
         clients = Clients(base, name)
         try:
-            for _ in range(3):
-                await asyncio.gather(*(clients.call() for _ in range(8)))  # 2 run, 2 wait, 4 refused
+            rounds = 0
+            while rounds < 3 or (len(clients.callers) < 2 and rounds < 10):
+                rounds += 1
+                await clients.calls(8)  # 2 run, 2 wait, the others refused
+                # A client has its answer before the middleware's release lands in Redis: once the
+                # cluster holds no slot, every release has (each counts its ending as it frees it).
+                settle = time.monotonic() + SETTLE
+                while not clients.idle(await clients.scrape()):
+                    assert time.monotonic() < settle, "the releases never landed"
+                    await asyncio.sleep(INTERVAL / 2)
                 for _ in range(4):
                     clients.totals_are_the_callers(await clients.scrape())
                 # The other worker's records reach Redis within its background read's interval.
