@@ -197,11 +197,15 @@ class Gates:
         self._refs: list[weakref.ref[Any]] = [weakref.ref(gate) for gate in gates]
         self._bounds = cluster_histograms
         self._attached: list[weakref.ref[ClusterFeed]] = []
-        for gate in gates:
-            if is_cluster_gate(gate):
-                feed = gate._cluster_feed()
-                feed.attach(cluster_histograms, interval)
-                self._attached.append(weakref.ref(feed))
+        try:
+            for gate in gates:
+                if is_cluster_gate(gate):
+                    feed = gate._cluster_feed()
+                    feed.attach(cluster_histograms, interval)
+                    self._attached.append(weakref.ref(feed))
+        except BaseException:
+            self.close()  # the feeds attached before the one that refused are read no more
+            raise
 
     def alive(self) -> Iterator[Any]:
         """The gates still alive."""

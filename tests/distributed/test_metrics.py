@@ -337,11 +337,15 @@ async def test_exports_of_one_gate_share_its_histograms_buckets(
     client: redis.asyncio.Redis, name: str
 ) -> None:
     gate = make_gate(client, name, 1, 1)
+    other = make_gate(client, name + "-other", 1, 1)
     first = GateCollector(gate)
     with pytest.raises(ValueError, match="give every export of a cluster gate the same buckets"):
-        GateCollector(gate, buckets=(0.1, 1.0))
+        GateCollector(other, gate, buckets=(0.1, 1.0))
     first.close()
+    # Nothing exports either now: any buckets will do, for both (the refused export let go of other).
+    GateCollector(other, gate, buckets=(0.1, 1.0)).close()
     await gate.aclose()
+    await other.aclose()
 
 
 async def test_a_push_sent_again_after_a_lost_reply_counts_once(

@@ -198,10 +198,15 @@ class ClusterFeed:
     def detach(self) -> None:
         """An export stopped reading: the last one stops the background read (from any thread)."""
         self._exports = max(0, self._exports - 1)
-        task = self._task
-        if self._exports == 0 and task is not None:
-            self._task = None
+        if self._exports:
+            return
+        task, self._task = self._task, None
+        if task is not None:
             _cancel(task)
+        if self._local is not None:  # the next export may ask for other buckets: start afresh
+            self._observers.remove(self._record)
+            self.bounds = self._local = self._in_flight = None
+            self._acked = {}
 
     def age(self) -> float:
         """Seconds since the last successful read (since the feed was made, before one)."""
