@@ -36,6 +36,7 @@ __all__ = (
     "HistogramSpec",
     "Snapshot",
     "is_cluster_gate",
+    "measured",
     "refusal",
 )
 
@@ -149,6 +150,14 @@ class ClusterView:
     histograms: dict[tuple[str, str], tuple[list[tuple[str, int]], float]]
 
 
+def measured(record: RequestRecord) -> Iterator[tuple[tuple[str, str], float]]:
+    """The value ``record`` gives each histogram, by (histogram, outcome): "" for none."""
+    for spec in HISTOGRAMS:
+        value = spec.value(record)
+        if value is not None:
+            yield (spec.name, record.outcome.name if spec.by_outcome else ""), value
+
+
 def is_cluster_gate(given: object) -> bool:
     """True for a ``boundedgate.redis.RedisGate`` (without importing redis)."""
     kind = type(given)
@@ -201,7 +210,7 @@ class Gates:
             for gate in gates:
                 if is_cluster_gate(gate):
                     feed = gate._cluster_feed()
-                    feed.attach(cluster_histograms, interval)
+                    feed.attach(cluster_histograms, interval, measured)
                     self._attached.append(weakref.ref(feed))
         except BaseException:
             self.close()  # the feeds attached before the one that refused are read no more

@@ -40,8 +40,7 @@ from .._core import (
     shown,
 )
 from .._core import check_deadline as _check_deadline
-from .._driver import cancellation_pending
-from .._driver._observing import Observer, Observers
+from .._driver import Observer, Observers, cancellation_pending
 from .._errors import Late
 from .._streams import HandsOver, StreamOpener, StreamPermit, StreamSource, StreamT
 from . import _scripts
@@ -498,7 +497,7 @@ class RedisGate:
         if feed is None:
             from ._metrics import ClusterFeed  # noqa: PLC0415 - only for the metrics exports
 
-            feed = self._feed = ClusterFeed(self, self._side)
+            feed = self._feed = ClusterFeed(self, self._side, self._observers)
         return feed
 
     def adapt(self, settings: Adaptive | None = None) -> NoReturn:

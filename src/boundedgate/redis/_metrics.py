@@ -38,24 +38,25 @@ import logging
 import math
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._core import RequestRecord
-from .._driver._observing import Observers, logger
-from .._export import DEFAULT_INTERVAL, HISTOGRAMS
+from .._driver import Observers, logger
 from ._io import UNREACHABLE, pooled, text
 from ._layout import gate_keys
 
 if TYPE_CHECKING:
-    from ._gate import RedisGate
     from ._process import ProcessSide
 
-__all__ = ("DEFAULT_INTERVAL", "ClusterFeed", "ClusterSnapshot", "HistogramKey", "bucketed", "hist_keys")
+__all__ = ("ClusterFeed", "ClusterSnapshot", "HistogramKey", "Measure", "bucketed", "hist_keys")
 
 #: A histogram's series: the histogram's name (OpenTelemetry's) and the outcome ("" for none).
 HistogramKey = tuple[str, str]
+
+#: What the export measures of a record: the value of each histogram series it feeds.
+Measure = Callable[[RequestRecord], Iterable[tuple[HistogramKey, float]]]
 
 # KEYS 1 hist (field "histogram|outcome|le" -> count, "histogram|outcome|sum" -> seconds), 2 pushed
 # (agent -> the serial of its last push applied). ARGV 1 agent, 2 serial, 3 ttl ms, then field,
@@ -145,22 +146,26 @@ class ClusterFeed:
     Args:
         gate: The gate (held weakly: the feed stops once it is collected).
         side: Its process's side: its client, keys, loop and settings.
+        observers: The gate's observers, which the feed joins while an export keeps histograms.
     """
 
-    def __init__(self, gate: RedisGate, side: ProcessSide) -> None:
+    def __init__(self, gate: object, side: ProcessSide, observers: Observers) -> None:
         self._gate = weakref.ref(gate)
         self._side = side
         #: The gate's name.
         self.name = side.name
-        self._observers: Observers = gate._observers
-        self.interval = DEFAULT_INTERVAL
-        #: The histograms' bounds (None: no export asked for histograms).
+        self._observers = observers
+        #: Seconds between two reads (the shortest any export attached asked for).
+        self.interval = 5.0
+        #: The histograms' bounds (None: no export asked for histograms), and what they measure.
         self.bounds: tuple[float, ...] | None = None
+        self._measure: Measure | None = None
         self.snapshot: ClusterSnapshot | None = None
         #: When the feed was made (``time.monotonic()``): the age of a snapshot never read.
         self.made = time.monotonic()
         #: Reads that failed (Redis out of reach, or it refused).
         self.failures = 0
+        self._failing = False  # the last read failed
         self._exports = 0
         self._local: _Local | None = None
         self._acked: dict[HistogramKey, tuple[list[int], float]] = {}
@@ -172,8 +177,10 @@ class ClusterFeed:
 
     # -- the exports ----------------------------------------------------------------------------
 
-    def attach(self, histograms: tuple[float, ...] | None, interval: float) -> None:
+    def attach(self, histograms: tuple[float, ...] | None, interval: float, measure: Measure) -> None:
         """An export reads the feed from now on; ``histograms``: it reports them, with these bounds.
+
+        ``measure`` gives the value of each histogram series a record feeds.
 
         Raises:
             ValueError: Another export of this gate in this process keeps histograms with other
@@ -181,7 +188,7 @@ class ClusterFeed:
         """
         if histograms is not None:
             if self.bounds is None:
-                self.bounds = histograms
+                self.bounds, self._measure = histograms, measure
                 self._local = _Local(histograms)
                 self._observers.add(self._record)
             elif self.bounds != histograms:
@@ -205,7 +212,7 @@ class ClusterFeed:
             _cancel(task)
         if self._local is not None:  # the next export may ask for other buckets: start afresh
             self._observers.remove(self._record)
-            self.bounds = self._local = self._in_flight = None
+            self.bounds = self._local = self._in_flight = self._measure = None
             self._acked = {}
 
     def age(self) -> float:
@@ -216,13 +223,11 @@ class ClusterFeed:
     # -- the background work ----------------------------------------------------------------------
 
     def _record(self, record: RequestRecord) -> None:
-        local = self._local
-        if local is None:
+        local, measure = self._local, self._measure
+        if local is None or measure is None:
             return
-        for spec in HISTOGRAMS:
-            value = spec.value(record)
-            if value is not None:
-                local.add((spec.name, record.outcome.name if spec.by_outcome else ""), value)
+        for key, value in measure(record):
+            local.add(key, value)
         task = self._task
         if task is None or task.done():  # not started yet, or its loop was closed: start it here
             self._start(asyncio.get_running_loop())
@@ -270,9 +275,12 @@ class ClusterFeed:
             snapshot = await pooled(call, side.op_timeout)
         except Exception as error:  # a metric read must never break the service
             self.failures += 1
-            level = logging.DEBUG if self.failures > 1 and isinstance(error, UNREACHABLE) else logging.WARNING
+            # Once per outage, and for every failure that is not one (a bug, a refusal).
+            level = logging.DEBUG if self._failing and isinstance(error, UNREACHABLE) else logging.WARNING
+            self._failing = True
             logger.log(level, "%s: could not read the cluster's counts for the metrics: %r", side.name, error)
             return
+        self._failing = False
         self.snapshot = snapshot
 
     async def _push(self) -> None:
