@@ -1,7 +1,13 @@
 """What the metrics exports share: weak references to gates, their snapshots, the histograms.
 
-Imports neither OpenTelemetry nor prometheus_client: ``boundedgate.otel`` and
+Imports neither OpenTelemetry nor prometheus_client (nor redis): ``boundedgate.otel`` and
 ``boundedgate.prometheus`` are thin layers over this module.
+
+An in-process gate is read from its ``stats()`` at each collection. A cluster gate
+(``boundedgate.redis.RedisGate``) is read from the cluster's state in Redis, which the gate's feed
+(``boundedgate/redis/_metrics.py``) reads in the background: a collection takes its latest
+snapshot and never waits for Redis, whichever process collects, so every worker of a service
+reports the same cluster-wide series.
 """
 
 from __future__ import annotations
@@ -10,19 +16,27 @@ import math
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core import OUTCOMES, GateStatistics, Outcome, RequestRecord
 from ._driver import BoundedGate, KeyedGate
 
+if TYPE_CHECKING:
+    from .redis._metrics import ClusterFeed
+
 __all__ = (
+    "CLUSTER_EVENTS",
+    "DEFAULT_INTERVAL",
     "GENAI_BUCKETS",
     "HISTOGRAMS",
     "REFUSALS",
     "Buckets",
+    "ClusterView",
     "Gates",
     "HistogramSpec",
     "Snapshot",
+    "is_cluster_gate",
+    "measured",
     "refusal",
 )
 
@@ -35,6 +49,12 @@ GENAI_BUCKETS: tuple[float, ...] = (
 REFUSALS: tuple[Outcome, ...] = tuple(o for o in OUTCOMES if o.error_code is not None and not o.ran)
 
 Gate = BoundedGate | KeyedGate[Any]
+
+#: Seconds between two background reads of a cluster gate's state, unless an export says otherwise.
+DEFAULT_INTERVAL = 5.0
+
+#: The cluster counters (a cluster gate's ``stats`` hash in Redis) exported as events, not outcomes.
+CLUSTER_EVENTS: tuple[str, ...] = ("unavailable", "reclaimed", "reattached", "lapsed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,25 +103,70 @@ HISTOGRAMS: tuple[HistogramSpec, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """One gate's numbers at one collection."""
+    """One gate's numbers at one collection (a cluster gate's: the cluster's, as last read)."""
 
     name: str
-    stats: GateStatistics
+    #: Requests holding a slot, and waiting, now.
+    running: int
+    waiting: int
+    #: C and Q (None: not limited).
+    max_running: int | None
+    max_waiting: int | None
+    #: Requests that ended, by outcome name, for every one of ``OUTCOMES``.
+    outcomes: dict[str, int]
     #: Keys with a gate now (None for a plain gate).
     keys: int | None
-    #: The names of its rate limits, in the order of ``stats.tokens`` (none for a keyed gate).
+    #: Its rate limits' names and balances, in one order (none for a keyed gate).
     limits: tuple[str, ...]
+    tokens: tuple[float, ...]
+
+    @classmethod
+    def of(cls, name: str, stats: GateStatistics, keys: int | None, limits: tuple[str, ...]) -> Snapshot:
+        """An in-process gate's snapshot from its statistics."""
+        return cls(
+            name,
+            stats.running,
+            stats.waiting,
+            stats.max_running,
+            stats.max_waiting,
+            {outcome.name: getattr(stats, outcome.name) for outcome in OUTCOMES},
+            keys,
+            limits,
+            stats.tokens if limits else (),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """What only a cluster gate exports, at one collection: its read of Redis and its events."""
+
+    name: str
+    #: Seconds since the feed last read the cluster (since it started, before its first read).
+    age: float
+    #: The cluster's counters of what only a cluster has (``CLUSTER_EVENTS``); empty before a read.
+    events: dict[str, int]
+    #: The cluster's histograms as cumulative ``(le, count)`` pairs and sums, by (histogram,
+    #: outcome): for the feed's buckets, when an export asked for them (else empty).
+    histograms: dict[tuple[str, str], tuple[list[tuple[str, int]], float]]
+
+
+def measured(record: RequestRecord) -> Iterator[tuple[tuple[str, str], float]]:
+    """The value ``record`` gives each histogram, by (histogram, outcome): "" for none."""
+    for spec in HISTOGRAMS:
+        value = spec.value(record)
+        if value is not None:
+            yield (spec.name, record.outcome.name if spec.by_outcome else ""), value
+
+
+def is_cluster_gate(given: object) -> bool:
+    """True for a ``boundedgate.redis.RedisGate`` (without importing redis)."""
+    kind = type(given)
+    return kind.__name__ == "RedisGate" and kind.__module__.startswith("boundedgate.redis")
 
 
 def refusal(export: str, given: object) -> TypeError:
     """Why ``export`` (``"GateCollector"``, ``"instrument"``) takes no ``given``, and what to do instead."""
     kind = type(given)
-    if kind.__name__ == "RedisGate" and kind.__module__.startswith("boundedgate.redis"):
-        return TypeError(
-            f"{export}() takes in-process gates (BoundedGate, KeyedGate): a RedisGate has no observer "
-            "hook to export yet; read this process's gate.stats() and the cluster's await "
-            'gate.cluster_stats() instead (see docs/cluster.md, "What RedisGate does not have")'
-        )
     if isinstance(given, tuple) and len(given) == 2 and isinstance(given[0], KeyedGate):
         return TypeError(
             f"{export}() exports a KeyedGate whole (all its keys together, one series per outcome): "
@@ -112,7 +177,7 @@ def refusal(export: str, given: object) -> TypeError:
             f"{export}() takes each gate as an argument, {export}(*gates), not a {kind.__name__} of them"
         )
     return TypeError(
-        f"{export}() takes BoundedGate and KeyedGate objects, got {given!r} "
+        f"{export}() takes BoundedGate, KeyedGate and RedisGate objects, got {given!r} "
         '(see docs/metrics.md, "Metrics, traces and logs")'
     )
 
@@ -121,17 +186,37 @@ class Gates:
     """The gates an export reads, held weakly: a gate nobody else holds drops out of the export.
 
     Args:
-        gates: The gates, each a ``BoundedGate`` or a ``KeyedGate``.
+        gates: The gates, each a ``BoundedGate``, a ``KeyedGate`` or a ``RedisGate``.
         export: The export's name, for the error that refuses anything else (see :func:`refusal`).
+        cluster_histograms: For a cluster gate: the buckets of the cluster's histograms to keep
+            and read (None: the export does not read them).
+        interval: For a cluster gate: seconds between two background reads of the cluster.
     """
 
-    def __init__(self, gates: tuple[Gate, ...], export: str) -> None:
+    def __init__(
+        self,
+        gates: tuple[Any, ...],
+        export: str,
+        cluster_histograms: tuple[float, ...] | None = None,
+        interval: float = DEFAULT_INTERVAL,
+    ) -> None:
         for gate in gates:
-            if not isinstance(gate, BoundedGate | KeyedGate):
+            if not isinstance(gate, BoundedGate | KeyedGate) and not is_cluster_gate(gate):
                 raise refusal(export, gate)
-        self._refs = [weakref.ref(gate) for gate in gates]
+        self._refs: list[weakref.ref[Any]] = [weakref.ref(gate) for gate in gates]
+        self._bounds = cluster_histograms
+        self._attached: list[weakref.ref[ClusterFeed]] = []
+        try:
+            for gate in gates:
+                if is_cluster_gate(gate):
+                    feed = gate._cluster_feed()
+                    feed.attach(cluster_histograms, interval, measured)
+                    self._attached.append(weakref.ref(feed))
+        except BaseException:
+            self.close()  # the feeds attached before the one that refused are read no more
+            raise
 
-    def alive(self) -> Iterator[Gate]:
+    def alive(self) -> Iterator[Any]:
         """The gates still alive."""
         self._refs = [ref for ref in self._refs if ref() is not None]
         for ref in self._refs:
@@ -139,16 +224,62 @@ class Gates:
             if gate is not None:
                 yield gate
 
+    def local(self) -> Iterator[Gate]:
+        """The in-process gates still alive (those whose records the export observes itself)."""
+        for gate in self.alive():
+            if not is_cluster_gate(gate):
+                yield gate
+
+    def feeds(self) -> Iterator[ClusterFeed]:
+        """The feeds of the cluster gates still alive."""
+        for gate in self.alive():
+            if is_cluster_gate(gate):
+                yield gate._cluster_feed()
+
     def snapshots(self) -> Iterator[Snapshot]:
-        """A snapshot of every gate still alive."""
+        """A snapshot of every gate still alive (of a cluster gate once its feed has read Redis)."""
         for gate in self.alive():
             if isinstance(gate, KeyedGate):
                 # Each key has buckets of its own, whose balances add up to nothing: none exported.
                 keyed = gate.stats()
-                yield Snapshot(keyed.name, keyed.total, keyed.keys, ())
-            else:
+                yield Snapshot.of(keyed.name, keyed.total, keyed.keys, ())
+            elif isinstance(gate, BoundedGate):
                 limits = tuple(limit.name for limit in gate.rate_limits)
-                yield Snapshot(gate.name, gate.stats(), None, limits)
+                yield Snapshot.of(gate.name, gate.stats(), None, limits)
+            else:
+                read = gate._cluster_feed().snapshot
+                if read is not None:
+                    counters = read.counters
+                    outcomes = {outcome.name: counters.get(outcome.name, 0) for outcome in OUTCOMES}
+                    yield Snapshot(
+                        gate.name, read.running, read.waiting, read.max_running, read.max_waiting,
+                        outcomes, None, (), (),
+                    )  # fmt: skip
+
+    def clusters(self) -> Iterator[ClusterView]:
+        """What only the cluster gates still alive export."""
+        for feed in self.feeds():
+            read = feed.snapshot
+            events = {} if read is None else {event: read.counters.get(event, 0) for event in CLUSTER_EVENTS}
+            histograms = {}
+            if read is not None and self._bounds is not None and feed.bounds == self._bounds:
+                from .redis._metrics import bucketed  # noqa: PLC0415 - redis is there: a RedisGate is
+
+                histograms = bucketed(read, self._bounds)
+            yield ClusterView(feed.name, feed.age(), events, histograms)
+
+    async def refresh(self) -> None:
+        """Read every cluster gate's state now (a no-op without one); never raises for Redis."""
+        for feed in list(self.feeds()):
+            await feed.refresh()
+
+    def close(self) -> None:
+        """The export stops: the feeds it read stop reading, unless another export reads them."""
+        attached, self._attached = self._attached, []
+        for ref in attached:
+            feed = ref()
+            if feed is not None:
+                feed.detach()
 
 
 class Buckets:

@@ -19,6 +19,14 @@ hook. Every series carries ``boundedgate.gate``, the gate's name; never the key,
 
 The gates are held weakly: a gate that is dropped stops being reported.
 
+A cluster gate (``boundedgate.redis.RedisGate``) is reported from the cluster's state in Redis,
+read in the background every ``refresh_interval`` seconds (a collection never waits for Redis):
+its counts and gauges are the cluster's, the same in every process that reports them (aggregate
+them across processes with ``max``, not ``sum``), with the age of the read
+(``boundedgate.cluster.read.age``) and what only a cluster counts (``boundedgate.cluster.events``).
+Its histograms and span events are this process's requests', from its observer hook, as for an
+in-process gate: each process exports its own, and a backend sums them.
+
 The gates cannot see what the provider answers: call :func:`downstream_refused` (``"openai"``,
 429) for each refusal your code gets from it (``GatedTransport`` does, for the requests it sends),
 and it is counted in ``boundedgate.downstream.refusals``, by gate and status.
@@ -27,15 +35,18 @@ and it is counted in ``boundedgate.downstream.refusals``, by gate and status.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from ._core import OUTCOMES, RequestRecord
+from ._core import OUTCOMES, RequestRecord, check_positive
 from ._downstream import downstream_refusals, downstream_refused
 from ._driver import BoundedGate, KeyedGate
-from ._export import GENAI_BUCKETS, HISTOGRAMS, Gate, Gates, Snapshot
+from ._export import CLUSTER_EVENTS, DEFAULT_INTERVAL, GENAI_BUCKETS, HISTOGRAMS, Gates, Snapshot
+
+if TYPE_CHECKING:
+    from .redis import RedisGate
 
 __all__ = ("SPAN_EVENT", "Instrumentation", "downstream_refused", "instrument")
 
@@ -56,13 +67,14 @@ class Instrumentation:
 
     def __init__(
         self,
-        gates: tuple[Gate, ...],
+        gates: tuple[Any, ...],
         meter_provider: metrics.MeterProvider | None,
         histograms: bool,
         spans: bool,
         key_attribute: bool,
+        refresh_interval: float = DEFAULT_INTERVAL,
     ) -> None:
-        self._gates = Gates(gates, "instrument")
+        self._gates = Gates(gates, "instrument", None, check_positive("refresh_interval", refresh_interval))
         self._closed = False
         self._key_attribute = key_attribute
         meter = metrics.get_meter("boundedgate", _version(), meter_provider)
@@ -112,6 +124,19 @@ class Instrumentation:
             unit="{request}",
             description="Refusals from the service behind the gate (downstream_refused()).",
         )
+        meter.create_observable_gauge(
+            "boundedgate.cluster.read.age",
+            callbacks=[self._age],
+            unit="s",
+            description="Seconds since this process last read the cluster gate's state from Redis.",
+        )
+        meter.create_observable_counter(
+            "boundedgate.cluster.events",
+            callbacks=[self._events],
+            unit="{event}",
+            description="What only a cluster gate counts: requests refused as unavailable, leases "
+            "reclaimed, holders counted again after their lease lapsed, waiters' places lapsed.",
+        )
         self._observing = histograms or spans
         if self._observing:
             for gate in gates:
@@ -135,6 +160,21 @@ class Instrumentation:
             if gate in names
         ]
 
+    def _age(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._closed:
+            return []
+        return [Observation(cluster.age, {_GATE: cluster.name}) for cluster in self._gates.clusters()]
+
+    def _events(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self._closed:
+            return []
+        return [
+            Observation(cluster.events[event], {_GATE: cluster.name, "boundedgate.event": event})
+            for cluster in self._gates.clusters()
+            for event in CLUSTER_EVENTS
+            if event in cluster.events
+        ]
+
     def _record(self, record: RequestRecord) -> None:
         attributes: dict[str, Any] = {_GATE: record.gate}
         if self._key_attribute and record.key is not None:
@@ -149,14 +189,25 @@ class Instrumentation:
             if span.is_recording():
                 span.add_event(SPAN_EVENT, span_attributes(record))
 
+    async def refresh(self) -> None:
+        """Read the cluster gates' state from Redis now, for the next collection.
+
+        Never raises for Redis (the last read stays, with its age); a no-op without cluster gates.
+        """
+        await self._gates.refresh()
+
     def close(self) -> None:
-        """Stop: the observable instruments report nothing more, and the gates stop being observed."""
+        """Stop: the observable instruments report nothing more, and the gates stop being observed.
+
+        A cluster gate's background read stops too, unless another export reads it.
+        """
         if self._closed:
             return
         self._closed = True
         if self._observing:
             for gate in self._gates.alive():
                 gate.unobserve(self._record)
+        self._gates.close()
 
 
 def _version() -> str:
@@ -188,28 +239,29 @@ def span_attributes(record: RequestRecord) -> dict[str, Any]:
 
 
 def instrument(
-    *gates: BoundedGate | KeyedGate[Any],
+    *gates: BoundedGate | KeyedGate[Any] | RedisGate,
     meter_provider: metrics.MeterProvider | None = None,
     histograms: bool = True,
     spans: bool = True,
     key_attribute: bool = False,
+    refresh_interval: float = DEFAULT_INTERVAL,
 ) -> Instrumentation:
     """Report ``gates`` through OpenTelemetry; returns a handle whose ``close()`` stops it.
 
     Args:
-        gates: Gates and keyed gates, held weakly.
+        gates: Gates, keyed gates and cluster gates (``RedisGate``), held weakly.
         meter_provider: Where the instruments are made (default: the global one).
         histograms: Observe the gates and record the four histograms. False: only the counts
             and gauges read at collection time, with no cost per request at all.
         spans: Add a ``boundedgate.admission`` event (the request's admission fields) to the current span of
             each request whose ending its own task decides (started, refused at arrival).
         key_attribute: Put ``boundedgate.key`` on the histograms (only for a bounded key set).
+        refresh_interval: Seconds between two background reads of a cluster gate's state.
 
     Raises:
-        TypeError: Something other than a ``BoundedGate`` or a ``KeyedGate`` (a ``RedisGate``, a
-            list of gates, a key), with what to pass instead.
+        TypeError: Something other than a gate (a list of gates, a key), with what to pass instead.
     """
-    return Instrumentation(gates, meter_provider, histograms, spans, key_attribute)
+    return Instrumentation(gates, meter_provider, histograms, spans, key_attribute, refresh_interval)
 
 
 def _attrs(snapshot: Snapshot) -> dict[str, str]:
@@ -217,20 +269,20 @@ def _attrs(snapshot: Snapshot) -> dict[str, str]:
 
 
 def _active(snapshot: Snapshot) -> list[Observation]:
-    return [Observation(snapshot.stats.running, _attrs(snapshot))]
+    return [Observation(snapshot.running, _attrs(snapshot))]
 
 
 def _queued(snapshot: Snapshot) -> list[Observation]:
-    return [Observation(snapshot.stats.waiting, _attrs(snapshot))]
+    return [Observation(snapshot.waiting, _attrs(snapshot))]
 
 
 def _limit_running(snapshot: Snapshot) -> list[Observation]:
-    limit = snapshot.stats.max_running
+    limit = snapshot.max_running
     return [] if limit is None else [Observation(limit, _attrs(snapshot))]
 
 
 def _limit_waiting(snapshot: Snapshot) -> list[Observation]:
-    limit = snapshot.stats.max_waiting
+    limit = snapshot.max_waiting
     return [] if limit is None else [Observation(limit, _attrs(snapshot))]
 
 
@@ -239,9 +291,8 @@ def _keys(snapshot: Snapshot) -> list[Observation]:
 
 
 def _requests(snapshot: Snapshot) -> list[Observation]:
-    stats = snapshot.stats
     return [
-        Observation(getattr(stats, outcome.name), {_GATE: snapshot.name, _OUTCOME: outcome.name})
+        Observation(snapshot.outcomes[outcome.name], {_GATE: snapshot.name, _OUTCOME: outcome.name})
         for outcome in OUTCOMES
     ]
 
@@ -249,5 +300,5 @@ def _requests(snapshot: Snapshot) -> list[Observation]:
 def _tokens(snapshot: Snapshot) -> list[Observation]:
     return [
         Observation(balance, {_GATE: snapshot.name, "boundedgate.rate_limit.name": name})
-        for name, balance in zip(snapshot.limits, snapshot.stats.tokens, strict=True)
+        for name, balance in zip(snapshot.limits, snapshot.tokens, strict=True)
     ]

@@ -47,13 +47,15 @@ MAY_IMPORT: dict[str, set[str]] = {
     "_cli": {"_core", "sim", ROOT},
     # The downstream refusal counts (a provider's 429s): told by the edges, read by the exports.
     "_downstream": set(),
-    # What the metrics exports share: the gates' snapshots and the records' histograms.
-    "_export": {"_core", "_driver"},
+    # What the metrics exports share: the gates' snapshots and the records' histograms; a cluster
+    # gate's feed of the cluster's numbers (imported only when a RedisGate is given: an extra).
+    "_export": {"_core", "_driver", "redis"},
     # The ready Grafana dashboard and alerting rules (data files; the module only names them).
     "dashboards": set(),
     # The optional exports (extras): the only modules that import OpenTelemetry or prometheus_client.
-    "otel": {"_core", "_driver", "_downstream", "_export", ROOT},
-    "prometheus": {"_core", "_driver", "_downstream", "_export"},
+    # (boundedgate.redis: only for the type of the gates they take, under TYPE_CHECKING.)
+    "otel": {"_core", "_driver", "_downstream", "_export", "redis", ROOT},
+    "prometheus": {"_core", "_driver", "_downstream", "_export", "redis"},
     # BOUNDEDGATE_NO_EXTENSIONS: the finder of the sources, installed by the root package first.
     "_pure": set(),
     ROOT: {"_pure", "_core", "_errors", "_streams", "_driver", "_downstream"},
@@ -72,6 +74,7 @@ SHARED_PRIVATE: dict[str, dict[str, str]] = {
         "sim._workload": "and reads its workloads",
     },
     "_driver": {"_streams._handing": "a permit hands its slot over to a stream"},
+    "_export": {"redis._metrics": "the exports read a cluster gate's feed of the cluster's numbers"},
     "aiohttp": {
         "httpx._admission": "the aiohttp middleware admits as the httpx transport does",
         "httpx._exchange": "records each exchange as it does",

@@ -116,14 +116,12 @@ def test_an_argument_nobody_takes_is_refused_as_python_refuses_it() -> None:
 @pytest.mark.parametrize(
     ("method", "way_out"),
     [
-        ("observe", "stats()"),
-        ("unobserve", "stats()"),
         ("adapt", "RedisGate(..., adaptive=Adaptive(...))"),
     ],
 )
 def test_a_method_it_lacks_raises_not_implemented_with_the_way_out(method: str, way_out: str) -> None:
     with pytest.raises(NotImplementedError, match=rf"^RedisGate has no {method}\(\)") as refused:
-        getattr(_gate(), method)(lambda record: None) if method != "adapt" else _gate().adapt()
+        getattr(_gate(), method)()
     assert way_out in str(refused.value)
     assert DOCS in str(refused.value)
 
@@ -140,7 +138,7 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction,
     # and it has no rate limits to bring in line with the provider's.)
     adaptive = {"adapt", "sync_rate_limits"}
-    # (observe, unobserve and adapt are there, and raise NotImplementedError: see above.)
+    # (adapt is there, and raises NotImplementedError: see above.)
     assert _public(BoundedGate) - _public(RedisGate) == {"priorities", "rate_limits"} | adaptive - {"adapt"}
     assert _public(RedisGate) - _public(BoundedGate) == {
         "aclose",

@@ -7,7 +7,7 @@ from ._compat import cancellation_pending
 from ._gate import GateBase, Permit
 from ._keyed import KeyedGate
 from ._keys import KeyedBase
-from ._observing import log_event
+from ._observing import Observer, Observers, log_event, logger
 
 if COMPILED:
     restore_docstrings(GateBase, KeyedBase, Permit, CombinedPermit)
@@ -16,8 +16,11 @@ __all__ = (
     "BoundedGate",
     "CombinedPermit",
     "KeyedGate",
+    "Observer",
+    "Observers",
     "Permit",
     "admit_all",
     "cancellation_pending",
     "log_event",
+    "logger",
 )

@@ -40,7 +40,7 @@ from .._core import (
     shown,
 )
 from .._core import check_deadline as _check_deadline
-from .._driver import cancellation_pending
+from .._driver import Observer, Observers, cancellation_pending
 from .._errors import Late
 from .._streams import HandsOver, StreamOpener, StreamPermit, StreamSource, StreamT
 from . import _scripts
@@ -50,10 +50,12 @@ from ._inspect import read_cluster
 from ._io import UNREACHABLE, fields, pooled, text
 from ._lacking import no_attribute, not_implemented, refuse_arguments
 from ._process import Ending, Field, ProcessSide, ms
+from ._records import record_of
 from ._stats import ClusterStatistics, RedisGateStatistics
 
 if TYPE_CHECKING:
     from .._driver import BoundedGate, Permit
+    from ._metrics import ClusterFeed
 
 __all__ = ("RedisGate", "RedisPermit")
 
@@ -136,13 +138,13 @@ class RedisGate:
             duration <= 0 or infinite (or an int beyond a float's range), or ``waiter_ttl`` not
             above ``poll_interval``.
 
-    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, rate limits, observers,
-    ``adapt()``) is refused with the way out: a ``TypeError`` for an argument, a
-    ``NotImplementedError`` for a method, an ``AttributeError`` for an attribute (see
+    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, rate limits, ``adapt()``)
+    is refused with the way out: a ``TypeError`` for an argument, a ``NotImplementedError`` for a
+    method, an ``AttributeError`` for an attribute (see
     docs/cluster.md, "What RedisGate does not have").
     """
 
-    __slots__ = ("_controller", "_side")
+    __slots__ = ("__weakref__", "_controller", "_feed", "_observers", "_side")
 
     def __init__(
         self,
@@ -189,6 +191,9 @@ class RedisGate:
         )
         self._controller = None if adaptive is None else ClusterController(side, adaptive)
         side.controller = self._controller
+        self._observers = Observers()
+        #: The cluster's counts for the metrics exports, read in the background (made by the first).
+        self._feed: ClusterFeed | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -469,13 +474,31 @@ class RedisGate:
         except UNREACHABLE as error:
             raise side.unavailable(0.0, 0.0, "unreachable") from error
 
-    def observe(self, callback: Any) -> NoReturn:
-        """Not there yet: no observer hook; raises ``NotImplementedError`` with the way out."""
-        raise not_implemented("observe")
+    def observe(self, callback: Observer) -> None:
+        """Call ``callback`` with the :class:`~boundedgate.RequestRecord` of each request that ends here.
 
-    def unobserve(self, callback: Any) -> NoReturn:
-        """Not there yet, as :meth:`observe`; raises ``NotImplementedError`` with the way out."""
-        raise not_implemented("unobserve")
+        As :meth:`BoundedGate.observe <boundedgate.BoundedGate.observe>`, for this process's
+        requests (each process observes its own): the same records, on the caller's loop clock,
+        one per request counted in :meth:`stats` under one of :data:`~boundedgate.OUTCOMES`. It is
+        called on the event loop, in the step that ended the request, and must not use the gate;
+        an exception it raises is logged to the ``boundedgate`` logger and goes no further. A
+        refusal with ``GateUnavailable`` gives no record (``stats().unavailable`` counts it); a
+        request admitted through the ``fallback`` gate is that gate's to observe.
+        """
+        self._observers.add(callback)
+
+    def unobserve(self, callback: Observer) -> None:
+        """Stop calling ``callback``; with no callback left the gate records nothing."""
+        self._observers.remove(callback)
+
+    def _cluster_feed(self) -> ClusterFeed:
+        """The gate's feed of the cluster's counts, made at the first call (by a metrics export)."""
+        feed = self._feed
+        if feed is None:
+            from ._metrics import ClusterFeed  # noqa: PLC0415 - only for the metrics exports
+
+            feed = self._feed = ClusterFeed(self, self._side, self._observers)
+        return feed
 
     def adapt(self, settings: Adaptive | None = None) -> NoReturn:
         """Not here: give the controller at construction, ``RedisGate(..., adaptive=Adaptive(...))``.
@@ -494,8 +517,13 @@ class RedisGate:
 
         Those get ``op_timeout`` to land; any still retrying then (Redis is out of reach) is
         abandoned, and its lease or queue place lapses in Redis instead. Permits still held stop
-        being renewed: their slots come back within ``lease_ttl``. The client is not closed.
+        being renewed: their slots come back within ``lease_ttl``. The client is not closed. The
+        background read of the metrics exports (:mod:`boundedgate.prometheus`,
+        :mod:`boundedgate.otel`) stops too, after pushing this process's last records.
         """
+        feed = self._feed
+        if feed is not None:
+            await feed.aclose()
         await self._side.aclose()
 
     async def __aenter__(self) -> Self:
@@ -570,6 +598,7 @@ class RedisPermit(HandsOver):
     __slots__ = (
         "__weakref__",
         "_client_left",
+        "_depth",
         "_first_item",
         "_from_try_admit",
         "_future",
@@ -578,6 +607,7 @@ class RedisPermit(HandsOver):
         "_id",
         "_inner",
         "_queue_by",
+        "_queued_once",
         "_raise_late",
         "_side",
         "_status",
@@ -618,6 +648,9 @@ class RedisPermit(HandsOver):
         self._from_try_admit = False
         # True once disconnect() was called while it waited, or while its admission was on its way.
         self._client_left = False
+        # For its record: it waited in the queue; the cluster's queue ahead of it when it arrived.
+        self._queued_once = False
+        self._depth: int | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -769,6 +802,7 @@ class RedisPermit(HandsOver):
         side.counters.ran(ran, now - arrival)
         side.holders.pop(permit_id, None)
         self._token = None
+        self._tell(status)
         if loop.is_closed():
             return None
         sample = None
@@ -907,10 +941,12 @@ class RedisPermit(HandsOver):
             del side.waiters[permit_id]
             self._future = None
             if state == 3:
+                self._depth = int(waiting)
                 ended = self._end(REJECTED)
                 raise side.refused(ended - now, int(running), int(waiting), int(value) / 1000)
             ended = self._end(UNAVAILABLE)  # an outcome already recorded for a fresh id: state was lost
             raise side.unavailable(0.0, ended - now, "waiter_lease_lost")
+        self._depth = int(waiting) - 1
         await self._wait(future, permit_id, now)
 
     async def _not_admitted(self, error: BaseException, wait: bool, permit_id: str, arrival: float) -> None:
@@ -943,6 +979,7 @@ class RedisPermit(HandsOver):
         side = self._side
         loop = side.bound()
         self._status = QUEUED
+        self._queued_once = True
         side.waiting += 1
         counters = side.counters
         # A waiter granted in Redis that has not heard of it yet is counted here still, while a
@@ -1047,7 +1084,18 @@ class RedisPermit(HandsOver):
         self._status = ending
         self.ended = now
         side.count(ending)
+        if ending is not UNAVAILABLE:
+            self._tell(ending)
         return now
+
+    def _tell(self, status: Status) -> None:
+        """Give the gate's observers the record of this request, which just ended as ``status``."""
+        observers = self._gate._observers
+        if observers.callbacks:
+            side = self._side
+            queued, depth = self._queued_once, self._depth
+            recent, limit = side.counters.recent_run_seconds, side.max_running
+            observers.tell(record_of(self, side.name, status, queued, depth, recent, limit))
 
     async def _fall_back(self, fallback: BoundedGate, wait: bool) -> None:
         deadline = None if self.deadline == math.inf else self.deadline

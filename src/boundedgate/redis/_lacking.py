@@ -24,10 +24,6 @@ _RATE_LIMITS = (
     "BoundedGate(rate_limits=..., max_running=None) in each process as well, each with its share "
     "of the quota"
 )
-_OBSERVERS = (
-    "it has no observer hook yet, so no per-request records: read this process's gate.stats() and "
-    "the cluster's await gate.cluster_stats()"
-)
 
 #: Why a RedisGate lacks each, and the way out, by the name a BoundedGate gives it.
 LACKING: Mapping[str, str] = {
@@ -37,8 +33,6 @@ LACKING: Mapping[str, str] = {
     "cost": _RATE_LIMITS,
     "rate_limits": _RATE_LIMITS,
     "feasible": "deadline-feasible admission is for in-process gates only: leave it out",
-    "observe": _OBSERVERS,
-    "unobserve": _OBSERVERS,
     "adapt": "give its controller at construction, RedisGate(..., adaptive=Adaptive(...)), shared by "
     "every process",
     "sync_rate_limits": "it has no rate limits to bring in line with the provider's remaining quota",
@@ -56,7 +50,7 @@ def refuse_arguments(where: str, arguments: Mapping[str, object]) -> TypeError:
 
 
 def not_implemented(method: str) -> NotImplementedError:
-    """The error of a method a RedisGate lacks (``observe``), with the way out."""
+    """The error of a method a RedisGate lacks (``adapt``), with the way out."""
     return NotImplementedError(f"RedisGate has no {method}(): {LACKING[method]} ({DOCS})")
 
 
