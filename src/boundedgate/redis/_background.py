@@ -90,10 +90,10 @@ class Background:
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await bounded(kick.wait(), period)
                 kick.clear()
-                if not (side.holders or side.waiters):
+                if not (side.leases or side.waiters):
                     break
                 now = loop.time()
-                args = side.sync_args(now)
+                args = side.sync_args(now, side.leases)
                 if len(args) == 2:
                     continue
                 if own is None:

@@ -767,7 +767,7 @@ class RedisPermit(HandsOver):
         self.ended = now
         ran = now - started
         side.counters.ran(ran, now - arrival)
-        side.holders.pop(permit_id, None)
+        side.let_go(permit_id)
         self._token = None
         if loop.is_closed():
             return None
@@ -1009,7 +1009,7 @@ class RedisPermit(HandsOver):
         if self._status is not RUNNING or permit_id is None:
             return
         side = self._side
-        side.holders.pop(permit_id, None)
+        side.let_go(permit_id)
         self._token = None
         self.started = None
         side.counters.admitted -= 1
@@ -1032,8 +1032,8 @@ class RedisPermit(HandsOver):
         self._status = RUNNING
         self.started = side.time()
         self._token = (side.epoch or "", int(text(token)))
+        side.hold(permit_id, self, token)
         holders = side.holders
-        holders[permit_id] = self
         counters = side.counters
         counters.admitted += 1
         if len(holders) > counters.peak_running:
