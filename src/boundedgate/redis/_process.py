@@ -8,7 +8,7 @@ API is a :class:`ProcessSide`:
   and the head every call sends first, encoded once;
 * its tables of the requests it has in flight: the holders, by id, held weakly (a permit nobody
   references is collected and warns), with the fencing number each was last told (``leases``: a
-  plain table the renewals send), and the waiters, by id, from
+  plain table the renewal thread copies, see :mod:`._renewer`), and the waiters, by id, from
   arrival until they start or leave (polled, and woken by messages and replies);
 * its counters, and the cluster's counts and epoch as the last reply told them;
 * the event loop it is bound to, and the tasks it started there;
@@ -112,7 +112,8 @@ class ProcessSide:
         client: The user's ``redis.asyncio`` client.
         name: The gate's name.
         max_running, max_waiting: C and Q, checked.
-        lease_ttl, poll_interval, waiter_ttl, op_timeout, idle_ttl: The gate's durations, checked.
+        lease_ttl, poll_interval, waiter_ttl, op_timeout, idle_ttl, max_stall: The gate's
+            durations, checked.
         fallback: The local gate to admit through when Redis is out of reach, or None.
         background: What makes the background work of the side on each event loop it binds to.
     """
@@ -138,6 +139,7 @@ class ProcessSide:
         "leases",
         "loop",
         "max_running",
+        "max_stall",
         "max_waiting",
         "name",
         "op_timeout",
@@ -161,6 +163,7 @@ class ProcessSide:
         waiter_ttl: float,
         op_timeout: float,
         idle_ttl: float,
+        max_stall: float,
         fallback: BoundedGate | None,
         background: Callable[[ProcessSide], Work],
     ) -> None:
@@ -172,6 +175,7 @@ class ProcessSide:
         self.poll_interval = poll_interval
         self.waiter_ttl = waiter_ttl
         self.op_timeout = op_timeout
+        self.max_stall = max_stall
         self.fallback = fallback
         self.calls = _scripts.Calls(client)
         #: This gate object's id in Redis (``host/pid/random``).
@@ -202,7 +206,8 @@ class ProcessSide:
         #: weakly: a permit nobody references is collected, warns, and its lease is renewed no more.
         self.holders: weakref.WeakValueDictionary[str, Tracked] = weakref.WeakValueDictionary()
         #: The same holders' ids, each with the fencing number it was last told (its renewals send
-        #: it, so that Redis can tell one counted again meanwhile).
+        #: it, so that Redis can tell one counted again meanwhile). Written on the loop's thread
+        #: only, as ``holders`` is; the renewal thread reads copies of it.
         self.leases: dict[str, int] = {}
         #: This process's permits that are arriving or queued, by id (polled, and woken by messages).
         self.waiters: dict[str, Tracked] = {}
@@ -240,7 +245,7 @@ class ProcessSide:
             if old is not None and (self.holders or self.waiters) and not old.is_closed():
                 raise RuntimeError(f"{self!r} is in use on another event loop")
             self.loop = loop
-            self.leases = {}
+            self.leases = {}  # a renewal thread of the old loop keeps the old table, and ends
             self.background = self._make_background(self)
             self.tasks = set()
         return loop
@@ -316,7 +321,7 @@ class ProcessSide:
         self.common = (running, -1 if waiting is None else waiting, *self.common[2:])
 
     def sync_args(self, now: float, leases: dict[str, int] | None = None) -> list[object]:
-        """What a ``sync`` call sends: this process's agent, ``leases`` to renew, and its queued waiters' budgets.
+        """What a ``sync`` call sends: the agent, ``leases`` to renew, and the queued waiters' budgets.
 
         ``leases``: holder id -> the fencing number it was last told (none: the waiters only).
         """
