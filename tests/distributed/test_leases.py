@@ -10,6 +10,7 @@ the loss: ``permit.lease_lost``, ``stats().lease_lost``, the new token.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import threading
@@ -253,3 +254,24 @@ def test_a_client_whose_pool_asks_the_user_s_objects_is_renewed_on_the_loop() ->
     # is: the thread cannot share it, so that client's leases are renewed on the loop.
     sentinel = redis.asyncio.Sentinel([("sentinel.example", 26379)])
     assert copier(sentinel.master_for("mymaster")) is None
+
+
+def test_the_renewal_thread_of_a_gate_never_closed_ends_with_its_event_loop(
+    redis_server: RedisServer, name: str
+) -> None:
+    lease = 0.3
+    loop = asyncio.new_event_loop()
+    client = redis.asyncio.Redis.from_url(redis_server.url)
+    gate = make_gate(client, name, 1, 0, lease_ttl=lease, max_stall=lease)
+    permit = loop.run_until_complete(gate.try_admit())
+    assert len(_renewal_threads()) == 1
+    loop.run_until_complete(client.aclose())
+    time.sleep(2 * lease)  # the loop runs no more: the thread takes it for stuck, and waits
+    loop.close()  # the gate was never closed, its permit never released
+    give_up = time.monotonic() + 10 * lease
+    while _renewal_threads():
+        assert time.monotonic() < give_up, "the renewal thread outlived its event loop"
+        time.sleep(0.01)
+    with pytest.warns(ResourceWarning, match="its event loop is closed: its lease lapses"):
+        del permit
+        gc.collect()

@@ -52,6 +52,7 @@ from typing import Any
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.connection
+import redis.exceptions
 
 from .._driver import log_event
 from . import _scripts
@@ -233,7 +234,7 @@ class Renewer:
         calls = _scripts.Calls(client)
         encoded: tuple[tuple[object, ...], tuple[bytes, ...]] | None = None
         idle = 0
-        paused = False
+        paused = failing = False
         while not stop.wait(period):
             if not self._post_beat():
                 return  # the loop closed: its permits are gone with it
@@ -261,12 +262,20 @@ class Renewer:
             common = side.common
             if encoded is None or encoded[0] is not common:
                 encoded = (common, _scripts.encode_head(side.keys, common))
-            args = side.sync_args(0.0, leases)
+            args: list[object] = [side.agent, len(leases)]
+            for pair in leases.items():
+                args += pair
             call = functools.partial(_scripts.SYNC, client, encoded[1], args, calls)
             try:
                 reply = own_loop.run_until_complete(pooled(call, side.op_timeout))
             except UNREACHABLE:
                 continue  # tried again next period; a lease lost meanwhile is reported then
+            except redis.exceptions.RedisError as error:  # refused by the server: said once, tried again
+                if not failing:
+                    failing = True
+                    _tell(side, "renewals_failing", f"its lease renewals fail: {error!r}")
+                continue
+            failing = False
             try:
                 self._loop.call_soon_threadsafe(self._report, reply)
             except RuntimeError:
@@ -274,6 +283,8 @@ class Renewer:
 
     def _post_beat(self) -> bool:
         """Ask the loop to run a beat, unless one waits there still; False if the loop has closed."""
+        if self._loop.is_closed():
+            return False
         if self._beat_pending:
             return True
         self._beat_pending = True
