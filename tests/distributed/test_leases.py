@@ -15,8 +15,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -26,7 +27,7 @@ from boundedgate import QueueFull
 from boundedgate.redis import RedisPermit
 from boundedgate.redis._io import text
 from boundedgate.redis._layout import gate_keys
-from boundedgate.redis._renewer import copier
+from boundedgate.redis._renewer import Renewer, copier
 
 from .helpers import OtherProcess, cluster, make_gate, settles_empty, wait_until
 from .servers import RedisServer
@@ -275,3 +276,30 @@ def test_the_renewal_thread_of_a_gate_never_closed_ends_with_its_event_loop(
     with pytest.warns(ResourceWarning, match="its event loop is closed: its lease lapses"):
         del permit
         gc.collect()
+
+
+async def test_an_idle_renewal_thread_ends_unless_a_lease_arrived_meanwhile() -> None:
+    # The loop adds a lease, then starts a thread only if it sees none: the thread that is
+    # ending must see that lease, and stay (the loop saw it still running), or end (the loop saw
+    # none, and started another).
+    gate = make_gate(redis.asyncio.Redis(), "handshake", 1, 0)
+    side = gate._side
+    side.bind()
+    renewer = Renewer(side, asyncio.get_running_loop(), _no_client)
+    me = threading.current_thread()
+    renewer._thread = me
+    assert renewer._end_if_idle() is True  # nothing to renew: it ends
+    assert _renewing(renewer) is None
+    renewer._thread = me
+    side.leases["handshake#1"] = 1  # added while it was ending, and the loop saw it running
+    assert renewer._end_if_idle() is False
+    assert _renewing(renewer) is me
+    await gate.aclose()
+
+
+def _renewing(renewer: Renewer) -> threading.Thread | None:
+    return renewer._thread
+
+
+def _no_client() -> tuple[Any, Callable[[], Coroutine[Any, Any, None]]]:
+    raise AssertionError("no thread starts here")
