@@ -141,6 +141,21 @@ async def test_a_loop_blocked_longer_than_the_lease_but_within_max_stall_keeps_i
         other.close()
 
 
+async def test_a_max_stall_shorter_than_the_renewal_period_pauses_no_healthy_loop(
+    client: redis.asyncio.Redis, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What counts is how long a beat waits in the loop, not the time between two beats.
+    lease = 1.5
+    async with make_gate(client, name, 1, 0, lease_ttl=lease, max_stall=lease / 10) as gate:
+        held = await gate.try_admit()
+        for _ in range(3):
+            await _renewed(client, name, str(held.id), 5 * lease)
+        assert [r for r in caplog.records if getattr(r, "event", None) == "renewals_paused"] == []
+        assert held.lease_lost is False
+        held.release()
+        await settles_empty(client, name)
+
+
 async def _attempts(other: OtherProcess, seconds: float) -> tuple[int, int]:
     """Ask for the slot every 50 ms for ``seconds``: (admitted, refused)."""
     loop = asyncio.get_running_loop()
@@ -159,9 +174,9 @@ async def _attempts(other: OtherProcess, seconds: float) -> tuple[int, int]:
 async def test_a_loop_stuck_past_max_stall_lets_its_leases_lapse_says_so_and_finds_out_after(
     client: redis.asyncio.Redis, redis_server: RedisServer, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The thread stops renewing at most max_stall + a period into the stall (the last beat ran
-    # within a period before it); the lease lapses lease_ttl after the last renewal. The stall
-    # lasts twice that: another process gets the slot meanwhile.
+    # The thread stops renewing at most a period + max_stall into the stall (a beat is posted
+    # within a period of its start, and waits); the lease lapses lease_ttl after the last
+    # renewal. The stall lasts twice that: another process gets the slot meanwhile.
     lease, max_stall = 0.6, 0.6
     stall = 2 * (max_stall + lease / 3 + lease)
     other = OtherProcess(redis_server.url, name, 1, 0, lease_ttl=lease, poll_interval=0.05)

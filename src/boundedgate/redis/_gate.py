@@ -124,11 +124,11 @@ class RedisGate:
             for a free connection in the client's pool included (a full pool is this process's
             own traffic, not an outage).
         idle_ttl: Seconds the gate's keys outlive its last use in Redis.
-        max_stall: Seconds this process's event loop may go without running a callback before
-            the renewal thread takes it for stuck and stops renewing its leases (they then lapse
-            within ``lease_ttl``), as Kafka's ``max.poll.interval.ms`` bounds a consumer whose
-            heartbeat thread lives on. A loop merely busy, whose turns (every ready callback
-            run once) take less than a third of this, keeps its leases.
+        max_stall: Seconds a callback of the renewal thread may wait in this process's event
+            loop before the thread takes the loop for stuck and stops renewing its leases (they
+            then lapse within ``lease_ttl``), as Kafka's ``max.poll.interval.ms`` bounds a
+            consumer whose heartbeat thread lives on. A loop merely busy, whose turns (every
+            ready callback run once) take less than half of this, keeps its leases.
         fallback: A local gate to admit through when Redis is unreachable, instead of raising
             ``GateUnavailable``; each such admission is counted in ``stats().fallbacks``.
         adaptive: Learn the cluster's C from provider signals and latency (see :meth:`signal`

@@ -19,8 +19,9 @@ a thread, as Kafka's consumer moved its heartbeat to a thread of its own (KIP-62
   the renewal.
 * **a stuck loop**: a thread that renewed for a loop that will never run again (a deadlock, a
   callback that never returns) would hold its slots forever. The thread posts a beat to the loop
-  each period and renews only while the loop has run one within ``max_stall`` (a loop merely
-  busy runs it within two of its turns); past that it stops renewing, logs ``renewals_paused``,
+  each period (unless the last one waits there still) and renews only while no beat has waited
+  there longer than ``max_stall`` (a loop merely busy runs it within two of its turns, every
+  ready callback run once each); past that it stops renewing, logs ``renewals_paused``,
   and the leases lapse ``lease_ttl`` after their last renewal. When the loop runs again, so do
   the renewals, which then report the leases lost (``renewals_resumed``).
 * **its connection**: a client of its own, made in the thread with the settings of the user's
@@ -130,7 +131,7 @@ class Renewer:
     """
 
     __slots__ = (
-        "_beat_at",
+        "_beat_posted_at",
         "_beat_pending",
         "_closing",
         "_leases",
@@ -154,9 +155,9 @@ class Renewer:
         #: the future it completes on the loop as it ends.
         self._threads: dict[threading.Thread, tuple[threading.Event, asyncio.Future[None]]] = {}
         self._closing = False
-        #: When the loop last ran a beat (time.monotonic()), and whether one is posted and not run yet.
-        self._beat_at = time.monotonic()
+        #: Whether a beat is posted to the loop and not run yet, and when it was posted (monotonic).
         self._beat_pending = False
+        self._beat_posted_at = 0.0
 
     # -- on the loop ------------------------------------------------------------------------
 
@@ -175,7 +176,6 @@ class Renewer:
         )
         self._thread = thread
         self._threads[thread] = (stop, done)
-        self._beat_at = time.monotonic()
         thread.start()
 
     async def aclose(self) -> None:
@@ -194,7 +194,6 @@ class Renewer:
 
     def _beat(self) -> None:
         """Run by the loop when it gets to it: the loop shows progress."""
-        self._beat_at = time.monotonic()
         self._beat_pending = False
 
     def _report(self, reply: Sequence[Any]) -> None:
@@ -236,16 +235,16 @@ class Renewer:
         idle = 0
         paused = failing = False
         while not stop.wait(period):
+            stalled = self._stalled()
             if not self._post_beat():
                 return  # the loop closed: its permits are gone with it
-            stalled = time.monotonic() - self._beat_at
             if stalled > side.max_stall:
                 if not paused:
                     paused = True
                     _tell(
                         side,
                         "renewals_paused",
-                        f"its event loop ran nothing for {stalled:.1f}s "
+                        f"its event loop left a callback waiting for {stalled:.1f}s "
                         f"(max_stall {side.max_stall}s): its leases are renewed no more and lapse",
                     )
                 continue
@@ -281,12 +280,17 @@ class Renewer:
             except RuntimeError:
                 return
 
+    def _stalled(self) -> float:
+        """How long the beat the loop has not run yet has waited there (0: it ran, or none was posted)."""
+        return time.monotonic() - self._beat_posted_at if self._beat_pending else 0.0
+
     def _post_beat(self) -> bool:
         """Ask the loop to run a beat, unless one waits there still; False if the loop has closed."""
         if self._loop.is_closed():
             return False
         if self._beat_pending:
             return True
+        self._beat_posted_at = time.monotonic()
         self._beat_pending = True
         try:
             self._loop.call_soon_threadsafe(self._beat)
