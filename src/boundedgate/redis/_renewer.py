@@ -131,8 +131,8 @@ class Renewer:
     """
 
     __slots__ = (
-        "_beat_posted_at",
         "_beat_pending",
+        "_beat_posted_at",
         "_closing",
         "_leases",
         "_lock",
