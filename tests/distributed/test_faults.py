@@ -35,13 +35,15 @@ async def _waiting(client: redis.asyncio.Redis, name: str, n: int) -> bool:
 async def test_a_holder_stalled_past_its_lease_loses_it_finds_out_and_is_counted_again(
     client: redis.asyncio.Redis, redis_server: RedisServer, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    lease = 0.6
+    # The renewal thread renews while the loop shows progress within max_stall: it stops at most
+    # max_stall into the stall, and the lease lapses lease_ttl after that, well before it ends.
+    lease, max_stall = 0.6, 0.3
     other = OtherProcess(redis_server.url, name, 1, 0, lease_ttl=lease, poll_interval=0.05)
     try:
-        async with make_gate(client, name, 1, 0, lease_ttl=lease) as gate:
+        async with make_gate(client, name, 1, 0, lease_ttl=lease, max_stall=max_stall) as gate:
             permit = await gate.try_admit()
             taker = other.submit(_take_when_free(other))
-            time.sleep(3 * lease)  # this process stalls: no renewal, while the other keeps asking
+            time.sleep(3 * lease)  # this process's loop stalls, while the other keeps asking
             theirs = await taker
             assert theirs.status is Status.RUNNING  # the lapsed lease was reclaimed and given away
             await wait_until(lambda: _flag(permit), 5, "the lost lease noticed")

@@ -8,6 +8,9 @@ and the running holders and the queue must equal what :class:`boundedgate._core.
 for the same events, as long as no holder has been counted again after a lapse or after Redis
 forgot the gate (the core never runs more than C; Redis must, then).
 
+A sync's reply can be lost (it ran in Redis, and its process never heard): the next sync must
+still report a holder counted again (its process sends the token it was last told).
+
 Time is made deterministic without a hook in the scripts: requests carry no deadline and leases and
 places last an hour, so the server's clock decides nothing; "a lease lapses" is its expiry score set
 to the past (exactly what the clock passing it looks like to the scripts), and "a deadline passes"
@@ -159,11 +162,13 @@ class Model:
                 self.count(how)  # it arrived at its process, which counts it: so does the cluster
         return removed
 
-    def sync(self, holding: list[str], queued: list[str]) -> list[tuple[str, str, str]]:
+    def sync(self, holding: dict[str, str], queued: list[str]) -> list[tuple[str, str, str]]:
         self.tick()
         out: list[tuple[str, str, str]] = []
-        for permit_id in holding:
+        for permit_id, token in holding.items():
             if permit_id in self.holders:
+                if str(self.holders[permit_id]) != token:  # counted again, and its process missed it
+                    out.append((permit_id, "reattached", str(self.holders[permit_id])))
                 continue
             how = self.outcome.get(permit_id)
             if how is not None and how != "reclaimed":
@@ -215,7 +220,7 @@ class Scripts(RuleBasedStateMachine):
         self.redis = self.client
         self.keys = gate_keys(f"model-{uuid.uuid4().hex[:12]}")
         self.serial = 0
-        self.holding: set[str] = set()  # what the process believes it holds
+        self.holding: dict[str, str] = {}  # what the process believes it holds, with its token
         self.queued: set[str] = set()  # what it believes is queued
         self.known: list[str] = []
 
@@ -282,10 +287,10 @@ class Scripts(RuleBasedStateMachine):
         self.handed_are_grants(handed)
         # The process knows this answer only (a retry is sent when the first reply was lost): it
         # holds, or waits, or neither, never both, as the driver's own holders and waiters are.
-        self.holding.discard(permit_id)
+        self.holding.pop(permit_id, None)
         self.queued.discard(permit_id)
         if state == 1:
-            self.holding.add(permit_id)
+            self.holding[permit_id] = str(value)
         elif state == 2:
             self.queued.add(permit_id)
         if self.core is not None and fresh:
@@ -308,7 +313,7 @@ class Scripts(RuleBasedStateMachine):
         reclaimed, dropped = self.model.tick()
         assert (running, waiting) == (len(self.model.holders), len(self.model.waiters))
         self.handed_are_grants(handed)
-        self.holding.discard(permit_id)
+        self.holding.pop(permit_id, None)
         if self.core is not None:
             if was_running:
                 self.core.release(self.tickets[permit_id], 0.0)
@@ -331,17 +336,21 @@ class Scripts(RuleBasedStateMachine):
         reclaimed, dropped = self.model.tick()
         assert (running, waiting) == (len(self.model.holders), len(self.model.waiters))
         self.handed_are_grants(handed)
-        self.holding.discard(permit_id)
+        self.holding.pop(permit_id, None)
         self.queued.discard(permit_id)
         if self.core is not None:
             if was_waiting or was_running:
                 self.core.cancel(self.tickets[permit_id], 0.0)
             self.core_sweep(reclaimed, dropped)
 
-    @rule()
-    def sync(self) -> None:
-        holding, queued = sorted(self.holding), sorted(self.queued)
-        args: list[str | int] = [AGENT, len(holding), *holding]
+    @rule(reply_lost=st.booleans())
+    def sync(self, reply_lost: bool) -> None:
+        """A renewal and poll; its reply may be lost (it timed out here, and ran there all the same)."""
+        holding = dict(sorted(self.holding.items()))
+        queued = sorted(self.queued)
+        args: list[str | int] = [AGENT, len(holding)]
+        for pair in holding.items():
+            args += pair
         for permit_id in queued:
             args += (permit_id, -1)
         self.core_sweep(*self._pending_sweep())
@@ -350,16 +359,20 @@ class Scripts(RuleBasedStateMachine):
         reported = [(str(reply[i]), str(reply[i + 1]), str(reply[i + 2])) for i in range(3, len(reply), 3)]
         assert reported == expected
         assert (reply[1], reply[2]) == (len(self.model.holders), len(self.model.waiters))
-        for permit_id, what, _ in reported:
+        if any(what == "reattached" for _, what, _ in reported):
+            self.core = None  # now more than C run, which the core never allows
+        if reply_lost:
+            return
+        for permit_id, what, value in reported:
             if what == "reattached":
-                self.core = None  # now more than C run, which the core never allows
+                self.holding[permit_id] = value
             elif what == "granted":
                 self.queued.discard(permit_id)
-                self.holding.add(permit_id)
+                self.holding[permit_id] = value
             elif permit_id in self.queued:
                 self.queued.discard(permit_id)
             else:
-                self.holding.discard(permit_id)
+                self.holding.pop(permit_id, None)
 
     @rule()
     def redis_forgets_the_gate(self) -> None:

@@ -1,12 +1,19 @@
-"""A gate's background work in one process: the heartbeat-and-poll loop, and the wake listener.
+"""A gate's background work in one process: the lease renewals, the poll loop, and the wake listener.
+
+renewals
+    While this process holds slots, a thread of the gate's own renews their leases
+    (:mod:`._renewer`), so that a busy event loop cannot make them lapse. For a client the thread
+    cannot copy, the ``sync`` loop below renews them instead, on the event loop.
 
 ``sync`` loop
-    While this process holds slots or waits, one ``sync`` script per period covers all of them
-    (the loop ends at the first period that finds neither):
-    it renews holders' leases and waiters' places, and reports grants, lost leases and ended
-    places. The period is ``poll_interval`` while anyone waits (it bounds what a lost wake-up
-    message costs), ``lease_ttl / 3`` while only holders remain. When Redis stays out of reach for
-    ``waiter_ttl`` (by then the places have lapsed there), the waiters get ``GateUnavailable``.
+    While this process waits (or, without the thread, holds slots), one ``sync`` script per period
+    covers all of its requests (the loop ends at the first period that finds none):
+    it renews waiters' places and holders' leases (with the thread too, so that a server that
+    forgot the gate counts this process's holders before it takes its waiters back), and reports
+    grants, lost leases and ended places. The period is ``poll_interval`` while anyone waits (it
+    bounds what a lost wake-up message costs), ``lease_ttl / 3`` while only holders remain. When
+    Redis stays out of reach for ``waiter_ttl`` (by then the places have lapsed there), the
+    waiters get ``GateUnavailable``.
     It talks over a connection of its own (a pool with the settings of the user's client's), so
     the process's own traffic can never exhaust the pool the renewals need and make leases lapse.
 
@@ -27,6 +34,7 @@ from typing import Any
 
 from ._io import UNREACHABLE, bounded, own_client, text
 from ._process import ProcessSide
+from ._renewer import Renewer, copier
 from ._scripts import SYNC
 
 __all__ = ("Background",)
@@ -39,10 +47,16 @@ class Background:
         side: The process's side of the gate they serve, bound to that loop.
     """
 
-    __slots__ = ("_closing", "_kick", "_listener", "_side", "_syncer")
+    __slots__ = ("_closing", "_kick", "_listener", "_renewer", "_side", "_syncer")
 
     def __init__(self, side: ProcessSide) -> None:
         self._side = side
+        #: The renewal thread's keeper, None when the side is not bound yet or its client cannot
+        #: be copied (its leases are renewed by the sync loop then).
+        self._renewer: Renewer | None = None
+        make_client = copier(side.client)
+        if side.loop is not None and make_client is not None:
+            self._renewer = Renewer(side, side.loop, make_client)
         self._syncer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._kick: asyncio.Event | None = None
@@ -53,6 +67,12 @@ class Background:
         side = self._side
         if self._closing:
             return
+        renewer = self._renewer
+        if renewer is not None:
+            if side.leases:
+                renewer.watch()
+            if not side.waiters:
+                return
         if self._syncer is None:
             kick = self._kick = asyncio.Event()
             self._syncer = side.bound().create_task(self._sync_loop(kick))
@@ -73,6 +93,8 @@ class Background:
         if tasks:
             await asyncio.wait(tasks)
         self._syncer = self._listener = None
+        if self._renewer is not None:
+            await self._renewer.aclose()
         self._closing = False  # the gate may be used again: the loops restart on demand
 
     # -- the sync loop ----------------------------------------------------------------------
@@ -90,10 +112,13 @@ class Background:
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await bounded(kick.wait(), period)
                 kick.clear()
-                if not (side.holders or side.waiters):
+                # Without the thread, the holders' leases are renewed here. With it, they are sent
+                # with the waiters still: a server that forgot the gate counts them before it takes
+                # the waiters back, as one step (else a waiter could take a holder's slot).
+                if not (side.waiters or (self._renewer is None and side.leases)):
                     break
                 now = loop.time()
-                args = side.sync_args(now)
+                args = side.sync_args(now, side.leases)
                 if len(args) == 2:
                     continue
                 if own is None:

@@ -90,11 +90,12 @@ class RedisGate:
     for every process that uses the same ``name``: each admission, release and cancellation is one
     atomic Lua script; waiters are served in order of their arrival at Redis, and a freed slot is
     handed to the oldest live waiter inside the script that freed it. A holder keeps its slot by a
-    lease on the Redis server's clock, renewed by this process every ``lease_ttl / 3``; if the
-    process dies, the slot comes back within ``lease_ttl``. A waiter keeps its place by renewing it
-    every ``poll_interval``; if its process dies, its place frees within ``waiter_ttl``. Grants are
-    recorded in Redis and announced on a pub/sub channel; the announcement only makes them fast,
-    since every waiter also polls.
+    lease on the Redis server's clock, renewed by this process every ``lease_ttl / 3`` from a
+    thread of the gate's own, so a busy event loop cannot delay it (a loop stuck for ``max_stall``
+    can: then its leases are let go); if the process dies, the slot comes back within
+    ``lease_ttl``. A waiter keeps its place by renewing it every ``poll_interval``; if its process
+    dies, its place frees within ``waiter_ttl``. Grants are recorded in Redis and announced on a
+    pub/sub channel; the announcement only makes them fast, since every waiter also polls.
 
     Deadlines (``QueueExpired``, ``Late``) are measured on the caller's event-loop clock, as
     in-process. When Redis cannot be reached, the gate fails closed with
@@ -103,7 +104,8 @@ class RedisGate:
     The gate binds to the event loop that first uses it, like the client it is given. Close it
     with :meth:`aclose` (or ``async with``) to stop its background work; the client stays yours.
     Lease renewals and wake-up messages use connections of the gate's own, made with the client's
-    connection settings, so that the process's own traffic can never starve them. Admissions,
+    connection settings, so that the process's own traffic can never starve them; the renewal
+    thread runs while this process holds slots, and :meth:`aclose` ends it. Admissions,
     releases and cancellations go through the client's ``execute_command``, with its retries.
 
     On Redis 7 and later the scripts run as functions of one library, loaded once per server and
@@ -124,6 +126,11 @@ class RedisGate:
             for a free connection in the client's pool included (a full pool is this process's
             own traffic, not an outage).
         idle_ttl: Seconds the gate's keys outlive its last use in Redis.
+        max_stall: Seconds a callback of the renewal thread may wait in this process's event
+            loop before the thread takes the loop for stuck and stops renewing its leases (they
+            then lapse within ``lease_ttl``), as Kafka's ``max.poll.interval.ms`` bounds a
+            consumer whose heartbeat thread lives on. A loop merely busy, whose turns (every
+            ready callback run once) take less than half of this, keeps its leases.
         fallback: A local gate to admit through when Redis is unreachable, instead of raising
             ``GateUnavailable``; each such admission is counted in ``stats().fallbacks``.
         adaptive: Learn the cluster's C from provider signals and latency (see :meth:`signal`
@@ -158,6 +165,7 @@ class RedisGate:
         waiter_ttl: float | None = None,
         op_timeout: float = 2.0,
         idle_ttl: float = 86400.0,
+        max_stall: float = 60.0,
         fallback: BoundedGate | None = None,
         adaptive: Adaptive | None = None,
         **lacking: Never,
@@ -174,6 +182,7 @@ class RedisGate:
             raise ValueError(f"waiter_ttl ({waiter_ttl}) must exceed poll_interval ({poll_interval})")
         operation = check_positive("op_timeout", op_timeout)
         idle = check_positive("idle_ttl", idle_ttl)
+        stall = check_positive("max_stall", max_stall)
         if adaptive is not None and not isinstance(adaptive, Adaptive):
             raise TypeError(f"adaptive must be an Adaptive, got {shown(adaptive)}")
         self._side = side = ProcessSide(
@@ -186,6 +195,7 @@ class RedisGate:
             waiter_ttl=waiter,
             op_timeout=operation,
             idle_ttl=idle,
+            max_stall=stall,
             fallback=fallback,
             background=Background,
         )
@@ -800,7 +810,7 @@ class RedisPermit(HandsOver):
         self.ended = now
         ran = now - started
         side.counters.ran(ran, now - arrival)
-        side.holders.pop(permit_id, None)
+        side.let_go(permit_id)
         self._token = None
         self._tell(status)
         if loop.is_closed():
@@ -1046,7 +1056,7 @@ class RedisPermit(HandsOver):
         if self._status is not RUNNING or permit_id is None:
             return
         side = self._side
-        side.holders.pop(permit_id, None)
+        side.let_go(permit_id)
         self._token = None
         self.started = None
         side.counters.admitted -= 1
@@ -1069,8 +1079,8 @@ class RedisPermit(HandsOver):
         self._status = RUNNING
         self.started = side.time()
         self._token = (side.epoch or "", int(text(token)))
+        side.hold(permit_id, self, token)
         holders = side.holders
-        holders[permit_id] = self
         counters = side.counters
         counters.admitted += 1
         if len(holders) > counters.peak_running:

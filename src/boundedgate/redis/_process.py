@@ -6,9 +6,10 @@ API is a :class:`ProcessSide`:
 
 * its settings (limits, leases, polls, timeouts), its client and how its scripts reach the server,
   and the head every call sends first, encoded once;
-* its tables of the requests it has in flight: the holders, by id, held weakly (the heartbeat
-  renews their leases; a permit nobody references is collected and warns), and the waiters, by
-  id, from arrival until they start or leave (polled, and woken by messages and replies);
+* its tables of the requests it has in flight: the holders, by id, held weakly (a permit nobody
+  references is collected and warns), with the fencing number each was last told (``leases``: a
+  plain table the renewal thread copies, see :mod:`._renewer`), and the waiters, by id, from
+  arrival until they start or leave (polled, and woken by messages and replies);
 * its counters, and the cluster's counts and epoch as the last reply told them;
 * the event loop it is bound to, and the tasks it started there;
 * its verbs: run a script, note a reply, spawn a task, release or take back a request's place in
@@ -111,7 +112,8 @@ class ProcessSide:
         client: The user's ``redis.asyncio`` client.
         name: The gate's name.
         max_running, max_waiting: C and Q, checked.
-        lease_ttl, poll_interval, waiter_ttl, op_timeout, idle_ttl: The gate's durations, checked.
+        lease_ttl, poll_interval, waiter_ttl, op_timeout, idle_ttl, max_stall: The gate's
+            durations, checked.
         fallback: The local gate to admit through when Redis is out of reach, or None.
         background: What makes the background work of the side on each event loop it binds to.
     """
@@ -134,8 +136,10 @@ class ProcessSide:
         "last_running",
         "last_waiting",
         "lease_ttl",
+        "leases",
         "loop",
         "max_running",
+        "max_stall",
         "max_waiting",
         "name",
         "op_timeout",
@@ -159,6 +163,7 @@ class ProcessSide:
         waiter_ttl: float,
         op_timeout: float,
         idle_ttl: float,
+        max_stall: float,
         fallback: BoundedGate | None,
         background: Callable[[ProcessSide], Work],
     ) -> None:
@@ -170,6 +175,7 @@ class ProcessSide:
         self.poll_interval = poll_interval
         self.waiter_ttl = waiter_ttl
         self.op_timeout = op_timeout
+        self.max_stall = max_stall
         self.fallback = fallback
         self.calls = _scripts.Calls(client)
         #: This gate object's id in Redis (``host/pid/random``).
@@ -199,6 +205,10 @@ class ProcessSide:
         #: This process's permits that hold a slot, by id (the heartbeat renews their leases). Held
         #: weakly: a permit nobody references is collected, warns, and its lease is renewed no more.
         self.holders: weakref.WeakValueDictionary[str, Tracked] = weakref.WeakValueDictionary()
+        #: The same holders' ids, each with the fencing number it was last told (its renewals send
+        #: it, so that Redis can tell one counted again meanwhile). Written on the loop's thread
+        #: only, as ``holders`` is; the renewal thread reads copies of it.
+        self.leases: dict[str, int] = {}
         #: This process's permits that are arriving or queued, by id (polled, and woken by messages).
         self.waiters: dict[str, Tracked] = {}
         self.waiting = 0  # of those, the ones queued
@@ -235,6 +245,7 @@ class ProcessSide:
             if old is not None and (self.holders or self.waiters) and not old.is_closed():
                 raise RuntimeError(f"{self!r} is in use on another event loop")
             self.loop = loop
+            self.leases = {}  # a renewal thread of the old loop keeps the old table, and ends
             self.background = self._make_background(self)
             self.tasks = set()
         return loop
@@ -277,6 +288,16 @@ class ProcessSide:
 
     # -- the tables ---------------------------------------------------------------------------
 
+    def hold(self, permit_id: str, permit: Tracked, token: Field) -> None:
+        """``permit`` holds a slot from now on, with fencing number ``token``: its lease is renewed."""
+        self.holders[permit_id] = permit
+        self.leases[permit_id] = int(text(token))
+
+    def let_go(self, permit_id: str) -> None:
+        """``permit_id`` holds no slot any more here: its lease is renewed no more."""
+        self.holders.pop(permit_id, None)
+        self.leases.pop(permit_id, None)
+
     def new_id(self) -> str:
         """A new request id of this process: ``host/pid/random#n``."""
         return f"{self.agent}#{next(self._serial)}"
@@ -299,10 +320,16 @@ class ProcessSide:
         self.max_waiting = waiting
         self.common = (running, -1 if waiting is None else waiting, *self.common[2:])
 
-    def sync_args(self, now: float) -> list[object]:
-        """What a ``sync`` call sends: this process's agent, its holders, and its queued waiters' budgets."""
-        holders = list(self.holders)
-        args: list[object] = [self.agent, len(holders), *holders]
+    def sync_args(self, now: float, leases: dict[str, int] | None = None) -> list[object]:
+        """What a ``sync`` call sends: the agent, ``leases`` to renew, and the queued waiters' budgets.
+
+        ``leases``: holder id -> the fencing number it was last told (none: the waiters only).
+        """
+        args: list[object] = [self.agent, 0]
+        if leases:
+            args[1] = len(leases)
+            for pair in leases.items():
+                args += pair
         for permit_id, permit in self.waiters.items():
             if permit._queued():
                 deadline = permit.deadline
@@ -369,7 +396,11 @@ class ProcessSide:
     def reattached(self, permit_id: str, token: Field) -> None:
         """Redis counted the holder ``permit_id`` again after its lease lapsed: it lost its lease."""
         holder = self.holders.get(permit_id)
-        if holder is not None and holder._reattached(token):
+        if holder is None:
+            return
+        if permit_id in self.leases:
+            self.leases[permit_id] = int(text(token))
+        if holder._reattached(token):
             self.counters.lease_lost += 1
             log_event(
                 self.name,

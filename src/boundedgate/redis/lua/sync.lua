@@ -1,9 +1,12 @@
 -- sync: one process's heartbeat and poll for one gate, covering all its ids at once.
--- ARGV 2 agent, 3 number of holder ids H, then H holder ids, then (waiter id, remaining ms) pairs.
--- Holders: renew the lease; one found missing (reclaimed after a stall, or forgotten by a restarted
--- server) is counted again ("reattached": the holder is still running, so the count must include
--- it, even above C), unless it has already ended. Waiters: renew the place; report a grant whose
--- message may have been lost, or how the place ended; one the server forgot arrives again.
+-- ARGV 2 agent, 3 number of holders H, then H (holder id, token) pairs, then (waiter id, remaining
+-- ms) pairs. Holders: renew the lease; one found missing (reclaimed after a stall, or forgotten by a
+-- restarted server) is counted again ("reattached": the holder is still running, so the count must
+-- include it, even above C), unless it has already ended. One found with a token other than the one
+-- its process sent was counted again by an earlier sync whose reply was lost: it is reported
+-- "reattached" again, with its token, so that its process always learns it lost its lease.
+-- Waiters: renew the place; report a grant whose message may have been lost, or how the place
+-- ended; one the server forgot arrives again.
 -- Returns {epoch, running, waiting, id, what, value, id, what, value, ...} for ids that changed.
 local agent = ARGV[2]
 local e = epoch()
@@ -17,11 +20,15 @@ end
 local holders = tonumber(ARGV[3])
 local i = 4
 for _ = 1, holders do
-  local id = ARGV[i]
-  i = i + 1
+  local id, known = ARGV[i], ARGV[i + 1]
+  i = i + 2
   if redis.call('ZSCORE', HOLDERS, id) then
     write('ZADD', HOLDERS, int(now + LEASE), id)
     WRITTEN[INFO] = true -- a live holder keeps its keys alive
+    local _, _, _, token = parse(redis.call('HGET', INFO, id))
+    if token ~= known then
+      report(id, 'reattached', token) -- its process missed the reply that counted it again
+    end
   else
     local how = outcome(id)
     if how and how ~= 'reclaimed' then
