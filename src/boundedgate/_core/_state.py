@@ -254,6 +254,7 @@ class GateState:
         "pauses",
         "peak_running",
         "peak_waiting",
+        "priorities",
         "queue_seconds_max",
         "queue_seconds_total",
         "rate_limited",
@@ -282,6 +283,8 @@ class GateState:
         self.max_waiting = check_max_waiting(max_waiting)
         self._queue_limit = sys.maxsize if self.max_waiting is None else self.max_waiting
         self._queue = WaitQueue(priorities, jump_share)
+        #: Number of priority classes (0 is the most urgent): fixed, as the queue's lanes are.
+        self.priorities = self._queue.classes
         # min-heap of (deadline, ticket) for queued tickets with a deadline; lazy like the queue.
         self._deadlines: list[tuple[float, Ticket]] = []
         for limit in rate_limits:
@@ -620,11 +623,6 @@ class GateState:
         return start + needed * recent / self.limit
 
     # -- queries ----------------------------------------------------------------------------
-
-    @property
-    def priorities(self) -> int:
-        """Number of priority classes."""
-        return self._queue.classes
 
     @property
     def rate_limits(self) -> tuple[RateLimit, ...]:
