@@ -129,7 +129,7 @@ from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
 from ._settings import check_cost, check_max_running, check_max_waiting, shown
 from ._stats import GateStatistics
-from ._ticket import Status, Ticket, arrival_of, note, start_of
+from ._ticket import Status, Ticket, arrival_of, durations_of, note
 
 __all__ = ("GateState",)
 
@@ -397,7 +397,7 @@ class GateState:
         """
         if ticket.status is not RUNNING:
             return _NOBODY
-        ran = now - start_of(ticket)
+        ran, total = durations_of(ticket, now)
         ticket.status = status = ended_as(ending, now, ticket.deadline)
         if status is COMPLETED:
             self.completed += 1
@@ -419,7 +419,6 @@ class GateState:
         self.run_seconds_total += ran
         if ran > self.run_seconds_max:
             self.run_seconds_max = ran
-        total = now - arrival_of(ticket)
         self.end_to_end_seconds_total += total
         if total > self.end_to_end_seconds_max:
             self.end_to_end_seconds_max = total

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ._native import mypyc_attr
 
-__all__ = ("Status", "Ticket", "arrival_of", "end_of", "note", "start_of")
+__all__ = ("Status", "Ticket", "arrival_of", "durations_of", "end_of", "note", "start_of")
 
 
 class Status(enum.Enum):
@@ -89,7 +89,7 @@ class Ticket:
     gate's light keys write what the core would. A ticket no core decides (``admit_all``'s
     combined permit, a Redis gate's permit) is written by its own driver. The times are None
     until they happen: :func:`arrival_of`, :func:`start_of` and :func:`end_of` read one that must
-    have.
+    have (:func:`durations_of`, a release's two spans at once).
     """
 
     __slots__ = (
@@ -163,6 +163,17 @@ def start_of(ticket: Ticket) -> float:
     if started is None:
         raise _not_yet(ticket, "started")
     return started
+
+
+def durations_of(ticket: Ticket, now: float) -> tuple[float, float]:
+    """How long a started ``ticket`` ending at ``now`` ran, and how long since it arrived.
+
+    What a release records, read at once; raises :class:`ValueError` if it never started.
+    """
+    started, arrival = ticket.started, ticket.arrival
+    if started is None or arrival is None:
+        raise _not_yet(ticket, "started")
+    return now - started, now - arrival
 
 
 def end_of(ticket: Ticket) -> float:
