@@ -66,6 +66,16 @@ def test_the_attributes_it_lacks_are_absent_and_say_why(name: str) -> None:
     assert not hasattr(gate, name)  # absent for whoever asks before using it (follow_provider)
 
 
+@pytest.mark.parametrize("name", ["priority", "cost"])
+def test_the_permit_attributes_it_lacks_are_absent_and_say_why(name: str) -> None:
+    permit = _gate().admit()
+    with pytest.raises(AttributeError, match=f"^RedisPermit has no {name}: ") as refused:
+        getattr(permit, name)
+    assert DOCS in str(refused.value)
+    assert (refused.value.name, refused.value.obj) == (name, permit)
+    assert not hasattr(permit, name)
+
+
 def test_an_attribute_nobody_has_is_refused_as_python_refuses_it() -> None:
     with pytest.raises(AttributeError, match=r"^'RedisGate' object has no attribute 'max_runing'$"):
         _gate().max_runing  # type: ignore[attr-defined]  # noqa: B018
@@ -136,7 +146,7 @@ def test_admit_all_refuses_a_redis_gate_with_the_way_out() -> None:
 
 
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
-    # Public names of BoundedGate that RedisGate lacks, and the other way round (seq: the core's order).
+    # Public names of BoundedGate that RedisGate lacks, and the other way round.
     # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction,
     # and it has no rate limits to bring in line with the provider's.)
     adaptive = {"adapt", "sync_rate_limits"}
@@ -159,7 +169,8 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority", "cost"}
     assert _arguments(BoundedGate.try_admit) - _arguments(RedisGate.try_admit) == {"cost"}
     assert _arguments(BoundedGate.stream) - _arguments(RedisGate.stream) == {"priority", "cost"}
-    assert _public(Permit) - _public(RedisPermit) == {"cost", "priority", "seq"}
+    # (A permit's cost and priority are there, and raise AttributeError: see above.)
+    assert _public(Permit) - _public(RedisPermit) == set()
     assert inspect.iscoroutinefunction(RedisGate.try_admit)
     assert inspect.iscoroutinefunction(RedisGate.set_limits)  # it writes the cluster's limits
     assert inspect.iscoroutinefunction(RedisGate.signal)  # so do these: the pause, the cuts
