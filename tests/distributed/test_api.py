@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from boundedgate import BoundedGate, Permit, admit_all
+from boundedgate import BoundedGate, KeyedGate, Permit, admit_all
 from boundedgate.redis import RedisGate, RedisPermit
 
 
@@ -136,6 +136,13 @@ def test_a_method_it_lacks_raises_not_implemented_with_the_way_out(method: str, 
         getattr(_gate(), method)(lambda record: None) if method != "adapt" else _gate().adapt()
     assert way_out in str(refused.value)
     assert DOCS in str(refused.value)
+
+
+def test_admit_all_refuses_a_redis_gate_as_a_key_with_the_way_out() -> None:
+    keyed: KeyedGate[object] = KeyedGate(max_running=1, max_waiting=0, name="tenant")
+    with pytest.raises(TypeError, match=r"^admit_all\(\) takes no gate as a key: the RedisGate ") as refused:
+        admit_all((keyed, _gate()))
+    assert "admit_all((keyed_gate, key), gate)" in str(refused.value)
 
 
 def test_admit_all_refuses_a_redis_gate_with_the_way_out() -> None:
