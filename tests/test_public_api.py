@@ -183,6 +183,33 @@ def test_every_public_name_lives_in_boundedgate_and_has_a_docstring() -> None:
             assert inspect.getdoc(member), f"{name}.{attr}"
 
 
+#: What a permit shows its user: the request's terms, times and outcome, and what ends it. Its
+#: place in the core's queue order is the core's own (no public ``seq``): a name added to or
+#: removed from a permit fails here until this list says so (and the CHANGELOG says where it went).
+PERMIT: list[str] = [
+    "abort",
+    "arrival",
+    "cost",
+    "deadline",
+    "disconnect",
+    "ended",
+    "gate",
+    "hand_to",
+    "max_wait",
+    "priority",
+    "release",
+    "settle",
+    "started",
+    "status",
+]
+
+
+def test_a_permit_shows_the_decided_names() -> None:
+    permit = boundedgate.BoundedGate(max_running=1, max_waiting=0).admit()
+    assert sorted(name for name in dir(permit) if not name.startswith("_")) == PERMIT
+    assert not hasattr(permit, "seq")
+
+
 def test_gate_and_permit_are_final_and_slotted() -> None:
     for cls in (
         boundedgate.BoundedGate,

@@ -169,7 +169,7 @@ def test_WaitQueue_seq_orders_arrivals_and_breaks_deadline_ties() -> None:
     first, second = queued(1), queued(0)
     q.push(first)
     q.push(second)
-    assert first.seq < second.seq
+    assert first._seq < second._seq
     assert first < second
 
 

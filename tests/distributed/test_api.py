@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from boundedgate import BoundedGate, Permit, admit_all
+from boundedgate import BoundedGate, KeyedGate, Permit, admit_all
 from boundedgate.redis import RedisGate, RedisPermit
 
 
@@ -64,6 +64,16 @@ def test_the_attributes_it_lacks_are_absent_and_say_why(name: str) -> None:
     assert DOCS in str(refused.value)
     assert (refused.value.name, refused.value.obj) == (name, gate)
     assert not hasattr(gate, name)  # absent for whoever asks before using it (follow_provider)
+
+
+@pytest.mark.parametrize("name", ["priority", "cost"])
+def test_the_permit_attributes_it_lacks_are_absent_and_say_why(name: str) -> None:
+    permit = _gate().admit()
+    with pytest.raises(AttributeError, match=f"^RedisPermit has no {name}: ") as refused:
+        getattr(permit, name)
+    assert DOCS in str(refused.value)
+    assert (refused.value.name, refused.value.obj) == (name, permit)
+    assert not hasattr(permit, name)
 
 
 def test_an_attribute_nobody_has_is_refused_as_python_refuses_it() -> None:
@@ -126,6 +136,13 @@ def test_a_method_it_lacks_raises_not_implemented_with_the_way_out(method: str, 
     assert DOCS in str(refused.value)
 
 
+def test_admit_all_refuses_a_redis_gate_as_a_key_with_the_way_out() -> None:
+    keyed: KeyedGate[object] = KeyedGate(max_running=1, max_waiting=0, name="tenant")
+    with pytest.raises(TypeError, match=r"^admit_all\(\) takes no gate as a key: the RedisGate ") as refused:
+        admit_all((keyed, _gate()))
+    assert "admit_all((keyed_gate, key), gate)" in str(refused.value)
+
+
 def test_admit_all_refuses_a_redis_gate_with_the_way_out() -> None:
     with pytest.raises(TypeError, match=r"^admit_all\(\) takes in-process gates") as refused:
         admit_all(_gate())  # type: ignore[arg-type]
@@ -134,7 +151,7 @@ def test_admit_all_refuses_a_redis_gate_with_the_way_out() -> None:
 
 
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
-    # Public names of BoundedGate that RedisGate lacks, and the other way round (seq: the core's order).
+    # Public names of BoundedGate that RedisGate lacks, and the other way round.
     # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction,
     # and it has no rate limits to bring in line with the provider's.)
     adaptive = {"adapt", "sync_rate_limits"}
@@ -157,7 +174,8 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority", "cost"}
     assert _arguments(BoundedGate.try_admit) - _arguments(RedisGate.try_admit) == {"cost"}
     assert _arguments(BoundedGate.stream) - _arguments(RedisGate.stream) == {"priority", "cost"}
-    assert _public(Permit) - _public(RedisPermit) == {"cost", "priority", "seq"}
+    # (A permit's cost and priority are there, and raise AttributeError: see above.)
+    assert _public(Permit) - _public(RedisPermit) == set()
     assert inspect.iscoroutinefunction(RedisGate.try_admit)
     assert inspect.iscoroutinefunction(RedisGate.set_limits)  # it writes the cluster's limits
     assert inspect.iscoroutinefunction(RedisGate.signal)  # so do these: the pause, the cuts

@@ -434,7 +434,7 @@ class Scripts(RuleBasedStateMachine):
         if core is None:
             return
         running = {i for i, t in self.tickets.items() if t.status is Status.RUNNING}
-        queued = sorted((t.seq, i) for i, t in self.tickets.items() if t.status is Status.QUEUED)
+        queued = sorted((t._seq, i) for i, t in self.tickets.items() if t.status is Status.QUEUED)
         # The model's holders include lapsed leases not swept yet: the core hears of them at the sweep.
         assert running == set(self.model.holders)
         assert [i for _, i in queued] == self.model.waiters

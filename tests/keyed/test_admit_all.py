@@ -313,6 +313,17 @@ def test_a_keyed_gate_without_its_key_is_refused_with_how_to_give_it() -> None:
     assert "admit_all((keyed_gate, key), ...)" in str(refused.value)
 
 
+@pytest.mark.parametrize("kind", ["BoundedGate", "KeyedGate"])
+def test_a_gate_given_as_a_key_is_refused_with_how_to_pass_it(kind: str) -> None:
+    # (keyed, gate) is almost surely a misplaced tuple element: (keyed, key), gate.
+    tenants, openai = _gates()
+    other = openai if kind == "BoundedGate" else KeyedGate(max_running=1, max_waiting=0, name="models")
+    with pytest.raises(TypeError, match=rf"^admit_all\(\) takes no gate as a key: the {kind} ") as refused:
+        admit_all((tenants, other))
+    assert "admit_all((keyed_gate, key), gate)" in str(refused.value)
+    assert DOCS in str(refused.value)
+
+
 @pytest.mark.parametrize("given", [list, tuple])
 def test_gates_in_a_list_are_refused_with_how_to_pass_them(given: type) -> None:
     gates = given(BoundedGate(max_running=1, max_waiting=0, name=name) for name in "ab")

@@ -38,7 +38,7 @@ from ._settings import (
 )
 from ._state import RECENT_RUN_WEIGHT, GateState, ended_as, pace_weight, queue_deadline
 from ._stats import GateStatistics
-from ._ticket import Status, Ticket, arrival_of, end_of, note, start_of
+from ._ticket import Status, Ticket, arrival_of, durations_of, end_of, note, start_of
 from ._totals import KeyedStatistics, Totals, total
 
 __all__ = (
@@ -93,6 +93,7 @@ __all__ = (
     "check_priority",
     "check_remaining",
     "check_timeout",
+    "durations_of",
     "end_of",
     "ended_as",
     "mypyc_attr",

@@ -68,7 +68,7 @@ class WaitQueue:
 
     def push(self, ticket: Ticket) -> None:
         """Put ``ticket`` at the back of its class's lane."""
-        ticket.seq = self._next_seq
+        ticket._seq = self._next_seq
         self._next_seq += 1
         if self.classes == 1:
             self._lane.append(ticket)
@@ -163,10 +163,10 @@ class WaitQueue:
                 emptied.append(priority)
             elif top < 0:
                 top = oldest = priority
-                oldest_seq = lane[0].seq
-            elif lane[0].seq < oldest_seq:
+                oldest_seq = lane[0]._seq
+            elif lane[0]._seq < oldest_seq:
                 oldest = priority
-                oldest_seq = lane[0].seq
+                oldest_seq = lane[0]._seq
         for priority in emptied:
             self._drop(priority)
         if top == oldest:

@@ -129,7 +129,7 @@ from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
 from ._settings import check_cost, check_max_running, check_max_waiting, shown
 from ._stats import GateStatistics
-from ._ticket import Status, Ticket, arrival_of, note, start_of
+from ._ticket import Status, Ticket, arrival_of, durations_of, note
 
 __all__ = ("GateState",)
 
@@ -254,6 +254,7 @@ class GateState:
         "pauses",
         "peak_running",
         "peak_waiting",
+        "priorities",
         "queue_seconds_max",
         "queue_seconds_total",
         "rate_limited",
@@ -282,6 +283,8 @@ class GateState:
         self.max_waiting = check_max_waiting(max_waiting)
         self._queue_limit = sys.maxsize if self.max_waiting is None else self.max_waiting
         self._queue = WaitQueue(priorities, jump_share)
+        #: Number of priority classes (0 is the most urgent): fixed, as the queue's lanes are.
+        self.priorities = self._queue.classes
         # min-heap of (deadline, ticket) for queued tickets with a deadline; lazy like the queue.
         self._deadlines: list[tuple[float, Ticket]] = []
         for limit in rate_limits:
@@ -394,7 +397,7 @@ class GateState:
         """
         if ticket.status is not RUNNING:
             return _NOBODY
-        ran = now - start_of(ticket)
+        ran, total = durations_of(ticket, now)
         ticket.status = status = ended_as(ending, now, ticket.deadline)
         if status is COMPLETED:
             self.completed += 1
@@ -416,7 +419,6 @@ class GateState:
         self.run_seconds_total += ran
         if ran > self.run_seconds_max:
             self.run_seconds_max = ran
-        total = now - arrival_of(ticket)
         self.end_to_end_seconds_total += total
         if total > self.end_to_end_seconds_max:
             self.end_to_end_seconds_max = total
@@ -620,11 +622,6 @@ class GateState:
         return start + needed * recent / self.limit
 
     # -- queries ----------------------------------------------------------------------------
-
-    @property
-    def priorities(self) -> int:
-        """Number of priority classes."""
-        return self._queue.classes
 
     @property
     def rate_limits(self) -> tuple[RateLimit, ...]:

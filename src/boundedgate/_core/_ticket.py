@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ._native import mypyc_attr
 
-__all__ = ("Status", "Ticket", "arrival_of", "end_of", "note", "start_of")
+__all__ = ("Status", "Ticket", "arrival_of", "durations_of", "end_of", "note", "start_of")
 
 
 class Status(enum.Enum):
@@ -83,24 +83,24 @@ class Ticket:
 
     Whoever makes a ticket gives it its terms (``deadline``, ``max_wait``, ``priority``,
     ``cost``) before it arrives. Fed to a :class:`GateState`, the core writes what the events
-    change (``arrival``, ``started``, ``ended``, ``status``, ``seq``; ``cost`` as it settles); the
+    change (``arrival``, ``started``, ``ended``, ``status``, ``_seq``; ``cost`` as it settles); the
     driver around it also sets a ``timeout``'s deadline as the ticket arrives, and ends as
     ``CANCELLED`` (uncounted) a permit whose task was cancelled before it arrived; the keyed
     gate's light keys write what the core would. A ticket no core decides (``admit_all``'s
     combined permit, a Redis gate's permit) is written by its own driver. The times are None
     until they happen: :func:`arrival_of`, :func:`start_of` and :func:`end_of` read one that must
-    have.
+    have (:func:`durations_of`, a release's two spans at once).
     """
 
     __slots__ = (
         "_notes",
+        "_seq",
         "arrival",
         "cost",
         "deadline",
         "ended",
         "max_wait",
         "priority",
-        "seq",
         "started",
         "status",
     )
@@ -135,8 +135,9 @@ class Ticket:
         self.status: Status = _NEW
         #: Its priority class: 0 is the most urgent.
         self.priority = priority
-        #: Its place in the order of arrival at the queue (set when it is queued).
-        self.seq = -1
+        # Its place in the order of arrival at the queue (set when it is queued): the core's own,
+        # private so that a permit, a ticket itself, shows users no sequence number.
+        self._seq = -1
         #: Its declared rate cost (tokens, for rate limits counted in tokens), settled later.
         self.cost = cost
 
@@ -146,7 +147,7 @@ class Ticket:
 
     def __lt__(self, other: Ticket) -> bool:
         # Ties between equal deadlines in the core's deadline heap go to the earlier arrival.
-        return self.seq < other.seq
+        return self._seq < other._seq
 
 
 def arrival_of(ticket: Ticket) -> float:
@@ -163,6 +164,17 @@ def start_of(ticket: Ticket) -> float:
     if started is None:
         raise _not_yet(ticket, "started")
     return started
+
+
+def durations_of(ticket: Ticket, now: float) -> tuple[float, float]:
+    """How long a started ``ticket`` ending at ``now`` ran, and how long since it arrived.
+
+    What a release records, read at once; raises :class:`ValueError` if it never started.
+    """
+    started, arrival = ticket.started, ticket.arrival
+    if started is None or arrival is None:
+        raise _not_yet(ticket, "started")
+    return now - started, now - arrival
 
 
 def end_of(ticket: Ticket) -> float:

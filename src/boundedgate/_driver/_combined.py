@@ -77,7 +77,8 @@ def admit_all(
             pending when it arrived (as for :meth:`BoundedGate.admit`).
 
     Raises (at once):
-        TypeError: Something other than a gate or a ``(KeyedGate, key)`` pair; a malformed timeout
+        TypeError: Something other than a gate or a ``(KeyedGate, key)`` pair; a pair whose key is
+            itself a gate (a misplaced element: ``(keyed_gate, key), gate``); a malformed timeout
             or deadline.
         ValueError: No gates; a gate (or keyed gate) given twice; an order that contradicts one
             already used; both timeout and deadline; a priority or cost out of range (found when

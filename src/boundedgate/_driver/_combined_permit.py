@@ -339,6 +339,8 @@ def _families(gates: tuple[Any, ...]) -> list[BoundedGate | KeyedGate[Any]]:
             state = gate._state  # a key's gate belongs to its keyed gate's family
             families.append(cast("KeyedGate[Any]", state.owner) if type(state) is KeyState else gate)
         elif type(gate) is tuple and len(gate) == 2 and type(gate[0]) is KeyedGate:
+            if _is_a_gate(gate[1]):  # almost surely a misplaced tuple element: (keyed, key), gate
+                raise _a_gate_as_key(gate[0], gate[1])
             hash(gate[1])
             families.append(gate[0])
         else:
@@ -355,10 +357,28 @@ def _families(gates: tuple[Any, ...]) -> list[BoundedGate | KeyedGate[Any]]:
 _DOCS = 'see docs/keys.md, "Several gates for one call"'
 
 
+def _is_a_redis_gate(given: object) -> bool:
+    kind = type(given)  # by name: boundedgate.redis (and redis-py) is imported only by who uses it
+    return kind.__name__ == "RedisGate" and kind.__module__.startswith("boundedgate.redis")
+
+
+def _is_a_gate(given: object) -> bool:
+    return isinstance(given, BoundedGate | KeyedGate) or _is_a_redis_gate(given)
+
+
+def _a_gate_as_key(keyed: KeyedGate[Any], key: Any) -> TypeError:
+    """The refusal of a pair whose key is a gate, and how to pass the two."""
+    return TypeError(
+        f"admit_all() takes no gate as a key: the {type(key).__name__} {key.name!r} is the key of the "
+        f"KeyedGate {keyed.name!r}; give the key and the gate apart, "
+        f"admit_all((keyed_gate, key), gate) ({_DOCS})"
+    )
+
+
 def _not_a_step(given: object) -> TypeError:
     """Why admit_all() takes no ``given`` as a step, and what to pass instead."""
     kind = type(given)
-    if kind.__name__ == "RedisGate" and kind.__module__.startswith("boundedgate.redis"):
+    if _is_a_redis_gate(given):
         return TypeError(
             "admit_all() takes in-process gates (BoundedGate, (KeyedGate, key)), not a RedisGate: admit "
             "through it inside the block, the scarce shared gate last, "

@@ -821,7 +821,7 @@ class Permit(Ticket):
     ) -> None:
         if by is not _BY_GATE or gate is None:
             raise TypeError("a Permit is made by gate.admit() or gate.try_admit()")
-        super().__init__(deadline, priority, cost)
+        Ticket.__init__(self, deadline, priority, cost)  # named: super() costs ~800 instructions, pure
         self._gate = gate
         self._timeout = timeout
         self._waiter = None

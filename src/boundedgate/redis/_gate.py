@@ -767,6 +767,16 @@ class RedisPermit(HandsOver):
         if exc_type is None and self._status is LATE and self._raise_late:
             raise self._late()
 
+    @property
+    def priority(self) -> NoReturn:
+        """Not here: the cluster queue is one FIFO; raises ``AttributeError`` with the way out."""
+        raise no_attribute(self, "priority")
+
+    @property
+    def cost(self) -> NoReturn:
+        """Not here: a cluster gate has no rate limits; raises ``AttributeError`` with the way out."""
+        raise no_attribute(self, "cost")
+
     def __repr__(self) -> str:
         return f"<RedisPermit of {self._side.name!r}: {self.status.value}>"
 

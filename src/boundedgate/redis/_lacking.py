@@ -55,9 +55,9 @@ def not_implemented(method: str) -> NotImplementedError:
 
 
 def no_attribute(gate: object, name: str) -> AttributeError:
-    """The error for an attribute ``gate`` lacks: Python's own, or, for a feature it lacks, the way out."""
+    """The error for an attribute ``gate`` (or its permit) lacks: Python's own, or the way out."""
     if name in LACKING:
-        message = f"RedisGate has no {name}: {LACKING[name]} ({DOCS})"
+        message = f"{type(gate).__name__} has no {name}: {LACKING[name]} ({DOCS})"
     else:
         message = f"{type(gate).__name__!r} object has no attribute {name!r}"
     return AttributeError(message, name=name, obj=gate)
