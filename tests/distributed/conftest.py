@@ -19,7 +19,14 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio
 
-from .servers import RedisServer, find_redis_6_binary, find_server_binary, in_ci, missing_server
+from .servers import (
+    RedisClusterServers,
+    RedisServer,
+    find_redis_6_binary,
+    find_server_binary,
+    in_ci,
+    missing_server,
+)
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +70,27 @@ def redis_server(server_binary: str) -> Iterator[RedisServer]:
 def own_server(server_binary: str) -> Iterator[RedisServer]:
     """A server of the test's own, for tests that stop, restart or pause it."""
     yield from _running(server_binary)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(server_binary: str) -> Iterator[RedisClusterServers]:
+    """A Redis Cluster of 3 primaries on loopback, shared by the tests that need one."""
+    servers = RedisClusterServers(server_binary)
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture
+async def cluster_client(redis_cluster: RedisClusterServers) -> AsyncIterator[redis.asyncio.RedisCluster]:
+    """A ``RedisCluster`` client of :func:`redis_cluster` (it finds every node from the first)."""
+    connection = redis.asyncio.RedisCluster.from_url(redis_cluster.url)
+    try:
+        yield connection
+    finally:
+        await connection.aclose()
 
 
 @pytest.fixture
