@@ -10,16 +10,7 @@ from typing import Any, TypeVar
 import redis.asyncio
 import redis.exceptions
 
-__all__ = (
-    "UNREACHABLE",
-    "ClientConnectionFailed",
-    "bounded",
-    "fields",
-    "own_client",
-    "pool_full",
-    "pooled",
-    "text",
-)
+__all__ = ("UNREACHABLE", "bounded", "fields", "own_client", "pool_full", "pooled", "text")
 
 _CANCELLING = getattr(asyncio.Task, "cancelling", None)  # Python 3.11+
 
