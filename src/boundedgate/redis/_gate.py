@@ -648,9 +648,10 @@ class RedisPermit(HandsOver):
         """A fencing token ``(epoch, n)`` while it holds a cluster slot, None otherwise.
 
         ``n`` grows with every grant of the gate within one ``epoch`` (the creation time of the
-        gate's state in Redis), so a downstream service can refuse a holder older than one it has
-        seen. A permit counted again after losing its lease gets a new token. None for a permit
-        admitted through the local fallback gate.
+        gate's state in Redis, or of its copy on a replica promoted by a failover), so a downstream
+        service can refuse a holder older than one it has seen; no ``(epoch, n)`` is issued twice,
+        even when a failover lost grants. A permit counted again after losing its lease gets a new
+        token. None for a permit admitted through the local fallback gate.
         """
         return self._token
 

@@ -181,7 +181,8 @@ class ClusterStatistics:
     waiters: tuple[ClusterWaiter, ...]
     #: Cluster counters: admitted, rejected, expired, cancelled, completed, late, failed,
     #: leaked (permits collected without a release, given back by their process),
-    #: reclaimed (leases that lapsed), reattached (holders counted again after that), lapsed
+    #: reclaimed (leases that lapsed), reattached (holders counted again after that), failovers
+    #: (new epochs because the state was found on a server of another replication history), lapsed
     #: (waiters whose process stopped renewing their place), peak_running, peak_waiting.
     counters: dict[str, int]
     #: Each existing key of the gate and its remaining TTL in seconds.
