@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import pytest
 import redis.asyncio
 
-from boundedgate.redis import RedisPermit, read_cluster
+from boundedgate import GateUnavailable
+from boundedgate.redis import RedisGate, RedisPermit, read_cluster
 
-from .helpers import make_gate
+from .helpers import make_gate, settles_empty
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -165,3 +166,59 @@ async def test_a_restarted_primary_keeps_its_epoch_when_nothing_failed_over(
         assert [token[1] for token in tokens if token] == [1, 2, 3]
         assert gate.stats().epoch_changes == 0
         assert "failovers" not in (await read_cluster(client, name)).counters
+
+
+async def test_with_wait_replicas_a_grant_returns_once_the_replica_has_it(pair: Pair, name: str) -> None:
+    # WAIT in the admission's round trip: the grant is on the replica before the caller starts,
+    # so a failover right after it (no time to catch up) keeps it.
+    client = redis.asyncio.Redis.from_url(pair.primary.url)
+    try:
+        async with make_gate(client, name, 2, 2, wait_replicas=1, wait_timeout=1.0) as gate:
+            permit = await gate.try_admit()
+            await pair.lose_the_next_writes()
+            await pair.fail_over()
+            await _point_at(client, pair.replica)
+            view = await read_cluster(client, name)
+            assert [holder.id for holder in view.holders] == [permit.id]
+            assert gate.stats().unreplicated == 0
+            permit.release()
+    finally:
+        await client.aclose()
+
+
+async def test_with_wait_replicas_a_grant_no_replica_acknowledged_is_given_back_and_refused(
+    pair: Pair, name: str
+) -> None:
+    client = redis.asyncio.Redis.from_url(pair.primary.url)
+    try:
+        async with make_gate(client, name, 2, 2, wait_replicas=1, wait_timeout=0.2) as gate:
+            async with gate.admit(timeout=5):
+                pass
+            await pair.lose_the_next_writes()  # the replica hears nothing more, so it acknowledges nothing
+            with pytest.raises(GateUnavailable) as caught:
+                await gate.try_admit()
+            assert caught.value.reason == "unreplicated"
+            assert "acknowledged" in str(caught.value.__cause__)
+            with pytest.raises(GateUnavailable, match="unreplicated"):
+                async with gate.admit(timeout=5):
+                    pass
+            stats = gate.stats()
+            assert (stats.admitted, stats.unavailable, stats.running) == (1, 2, 0)
+            assert stats.unreplicated >= 2  # the refused grants (their give-backs may add more)
+            await settles_empty(client, name)  # the slots were given back on the primary
+    finally:
+        await client.aclose()
+
+
+def test_wait_replicas_is_checked() -> None:
+    client = redis.asyncio.Redis()
+    with pytest.raises(ValueError, match="below op_timeout"):
+        RedisGate(client, max_running=1, max_waiting=1, wait_replicas=1, wait_timeout=2.0, op_timeout=2.0)
+    with pytest.raises(ValueError, match="wait_replicas"):
+        RedisGate(client, max_running=1, max_waiting=1, wait_replicas=-1)
+    with pytest.raises(TypeError, match="wait_replicas"):
+        RedisGate(client, max_running=1, max_waiting=1, wait_replicas=1.5)  # type: ignore[arg-type]
+    cluster = redis.asyncio.RedisCluster(host="127.0.0.1", port=7000)  # never connected
+    with pytest.raises(ValueError, match="needs a redis"):
+        RedisGate(cluster, max_running=1, max_waiting=1, wait_replicas=1)
+    RedisGate(cluster, max_running=1, max_waiting=1)  # no WAIT: any client
