@@ -222,3 +222,25 @@ def test_wait_replicas_is_checked() -> None:
     with pytest.raises(ValueError, match="needs a redis"):
         RedisGate(cluster, max_running=1, max_waiting=1, wait_replicas=1)
     RedisGate(cluster, max_running=1, max_waiting=1)  # no WAIT: any client
+
+
+async def test_a_client_refused_info_still_admits_unchecked(own_server: RedisServer, name: str) -> None:
+    # The replication id is read with INFO; an ACL that refuses it (as -@dangerous does) leaves
+    # the failover check out, and the gate works as before it.
+    admin = redis.asyncio.Redis.from_url(own_server.url)
+    await admin.acl_setuser(
+        "no-info", enabled=True, passwords=["+secret"], keys=["*"], channels=["*"],
+        commands=["+@all", "-info"],
+    )  # fmt: skip
+    client = redis.asyncio.Redis.from_url(own_server.url, username="no-info", password="secret")
+    try:
+        async with make_gate(client, name, 1, 1) as gate:
+            tokens = []
+            for _ in range(2):
+                async with gate.admit(timeout=5) as permit:
+                    tokens.append(permit.token)
+            assert [token[1] for token in tokens if token] == [1, 2]
+        assert b"replid" not in await admin.hkeys(f"boundedgate:{{{name}}}:meta")
+    finally:
+        await client.aclose()
+        await admin.aclose()
