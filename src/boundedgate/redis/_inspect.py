@@ -128,8 +128,10 @@ async def _inspect(url: str, name: str, as_json: bool) -> str:
     client = redis.asyncio.Redis.from_url(url)
     try:
         view = await read_cluster(client, name)
-    except redis.exceptions.MovedError:  # a Redis Cluster node that does not serve the gate's slot
-        view = None
+    except redis.exceptions.ResponseError as error:  # MovedError from redis-py 5.1 on
+        if not str(error).startswith("MOVED") and not isinstance(error, redis.exceptions.MovedError):
+            raise
+        view = None  # a Redis Cluster node that does not serve the gate's slot
     finally:
         await client.aclose()
     if view is None:  # the cluster client finds the node that does from this one
