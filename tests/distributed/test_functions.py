@@ -261,6 +261,73 @@ async def test_a_script_s_own_error_is_raised_not_taken_for_a_missing_library(
         await client.aclose()
 
 
+async def _first_calls_at_once(client: redis.asyncio.Redis, name: str, n: int = 20) -> RedisGate:
+    """A fresh gate's first ``n`` admissions, all in flight at once; every one must be admitted."""
+    gate = make_gate(client, name, n, n)
+    entered = 0
+
+    async def one() -> None:
+        nonlocal entered
+        async with gate.admit(timeout=10):
+            entered += 1
+
+    try:
+        results = await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
+        assert [r for r in results if r is not None] == []
+        assert entered == n
+        await settles_empty(client, name)
+    finally:
+        await gate.aclose()
+    return gate
+
+
+@pytest.fixture
+def redis_6_server(redis_6_binary: str) -> Iterator[RedisServer]:
+    """A real Redis 6.2 (no functions: FCALL is an unknown command)."""
+    server = RedisServer(redis_6_binary)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("server_kind", ["redis-6.2", "renamed"])
+async def test_concurrent_first_calls_all_turn_to_the_scripts(
+    request: pytest.FixtureRequest, server_kind: str, name: str
+) -> None:
+    # Every FCALL in flight when the first reply flips the gate to EVALSHA gets "unknown command"
+    # too: each must fall back, whoever flipped it, not raise the server's error.
+    server: RedisServer = request.getfixturevalue(
+        "redis_6_server" if server_kind == "redis-6.2" else "old_server"
+    )
+    client = redis.asyncio.Redis.from_url(server.url)
+    try:
+        if server_kind == "redis-6.2":
+            assert (await client.info("server"))["redis_version"].startswith("6.2.")
+        gate = await _first_calls_at_once(client, name)
+        assert not _uses_functions(gate)
+    finally:
+        await client.aclose()
+
+
+async def test_concurrent_first_calls_of_a_client_refused_fcall_all_turn_to_the_scripts(
+    own_server: RedisServer, name: str
+) -> None:
+    admin = redis.asyncio.Redis.from_url(own_server.url)
+    await admin.acl_setuser(
+        "no-fcall", enabled=True, passwords=["+secret"], keys=["*"], channels=["*"],
+        commands=["+@all", "-fcall"],
+    )  # fmt: skip
+    client = redis.asyncio.Redis.from_url(own_server.url, username="no-fcall", password="secret")
+    try:
+        gate = await _first_calls_at_once(client, name)
+        assert not _uses_functions(gate)
+    finally:
+        await client.aclose()
+        await admin.aclose()
+
+
 def test_a_cluster_client_keeps_to_the_scripts() -> None:
     # A library would have to be loaded on every primary, as nodes come and go: not done.
     cluster = redis.asyncio.RedisCluster(host="127.0.0.1", port=7000)  # never connected

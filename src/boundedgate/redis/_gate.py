@@ -19,6 +19,8 @@ import warnings
 from types import EllipsisType, TracebackType
 from typing import TYPE_CHECKING, Any, Never, NoReturn, Self, TypeVar, final
 
+import redis.asyncio
+
 from .._core import (
     MAX_PAUSE,
     SIGNALS,
@@ -72,6 +74,27 @@ def _cluster_limits(max_running: object, max_waiting: object) -> tuple[int, int 
     if waiting is not None:
         check_count("max_waiting", waiting, 0, "an unbounded queue", most=_LUA_COUNT)
     return running, waiting
+
+
+def _wait_setting(
+    client: Any, replicas: object, timeout: object, op_timeout: float
+) -> tuple[int, int] | None:
+    """``(replicas, milliseconds)`` for a ``WAIT`` after every call, or None for none."""
+    count = check_count("wait_replicas", replicas, 0)
+    seconds = check_positive("wait_timeout", timeout)
+    if seconds >= op_timeout:
+        raise ValueError(
+            f"wait_timeout ({timeout}) must be below op_timeout ({op_timeout}): a WAIT that outlasts "
+            "the call would make every shortfall look like an unreachable Redis"
+        )
+    if count == 0:
+        return None
+    if not isinstance(client, redis.asyncio.Redis):
+        raise ValueError(
+            f"wait_replicas needs a redis.asyncio.Redis client, got {type(client).__name__}: WAIT must "
+            "follow the call on its connection, which a cluster client does not promise; leave it at 0"
+        )
+    return count, max(1, ms(seconds))
 
 
 @final
@@ -135,6 +158,13 @@ class RedisGate:
             ``GateUnavailable``; each such admission is counted in ``stats().fallbacks``.
         adaptive: Learn the cluster's C from provider signals and latency (see :meth:`signal`
             and docs/adaptive.md): every process's controller proposes, Redis applies, as one.
+        wait_replicas: After every call that changes the gate's state, wait (Redis ``WAIT``, in
+            the same round trip) until this many replicas have its writes, so that a failover
+            loses fewer grants; 0 (the default) does not wait. An admission whose grant fewer
+            replicas acknowledged within ``wait_timeout`` is given back and refused with
+            ``GateUnavailable`` (reason ``"unreplicated"``); every shortfall is counted in
+            ``stats().unreplicated``. Needs a ``redis.asyncio.Redis`` client (not a cluster client).
+        wait_timeout: Seconds ``WAIT`` may take (default 0.1), less than ``op_timeout``.
         **lacking: A ``BoundedGate``'s setting that a RedisGate lacks (``priorities=``,
             ``rate_limits=``...): refused, with the way out.
 
@@ -142,8 +172,9 @@ class RedisGate:
         TypeError: A limit that is not an int, a duration that is not a number, a name that is
             not a str.
         ValueError: A limit out of range (beyond 2**53: the scripts count in Lua's doubles), a
-            duration <= 0 or infinite (or an int beyond a float's range), or ``waiter_ttl`` not
-            above ``poll_interval``.
+            duration <= 0 or infinite (or an int beyond a float's range), ``waiter_ttl`` not
+            above ``poll_interval``, ``wait_timeout`` not below ``op_timeout``, or
+            ``wait_replicas`` with a client other than a ``redis.asyncio.Redis``.
 
     What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, rate limits, ``adapt()``)
     is refused with the way out: a ``TypeError`` for an argument, a ``NotImplementedError`` for a
@@ -168,6 +199,8 @@ class RedisGate:
         max_stall: float = 60.0,
         fallback: BoundedGate | None = None,
         adaptive: Adaptive | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = 0.1,
         **lacking: Never,
     ) -> None:
         if lacking:  # a BoundedGate's setting it has not (priorities=, rate_limits=...): say so
@@ -185,6 +218,7 @@ class RedisGate:
         stall = check_positive("max_stall", max_stall)
         if adaptive is not None and not isinstance(adaptive, Adaptive):
             raise TypeError(f"adaptive must be an Adaptive, got {shown(adaptive)}")
+        wait = _wait_setting(client, wait_replicas, wait_timeout, operation)
         self._side = side = ProcessSide(
             client,
             name=name,
@@ -198,6 +232,7 @@ class RedisGate:
             max_stall=stall,
             fallback=fallback,
             background=Background,
+            wait=wait,
         )
         self._controller = None if adaptive is None else ClusterController(side, adaptive)
         side.controller = self._controller
@@ -691,9 +726,10 @@ class RedisPermit(HandsOver):
         """A fencing token ``(epoch, n)`` while it holds a cluster slot, None otherwise.
 
         ``n`` grows with every grant of the gate within one ``epoch`` (the creation time of the
-        gate's state in Redis), so a downstream service can refuse a holder older than one it has
-        seen. A permit counted again after losing its lease gets a new token. None for a permit
-        admitted through the local fallback gate.
+        gate's state in Redis, or of its copy on a replica promoted by a failover), so a downstream
+        service can refuse a holder older than one it has seen; no ``(epoch, n)`` is issued twice,
+        even when a failover lost grants. A permit counted again after losing its lease gets a new
+        token. None for a permit admitted through the local fallback gate.
         """
         return self._token
 
@@ -980,13 +1016,17 @@ class RedisPermit(HandsOver):
             side.abandon(permit_id, "cancelled")
             self._end(CANCELLED)
             raise error
-        if not isinstance(error, UNREACHABLE):
+        unreplicated = isinstance(error, _scripts.Unreplicated)
+        if not (unreplicated or isinstance(error, UNREACHABLE)):
             raise error
         if side.time() >= self._queue_by:
             side.abandon(permit_id, "expired")
             ended = self._end(EXPIRED)
             raise side.expired(ended - arrival, self._queue_by) from error
         side.abandon(permit_id, "unavailable")
+        if unreplicated:  # Redis decided, but too few replicas have it: not a case for the fallback
+            ended = self._end(UNAVAILABLE)
+            raise side.unavailable(0.0, ended - arrival, "unreplicated") from error
         fallback = side.fallback
         if fallback is not None:
             await self._fall_back(fallback, wait)

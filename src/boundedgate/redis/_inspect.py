@@ -2,8 +2,10 @@
 
 ``python -m boundedgate.redis inspect NAME [--url URL] [--json]`` prints the gate's holders (with
 their leases), its waiters (head first), its counters and the TTL of each of its keys. Reading is
-one ``MULTI`` transaction of plain reads: it changes nothing, so it also works on a replica, and a
-lease that has lapsed shows a negative ``lease_left`` until the next operation reclaims it.
+one script of plain reads (``lua/read.lua``, by ``EVAL``): atomic, routed by the gate's keys, so a
+cluster client sends it to the primary of the gate's slot; it changes nothing, so it also works on
+a replica, and a lease that has lapsed shows a negative ``lease_left`` until the next operation
+reclaims it. Given a node of a Redis Cluster, the command reads through a cluster client.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import dataclasses
 import json
 import sys
 from collections.abc import Sequence
+from importlib import resources
 from typing import Any
 
 import redis.asyncio
+import redis.exceptions
 
 from ._io import text
 from ._layout import KEY_NAMES, gate_keys
@@ -25,9 +29,12 @@ from ._stats import ClusterHolder, ClusterStatistics, ClusterWaiter
 __all__ = ("format_cluster", "main", "read_cluster")
 
 
+#: The script that reads a gate (``lua/read.lua``): sent with ``EVAL``, routed by the gate's keys.
+_READ = resources.files(__package__).joinpath("lua").joinpath("read.lua").read_text("utf-8")
+
+
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
-    if isinstance(flat, dict):
-        return {text(k): text(v) for k, v in flat.items()}
+    """A hash or a scored set, as the script returns it (a flat array), by field or member."""
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
@@ -35,7 +42,7 @@ async def read_cluster(client: Any, name: str) -> ClusterStatistics:
     """Read a cluster gate's live state and counters from Redis, without changing anything.
 
     Args:
-        client: A ``redis.asyncio.Redis`` client.
+        client: A ``redis.asyncio.Redis`` client, or a ``redis.asyncio.RedisCluster``.
         name: The gate's name.
 
     Returns:
@@ -45,28 +52,19 @@ async def read_cluster(client: Any, name: str) -> ClusterStatistics:
         redis.exceptions.RedisError: Redis could not be reached or refused the reads.
     """
     keys = dict(zip(KEY_NAMES, gate_keys(name), strict=True))
-    async with client.pipeline(transaction=True) as pipe:
-        pipe.time()
-        pipe.hgetall(keys["meta"])
-        pipe.zrange(keys["holders"], 0, -1, withscores=True)
-        pipe.zrange(keys["waiters"], 0, -1)
-        pipe.zrange(keys["wdue"], 0, -1, withscores=True)
-        pipe.hgetall(keys["info"])
-        pipe.hgetall(keys["stats"])
-        for key in keys.values():
-            pipe.pttl(key)
-        clock, meta, holders, waiters, due, info, stats, *ttls = await pipe.execute()
-    now_ms = clock[0] * 1000 + clock[1] // 1000
+    reply = await client.eval(_READ, len(keys), *keys.values())
+    clock, meta, holders, waiters, due, info, stats, ttls = reply
+    now_ms = int(text(clock[0])) * 1000 + int(text(clock[1])) // 1000
     meta, info, stats = _pairs(meta), _pairs(info), _pairs(stats)
-    due_at = {text(member): score for member, score in due}
+    due_at = {member: float(score) for member, score in _pairs(due).items()}
 
     def fields(permit_id: str) -> tuple[str, int, int, str]:
         agent, deadline, since, token = (info.get(permit_id) or "|-1|0|").split("|")
         return agent, int(deadline), int(since or 0), token
 
     held = []
-    for member, lease in holders:
-        permit_id = text(member)
+    for permit_id, lease_text in _pairs(holders).items():
+        lease = float(lease_text)
         agent, _, since, token = fields(permit_id)
         held.append(
             ClusterHolder(permit_id, agent, int(token or 0), (now_ms - since) / 1000, (lease - now_ms) / 1000)
@@ -130,8 +128,18 @@ async def _inspect(url: str, name: str, as_json: bool) -> str:
     client = redis.asyncio.Redis.from_url(url)
     try:
         view = await read_cluster(client, name)
+    except redis.exceptions.ResponseError as error:  # MovedError from redis-py 5.1 on
+        if not str(error).startswith("MOVED") and not isinstance(error, redis.exceptions.MovedError):
+            raise
+        view = None  # a Redis Cluster node that does not serve the gate's slot
     finally:
         await client.aclose()
+    if view is None:  # the cluster client finds the node that does from this one
+        cluster = redis.asyncio.RedisCluster.from_url(url)
+        try:
+            view = await read_cluster(cluster, name)
+        finally:
+            await cluster.aclose()
     if as_json:
         return json.dumps(dataclasses.asdict(view), indent=2)
     return format_cluster(view)

@@ -19,7 +19,8 @@ T = TypeVar("T")
 #: Errors that mean Redis could not be reached or did not answer in time: the gate fails closed.
 #: A read-only replica (after a failover, before clients find the new primary) counts as unreachable.
 UNREACHABLE: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,  # includes BusyLoadingError: a restarted server loading data
+    # includes BusyLoadingError (a restarted server loading data) and ClientConnectionFailed (below)
+    redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.ReadOnlyError,
     OSError,
@@ -35,8 +36,14 @@ async def bounded(call: Coroutine[Any, Any, T], seconds: float) -> T:
     this raises ``CancelledError`` then, so a cancelled caller never carries on as if it had not
     been (the reply is dropped: every script is idempotent, and the caller's cleanup undoes it).
 
+    Every call the gate makes to Redis is awaited here, so this is where an error that redis-py's
+    connection layer lets out raw (not a ``RedisError``: redis/redis-py#4287) becomes
+    :class:`ClientConnectionFailed`, which the gate counts as unreachable; an error raised by the
+    gate's own code is raised as it is (:func:`_raised_in_the_client` tells them apart).
+
     Raises:
         TimeoutError: ``seconds`` passed first.
+        ClientConnectionFailed: redis-py's connection layer failed with an error not its own.
         asyncio.CancelledError: The caller was cancelled, even if the client swallowed it.
     """
     task = asyncio.current_task()
@@ -48,6 +55,10 @@ async def bounded(call: Coroutine[Any, Any, T], seconds: float) -> T:
             result = await call
     except TimeoutError:
         raise TimeoutError(f"no answer from Redis within {seconds:.3f}s") from None
+    except Exception as error:
+        if _raised_in_the_client(error):
+            raise _unreachable(error) from error
+        raise
     if _CANCELLING(task) > before:
         raise asyncio.CancelledError
     return result
@@ -142,7 +153,52 @@ async def _in_own_task(call: Coroutine[Any, Any, T], seconds: float) -> T:
     if not done:
         _abandon(task)
         raise TimeoutError(f"no answer from Redis within {seconds:.3f}s")
-    return task.result()
+    try:
+        return task.result()
+    except Exception as error:
+        if _raised_in_the_client(error):
+            raise _unreachable(error) from error
+        raise
+
+
+class ClientConnectionFailed(redis.exceptions.ConnectionError):
+    """redis-py's connection layer failed with an error that is not redis-py's own (not a ``RedisError``).
+
+    Some redis-py versions let a transport's internal error out of a connection the server or a
+    failover tore down (``AttributeError: 'NoneType' object has no attribute 'writelines'``,
+    ``TypeError: 'NoneType' object is not callable``: redis/redis-py#4287) instead of a
+    ``ConnectionError``. Redis did not answer that call, so the gate counts it unreachable; the
+    original error is this one's ``__cause__``.
+    """
+
+
+def _unreachable(error: Exception) -> ClientConnectionFailed:
+    return ClientConnectionFailed(
+        f"the client's connection failed with {type(error).__name__}: {error} (a redis-py defect, "
+        "redis/redis-py#4287: upgrading redis-py may fix it); Redis did not answer, "
+        "so it counts as unreachable"
+    )
+
+
+def _raised_in_the_client(error: Exception) -> bool:
+    """Whether redis-py's connection layer raised ``error``, which is not one of redis-py's errors.
+
+    Told apart by where it was raised: below the last frame of this package, in redis-py (or in
+    what redis-py called: the event loop's transport). An error raised in the gate's own code
+    (no frame of redis-py's below its last one) is a defect of ours, and is raised as it is.
+    """
+    if isinstance(error, (redis.exceptions.RedisError, OSError)):
+        return False
+    in_client = False
+    frame = error.__traceback__
+    while frame is not None:
+        module = frame.tb_frame.f_globals.get("__name__", "")
+        if module.startswith("boundedgate."):
+            in_client = False
+        elif module == "redis" or module.startswith("redis."):
+            in_client = True
+        frame = frame.tb_next
+    return in_client
 
 
 def _abandon(task: asyncio.Future[Any]) -> None:

@@ -116,6 +116,7 @@ class ProcessSide:
             durations, checked.
         fallback: The local gate to admit through when Redis is out of reach, or None.
         background: What makes the background work of the side on each event loop it binds to.
+        wait: ``(replicas, milliseconds)`` of a ``WAIT`` after every script call, or None.
     """
 
     __slots__ = (
@@ -145,6 +146,7 @@ class ProcessSide:
         "op_timeout",
         "poll_interval",
         "tasks",
+        "wait",
         "waiter_ttl",
         "waiters",
         "waiting",
@@ -166,8 +168,10 @@ class ProcessSide:
         max_stall: float,
         fallback: BoundedGate | None,
         background: Callable[[ProcessSide], Work],
+        wait: tuple[int, int] | None = None,
     ) -> None:
         self.client = client
+        self.wait = wait
         self.name = name
         self.max_running = max_running
         self.max_waiting = max_waiting
@@ -349,13 +353,23 @@ class ProcessSide:
         """Run one script with the gate's keys and settings, within ``op_timeout`` (or ``seconds``).
 
         Through the user's client, or ``client``; a pool with no free connection is waited for.
+        With the gate's ``wait_replicas``, each call is followed by a ``WAIT``; a shortfall is
+        counted, and raised (:class:`~._scripts.Unreplicated`) only for an admission it granted.
         """
         seconds = self.op_timeout if seconds is None else seconds
         common, head = self.head
         if common is not self.common:  # the settings changed (set_limits): encode them again
             self.head = common, head = self.common, _scripts.encode_head(self.keys, self.common)
         call = functools.partial(script, self.client if client is None else client, head, args, self.calls)
-        return await pooled(call, seconds)
+        if self.wait is None:
+            return await pooled(call, seconds)
+        try:
+            return await pooled(functools.partial(call, self.wait), seconds)
+        except _scripts.Unreplicated as short:
+            self.counters.unreplicated += 1
+            if script is _scripts.ADMIT and text(fields(short.reply)[0]) == "1":
+                raise  # the caller's own grant, which a failover could lose: given back and refused
+            return short.reply  # its effect stands on the primary
 
     async def adapt(self, args: Sequence[object]) -> Any:
         """Run the ``adapt`` script (a signal, or a controller's proposal); returns its reply."""

@@ -29,6 +29,7 @@ call (the key count, the keys and the common settings) is encoded once per gate.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from importlib import resources
@@ -51,6 +52,7 @@ __all__ = (
     "Calls",
     "Library",
     "Script",
+    "Unreplicated",
     "encode_head",
     "pack_common",
 )
@@ -88,7 +90,12 @@ class Script:
         self.function = ""
 
     async def __call__(
-        self, client: Any, head: tuple[bytes, ...], args: Sequence[object], calls: Calls
+        self,
+        client: Any,
+        head: tuple[bytes, ...],
+        args: Sequence[object],
+        calls: Calls,
+        wait: tuple[int, int] | None = None,
     ) -> Any:
         """Run the script on ``client``, the way ``calls`` says its server takes, and return its reply.
 
@@ -96,19 +103,54 @@ class Script:
         the number of keys, the keys and the common ARGV; ``args`` are the script's own. What the
         server lacks (the library, or the script) is loaded, and the call made again.
 
+        With ``wait``, ``(replicas, milliseconds)``, the call is followed by ``WAIT replicas
+        milliseconds`` on the same connection, in the same round trip (a pipeline): the reply
+        comes once that many replicas have the script's writes, or the time is up.
+
         A call that finds its connection closed by the server (a restart, a killed client, an idle
         timeout) is made once more: the pool dropped that connection, and the call connects anew
         (redis-py 5's clients do not retry it unless asked to; later versions do by default).
 
         Raises:
+            Unreplicated: Fewer than ``replicas`` acknowledged the writes in time (it carries the reply).
             redis.exceptions.RedisError: Whatever the client raises (connection errors, timeouts).
         """
+        run = self._run if wait is None else functools.partial(self._run_and_wait, wait=wait)
         try:
-            return await self._run(client, head, args, calls)
+            return await run(client, head, args, calls)
         except redis.exceptions.ConnectionError as error:
             if pool_full(error):
                 raise
-        return await self._run(client, head, args, calls)
+        return await run(client, head, args, calls)
+
+    async def _run_and_wait(
+        self,
+        client: Any,
+        head: tuple[bytes, ...],
+        args: Sequence[object],
+        calls: Calls,
+        wait: tuple[int, int],
+    ) -> Any:
+        for _ in range(3):  # at most: the library loaded, then the script loaded
+            functions = calls.functions
+            call = ("FCALL", self.function) if functions else ("EVALSHA", self.sha)
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.execute_command(*call, *head, *args)
+                pipe.execute_command("WAIT", *wait)
+                reply, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(acked, Exception):
+                raise acked
+            if not isinstance(reply, ResponseError):
+                if int(acked) < wait[0]:
+                    raise Unreplicated(reply, int(acked), wait)
+                return reply
+            if functions:
+                await calls.missing(client, reply)
+            elif isinstance(reply, NoScriptError):
+                await client.script_load(self.source)
+            else:
+                raise reply
+        raise reply
 
     async def _run(self, client: Any, head: tuple[bytes, ...], args: Sequence[object], calls: Calls) -> Any:
         if calls.functions:
@@ -123,6 +165,24 @@ class Script:
         except NoScriptError:
             await client.script_load(self.source)
             return await client.evalsha(self.sha, *head, *args)
+
+
+class Unreplicated(redis.exceptions.RedisError):
+    """A script's writes reached fewer replicas than the gate's ``wait_replicas`` within ``wait_timeout``.
+
+    The script ran on the primary, and its reply is here: what the gate does with it depends on the
+    call (an admission granted this way is given back and refused; see ``RedisGate``).
+    """
+
+    def __init__(self, reply: Any, acked: int, wait: tuple[int, int]) -> None:
+        super().__init__(
+            f"{acked} of {wait[0]} replicas acknowledged the gate's writes within {wait[1]} ms "
+            "(WAIT, the gate's wait_replicas): a failover now could lose them"
+        )
+        #: The script's reply.
+        self.reply = reply
+        #: The replicas that acknowledged.
+        self.acked = acked
 
 
 class Library:
@@ -176,7 +236,8 @@ class Calls:
         The server lacks the library ("Function not found"): it is loaded (another process may
         load it at the same time: its "already exists" is as good). The server has no functions
         (before Redis 7: "unknown command"), or the client's ACL refuses them: every call from now
-        on is sent by ``EVALSHA``. Any other error is the script's own, and raised.
+        on is sent by ``EVALSHA``, and so is this one, whichever of the calls in flight at the
+        first reply turned the gate. Any other error is the script's own, and raised.
 
         Raises:
             redis.exceptions.ResponseError: ``error``, or the library's load failing otherwise.

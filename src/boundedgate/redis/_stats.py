@@ -29,6 +29,8 @@ class RedisGateStatistics(GateStatistics):
     epoch_changes: int = 0
     #: Releases or cancellations that failed at first and were retried in the background.
     retries: int = 0
+    #: Calls whose writes fewer than ``wait_replicas`` replicas acknowledged within ``wait_timeout``.
+    unreplicated: int = 0
 
 
 class LocalCounters:
@@ -62,6 +64,7 @@ class LocalCounters:
         "run_seconds_max",
         "run_seconds_total",
         "unavailable",
+        "unreplicated",
     )
 
     def __init__(self) -> None:
@@ -71,6 +74,7 @@ class LocalCounters:
         self.evicted = self.rate_limited = self.infeasible = 0
         self.peak_running = self.peak_waiting = 0
         self.unavailable = self.fallbacks = self.lease_lost = self.epoch_changes = self.retries = 0
+        self.unreplicated = 0
         self.queue_seconds_total = self.queue_seconds_max = 0.0
         self.run_seconds_total = self.run_seconds_max = 0.0
         self.end_to_end_seconds_total = self.end_to_end_seconds_max = 0.0
@@ -119,6 +123,7 @@ class LocalCounters:
             lease_lost=self.lease_lost,
             epoch_changes=self.epoch_changes,
             retries=self.retries,
+            unreplicated=self.unreplicated,
         )
 
 
@@ -181,7 +186,8 @@ class ClusterStatistics:
     waiters: tuple[ClusterWaiter, ...]
     #: Cluster counters: admitted, rejected, expired, cancelled, completed, late, failed,
     #: leaked (permits collected without a release, given back by their process),
-    #: reclaimed (leases that lapsed), reattached (holders counted again after that), lapsed
+    #: reclaimed (leases that lapsed), reattached (holders counted again after that), failovers
+    #: (new epochs because the state was found on a server of another replication history), lapsed
     #: (waiters whose process stopped renewing their place), peak_running, peak_waiting.
     counters: dict[str, int]
     #: Each existing key of the gate and its remaining TTL in seconds.

@@ -14,7 +14,7 @@
 -- last cut (-1: never), ms of pause left}.
 local what, window, factor = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local floor, ceiling, increase, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local e = epoch()
+epoch()
 local applied = 0
 local state = redis.call('HMGET', META, 'cut', 'grew', 'Cvalue', 'wpeak')
 local cut, grew = tonumber(state[1]), tonumber(state[2])
@@ -65,4 +65,4 @@ tick()
 local running, waiting = counts()
 local since = -1
 if cut then since = now - cut end
-return reply({applied, C, running, waiting, e, since, math.max(0, PAUSE - now)})
+return reply({applied, C, running, waiting, EPOCH, since, math.max(0, PAUSE - now)})

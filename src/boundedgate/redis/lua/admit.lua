@@ -9,7 +9,7 @@ local id, remaining, wait = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local agent = agent_of(id)
 SELF = agent
 SWEEP_OUTCOMES = false -- nothing ends here but by the sweep: release, cancel and sync forget
-local e = epoch()
+epoch()
 used(C, Q)
 tick()
 -- A holder or a waiter has info (a holder's token, a waiter's none); an ended request, an outcome.
@@ -18,28 +18,28 @@ if known then
   local _, _, _, token = parse(known)
   local running, waiting = counts()
   if token ~= '' then
-    return answer({'1', token, int(running), int(waiting), e})
+    return answer({'1', token, int(running), int(waiting), EPOCH})
   end
   local order = redis.call('ZSCORE', WAITERS, id)
   if order then
-    return answer({'2', order, int(running), int(waiting), e})
+    return answer({'2', order, int(running), int(waiting), EPOCH})
   end
 end
 local how = outcome(id)
 if how then
   local running, waiting = counts()
-  return answer({'4', how, int(running), int(waiting), e})
+  return answer({'4', how, int(running), int(waiting), EPOCH})
 end
 local deadline = -1
 if remaining >= 0 then deadline = now + remaining end
 local running, waiting = counts()
 if running < C and waiting == 0 and now >= PAUSE then
   local token = grant(id, agent, deadline, false)
-  return answer({'1', int(token), int(running + 1), int(waiting), e})
+  return answer({'1', int(token), int(running + 1), int(waiting), EPOCH})
 end
 if wait and (Q < 0 or waiting < Q) then
   local order = enqueue(id, agent, deadline)
-  return answer({'2', int(order), int(running), int(waiting + 1), e})
+  return answer({'2', int(order), int(running), int(waiting + 1), EPOCH})
 end
 count('rejected')
-return answer({'3', int(math.max(0, PAUSE - now)), int(running), int(waiting), e})
+return answer({'3', int(math.max(0, PAUSE - now)), int(running), int(waiting), EPOCH})

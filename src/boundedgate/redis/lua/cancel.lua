@@ -8,7 +8,7 @@
 -- own waiters (id, token, ...), told here, not published.
 local id, how = ARGV[2], ARGV[3]
 SELF = agent_of(id)
-local e = epoch()
+epoch()
 local removed = 0
 if not outcome(id) then
   if redis.call('ZSCORE', WAITERS, id) then
@@ -27,4 +27,4 @@ if not outcome(id) then
 end
 tick()
 local running, waiting = counts()
-return answer({int(removed), int(running), int(waiting), e})
+return answer({int(removed), int(running), int(waiting), EPOCH})

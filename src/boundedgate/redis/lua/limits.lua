@@ -4,7 +4,7 @@
 -- waiter. The set limits live in meta, so they last while the gate's state does (IDLE_TTL).
 -- Returns {running, waiting, epoch, C, Q}.
 local newC, newQ = ARGV[2], ARGV[3]
-local e = epoch()
+epoch()
 if newC ~= '' then
   write('HSET', META, 'Cset', newC)
   C = tonumber(newC)
@@ -17,4 +17,4 @@ used(C, Q)
 count('limit_changes')
 tick()
 local running, waiting = counts()
-return reply({running, waiting, e, C, Q})
+return reply({running, waiting, EPOCH, C, Q})

@@ -7,7 +7,9 @@
 -- deadlines arrive as a remaining budget and are stored on the server's clock, only to free places.
 --
 -- Keys (one hash tag, so one slot in a cluster; every key is declared in KEYS):
---   1 meta     hash   epoch (TIME when the state was created), C and Q last used, and Cset / Qset:
+--   1 meta     hash   epoch (TIME when the state was created, or when it was found on a server of
+--                     another replication history: fence()), replid (that history's id), C and Q
+--                     last used, and Cset / Qset:
 --                     limits set at runtime (RedisGate.set_limits, or the cluster's adaptive
 --                     controller: adapt.lua), which outrank every process's own; pause: no start
 --                     before this time (ms), a provider's rate-limit reset; cut, grew, Cvalue: the
@@ -47,6 +49,7 @@ local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE
 local IDLE_TTL_ARG -- as given: a number is formatted anew for every call it is passed to
 local PAUSE -- no request starts before this time (ms, server clock): a rate-limit reset
 local META_NOW, EPOCH
+local FENCED -- true once this call has checked the server's replication id (fence())
 local WPEAK -- meta's wpeak as a number, read at the first grant (nil before)
 local clock, now
 local SECONDS, SECONDS_MS -- TIME's seconds as last taken apart, and in ms
@@ -87,7 +90,7 @@ local function begin(keys, argv)
   PAUSE = 0
   -- One read of meta for what every script needs: the limits set at runtime (they hold for every
   -- process, whatever C and Q it was constructed with), the pause, the epoch, the C and Q last used.
-  META_NOW = redis.call('HMGET', META, 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak', 'touched')
+  META_NOW = redis.call('HMGET', META, 'Cset', 'Qset', 'pause', 'epoch', 'C', 'Q', 'wpeak', 'touched', 'replid')
   if META_NOW[1] then C = tonumber(META_NOW[1]) end
   if META_NOW[2] then Q = tonumber(META_NOW[2]) end
   if META_NOW[3] then PAUSE = tonumber(META_NOW[3]) end
@@ -101,6 +104,7 @@ local function begin(keys, argv)
   RUNNING, WAITING = nil, nil
   WRITTEN, HANDED = {}, {}
   SWEEP_OUTCOMES, SELF = true, nil
+  FENCED = false
 end
 
 -- How a request ended, as the low 4 bits of its score in outcomes.
@@ -131,6 +135,7 @@ local function epoch()
   end
   return EPOCH
 end
+
 
 -- Note the C and Q this step decided by, for inspection (written only when they changed).
 local function used(c, q)
@@ -209,7 +214,38 @@ local function describe(id, text)
   redis.call('HSET', INFO, id, text)
 end
 
+-- How far n jumps when fence() starts a new epoch: above every token the lost writes can have
+-- issued (fewer than this many arrivals and grants in one replication lag), so that no (epoch, n)
+-- repeats even for a process that pairs the new n with the epoch it knew before.
+local FAILOVER_JUMP = '4294967296'
+
+-- Before a fencing token is issued, once per call: is this the server whose replication history
+-- the state was written under (meta's replid, the server's master_replid)? A replica promoted by a
+-- failover, or a server restarted from a snapshot, has a new replication id, and its copy of the
+-- state may lack the latest writes (replication is asynchronous): grants whose tokens it never
+-- saw. The state then starts a new epoch, as a server that lost it all does, and n jumps above
+-- those tokens. A client whose ACL refuses INFO leaves this unchecked.
+local function fence()
+  if FENCED then return end
+  FENCED = true
+  local info = redis.pcall('INFO', 'replication')
+  if type(info) ~= 'string' then return end
+  local id = string.match(info, 'master_replid:(%x+)')
+  local known = META_NOW[9]
+  if not id or id == known then return end
+  META_NOW[9] = id
+  if known and EPOCH then
+    EPOCH = string.format('%s.%06d', clock[1], tonumber(clock[2]))
+    write('INCRBY', SEQ, FAILOVER_JUMP)
+    write('HSET', META, 'epoch', EPOCH, 'replid', id)
+    count('failovers')
+  else
+    write('HSET', META, 'replid', id)
+  end
+end
+
 local function grant(id, agent, deadline, wake)
+  fence()
   local token = redis.call('INCR', SEQ)
   if token == 1 then WRITTEN[SEQ] = true end
   if RUNNING == 0 then WRITTEN[HOLDERS] = true end

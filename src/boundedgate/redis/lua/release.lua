@@ -6,7 +6,7 @@
 -- waiters (id, token, ...), told here, not published.
 local id, how = ARGV[2], ARGV[3]
 SELF = agent_of(id)
-local e = epoch()
+epoch()
 -- A holder has no outcome (a released id is never counted again: sync does not reattach it), so
 -- only an id that held no slot is looked up among the outcomes, to tell a retry.
 local removed = redis.call('ZREM', HOLDERS, id)
@@ -17,4 +17,4 @@ if removed == 1 or outcome(id) ~= 'released' then
 end
 tick()
 local running, waiting = counts()
-return answer({int(removed), int(running), int(waiting), e, int(C)})
+return answer({int(removed), int(running), int(waiting), EPOCH, int(C)})

@@ -9,9 +9,9 @@
 -- ended; one the server forgot arrives again.
 -- Returns {epoch, running, waiting, id, what, value, id, what, value, ...} for ids that changed.
 local agent = ARGV[2]
-local e = epoch()
+epoch()
 tick()
-local out = {e, 0, 0}
+local out = {'', 0, 0} -- the epoch and the counts as the script ends
 local function report(id, what, value)
   out[#out + 1] = id
   out[#out + 1] = what
@@ -37,6 +37,7 @@ for _ = 1, holders do
       if how then
         redis.call('ZREM', OUTCOMES, id)
       end
+      fence()
       local token = write('INCR', SEQ)
       write('ZADD', HOLDERS, int(now + LEASE), id)
       write('HSET', INFO, id, string.format('%s|-1|%d|%d', agent, now, token))
@@ -74,5 +75,6 @@ while i < #ARGV do
     end
   end
 end
+out[1] = EPOCH
 out[2], out[3] = counts()
 return reply(out)
