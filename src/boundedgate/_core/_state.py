@@ -12,7 +12,8 @@ Theory of operation
 ===================
 
 State is a count of running tickets, the waiting room (a :class:`WaitQueue`: one FIFO lane per
-priority class, with a bounded share of queue-jumping), a min-heap of the queued deadlines, and
+priority class, with a bounded share of queue-jumping; made for the first waiter, so a gate that
+never queues, as most of a keyed gate's keys, never makes one), a min-heap of the queued deadlines, and
 optionally token buckets (:class:`TokenBucket`): a request starts only when it holds a slot *and*
 its rate cost is paid, all buckets at once or none. These events change it:
 
@@ -127,7 +128,14 @@ from ._bucket import RateLimit, TokenBucket
 from ._native import FloatArg, IntArg, mypyc_attr
 from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
-from ._settings import check_cost, check_max_running, check_max_waiting, shown
+from ._settings import (
+    check_cost,
+    check_jump_share,
+    check_max_running,
+    check_max_waiting,
+    check_priorities,
+    shown,
+)
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket, arrival_of, note, start_of
 
@@ -168,6 +176,10 @@ RECENT_RUN_WEIGHT: Final = 0.2
 
 #: Dead entries tolerated in the queue and the heap beyond twice the live ones.
 _SLACK: Final = 32
+
+#: The waiting room of every state nobody has waited in yet: empty, and never pushed to (see
+#: ``GateState._enqueue``, which makes a state its own for its first waiter).
+_NO_WAITERS: Final = WaitQueue()
 
 # The heap's operations as C statics: compiled, ``heapq.heappush`` is a module attribute lookup at
 # every queued arrival.
@@ -227,7 +239,9 @@ class GateState:
         "_buckets",
         "_class_queued",
         "_deadlines",
+        "_jump_share",
         "_pace_weight",
+        "_priorities",
         "_queue",
         "_queue_limit",
         "_queued_cost",
@@ -274,25 +288,46 @@ class GateState:
         jump_share: FloatArg = 0.2,
         rate_limits: Sequence[RateLimit] = (),
     ) -> None:
-        #: Running slots (C); ``sys.maxsize`` stands for no limit (a pure rate limiter).
-        self.max_running = sys.maxsize if max_running is None else check_max_running(max_running)
-        #: The configured C (``max_running`` is 0 while paused; this keeps the C to resume with).
-        self.limit = self.max_running
-        self._pace_weight = pace_weight(self.limit)
-        self.max_waiting = check_max_waiting(max_waiting)
-        self._queue_limit = sys.maxsize if self.max_waiting is None else self.max_waiting
-        self._queue = WaitQueue(priorities, jump_share)
-        # min-heap of (deadline, ticket) for queued tickets with a deadline; lazy like the queue.
-        self._deadlines: list[tuple[float, Ticket]] = []
+        running = None if max_running is None else check_max_running(max_running)
+        waiting = check_max_waiting(max_waiting)
+        classes = check_priorities(priorities)
+        check_jump_share(jump_share)
         for limit in rate_limits:
             if not isinstance(limit, RateLimit):
                 raise TypeError(f"rate_limits must hold RateLimit objects, got {shown(limit)}")
+        self._init_checked(running, waiting, classes, jump_share, rate_limits)
+
+    def _init_checked(
+        self,
+        max_running: int | None,
+        max_waiting: int | None,
+        priorities: int,
+        jump_share: FloatArg,
+        rate_limits: Sequence[RateLimit],
+    ) -> None:
+        # A fresh state with settings already checked as __init__ checks them: a keyed gate checks
+        # its template once and makes each key's state from it (KeyState).
+        #: Running slots (C); ``sys.maxsize`` stands for no limit (a pure rate limiter).
+        self.max_running = sys.maxsize if max_running is None else max_running
+        #: The configured C (``max_running`` is 0 while paused; this keeps the C to resume with).
+        self.limit = self.max_running
+        self._pace_weight = pace_weight(self.limit)
+        self.max_waiting = max_waiting
+        self._queue_limit = sys.maxsize if max_waiting is None else max_waiting
+        # The waiting room is made for the first waiter (see _enqueue): an uncontended gate,
+        # a keyed gate's key above all, never makes one.
+        self._queue = _NO_WAITERS
+        self._priorities = priorities
+        self._jump_share = jump_share
+        # min-heap of (deadline, ticket) for queued tickets with a deadline; its removals are lazy
+        # like the queue's.
+        self._deadlines: list[tuple[float, Ticket]] = []
         self._buckets = tuple(TokenBucket(limit) for limit in rate_limits)
         # What the queued tickets will take from the buckets, kept with rate limits only (see
         # tokens_ready_at): with one class, the sum of their costs (their number is `waiting`);
         # with several, per class in the queue, [tickets, sum of their costs].
         self._queued_cost = 0.0
-        several = bool(self._buckets) and self._queue.classes > 1
+        several = bool(self._buckets) and priorities > 1
         self._class_queued: dict[int, list[float]] | None = {} if several else None
         self.running = 0
         self.waiting = 0
@@ -624,7 +659,7 @@ class GateState:
     @property
     def priorities(self) -> int:
         """Number of priority classes."""
-        return self._queue.classes
+        return self._priorities
 
     @property
     def rate_limits(self) -> tuple[RateLimit, ...]:
@@ -773,7 +808,7 @@ class GateState:
         # What the queue owes the buckets, kept as tickets join and leave: the live queue's sums.
         by_class = self._class_queued
         if by_class is None:
-            _expect(self._queue.classes == 1, "no sums per class for several classes")
+            _expect(self._priorities == 1, "no sums per class for several classes")
             owed = sum(t.cost for t in live)
             _expect(
                 math.isclose(self._queued_cost, owed, abs_tol=1e-9), "queued cost", owed, self._queued_cost
@@ -954,6 +989,8 @@ class GateState:
 
     def _enqueue(self, ticket: Ticket) -> None:
         ticket.status = QUEUED
+        if self._queue is _NO_WAITERS:  # the first waiter: the waiting room is made now
+            self._queue = WaitQueue(self._priorities, self._jump_share)
         self._queue.push(ticket)
         if self._buckets:
             self._queue_cost(ticket)

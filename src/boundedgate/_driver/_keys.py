@@ -142,7 +142,9 @@ class KeyState(GateState):
         jump_share: float,
         rate_limits: Sequence[RateLimit],
     ) -> None:
-        super().__init__(max_running, max_waiting, priorities, jump_share, rate_limits)
+        # The settings are the keyed gate's, checked when it was made (or the key's own, checked
+        # when they were found): a key's state is made without checking them again.
+        self._init_checked(max_running, max_waiting, priorities, jump_share, rate_limits)
         self.owner = owner
         self.key = key
         self.phase = FRESH
