@@ -19,7 +19,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any, Generic, cast, final
+from typing import TYPE_CHECKING, Generic, cast, final
 
 from typing_extensions import TypeVar
 
@@ -48,7 +48,7 @@ from .._core import (
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._bounded import BoundedGate
 from ._gate import Permit
-from ._keys import KeyedBase, KeyOwner, KeyState
+from ._keys import KeyedBase, KeyState
 from ._observing import Observer
 
 __all__ = ("KeyedGate",)
@@ -516,9 +516,3 @@ def _check_adaptive(adaptive: object, max_running: object) -> None:
         raise TypeError(f"adaptive must be Adaptive settings, got {shown(adaptive)}")
     if adaptive is not None and max_running is None:
         raise ValueError("an adaptive limit needs a template max_running")
-
-
-if TYPE_CHECKING:
-
-    def _is_a_key_owner(keyed: KeyedGate[Any]) -> KeyOwner:  # mypy checks the contract here
-        return keyed

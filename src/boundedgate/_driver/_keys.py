@@ -6,8 +6,9 @@ Theory of operation
 A :class:`KeyedGate` gives each key a gate of its own, made on the key's first use with the
 template's limits (or the key's own) and dropped once the key is idle. The gate drives a
 :class:`KeyState`: a :class:`GateState` like any gate's, which tells its owner, the keyed gate,
-of every change through the few methods of :class:`KeyOwner`. The owner's side of it is
-:class:`KeyedBase`, the keyed gate's base: ``admit()``, and the table of keys every arrival and
+of every change through a few of its methods (``_arrived_idle``, ``_changed``, ``_freed``,
+``_settle_retired``, ``_charged_idle``). The owner is :class:`KeyedBase`, the keyed gate's base:
+``admit()``, and the table of keys every arrival and
 release updates (the listed gates, the idle and resting keys, the running totals, the counters of
 the gates dropped). The public ``KeyedGate`` (``_keyed.py``, never compiled) is its one subclass,
 with everything off the per-call path and the ``__weakref__`` slot (see ``_bounded.py``: mypyc's
@@ -62,7 +63,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from types import EllipsisType
-from typing import Any, Final, Protocol, cast, final
+from typing import Any, Final, cast, final
 
 from .._core import (
     AdaptiveLimit,
@@ -80,7 +81,7 @@ from ._gate import GateBase, Permit
 from ._hooks import attach
 from ._observing import Observers
 
-__all__ = ("FRESH", "LISTED", "RETIRED", "KeyOwner", "KeyState", "KeyedBase", "fold", "key_gate_name")
+__all__ = ("FRESH", "LISTED", "RETIRED", "KeyState", "KeyedBase", "fold", "key_gate_name")
 
 #: A key state's phases (see the module docstring): made, not yet its key's gate; its key's gate; dropped.
 FRESH: Final = 0
@@ -89,41 +90,14 @@ RETIRED: Final = 2
 _PHASES: Final = ("fresh", "listed", "retired")
 
 
-class KeyOwner(Protocol):
-    """What a key's state tells the keyed gate that owns it: all it knows of it."""
-
-    def _arrived_idle(self, state: KeyState, ticket: Ticket, now: float, wait: bool) -> Sequence[Ticket]:
-        """``ticket`` arrives at ``state`` while nothing runs or waits there: the owner makes the arrival.
-
-        Returns what ``GateState.arrive`` returns, as the state would have.
-        """
-        ...
-
-    def _changed(self, state: KeyState) -> None:
-        """``state``'s counts may have risen: bring the totals (and their peaks) up to date."""
-        ...
-
-    def _freed(self, state: KeyState, now: float) -> None:
-        """``state``'s counts may have fallen: bring the totals up to date, and see if it is idle."""
-        ...
-
-    def _settle_retired(self, state: KeyState, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
-        """Settle ``ticket`` of a state that is no longer its key's gate: the key's gate of now pays."""
-        ...
-
-    def _charged_idle(self, state: KeyState, now: float) -> None:
-        """A settle charged the idle ``state``'s buckets: a key kept idle rests until they refill."""
-        ...
-
-
 @final
 class KeyState(GateState):
     """A key's gate state: a gate's, which tells its owner of every change (see the module docstring)."""
 
     __slots__ = ("key", "owner", "phase", "told_running", "told_waiting")
 
-    #: The keyed gate it belongs to.
-    owner: KeyOwner
+    #: The keyed gate it belongs to (called natively: KeyedBase is final to mypyc).
+    owner: KeyedBase
     #: Its key.
     key: Hashable
     #: FRESH, LISTED or RETIRED; the owner moves it on.
@@ -134,13 +108,13 @@ class KeyState(GateState):
 
     def __init__(
         self,
-        owner: KeyOwner,
+        owner: KeyedBase,
         key: Hashable,
         max_running: int | None,
         max_waiting: int | None,
         priorities: int,
         jump_share: float,
-        rate_limits: Sequence[RateLimit],
+        rate_limits: tuple[RateLimit, ...],
     ) -> None:
         # The settings are the keyed gate's, checked when it was made (or the key's own, checked
         # when they were found): a key's state is made without checking them again.
@@ -494,7 +468,7 @@ class KeyedBase:
             interpreted: Any = self  # KeyedGate's, off the common path
             interpreted._remember(key, gate._controller, bool(state.completed or state.late))
 
-    # -- what a key's state tells (KeyOwner) -------------------------------------------------------
+    # -- what a key's state tells its owner ---------------------------------------------------------
 
     def _arrived_idle(self, state: KeyState, ticket: Ticket, now: float, wait: bool) -> Sequence[Ticket]:
         """An arrival at an idle gate: a kept one leaves the idle keys, a fresh one is listed."""
