@@ -177,6 +177,9 @@ RECENT_RUN_WEIGHT: Final = 0.2
 #: Dead entries tolerated in the queue and the heap beyond twice the live ones.
 _SLACK: Final = 32
 
+#: The C (or Q) that stands for no limit.
+_UNLIMITED: Final = sys.maxsize
+
 #: The waiting room of every state nobody has waited in yet: empty, and never pushed to (see
 #: ``GateState._enqueue``, which makes a state its own for its first waiter).
 _NO_WAITERS: Final = WaitQueue()
@@ -194,7 +197,7 @@ def pace_weight(limit: int) -> float:
     (five mean run times at full load) whatever C, so one long run does not move the pace of a
     wide gate as it would a mean over its last five runs.
     """
-    return RECENT_RUN_WEIGHT if limit == sys.maxsize else RECENT_RUN_WEIGHT / limit
+    return RECENT_RUN_WEIGHT if limit == _UNLIMITED else RECENT_RUN_WEIGHT / limit
 
 
 def _ready_behind(bucket: TokenBucket, cost: float, tickets: float, tokens: float, now: float) -> float:
@@ -295,7 +298,7 @@ class GateState:
         for limit in rate_limits:
             if not isinstance(limit, RateLimit):
                 raise TypeError(f"rate_limits must hold RateLimit objects, got {shown(limit)}")
-        self._init_checked(running, waiting, classes, jump_share, rate_limits)
+        self._init_checked(running, waiting, classes, jump_share, tuple(rate_limits))
 
     def _init_checked(
         self,
@@ -303,17 +306,17 @@ class GateState:
         max_waiting: int | None,
         priorities: int,
         jump_share: FloatArg,
-        rate_limits: Sequence[RateLimit],
+        rate_limits: tuple[RateLimit, ...],
     ) -> None:
         # A fresh state with settings already checked as __init__ checks them: a keyed gate checks
         # its template once and makes each key's state from it (KeyState).
         #: Running slots (C); ``sys.maxsize`` stands for no limit (a pure rate limiter).
-        self.max_running = sys.maxsize if max_running is None else max_running
+        self.max_running = _UNLIMITED if max_running is None else max_running
         #: The configured C (``max_running`` is 0 while paused; this keeps the C to resume with).
         self.limit = self.max_running
         self._pace_weight = pace_weight(self.limit)
         self.max_waiting = max_waiting
-        self._queue_limit = sys.maxsize if max_waiting is None else max_waiting
+        self._queue_limit = _UNLIMITED if max_waiting is None else max_waiting
         # The waiting room is made for the first waiter (see _enqueue): an uncontended gate,
         # a keyed gate's key above all, never makes one.
         self._queue = _NO_WAITERS
@@ -563,7 +566,7 @@ class GateState:
         """
         running = self.limit
         if max_running is not ...:
-            running = sys.maxsize if max_running is None else check_max_running(max_running)
+            running = _UNLIMITED if max_running is None else check_max_running(max_running)
         waiting = self.max_waiting if max_waiting is ... else check_max_waiting(max_waiting)
         if running == self.limit and waiting == self.max_waiting:
             return _NOBODY
@@ -571,7 +574,7 @@ class GateState:
         self.limit = running
         self._pace_weight = pace_weight(running)
         self.max_waiting = waiting
-        self._queue_limit = sys.maxsize if waiting is None else waiting
+        self._queue_limit = _UNLIMITED if waiting is None else waiting
         woken: list[Ticket] = []
         if evict:
             # The newest of the least urgent class first: the live queue read backwards.
@@ -649,7 +652,7 @@ class GateState:
         """
         recent = self.recent_run_seconds
         start = now if self.paused_until == math.inf else max(now, self.paused_until)
-        if recent is None or self.limit == sys.maxsize:
+        if recent is None or self.limit == _UNLIMITED:
             return start
         needed = max(0, self.running - self.limit) + self.waiting + 1
         return start + needed * recent / self.limit
@@ -752,7 +755,7 @@ class GateState:
         """
         return GateStatistics(
             name=name,
-            max_running=None if self.limit == sys.maxsize else self.limit,
+            max_running=None if self.limit == _UNLIMITED else self.limit,
             max_waiting=self.max_waiting,
             running=self.running,
             waiting=self.waiting,

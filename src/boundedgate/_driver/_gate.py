@@ -100,6 +100,8 @@ LEAKED: Final[Status] = Status.LEAKED
 DISCONNECTED: Final[Status] = Status.DISCONNECTED
 _INF: Final = math.inf
 _MAX: Final = sys.float_info.max
+_UNLIMITED: Final = sys.maxsize  # a state's C without a limit
+_MONOTONIC: Final = time.monotonic
 _ZERO: Final = 0  # `priority is not _ZERO`: the identity of the small int the default is
 _QUEUE_FULL: Final = QueueFull  # read natively by compiled code, where the imported name is a dict look-up
 
@@ -154,12 +156,12 @@ class GateBase:
     def _setup(self, state: GateState, name: StrArg, rated: bool) -> None:
         """Drive ``state`` (``rated``: it has rate limits), without hooks: the maker attaches them."""
         self._state = state
-        self._max_running = None if state.max_running == sys.maxsize else state.max_running
+        self._max_running = None if state.max_running == _UNLIMITED else state.max_running
         self._rated = rated
         self._name = check_name(name)
         self._observers = None
         self._loop = None
-        self._clock = time.monotonic  # until it is bound: read by nothing before
+        self._clock = _MONOTONIC  # until it is bound: read by nothing before
         self._timer = None
         self._timer_at = math.inf
         self._parked = set()
@@ -407,7 +409,7 @@ class GateBase:
         woken = state.set_limits(now, max_running, max_waiting, evict)
         if controller is not None:
             controller.rebase(state.limit)
-        self._max_running = None if state.limit == sys.maxsize else state.limit
+        self._max_running = None if state.limit == _UNLIMITED else state.limit
         if before != (state.limit, state.max_waiting):
             log_event(
                 self.name,
@@ -510,7 +512,7 @@ class GateBase:
             ValueError: The gate has no ``max_running`` (nothing for a controller to set).
         """
         state = self._state
-        if state.limit == sys.maxsize:
+        if state.limit == _UNLIMITED:
             raise ValueError("an adaptive limit needs a gate with max_running set")
         self._controller = AdaptiveLimit(settings, state.limit)  # which checks the settings
         self.observe(self._sample)
