@@ -89,6 +89,10 @@ LISTED: Final = 1
 RETIRED: Final = 2
 _PHASES: Final = ("fresh", "listed", "retired")
 
+# The class of every key's gate, read natively by compiled code, where the imported name is a dict
+# look-up (twice a key).
+_BOUNDED_GATE: Final = BoundedGate
+
 
 @final
 class KeyState(GateState):
@@ -395,7 +399,7 @@ class KeyedBase:
         state = KeyState(
             self, key, max_running, max_waiting, self._priorities, self._jump_share, self._rate_limits
         )
-        gate: GateBase = BoundedGate.__new__(BoundedGate)  # what its constructor makes, around this state
+        gate: GateBase = _BOUNDED_GATE.__new__(_BOUNDED_GATE)  # what its constructor makes, around this state
         gate._setup(state, key_gate_name(self._prefix, key), bool(self._rate_limits))
         if self._loop is not None:  # binding a gate reads the loop's clock; its keys' share one loop
             gate._loop = self._loop
@@ -457,7 +461,9 @@ class KeyedBase:
 
     def _drop(self, key: Hashable) -> None:
         """Drop ``key``'s (idle) gate: its counters go into the totals, its controller's lesson is kept."""
-        gate = self._gates.pop(key)
+        gates = self._gates
+        gate = gates[key]
+        del gates[key]  # natively, where dict.pop is a method call by name
         state: KeyState = gate._state  # type: ignore[assignment]  # a key's gate drives a key state
         state.phase = RETIRED
         # Nothing ends in it any more: its hooks go, and with them the cycle they make with it.
