@@ -180,9 +180,10 @@ _SLACK: Final = 32
 #: The C (or Q) that stands for no limit.
 _UNLIMITED: Final = sys.maxsize
 
-#: The waiting room of every state nobody has waited in yet: empty, and never pushed to (see
-#: ``GateState._enqueue``, which makes a state its own for its first waiter).
+#: The waiting room of every state nobody has waited in yet, its queue and its heap of deadlines:
+#: empty, and never pushed to (``GateState._enqueue`` makes a state its own for its first waiter).
 _NO_WAITERS: Final = WaitQueue()
+_NO_DEADLINES: Final[list[tuple[float, Ticket]]] = []
 
 # The heap's operations as C statics: compiled, ``heapq.heappush`` is a module attribute lookup at
 # every queued arrival.
@@ -324,7 +325,7 @@ class GateState:
         self._jump_share = jump_share
         # min-heap of (deadline, ticket) for queued tickets with a deadline; its removals are lazy
         # like the queue's.
-        self._deadlines: list[tuple[float, Ticket]] = []
+        self._deadlines = _NO_DEADLINES
         self._buckets = tuple(TokenBucket(limit) for limit in rate_limits)
         # What the queued tickets will take from the buckets, kept with rate limits only (see
         # tokens_ready_at): with one class, the sum of their costs (their number is `waiting`);
@@ -994,6 +995,7 @@ class GateState:
         ticket.status = QUEUED
         if self._queue is _NO_WAITERS:  # the first waiter: the waiting room is made now
             self._queue = WaitQueue(self._priorities, self._jump_share)
+            self._deadlines = []
         self._queue.push(ticket)
         if self._buckets:
             self._queue_cost(ticket)

@@ -89,9 +89,10 @@ LISTED: Final = 1
 RETIRED: Final = 2
 _PHASES: Final = ("fresh", "listed", "retired")
 
-# The class of every key's gate, read natively by compiled code, where the imported name is a dict
-# look-up (twice a key).
+# The class of every key's gate and its allocator, read natively by compiled code, where the
+# imported name is a dict look-up and the allocator a look-up by name.
 _BOUNDED_GATE: Final = BoundedGate
+_NEW_GATE: Final = BoundedGate.__new__
 
 
 @final
@@ -399,7 +400,7 @@ class KeyedBase:
         state = KeyState(
             self, key, max_running, max_waiting, self._priorities, self._jump_share, self._rate_limits
         )
-        gate: GateBase = _BOUNDED_GATE.__new__(_BOUNDED_GATE)  # what its constructor makes, around this state
+        gate: GateBase = _NEW_GATE(_BOUNDED_GATE)  # what its constructor makes, around this state
         gate._setup(state, key_gate_name(self._prefix, key), bool(self._rate_limits))
         if self._loop is not None:  # binding a gate reads the loop's clock; its keys' share one loop
             gate._loop = self._loop
