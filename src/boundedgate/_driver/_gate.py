@@ -110,6 +110,10 @@ _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
 # What `_waiter` holds for a permit from try_admit() until it is entered: the slot is held already.
 _HELD: Final[asyncio.Future[None]] = cast("asyncio.Future[None]", object())
 
+# The parked permits of every gate nobody has waited at yet: empty, and never added to (a permit
+# that parks first makes its gate a set of its own, in __aenter__).
+_NOBODY_PARKED: Final[set[Permit]] = set()
+
 # What only the gate passes: a Permit made by hand is refused.
 _BY_GATE: Final = object()
 
@@ -164,7 +168,7 @@ class GateBase:
         self._clock = _MONOTONIC  # until it is bound: read by nothing before
         self._timer = None
         self._timer_at = math.inf
-        self._parked = set()
+        self._parked = _NOBODY_PARKED
         self._controller = None
 
     # -- public API -------------------------------------------------------------------------
@@ -943,6 +947,8 @@ class Permit(Ticket):
         if self.status is QUEUED:
             waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]  # bound by now
             parked = gate._parked
+            if parked is _NOBODY_PARKED:  # the gate's first waiter: its set is made now
+                gate._parked = parked = set()
             parked.add(self)
             expires = self.deadline if self.max_wait == _INF else queue_deadline(self)
             if gate._rated:
