@@ -478,12 +478,14 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         then is not recorded.
         """
         self._observers.add(callback)
+        self._observed = True
         for key, gate in tuple(self._gates.items()):
             self._attach(key, gate)
 
     def unobserve(self, callback: Observer) -> None:
         """Stop calling ``callback``; with no callback left the keys' gates record nothing."""
         self._observers.remove(callback)
+        self._observed = bool(self._observers.callbacks)
         for key, gate in tuple(self._gates.items()):
             self._attach(key, gate)
 

@@ -78,7 +78,7 @@ from .._core import (
 )
 from ._bounded import BoundedGate
 from ._gate import GateBase, Permit
-from ._hooks import attach
+from ._hooks import attach, report
 from ._observing import Observers
 
 __all__ = ("FRESH", "LISTED", "RETIRED", "KeyState", "KeyedBase", "fold", "key_gate_name")
@@ -118,7 +118,7 @@ class KeyState(GateState):
         max_running: int | None,
         max_waiting: int | None,
         priorities: int,
-        jump_share: float,
+        jump_share: FloatArg,
         rate_limits: tuple[RateLimit, ...],
     ) -> None:
         # The settings are the keyed gate's, checked when it was made (or the key's own, checked
@@ -194,6 +194,26 @@ class KeyState(GateState):
         return f"<KeyState {self.key!r} {_PHASES[self.phase]}>"
 
 
+@final
+class KeyReporter:
+    """Writes the record of each refused, late or leaked request of a keyed gate's keys: one for all.
+
+    A request's permit is at the gate whose state decides its outcome (a permit moves to its key's
+    gate of the moment before it arrives there, and never moves after), so the state that reports
+    it is its gate's, and the key that state's.
+    """
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, gate: str) -> None:
+        self._gate = gate
+
+    def __call__(self, ticket: Ticket) -> None:
+        """Log ``ticket``'s ending, as :class:`Reporter` does for one state."""
+        state: KeyState = cast(Permit, ticket)._gate._state  # type: ignore[assignment]  # a key state
+        report(ticket, state, self._gate, state.key)
+
+
 def fold(into: GateState, state: GateState) -> None:
     """Add the history of a dropped key's ``state`` to ``into``: its counts and times, and its longest.
 
@@ -248,6 +268,7 @@ class KeyedBase:
         "_max_running",
         "_max_waiting",
         "_name",
+        "_observed",
         "_observers",
         "_peak_keys",
         "_peak_running",
@@ -255,6 +276,7 @@ class KeyedBase:
         "_prefix",
         "_priorities",
         "_rate_limits",
+        "_reporter",
         "_resting",
         "_retired",
         "_running",
@@ -270,13 +292,17 @@ class KeyedBase:
     _max_running: int | None
     _max_waiting: int | None
     _priorities: int
-    _jump_share: float
+    _jump_share: FloatArg  # as given (checked): the keys pass it on to their queues
     _rate_limits: tuple[RateLimit, ...]
     # True while a new key takes the template's limits and needs no controller (no overrides, no
     # limits set for a key, no adaptive limit): its gate is made here, without asking the subclass.
     _template: bool
-    # The callbacks every key's gate records to (through its state's hooks).
+    # The callbacks every key's gate records to (through its state's hooks), and whether there are
+    # any (KeyedGate's observe() and unobserve() keep it, for _attach to read natively).
     _observers: Observers
+    _observed: bool
+    # The reporter every key's state shares (a key with a controller or observed has its own hooks).
+    _reporter: KeyReporter
     _keep_idle: int
     # The loop its keys' gates were last bound to, and its clock: a key's new gate starts bound to
     # it (its first arrival binds it again if another loop runs it).
@@ -306,7 +332,7 @@ class KeyedBase:
         max_running: int | None,
         max_waiting: int | None,
         priorities: int,
-        jump_share: float,
+        jump_share: FloatArg,
         rate_limits: tuple[RateLimit, ...],
         keep_idle: int,
     ) -> None:
@@ -320,6 +346,8 @@ class KeyedBase:
         self._rate_limits = rate_limits
         self._template = True
         self._observers = Observers()
+        self._observed = False
+        self._reporter = KeyReporter(name)
         self._keep_idle = keep_idle
         self._loop = None
         self._clock = time.monotonic  # read by nothing before it is bound
@@ -411,13 +439,18 @@ class KeyedBase:
         return gate
 
     def _attach(self, key: Hashable, gate: GateBase) -> None:
-        """Give a key's gate its hooks: the keyed gate's observers, and its controller's sampler."""
+        """Give a key's gate its hooks: the keyed gate's reporter and observers, its controller's sampler."""
+        state = gate._state
         if gate._controller is None:
-            attach(gate._state, self._name, key, self._observers)
+            if not self._observed:  # the shared reporter alone: nothing made for this key
+                state.reporter = self._reporter
+                state.observer = None
+                return
+            attach(state, self._name, key, self._observers, self._reporter)
             return
         observers = Observers()
         observers.callbacks = (*self._observers.callbacks, gate._sample)
-        attach(gate._state, self._name, key, observers)
+        attach(state, self._name, key, observers, self._reporter)
 
     def _list(self, key: Hashable, gate: GateBase) -> None:
         """Make ``gate`` (fresh) ``key``'s gate."""
