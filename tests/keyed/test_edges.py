@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
-from boundedgate import BoundedGate, KeyedGate, Late, QueueExpired, Status, admit_all
+from boundedgate import BoundedGate, KeyedGate, Late, QueueExpired, QueueFull, Status, admit_all
 
 
 async def test_a_key_s_queue_budget_expires_its_waiter_and_raise_late_false_counts_quietly() -> None:
@@ -53,3 +54,27 @@ async def test_an_aborted_combined_request_is_aborted_at_every_gate() -> None:
         combined.abort()
         assert (first.running, second.running, combined.status) == (0, 0, Status.ABORTED)
     assert (first.stats().aborted, second.stats().aborted) == (1, 1)
+
+
+async def test_a_key_s_refusals_are_logged_with_its_key_moved_permits_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A keyed gate's keys share one reporter, which reads the state and key from the refused permit's
+    # gate: a permit taken before its key was listed by another is moved to that gate, and named so.
+    keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=0, name="k")
+    early = keyed.admit("b")  # b has no gate yet: this permit's gate is a fresh one
+    with caplog.at_level(logging.INFO, logger="boundedgate"):
+        holder = keyed.try_admit("a")
+        with pytest.raises(QueueFull):
+            keyed.try_admit("a")
+        other = keyed.try_admit("b")  # lists b's gate: `early` will move to it
+        with pytest.raises(QueueFull):
+            async with early:
+                pytest.fail("b's slot is held")
+        with pytest.raises(QueueExpired):
+            async with keyed.admit("c", deadline=asyncio.get_running_loop().time()):
+                pytest.fail("its deadline had passed")  # refused before it was counted: not logged
+    refused = [(r.gate, r.rate_limit_key, r.outcome) for r in caplog.records]  # type: ignore[attr-defined]
+    assert refused == [("k", "k/a", "rejected"), ("k", "k/b", "rejected")]
+    holder.release()
+    other.release()

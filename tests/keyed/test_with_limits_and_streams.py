@@ -118,6 +118,32 @@ async def test_priorities_pass_through_to_the_key_gates() -> None:
     assert keyed.stats().total.evicted == 1
 
 
+@pytest.mark.parametrize(("jump_share", "first"), [(0, "calm"), (0.5, "urgent")])
+async def test_a_key_s_first_waiters_queue_by_the_template_s_classes(jump_share: float, first: str) -> None:
+    # A key's waiting room is made for its first waiter, with the template's priorities and jump
+    # share: with none to spend an urgent waiter keeps its turn, with one banked it jumps the line.
+    keyed: KeyedGate[str] = KeyedGate(
+        max_running=1, max_waiting=2, name="k", priorities=2, jump_share=jump_share
+    )
+    for _ in range(3):  # uncontended: the key's gate is made and dropped, its waiting room never made
+        keyed.try_admit("a").release()
+    started: list[str] = []
+
+    async def wait(name: str, priority: int) -> None:
+        async with keyed.admit("a", priority=priority):
+            started.append(name)
+
+    holder = keyed.try_admit("a")
+    calm = asyncio.create_task(wait("calm", 1))
+    await asyncio.sleep(0)
+    urgent = asyncio.create_task(wait("urgent", 0))
+    await asyncio.sleep(0)
+    holder.release()
+    await asyncio.gather(calm, urgent)
+    assert started == [first, "urgent" if first == "calm" else "calm"]
+    assert keyed.stats().total.completed == 6
+
+
 async def test_admit_all_rolls_back_the_tokens_of_the_gates_it_took() -> None:
     model = BoundedGate(
         max_running=5,

@@ -12,7 +12,8 @@ Theory of operation
 ===================
 
 State is a count of running tickets, the waiting room (a :class:`WaitQueue`: one FIFO lane per
-priority class, with a bounded share of queue-jumping), a min-heap of the queued deadlines, and
+priority class, with a bounded share of queue-jumping; made for the first waiter, so a gate that
+never queues, as most of a keyed gate's keys, never makes one), a min-heap of the queued deadlines, and
 optionally token buckets (:class:`TokenBucket`): a request starts only when it holds a slot *and*
 its rate cost is paid, all buckets at once or none. These events change it:
 
@@ -127,7 +128,14 @@ from ._bucket import RateLimit, TokenBucket
 from ._native import FloatArg, IntArg, mypyc_attr
 from ._outcomes import OUTCOMES
 from ._queue import WaitQueue
-from ._settings import check_cost, check_max_running, check_max_waiting, shown
+from ._settings import (
+    check_cost,
+    check_jump_share,
+    check_max_running,
+    check_max_waiting,
+    check_priorities,
+    shown,
+)
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket, arrival_of, durations_of, note
 
@@ -169,6 +177,14 @@ RECENT_RUN_WEIGHT: Final = 0.2
 #: Dead entries tolerated in the queue and the heap beyond twice the live ones.
 _SLACK: Final = 32
 
+#: The C (or Q) that stands for no limit.
+_UNLIMITED: Final = sys.maxsize
+
+#: The waiting room of every state nobody has waited in yet, its queue and its heap of deadlines:
+#: empty, and never pushed to (``GateState._enqueue`` makes a state its own for its first waiter).
+_NO_WAITERS: Final = WaitQueue()
+_NO_DEADLINES: Final[list[tuple[float, Ticket]]] = []
+
 # The heap's operations as C statics: compiled, ``heapq.heappush`` is a module attribute lookup at
 # every queued arrival.
 _heappush: Final = heapq.heappush
@@ -182,7 +198,7 @@ def pace_weight(limit: int) -> float:
     (five mean run times at full load) whatever C, so one long run does not move the pace of a
     wide gate as it would a mean over its last five runs.
     """
-    return RECENT_RUN_WEIGHT if limit == sys.maxsize else RECENT_RUN_WEIGHT / limit
+    return RECENT_RUN_WEIGHT if limit == _UNLIMITED else RECENT_RUN_WEIGHT / limit
 
 
 def _ready_behind(bucket: TokenBucket, cost: float, tickets: float, tokens: float, now: float) -> float:
@@ -227,6 +243,7 @@ class GateState:
         "_buckets",
         "_class_queued",
         "_deadlines",
+        "_jump_share",
         "_pace_weight",
         "_queue",
         "_queue_limit",
@@ -275,27 +292,47 @@ class GateState:
         jump_share: FloatArg = 0.2,
         rate_limits: Sequence[RateLimit] = (),
     ) -> None:
-        #: Running slots (C); ``sys.maxsize`` stands for no limit (a pure rate limiter).
-        self.max_running = sys.maxsize if max_running is None else check_max_running(max_running)
-        #: The configured C (``max_running`` is 0 while paused; this keeps the C to resume with).
-        self.limit = self.max_running
-        self._pace_weight = pace_weight(self.limit)
-        self.max_waiting = check_max_waiting(max_waiting)
-        self._queue_limit = sys.maxsize if self.max_waiting is None else self.max_waiting
-        self._queue = WaitQueue(priorities, jump_share)
-        #: Number of priority classes (0 is the most urgent): fixed, as the queue's lanes are.
-        self.priorities = self._queue.classes
-        # min-heap of (deadline, ticket) for queued tickets with a deadline; lazy like the queue.
-        self._deadlines: list[tuple[float, Ticket]] = []
+        running = None if max_running is None else check_max_running(max_running)
+        waiting = check_max_waiting(max_waiting)
+        classes = check_priorities(priorities)
+        check_jump_share(jump_share)
         for limit in rate_limits:
             if not isinstance(limit, RateLimit):
                 raise TypeError(f"rate_limits must hold RateLimit objects, got {shown(limit)}")
+        self._init_checked(running, waiting, classes, jump_share, tuple(rate_limits))
+
+    def _init_checked(
+        self,
+        max_running: int | None,
+        max_waiting: int | None,
+        priorities: int,
+        jump_share: FloatArg,
+        rate_limits: tuple[RateLimit, ...],
+    ) -> None:
+        # A fresh state with settings already checked as __init__ checks them: a keyed gate checks
+        # its template once and makes each key's state from it (KeyState).
+        #: Running slots (C); ``sys.maxsize`` stands for no limit (a pure rate limiter).
+        self.max_running = _UNLIMITED if max_running is None else max_running
+        #: The configured C (``max_running`` is 0 while paused; this keeps the C to resume with).
+        self.limit = self.max_running
+        self._pace_weight = pace_weight(self.limit)
+        self.max_waiting = max_waiting
+        self._queue_limit = _UNLIMITED if max_waiting is None else max_waiting
+        # The waiting room is made for the first waiter (see _enqueue): an uncontended gate,
+        # a keyed gate's key above all, never makes one.
+        self._queue = _NO_WAITERS
+        #: Number of priority classes (0 is the most urgent): fixed, as the queue's lanes are.
+        self.priorities = priorities
+        self._jump_share = jump_share
+        # min-heap of (deadline, ticket) for queued tickets with a deadline; its removals are lazy
+        # like the queue's.
+        self._deadlines = _NO_DEADLINES
         self._buckets = tuple(TokenBucket(limit) for limit in rate_limits)
         # What the queued tickets will take from the buckets, kept with rate limits only (see
         # tokens_ready_at): with one class, the sum of their costs (their number is `waiting`);
         # with several, per class in the queue, [tickets, sum of their costs].
         self._queued_cost = 0.0
-        several = bool(self._buckets) and self._queue.classes > 1
+        several = bool(self._buckets) and priorities > 1
         self._class_queued: dict[int, list[float]] | None = {} if several else None
         self.running = 0
         self.waiting = 0
@@ -530,7 +567,7 @@ class GateState:
         """
         running = self.limit
         if max_running is not ...:
-            running = sys.maxsize if max_running is None else check_max_running(max_running)
+            running = _UNLIMITED if max_running is None else check_max_running(max_running)
         waiting = self.max_waiting if max_waiting is ... else check_max_waiting(max_waiting)
         if running == self.limit and waiting == self.max_waiting:
             return _NOBODY
@@ -538,7 +575,7 @@ class GateState:
         self.limit = running
         self._pace_weight = pace_weight(running)
         self.max_waiting = waiting
-        self._queue_limit = sys.maxsize if waiting is None else waiting
+        self._queue_limit = _UNLIMITED if waiting is None else waiting
         woken: list[Ticket] = []
         if evict:
             # The newest of the least urgent class first: the live queue read backwards.
@@ -616,7 +653,7 @@ class GateState:
         """
         recent = self.recent_run_seconds
         start = now if self.paused_until == math.inf else max(now, self.paused_until)
-        if recent is None or self.limit == sys.maxsize:
+        if recent is None or self.limit == _UNLIMITED:
             return start
         needed = max(0, self.running - self.limit) + self.waiting + 1
         return start + needed * recent / self.limit
@@ -714,7 +751,7 @@ class GateState:
         """
         return GateStatistics(
             name=name,
-            max_running=None if self.limit == sys.maxsize else self.limit,
+            max_running=None if self.limit == _UNLIMITED else self.limit,
             max_waiting=self.max_waiting,
             running=self.running,
             waiting=self.waiting,
@@ -770,7 +807,7 @@ class GateState:
         # What the queue owes the buckets, kept as tickets join and leave: the live queue's sums.
         by_class = self._class_queued
         if by_class is None:
-            _expect(self._queue.classes == 1, "no sums per class for several classes")
+            _expect(self.priorities == 1, "no sums per class for several classes")
             owed = sum(t.cost for t in live)
             _expect(
                 math.isclose(self._queued_cost, owed, abs_tol=1e-9), "queued cost", owed, self._queued_cost
@@ -951,6 +988,9 @@ class GateState:
 
     def _enqueue(self, ticket: Ticket) -> None:
         ticket.status = QUEUED
+        if self._queue is _NO_WAITERS:  # the first waiter: the waiting room is made now
+            self._queue = WaitQueue(self.priorities, self._jump_share)
+            self._deadlines = []
         self._queue.push(ticket)
         if self._buckets:
             self._queue_cost(ticket)

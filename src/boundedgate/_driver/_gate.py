@@ -100,6 +100,8 @@ LEAKED: Final[Status] = Status.LEAKED
 DISCONNECTED: Final[Status] = Status.DISCONNECTED
 _INF: Final = math.inf
 _MAX: Final = sys.float_info.max
+_UNLIMITED: Final = sys.maxsize  # a state's C without a limit
+_MONOTONIC: Final = time.monotonic
 _ZERO: Final = 0  # `priority is not _ZERO`: the identity of the small int the default is
 _QUEUE_FULL: Final = QueueFull  # read natively by compiled code, where the imported name is a dict look-up
 
@@ -107,6 +109,10 @@ _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
 
 # What `_waiter` holds for a permit from try_admit() until it is entered: the slot is held already.
 _HELD: Final[asyncio.Future[None]] = cast("asyncio.Future[None]", object())
+
+# The parked permits of every gate nobody has waited at yet: empty, and never added to (a permit
+# that parks first makes its gate a set of its own, in __aenter__).
+_NOBODY_PARKED: Final[set[Permit]] = set()
 
 # What only the gate passes: a Permit made by hand is refused.
 _BY_GATE: Final = object()
@@ -154,15 +160,15 @@ class GateBase:
     def _setup(self, state: GateState, name: StrArg, rated: bool) -> None:
         """Drive ``state`` (``rated``: it has rate limits), without hooks: the maker attaches them."""
         self._state = state
-        self._max_running = None if state.max_running == sys.maxsize else state.max_running
+        self._max_running = None if state.max_running == _UNLIMITED else state.max_running
         self._rated = rated
         self._name = check_name(name)
         self._observers = None
         self._loop = None
-        self._clock = time.monotonic  # until it is bound: read by nothing before
+        self._clock = _MONOTONIC  # until it is bound: read by nothing before
         self._timer = None
         self._timer_at = math.inf
-        self._parked = set()
+        self._parked = _NOBODY_PARKED
         self._controller = None
 
     # -- public API -------------------------------------------------------------------------
@@ -407,7 +413,7 @@ class GateBase:
         woken = state.set_limits(now, max_running, max_waiting, evict)
         if controller is not None:
             controller.rebase(state.limit)
-        self._max_running = None if state.limit == sys.maxsize else state.limit
+        self._max_running = None if state.limit == _UNLIMITED else state.limit
         if before != (state.limit, state.max_waiting):
             log_event(
                 self.name,
@@ -510,7 +516,7 @@ class GateBase:
             ValueError: The gate has no ``max_running`` (nothing for a controller to set).
         """
         state = self._state
-        if state.limit == sys.maxsize:
+        if state.limit == _UNLIMITED:
             raise ValueError("an adaptive limit needs a gate with max_running set")
         self._controller = AdaptiveLimit(settings, state.limit)  # which checks the settings
         self.observe(self._sample)
@@ -941,6 +947,8 @@ class Permit(Ticket):
         if self.status is QUEUED:
             waiter = self._waiter = gate._loop.create_future()  # type: ignore[union-attr]  # bound by now
             parked = gate._parked
+            if parked is _NOBODY_PARKED:  # the gate's first waiter: its set is made now
+                gate._parked = parked = set()
             parked.add(self)
             expires = self.deadline if self.max_wait == _INF else queue_deadline(self)
             if gate._rated:

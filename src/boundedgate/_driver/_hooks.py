@@ -6,30 +6,48 @@ A gate's :class:`GateState` calls ``reporter`` with every ticket whose outcome i
 the ``boundedgate`` logger is enabled for the record's level (a level, ``logging.disable`` or a
 handler changed after the gate was made counts from the next record on), and, only while there are
 callbacks, an :class:`Observing`, which turns the ticket into a :class:`RequestRecord` for them
-(the core then pays one ``is None`` check per ending). Each is an object made once per state; a
-keyed gate makes them for each key's gate it makes, so this module is compiled with the driver
-where the build compiles.
+(the core then pays one ``is None`` check per ending). Each is an object made once per state (a
+keyed gate shares one reporter among its keys' states, and makes an observing hook for each key's
+gate it makes while it has callbacks), so this module is compiled with the driver where the build
+compiles.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Final, final
 
 from .._core import GateState, RequestRecord, Status, Ticket
 from ._observing import Observers, log_record, logger
 
-__all__ = ("Observing", "Reporter", "attach")
+__all__ = ("Observing", "Reporter", "attach", "report")
 
 # The one ending logged at WARNING; the others are logged at INFO.
 LEAKED: Final[Status] = Status.LEAKED
 
 
-def attach(state: GateState, gate: str, key: Hashable | None, observers: Observers | None) -> None:
-    """Give ``state`` the hooks of the gate named ``gate`` (and ``key``, for a keyed gate's key)."""
-    state.reporter = Reporter(state, gate, key)
+def attach(
+    state: GateState,
+    gate: str,
+    key: Hashable | None,
+    observers: Observers | None,
+    reporter: Callable[[Ticket], None] | None = None,
+) -> None:
+    """Give ``state`` the hooks of the gate named ``gate`` (and ``key``, for a keyed gate's key).
+
+    ``reporter`` is one shared by many states (a keyed gate's, for its keys); without it, a
+    :class:`Reporter` is made for this state.
+    """
+    state.reporter = Reporter(state, gate, key) if reporter is None else reporter
     state.observer = Observing(state, gate, key, observers) if observers and observers.callbacks else None
+
+
+def report(ticket: Ticket, state: GateState, gate: str, key: Hashable | None) -> None:
+    """Log ``ticket``'s ending in ``state`` (a leak at WARNING, the others at INFO) if the logger is on."""
+    level = logging.WARNING if ticket.status is LEAKED else logging.INFO
+    if logger.isEnabledFor(level):
+        log_record(RequestRecord.of(ticket, state, gate, key), level)
 
 
 @final
@@ -45,9 +63,7 @@ class Reporter:
 
     def __call__(self, ticket: Ticket) -> None:
         """Log ``ticket``'s ending (a leak at WARNING, the others at INFO) if the logger is on for it."""
-        level = logging.WARNING if ticket.status is LEAKED else logging.INFO
-        if logger.isEnabledFor(level):
-            log_record(RequestRecord.of(ticket, self._state, self._gate, self._key), level)
+        report(ticket, self._state, self._gate, self._key)
 
 
 @final

@@ -19,7 +19,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any, Generic, cast, final
+from typing import TYPE_CHECKING, Generic, cast, final
 
 from typing_extensions import TypeVar
 
@@ -39,6 +39,7 @@ from .._core import (
     check_max_running,
     check_max_waiting,
     check_name,
+    check_priorities,
     check_remaining,
     provider_pause,
     shown,
@@ -47,7 +48,7 @@ from .._core import (
 from .._streams import StreamOpener, StreamSource, StreamT
 from ._bounded import BoundedGate
 from ._gate import Permit
-from ._keys import KeyedBase, KeyOwner, KeyState
+from ._keys import KeyedBase, KeyState
 from ._observing import Observer
 
 __all__ = ("KeyedGate",)
@@ -143,7 +144,7 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             check_name(name),
             None if max_running is None else check_max_running(max_running),
             check_max_waiting(max_waiting),
-            priorities,
+            check_priorities(priorities),
             jump_share,
             tuple(rate_limits),
             keep_idle,
@@ -477,12 +478,14 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         then is not recorded.
         """
         self._observers.add(callback)
+        self._observed = True
         for key, gate in tuple(self._gates.items()):
             self._attach(key, gate)
 
     def unobserve(self, callback: Observer) -> None:
         """Stop calling ``callback``; with no callback left the keys' gates record nothing."""
         self._observers.remove(callback)
+        self._observed = bool(self._observers.callbacks)
         for key, gate in tuple(self._gates.items()):
             self._attach(key, gate)
 
@@ -515,9 +518,3 @@ def _check_adaptive(adaptive: object, max_running: object) -> None:
         raise TypeError(f"adaptive must be Adaptive settings, got {shown(adaptive)}")
     if adaptive is not None and max_running is None:
         raise ValueError("an adaptive limit needs a template max_running")
-
-
-if TYPE_CHECKING:
-
-    def _is_a_key_owner(keyed: KeyedGate[Any]) -> KeyOwner:  # mypy checks the contract here
-        return keyed

@@ -6,8 +6,9 @@ Theory of operation
 A :class:`KeyedGate` gives each key a gate of its own, made on the key's first use with the
 template's limits (or the key's own) and dropped once the key is idle. The gate drives a
 :class:`KeyState`: a :class:`GateState` like any gate's, which tells its owner, the keyed gate,
-of every change through the few methods of :class:`KeyOwner`. The owner's side of it is
-:class:`KeyedBase`, the keyed gate's base: ``admit()``, and the table of keys every arrival and
+of every change through a few of its methods (``_arrived_idle``, ``_changed``, ``_freed``,
+``_settle_retired``, ``_charged_idle``). The owner is :class:`KeyedBase`, the keyed gate's base:
+``admit()``, and the table of keys every arrival and
 release updates (the listed gates, the idle and resting keys, the running totals, the counters of
 the gates dropped). The public ``KeyedGate`` (``_keyed.py``, never compiled) is its one subclass,
 with everything off the per-call path and the ``__weakref__`` slot (see ``_bounded.py``: mypyc's
@@ -62,7 +63,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from types import EllipsisType
-from typing import Any, Final, Protocol, cast, final
+from typing import Any, Final, cast, final
 
 from .._core import (
     AdaptiveLimit,
@@ -77,10 +78,10 @@ from .._core import (
 )
 from ._bounded import BoundedGate
 from ._gate import GateBase, Permit
-from ._hooks import attach
+from ._hooks import attach, report
 from ._observing import Observers
 
-__all__ = ("FRESH", "LISTED", "RETIRED", "KeyOwner", "KeyState", "KeyedBase", "fold", "key_gate_name")
+__all__ = ("FRESH", "LISTED", "RETIRED", "KeyState", "KeyedBase", "fold", "key_gate_name")
 
 #: A key state's phases (see the module docstring): made, not yet its key's gate; its key's gate; dropped.
 FRESH: Final = 0
@@ -88,32 +89,10 @@ LISTED: Final = 1
 RETIRED: Final = 2
 _PHASES: Final = ("fresh", "listed", "retired")
 
-
-class KeyOwner(Protocol):
-    """What a key's state tells the keyed gate that owns it: all it knows of it."""
-
-    def _arrived_idle(self, state: KeyState, ticket: Ticket, now: float, wait: bool) -> Sequence[Ticket]:
-        """``ticket`` arrives at ``state`` while nothing runs or waits there: the owner makes the arrival.
-
-        Returns what ``GateState.arrive`` returns, as the state would have.
-        """
-        ...
-
-    def _changed(self, state: KeyState) -> None:
-        """``state``'s counts may have risen: bring the totals (and their peaks) up to date."""
-        ...
-
-    def _freed(self, state: KeyState, now: float) -> None:
-        """``state``'s counts may have fallen: bring the totals up to date, and see if it is idle."""
-        ...
-
-    def _settle_retired(self, state: KeyState, ticket: Ticket, cost: float, now: float) -> Sequence[Ticket]:
-        """Settle ``ticket`` of a state that is no longer its key's gate: the key's gate of now pays."""
-        ...
-
-    def _charged_idle(self, state: KeyState, now: float) -> None:
-        """A settle charged the idle ``state``'s buckets: a key kept idle rests until they refill."""
-        ...
+# The class of every key's gate and its allocator, read natively by compiled code, where the
+# imported name is a dict look-up and the allocator a look-up by name.
+_BOUNDED_GATE: Final = BoundedGate
+_NEW_GATE: Final = BoundedGate.__new__
 
 
 @final
@@ -122,8 +101,8 @@ class KeyState(GateState):
 
     __slots__ = ("key", "owner", "phase", "told_running", "told_waiting")
 
-    #: The keyed gate it belongs to.
-    owner: KeyOwner
+    #: The keyed gate it belongs to (called natively: KeyedBase is final to mypyc).
+    owner: KeyedBase
     #: Its key.
     key: Hashable
     #: FRESH, LISTED or RETIRED; the owner moves it on.
@@ -134,15 +113,17 @@ class KeyState(GateState):
 
     def __init__(
         self,
-        owner: KeyOwner,
+        owner: KeyedBase,
         key: Hashable,
         max_running: int | None,
         max_waiting: int | None,
         priorities: int,
-        jump_share: float,
-        rate_limits: Sequence[RateLimit],
+        jump_share: FloatArg,
+        rate_limits: tuple[RateLimit, ...],
     ) -> None:
-        super().__init__(max_running, max_waiting, priorities, jump_share, rate_limits)
+        # The settings are the keyed gate's, checked when it was made (or the key's own, checked
+        # when they were found): a key's state is made without checking them again.
+        self._init_checked(max_running, max_waiting, priorities, jump_share, rate_limits)
         self.owner = owner
         self.key = key
         self.phase = FRESH
@@ -213,6 +194,26 @@ class KeyState(GateState):
         return f"<KeyState {self.key!r} {_PHASES[self.phase]}>"
 
 
+@final
+class KeyReporter:
+    """Writes the record of each refused, late or leaked request of a keyed gate's keys: one for all.
+
+    A request's permit is at the gate whose state decides its outcome (a permit moves to its key's
+    gate of the moment before it arrives there, and never moves after), so the state that reports
+    it is its gate's, and the key that state's.
+    """
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, gate: str) -> None:
+        self._gate = gate
+
+    def __call__(self, ticket: Ticket) -> None:
+        """Log ``ticket``'s ending, as :class:`Reporter` does for one state."""
+        state: KeyState = cast(Permit, ticket)._gate._state  # type: ignore[assignment]  # a key state
+        report(ticket, state, self._gate, state.key)
+
+
 def fold(into: GateState, state: GateState) -> None:
     """Add the history of a dropped key's ``state`` to ``into``: its counts and times, and its longest.
 
@@ -267,6 +268,7 @@ class KeyedBase:
         "_max_running",
         "_max_waiting",
         "_name",
+        "_observed",
         "_observers",
         "_peak_keys",
         "_peak_running",
@@ -274,6 +276,7 @@ class KeyedBase:
         "_prefix",
         "_priorities",
         "_rate_limits",
+        "_reporter",
         "_resting",
         "_retired",
         "_running",
@@ -289,13 +292,17 @@ class KeyedBase:
     _max_running: int | None
     _max_waiting: int | None
     _priorities: int
-    _jump_share: float
+    _jump_share: FloatArg  # as given (checked): the keys pass it on to their queues
     _rate_limits: tuple[RateLimit, ...]
     # True while a new key takes the template's limits and needs no controller (no overrides, no
     # limits set for a key, no adaptive limit): its gate is made here, without asking the subclass.
     _template: bool
-    # The callbacks every key's gate records to (through its state's hooks).
+    # The callbacks every key's gate records to (through its state's hooks), and whether there are
+    # any (KeyedGate's observe() and unobserve() keep it, for _attach to read natively).
     _observers: Observers
+    _observed: bool
+    # The reporter every key's state shares (a key with a controller or observed has its own hooks).
+    _reporter: KeyReporter
     _keep_idle: int
     # The loop its keys' gates were last bound to, and its clock: a key's new gate starts bound to
     # it (its first arrival binds it again if another loop runs it).
@@ -325,7 +332,7 @@ class KeyedBase:
         max_running: int | None,
         max_waiting: int | None,
         priorities: int,
-        jump_share: float,
+        jump_share: FloatArg,
         rate_limits: tuple[RateLimit, ...],
         keep_idle: int,
     ) -> None:
@@ -339,6 +346,8 @@ class KeyedBase:
         self._rate_limits = rate_limits
         self._template = True
         self._observers = Observers()
+        self._observed = False
+        self._reporter = KeyReporter(name)
         self._keep_idle = keep_idle
         self._loop = None
         self._clock = time.monotonic  # read by nothing before it is bound
@@ -419,7 +428,7 @@ class KeyedBase:
         state = KeyState(
             self, key, max_running, max_waiting, self._priorities, self._jump_share, self._rate_limits
         )
-        gate: GateBase = BoundedGate.__new__(BoundedGate)  # what its constructor makes, around this state
+        gate: GateBase = _NEW_GATE(_BOUNDED_GATE)  # what its constructor makes, around this state
         gate._setup(state, key_gate_name(self._prefix, key), bool(self._rate_limits))
         if self._loop is not None:  # binding a gate reads the loop's clock; its keys' share one loop
             gate._loop = self._loop
@@ -430,13 +439,18 @@ class KeyedBase:
         return gate
 
     def _attach(self, key: Hashable, gate: GateBase) -> None:
-        """Give a key's gate its hooks: the keyed gate's observers, and its controller's sampler."""
+        """Give a key's gate its hooks: the keyed gate's reporter and observers, its controller's sampler."""
+        state = gate._state
         if gate._controller is None:
-            attach(gate._state, self._name, key, self._observers)
+            if not self._observed:  # the shared reporter alone: nothing made for this key
+                state.reporter = self._reporter
+                state.observer = None
+                return
+            attach(state, self._name, key, self._observers, self._reporter)
             return
         observers = Observers()
         observers.callbacks = (*self._observers.callbacks, gate._sample)
-        attach(gate._state, self._name, key, observers)
+        attach(state, self._name, key, observers, self._reporter)
 
     def _list(self, key: Hashable, gate: GateBase) -> None:
         """Make ``gate`` (fresh) ``key``'s gate."""
@@ -481,7 +495,9 @@ class KeyedBase:
 
     def _drop(self, key: Hashable) -> None:
         """Drop ``key``'s (idle) gate: its counters go into the totals, its controller's lesson is kept."""
-        gate = self._gates.pop(key)
+        gates = self._gates
+        gate = gates[key]
+        del gates[key]  # natively, where dict.pop is a method call by name
         state: KeyState = gate._state  # type: ignore[assignment]  # a key's gate drives a key state
         state.phase = RETIRED
         # Nothing ends in it any more: its hooks go, and with them the cycle they make with it.
@@ -492,7 +508,7 @@ class KeyedBase:
             interpreted: Any = self  # KeyedGate's, off the common path
             interpreted._remember(key, gate._controller, bool(state.completed or state.late))
 
-    # -- what a key's state tells (KeyOwner) -------------------------------------------------------
+    # -- what a key's state tells its owner ---------------------------------------------------------
 
     def _arrived_idle(self, state: KeyState, ticket: Ticket, now: float, wait: bool) -> Sequence[Ticket]:
         """An arrival at an idle gate: a kept one leaves the idle keys, a fresh one is listed."""
