@@ -340,3 +340,38 @@ def test_the_simulator_runs_without_the_asyncio_driver() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+#: All a key's state may ask of the keyed gate that owns it (see ``_driver/_keys.py``): its owner is
+#: typed as the keyed gate's base, so that compiled code calls it natively, and this list keeps the
+#: collaboration as narrow as a Protocol would.
+KEY_OWNER_METHODS = {"_arrived_idle", "_changed", "_freed", "_settle_retired", "_charged_idle"}
+
+
+def _owner_uses(source: str) -> set[str]:
+    tree = ast.parse(source)
+    state = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KeyState")
+    return {
+        node.attr
+        for node in ast.walk(state)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "owner"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "self"
+    }
+
+
+def test_a_key_state_asks_its_owner_only_the_methods_of_the_collaboration() -> None:
+    source = (SOURCE / "_driver" / "_keys.py").read_text()
+    assert _owner_uses(source) == KEY_OWNER_METHODS
+
+
+def test_the_owner_check_sees_a_use_outside_the_collaboration() -> None:
+    source = (
+        "class KeyState:\n"
+        "    def f(self):\n"
+        "        self.owner._changed(self)\n"
+        "        self.owner._gates.clear()\n"
+    )
+    assert _owner_uses(source) == {"_changed", "_gates"}
