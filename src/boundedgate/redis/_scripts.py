@@ -46,6 +46,7 @@ __all__ = (
     "CANCEL",
     "LIBRARY",
     "LIMITS",
+    "RATE",
     "RELEASE",
     "SYNC",
     "Calls",
@@ -215,5 +216,6 @@ RELEASE = Script("release.lua")
 CANCEL = Script("cancel.lua")
 LIMITS = Script("limits.lua")
 ADAPT = Script("adapt.lua")
+RATE = Script("rate.lua")
 #: Every script, as the one library a server with functions is sent.
-LIBRARY = Library(ADMIT, SYNC, RELEASE, CANCEL, LIMITS, ADAPT)
+LIBRARY = Library(ADMIT, SYNC, RELEASE, CANCEL, LIMITS, ADAPT, RATE)
