@@ -118,7 +118,8 @@ class RedisGate:
 
     Args:
         client: A ``redis.asyncio.Redis`` client (decoded responses or not).
-        max_running: Running slots, cluster-wide, an int >= 1.
+        max_running: Running slots, cluster-wide, an int >= 1, or None for no limit on running
+            (a pure rate limiter: ``rate_limits`` are then required).
         max_waiting: Queue places, cluster-wide, an int >= 0, or None for an unbounded queue.
         name: The gate's name: processes that give the same name share the gate.
         lease_ttl: Seconds a holder's slot survives without a renewal from its process.
@@ -134,19 +135,23 @@ class RedisGate:
             ``GateUnavailable``; each such admission is counted in ``stats().fallbacks``.
         adaptive: Learn the cluster's C from provider signals and latency (see :meth:`signal`
             and docs/adaptive.md): every process's controller proposes, Redis applies, as one.
+        rate_limits: Token buckets (:class:`~boundedgate.RateLimit`) shared by every process of
+            the gate, kept in Redis on the server's clock, with the in-process rules: see
+            docs/cluster.md, "Rate limits across the cluster". Give every process the same list.
         **lacking: A ``BoundedGate``'s setting that a RedisGate lacks (``priorities=``,
-            ``rate_limits=``...): refused, with the way out.
+            ``feasible=``...): refused, with the way out.
 
     Raises:
         TypeError: A limit that is not an int, a duration that is not a number, a name that is
-            not a str.
+            not a str, ``rate_limits`` that are not ``RateLimit`` objects, or
+            ``max_running=None`` without rate limits.
         ValueError: A limit out of range (beyond 2**53: the scripts count in Lua's doubles), a
             duration <= 0 or infinite (or an int beyond a float's range), or ``waiter_ttl`` not
             above ``poll_interval``.
 
-    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, rate limits, observers,
-    ``adapt()``) is refused with the way out: a ``TypeError`` for an argument, a
-    ``NotImplementedError`` for a method, an ``AttributeError`` for an attribute (see
+    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, observers, ``adapt()``) is
+    refused with the way out: a ``TypeError`` for an argument, a ``NotImplementedError`` for a
+    method, an ``AttributeError`` for an attribute (see
     docs/cluster.md, "What RedisGate does not have").
     """
 
