@@ -10,6 +10,9 @@ Two figures, each the median of several interleaved rounds:
   looping; slot hand-offs per second over all processes (the in-process gate runs all P x T tasks in
   one process, which is its best case, since nothing crosses a process boundary).
 
+``RedisGate + rates`` is the same gate with two rate limits that never run dry (requests and tokens
+per minute, each admission declaring a cost): what the buckets add to an admission's pair.
+
 redis-py's Lock is a mutex (C = 1) that polls: its ``sleep`` is set to 1 ms here (the default, 100 ms,
 would make it look far worse). Compare figures within one run only: the machine is shared.
 
@@ -41,10 +44,29 @@ from typing import Any
 
 import redis.asyncio
 
-from boundedgate import BoundedGate
+from boundedgate import BoundedGate, RateLimit
 from boundedgate.redis import RedisGate
 
 PAIRS = 2000
+#: The rate limits of the ``RedisGate + rates`` kind: never dry, so they only add their work.
+RATES = (
+    RateLimit.per_minute(10**12, name="rpm"),
+    RateLimit.per_minute(10**15, unit="tokens", name="tpm"),
+)
+RATED = "RedisGate + rates"
+
+
+def cluster_gate(client: Any, kind: str, name: str) -> RedisGate:
+    """The uncontended pair's RedisGate: plain, or with :data:`RATES` (``kind`` says which)."""
+    rates = RATES if kind == RATED else ()
+    return RedisGate(client, max_running=1, max_waiting=10, name=name, rate_limits=rates)
+
+
+def cost_of(kind: str) -> float | None:
+    """The cost each admission of ``kind`` declares (None: none)."""
+    return 1_000.0 if kind == RATED else None
+
+
 PROCESSES = 4
 TASKS = 8
 SECONDS = 2.0
@@ -105,13 +127,14 @@ async def latency(kind: str, url: str) -> float:
                 async with gate.admit():
                     pass
             return (time.perf_counter() - start) / PAIRS
-        if kind == "RedisGate":
-            async with RedisGate(client, max_running=1, max_waiting=10, name=name) as cluster_gate:
-                async with cluster_gate.admit():  # warm up: scripts loaded, connections open
+        if kind in ("RedisGate", RATED):
+            async with cluster_gate(client, kind, name) as cluster:
+                cost = cost_of(kind)
+                async with cluster.admit(cost=cost):  # warm up: scripts loaded, connections open
                     pass
                 start = time.perf_counter()
                 for _ in range(PAIRS):
-                    async with cluster_gate.admit():
+                    async with cluster.admit(cost=cost):
                         pass
                 return (time.perf_counter() - start) / PAIRS
         lock = client.lock(name, timeout=10, sleep=0.001)
@@ -147,13 +170,14 @@ async def pairs(kind: str, url: str, n: int, counting: bool = False) -> float:
     client = redis.asyncio.Redis(connection_pool=pool)
     name = f"bench-{uuid.uuid4().hex[:8]}"
     try:
-        if kind == "RedisGate":
-            async with RedisGate(client, max_running=1, max_waiting=10, name=name) as gate:
-                async with gate.admit():
+        if kind in ("RedisGate", RATED):
+            async with cluster_gate(client, kind, name) as gate:
+                cost = cost_of(kind)
+                async with gate.admit(cost=cost):
                     pass
                 CountingConnection.sent = 0
                 for _ in range(n):
-                    async with gate.admit():
+                    async with gate.admit(cost=cost):
                         pass
                 return CountingConnection.sent / max(n, 1)
         lock = client.lock(name, timeout=10, sleep=0.001)
@@ -334,7 +358,7 @@ def print_steady(steady: dict[str, tuple[float, float | None, float | None, floa
     """The table of what a busy machine does not move."""
     print("| uncontended pair | round trips | client instructions | server instructions | server us |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for kind in ("RedisGate", "redis-py Lock"):
+    for kind in ("RedisGate", RATED, "redis-py Lock"):
         trips, count, on_server, server = steady[kind]
         shown = [
             "n/a (no valgrind)" if value is None else f"{value:,.0f} ({value / theirs:.2f}x)"
@@ -364,7 +388,7 @@ def main() -> None:
         print(asyncio.run(worker(kind, url, name, int(c), int(tasks), SECONDS)))
         return
     if args.server_instructions:
-        for kind in ("RedisGate", "redis-py Lock"):
+        for kind in ("RedisGate", RATED, "redis-py Lock"):
             print(f"{kind}: {server_instructions(kind) or 0:,.0f} server instructions per uncontended pair")
         print(f"RedisGate: {handoff_server_instructions() or 0:,.0f} server instructions per hand-off at C=1")
         return
@@ -378,13 +402,13 @@ def run(rounds: int) -> None:
     results: dict[str, list[float]] = {}
     steady: dict[str, tuple[float, float | None, float | None, float]] = {}
     try:
-        for kind in ("RedisGate", "redis-py Lock"):
+        for kind in ("RedisGate", RATED, "redis-py Lock"):
             trips = asyncio.run(pairs(kind, url, 200, counting=True))
             spent = asyncio.run(server_time(kind, url))
             steady[kind] = (trips, instructions(kind, url), server_instructions(kind), spent)
         handoff = handoff_server_instructions()
         for _ in range(rounds):
-            for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
+            for kind in ("BoundedGate", "RedisGate", RATED, "redis-py Lock"):
                 results.setdefault(f"latency {kind}", []).append(asyncio.run(latency(kind, url)) * 1e6)
             for c in (1, 4):
                 for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
@@ -400,7 +424,7 @@ def run(rounds: int) -> None:
     print()
     print("| admission latency (uncontended pair) | us per pair | RedisGate is |")
     print("| --- | ---: | ---: |")
-    for kind in ("BoundedGate", "RedisGate", "redis-py Lock"):
+    for kind in ("BoundedGate", "RedisGate", RATED, "redis-py Lock"):
         value = median[f"latency {kind}"]
         ratio = median["latency RedisGate"] / value
         print(f"| {kind} | {value:.1f} | {ratio:.2f}x its time |")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from boundedgate import KeyedGate
+from boundedgate import KeyedGate, RateLimit
 from boundedgate.asgi import GateMiddleware, limits_document
 from boundedgate.redis import RedisGate, RedisPermit
 from boundedgate.redis._process import ProcessSide
@@ -270,4 +270,21 @@ async def test_ratelimit_headers_and_the_live_limits_count_every_process(
         finally:
             for permit in held:
                 await permit.__aexit__(None, None, None)
+        await settles_empty(client, name)
+
+
+async def test_ratelimit_headers_over_a_rate_limited_cluster_gate_show_its_concurrency_only(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    # Its rate limits' balances live in Redis, not in this process's stats(): the headers show the
+    # cluster's concurrency, and the limits document lists the rate limits, rather than failing.
+    tpm = RateLimit.per_minute(1000, unit="tokens", name="tpm")
+    async with RedisGate(client, max_running=3, max_waiting=0, name=name, rate_limits=[tpm]) as gate:
+        answer = Client()
+        await serve(GateMiddleware(_ok, gate=gate, ratelimit_headers=True), answer)
+        assert answer.status == 200
+        assert answer.headers["ratelimit"] == f'"{name}";r=2'
+        assert [
+            limit["name"] for limit in limits_document({"llm": gate})["limits"]["llm"]["rate_limits"]
+        ] == ["tpm"]
         await settles_empty(client, name)

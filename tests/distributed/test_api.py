@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from boundedgate import BoundedGate, KeyedGate, Permit, admit_all
+from boundedgate import BoundedGate, KeyedGate, Permit, RateLimit, admit_all
 from boundedgate.redis import RedisGate, RedisPermit
 
 
@@ -29,20 +29,46 @@ def _arguments(function: object) -> set[str]:
 DOCS = 'docs/cluster.md, "What RedisGate does not have"'
 
 
-@pytest.mark.parametrize("setting", [{"priorities": 2}, {"jump_share": 0.5}, {"rate_limits": ()}])
-def test_priorities_and_rate_limits_cannot_be_configured(setting: dict[str, object]) -> None:
+@pytest.mark.parametrize("setting", [{"priorities": 2}, {"jump_share": 0.5}])
+def test_priorities_cannot_be_configured(setting: dict[str, object]) -> None:
     with pytest.raises(TypeError, match=next(iter(setting))):
         RedisGate(None, max_running=1, max_waiting=1, **setting)  # type: ignore[arg-type]
 
 
-def test_running_must_be_limited() -> None:
-    with pytest.raises(TypeError, match="max_running"):
-        RedisGate(None, max_running=None, max_waiting=1)  # type: ignore[arg-type]
+def test_running_must_be_limited_unless_rate_limits_limit_it() -> None:
+    with pytest.raises(TypeError, match=r"max_running=None \(no limit on running\) needs rate_limits"):
+        RedisGate(None, max_running=None, max_waiting=1)
+    rated = RedisGate(None, max_running=None, max_waiting=1, rate_limits=[RateLimit.per_second(5)])
+    assert rated.max_running is None
+    assert rated.rate_limits == (RateLimit.per_second(5),)
+
+
+def test_rate_limits_must_be_rate_limits() -> None:
+    with pytest.raises(TypeError, match="rate_limits must hold RateLimit objects"):
+        RedisGate(None, max_running=1, max_waiting=1, rate_limits=[5])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="rate_limits must be a sequence"):
+        RedisGate(None, max_running=1, max_waiting=1, rate_limits=5)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("method", ["admit", "stream"])
-@pytest.mark.parametrize("argument", [{"priority": 0}, {"priority": 1}, {"cost": 10}])
-def test_priority_and_cost_are_refused_not_ignored(method: str, argument: dict[str, object]) -> None:
+def test_a_cost_above_a_burst_is_refused_at_once(method: str) -> None:
+    tpm = RateLimit.per_minute(1000, unit="tokens", name="tpm")
+    gate = RedisGate(None, max_running=1, max_waiting=1, rate_limits=[tpm])
+    call = getattr(gate, method)
+    with pytest.raises(ValueError, match="cost 1001 exceeds the burst of rate limit 'tpm'"):
+        if method == "stream":
+            call(lambda: None, cost=1001)
+        else:
+            call(cost=1001)
+    with pytest.raises(ValueError, match="cost must be a finite number >= 0"):
+        call(cost=-1) if method == "admit" else call(lambda: None, cost=-1)
+    assert gate.admit(cost=1000).cost == 1000
+    assert _gate().admit(cost=10**9).cost == 10**9  # without rate limits, any cost is free
+
+
+@pytest.mark.parametrize("method", ["admit", "stream"])
+@pytest.mark.parametrize("argument", [{"priority": 0}, {"priority": 1}])
+def test_priority_is_refused_not_ignored(method: str, argument: dict[str, object]) -> None:
     call = getattr(_gate(), method)
     with pytest.raises(TypeError, match=next(iter(argument))):
         if method == "stream":
@@ -51,12 +77,7 @@ def test_priority_and_cost_are_refused_not_ignored(method: str, argument: dict[s
             call(**argument)
 
 
-async def test_try_admit_takes_no_cost() -> None:
-    with pytest.raises(TypeError, match="cost"):
-        await _gate().try_admit(cost=10)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize("name", ["priorities", "rate_limits", "sync_rate_limits"])
+@pytest.mark.parametrize("name", ["priorities"])
 def test_the_attributes_it_lacks_are_absent_and_say_why(name: str) -> None:
     gate = _gate()
     with pytest.raises(AttributeError, match=f"RedisGate has no {name}") as refused:
@@ -66,7 +87,7 @@ def test_the_attributes_it_lacks_are_absent_and_say_why(name: str) -> None:
     assert not hasattr(gate, name)  # absent for whoever asks before using it (follow_provider)
 
 
-@pytest.mark.parametrize("name", ["priority", "cost"])
+@pytest.mark.parametrize("name", ["priority"])
 def test_the_permit_attributes_it_lacks_are_absent_and_say_why(name: str) -> None:
     permit = _gate().admit()
     with pytest.raises(AttributeError, match=f"^RedisPermit has no {name}: ") as refused:
@@ -84,7 +105,6 @@ def test_an_attribute_nobody_has_is_refused_as_python_refuses_it() -> None:
 WAYS_OUT = {
     "priorities": "one FIFO",
     "jump_share": "one FIFO",
-    "rate_limits": "BoundedGate(rate_limits=..., max_running=None)",
     "feasible": "in-process gates only",
 }
 
@@ -98,7 +118,7 @@ def test_a_setting_it_lacks_is_refused_with_the_way_out(argument: str, way_out: 
 
 
 @pytest.mark.parametrize("method", ["admit", "try_admit", "stream"])
-@pytest.mark.parametrize(("argument", "way_out"), [("priority", "one FIFO"), ("cost", "max_running=None")])
+@pytest.mark.parametrize(("argument", "way_out"), [("priority", "one FIFO")])
 async def test_an_argument_it_lacks_is_refused_with_the_way_out(
     method: str, argument: str, way_out: str
 ) -> None:
@@ -152,11 +172,9 @@ def test_admit_all_refuses_a_redis_gate_with_the_way_out() -> None:
 
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     # Public names of BoundedGate that RedisGate lacks, and the other way round.
-    # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction,
-    # and it has no rate limits to bring in line with the provider's.)
-    adaptive = {"adapt", "sync_rate_limits"}
-    # (adapt is there, and raises NotImplementedError: see above.)
-    assert _public(BoundedGate) - _public(RedisGate) == {"priorities", "rate_limits"} | adaptive - {"adapt"}
+    # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction:
+    # adapt is there, and raises NotImplementedError: see above.)
+    assert _public(BoundedGate) - _public(RedisGate) == {"priorities"}
     assert _public(RedisGate) - _public(BoundedGate) == {
         "aclose",
         "client",
@@ -168,13 +186,12 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     assert _arguments(BoundedGate.__init__) - _arguments(RedisGate.__init__) == {
         "priorities",
         "jump_share",
-        "rate_limits",
         "feasible",
     }
-    assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority", "cost"}
-    assert _arguments(BoundedGate.try_admit) - _arguments(RedisGate.try_admit) == {"cost"}
-    assert _arguments(BoundedGate.stream) - _arguments(RedisGate.stream) == {"priority", "cost"}
-    # (A permit's cost and priority are there, and raise AttributeError: see above.)
+    assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority"}
+    assert _arguments(BoundedGate.try_admit) == _arguments(RedisGate.try_admit)
+    assert _arguments(BoundedGate.stream) - _arguments(RedisGate.stream) == {"priority"}
+    # (A permit's priority is there, and raises AttributeError: see above.)
     assert _public(Permit) - _public(RedisPermit) == set()
     assert inspect.iscoroutinefunction(RedisGate.try_admit)
     assert inspect.iscoroutinefunction(RedisGate.set_limits)  # it writes the cluster's limits

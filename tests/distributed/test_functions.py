@@ -207,7 +207,7 @@ async def test_another_version_s_library_stands_beside_this_one(own_server: Redi
                 pass
             assert "function|load" not in await _calls(client)
             keys = gate_keys(f"{name}-other")
-            common = _scripts.pack_common((1, 1, 10000, 5000, 30000, 60000, "wake:"))
+            common = _scripts.pack_common((1, 1, 10000, 5000, 30000, 60000, "", "wake:"))
             reply = await client.execute_command(  # type: ignore[no-untyped-call]
                 "FCALL", other_admit.function, len(keys), *keys, common, "a#1", -1, 1
             )

@@ -15,13 +15,21 @@ Time is made deterministic without a hook in the scripts: requests carry no dead
 places last an hour, so the server's clock decides nothing; "a lease lapses" is its expiry score set
 to the past (exactly what the clock passing it looks like to the scripts), and "a deadline passes"
 is the waiter's stored deadline and due time set to the past. The next script's sweep acts on them.
+
+Rate limits are driven the same way: a bucket gains one token an hour, so the few seconds an example
+takes on the server's clock never make a token (every decision compares whole hours: what the core
+decides at a whole hour, Redis decides a few seconds later, alike), and "an hour passes" is every
+bucket's stored empty moment moved an hour back, which is exactly what the clock passing an hour
+looks like to the scripts. The model keeps the core's own buckets (:class:`TokenBucket`) on the
+examples' virtual clock; replies, starts, the queue and every balance must agree.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import redis
@@ -37,9 +45,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from boundedgate import Status
-from boundedgate._core import GateState, Ticket
-from boundedgate.redis import _scripts
+from boundedgate import RateLimit, Status
+from boundedgate._core import GateState, Ticket, TokenBucket
+from boundedgate.redis import _buckets, _scripts
 from boundedgate.redis._layout import gate_keys, wake_prefix
 
 from .servers import RedisServer
@@ -49,7 +57,22 @@ pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 HOUR = 3_600_000  # ms: leases, places and outcomes outlive any example
 AGENT = "model/1/0"
 WAIT = st.sampled_from([True, True, True, False])  # mostly admit(), which queues; try_admit() less
-SCRIPTS = (_scripts.ADMIT, _scripts.RELEASE, _scripts.CANCEL, _scripts.SYNC)
+SCRIPTS = (_scripts.ADMIT, _scripts.RELEASE, _scripts.CANCEL, _scripts.SYNC, _scripts.RATE)
+HOUR_S = HOUR / 1000  # a bucket's period, in the core's seconds: one token an hour
+
+
+@st.composite
+def rate_limits(draw: st.DrawFn) -> list[RateLimit]:
+    """None, one or two rate limits of one token an hour, counted in requests or in tokens."""
+    limits = []
+    for i in range(draw(st.integers(0, 2))):
+        burst = draw(st.integers(1, 4))
+        floor = draw(st.one_of(st.none(), st.integers(-4, 0)))
+        unit: Literal["requests", "tokens"] = draw(st.sampled_from(["requests", "tokens"]))
+        limits.append(RateLimit(1 / HOUR_S, burst, unit, floor, f"b{i + 1}"))
+    return limits
+
+
 #: How a request ended, by its code in the low 4 bits of its score in ``outcomes`` (prelude.lua's ENDINGS).
 ENDINGS = dict(
     enumerate(("released", "reclaimed", "expired", "lapsed", "cancelled", "disconnected", "unavailable"), 1)
@@ -59,9 +82,34 @@ ENDINGS = dict(
 class Model:
     """What the scripts must do, written plainly: the gate's state in Redis, as Python values."""
 
-    def __init__(self, c: int, q: int) -> None:
+    def __init__(self, c: int, q: int, limits: list[RateLimit]) -> None:
         self.c, self.q = c, q
+        self.limits = limits
+        self.now = 0.0  # the buckets' clock, in seconds: whole hours
         self.forget()
+
+    def affordable(self, cost: float) -> bool:
+        return all(b.covers(b.need(cost), self.now) for b in self.buckets)
+
+    def take(self, permit_id: str) -> None:
+        for bucket in self.buckets:
+            bucket.take(bucket.need(self.costs.get(permit_id, 0.0)), self.now)
+
+    def ready_behind(self, cost: float) -> tuple[float, list[int]]:
+        """When an arrival's tokens could come behind the queue, and the buckets that decide it.
+
+        The first of them decides in the core. On the server's clock a tie may go to another: a
+        bucket lowered to exactly its balance was lowered by the sliver the clock had added.
+        """
+        tokens = sum(self.costs.get(i, 0.0) for i in self.waiters)
+        due = {
+            number: bucket.supplied_at(
+                (len(self.waiters) if bucket.per_request else tokens) + bucket.need(cost), self.now
+            )
+            for number, bucket in enumerate(self.buckets, 1)
+        }
+        latest = max(due.values())
+        return latest, [number for number, at in due.items() if at == latest]
 
     def forget(self) -> None:
         """Start empty, as when Redis loses the gate (a restart without persistence, a failover)."""
@@ -74,6 +122,9 @@ class Model:
         self.lapsed: set[str] = set()  # holders whose lease expiry was put in the past
         self.due: dict[str, str] = {}  # waiters whose place or deadline was put in the past -> how
         self.started: list[str] = []  # waiters granted a slot by the last sweep, in order
+        self.buckets = [TokenBucket(limit) for limit in self.limits]  # full: Redis forgot them too
+        self.costs: dict[str, float] = {}  # the declared costs of waiters and holders
+        self.deadlines: dict[str, float] = {}  # the waiters' deadlines on the buckets' clock
 
     def count(self, field: str, n: int = 1) -> None:
         self.counters[field] = self.counters.get(field, 0) + n
@@ -85,6 +136,7 @@ class Model:
     def grant(self, permit_id: str) -> int:
         self.seq += 1
         self.holders[permit_id] = self.seq
+        self.take(permit_id)
         self.count("admitted")
         self.peak("peak_running", len(self.holders))
         return self.seq
@@ -98,6 +150,7 @@ class Model:
 
     def drop_waiter(self, permit_id: str, how: str) -> None:
         self.waiters.remove(permit_id)
+        self.costs.pop(permit_id, None)
         self.due.pop(permit_id, None)
         self.outcome[permit_id] = how
         self.count(how)
@@ -107,6 +160,7 @@ class Model:
         reclaimed = sorted(self.lapsed)
         for permit_id in reclaimed:
             del self.holders[permit_id]
+            self.costs.pop(permit_id, None)
             self.outcome[permit_id] = "reclaimed"
             self.count("reclaimed")
         self.lapsed.clear()
@@ -115,12 +169,16 @@ class Model:
             self.drop_waiter(permit_id, self.due[permit_id])
         self.started = []
         while len(self.holders) < self.c and self.waiters:
+            if not self.affordable(self.costs.get(self.waiters[0], 0.0)):
+                break  # the head waits for its tokens, and everyone behind it
             head = self.waiters.pop(0)
             self.grant(head)
             self.started.append(head)
         return reclaimed, dropped
 
-    def admit(self, permit_id: str, wait: bool) -> tuple[int, str]:
+    def admit(
+        self, permit_id: str, wait: bool, cost: float = 0.0, deadline: float = math.inf
+    ) -> tuple[int, str]:
         self.tick()
         if permit_id in self.holders:
             return 1, str(self.holders[permit_id])
@@ -128,9 +186,20 @@ class Model:
             return 2, str(self.order[permit_id])
         if permit_id in self.outcome:
             return 4, self.outcome[permit_id]
-        if len(self.holders) < self.c and not self.waiters:
+        free = len(self.holders) < self.c and not self.waiters
+        if free and self.affordable(cost):
+            if cost and self.buckets:
+                self.costs[permit_id] = cost
             return 1, str(self.grant(permit_id))
+        if self.buckets and (free or wait):
+            due, limiting = self.ready_behind(cost)
+            if (not wait) or due >= deadline:
+                self.count("rate_limited")
+                return 5, f"{due - self.now}:{','.join(map(str, limiting))}"
         if wait and (self.q < 0 or len(self.waiters) < self.q):
+            if cost and self.buckets:
+                self.costs[permit_id] = cost
+            self.deadlines[permit_id] = deadline
             return 2, str(self.enqueue(permit_id))
         self.count("rejected")
         return 3, "0"
@@ -139,6 +208,7 @@ class Model:
         removed = 0
         if self.outcome.get(permit_id) != "released":
             removed = int(self.holders.pop(permit_id, None) is not None)
+            self.costs.pop(permit_id, None)
             self.lapsed.discard(permit_id)
             self.outcome[permit_id] = "released"
             self.count(how)
@@ -152,6 +222,9 @@ class Model:
                 removed = 1
             elif permit_id in self.holders:
                 del self.holders[permit_id]
+                cost = self.costs.pop(permit_id, 0.0)
+                for bucket in self.buckets:  # a grant never used gives its tokens back
+                    bucket.give(bucket.need(cost), self.now)
                 self.lapsed.discard(permit_id)
                 self.outcome[permit_id] = how
                 self.count("admitted", -1)
@@ -187,7 +260,7 @@ class Model:
                 out.append((permit_id, "granted", str(self.holders[permit_id])))
             elif permit_id in self.outcome:
                 out.append((permit_id, self.outcome[permit_id], "0"))
-            elif len(self.holders) < self.c and not self.waiters:  # forgotten: it arrives again
+            elif len(self.holders) < self.c and not self.waiters and self.affordable(0.0):  # forgotten: again
                 out.append((permit_id, "granted", str(self.grant(permit_id))))
             else:
                 self.enqueue(permit_id)
@@ -223,16 +296,30 @@ class Scripts(RuleBasedStateMachine):
         self.holding: dict[str, str] = {}  # what the process believes it holds, with its token
         self.queued: set[str] = set()  # what it believes is queued
         self.known: list[str] = []
+        self.settled: dict[str, float] = {}  # the cost each request last settled
+        self.held: set[str] = set()  # every request that ever held a slot
+        self.used: set[str] = set()  # every request that settled
 
     def teardown(self) -> None:
         self.redis.delete(*self.keys)
 
-    @initialize(c=st.integers(1, 3), q=st.integers(-1, 3))
-    def limits(self, c: int, q: int) -> None:
-        self.model = Model(c, q)
-        self.core: GateState | None = GateState(c, None if q < 0 else q, 1, 0.2, ())
+    @initialize(c=st.integers(1, 3), q=st.integers(-1, 3), limits=rate_limits())
+    def limits(self, c: int, q: int, limits: list[RateLimit]) -> None:
+        self.model = Model(c, q, limits)
+        self.core: GateState | None = GateState(c, None if q < 0 else q, 1, 0.2, limits)
         self.tickets: dict[str, Ticket] = {}
-        self.common = _scripts.pack_common((c, q, HOUR, HOUR, HOUR, HOUR, wake_prefix("model")))
+        # The largest cost every limit counted in tokens can serve (admit() refuses more).
+        self.most = min((int(limit.burst) for limit in limits if not limit.per_request), default=4)
+        buckets = _buckets.encode(limits)
+        self.base_ms = self.server_ms()  # the buckets' clock reads 0 here
+        # Waiters' places last 1000 hours: the hours that pass for the buckets and deadlines (their
+        # process renews them meanwhile) never lapse them; the rule below does.
+        common = (c, q, HOUR, 1000 * HOUR, HOUR, HOUR, buckets, wake_prefix("model"))
+        self.common = _scripts.pack_common(common)
+
+    def server_ms(self) -> float:
+        seconds, micros = self.redis.time()
+        return float(seconds * 1000 + micros / 1000)
 
     def run(self, script: _scripts.Script, *args: str | int | float) -> list[Any]:
         if self.functions:
@@ -248,41 +335,145 @@ class Scripts(RuleBasedStateMachine):
 
     # -- the core, fed the same events ------------------------------------------------------------
 
+    def catch_up(self) -> None:
+        """Before a script that sweeps first: the core hears what the sweep will do, then starts the heads.
+
+        In process, a head waiting for its tokens starts at the moment they come (a timer); in
+        Redis, at the next script's sweep (its process syncs then). Either way, at the same ``now``
+        of the buckets' clock, so the core catches up before each script. Feeding the core a sweep
+        twice changes nothing the second time (a ticket already ended is left as it is).
+        """
+        self.core_sweep(*self._pending_sweep())
+        if self.core is not None:
+            self.core.advance(self.model.now)
+
     def core_sweep(self, reclaimed: list[str], dropped: list[str]) -> None:
         """Feed the core what the sweep did: waiters' places ended first, then reclaimed slots."""
         core = self.core
         if core is None:
             return
         for permit_id in dropped:
-            core.cancel(self.tickets[permit_id], 0.0)
+            core.cancel(self.tickets[permit_id], self.model.now)
         for permit_id in reclaimed:
-            core.release(self.tickets[permit_id], 0.0)
+            core.release(self.tickets[permit_id], self.model.now)
 
     # -- rules ------------------------------------------------------------------------------------
 
-    @rule(wait=WAIT)
-    def admit_new(self, wait: bool) -> None:
+    @rule(data=st.data(), wait=WAIT)
+    def admit_new(self, data: st.DataObject, wait: bool) -> None:
         self.serial += 1
         permit_id = f"{AGENT}#{self.serial}"
         self.known.append(permit_id)
-        self.arrive(permit_id, wait)
+        cost = data.draw(st.integers(0, self.most), label="cost")
+        hours = data.draw(st.one_of(st.none(), st.integers(0, 4)), label="deadline in hours, and a half")
+        self.arrive(permit_id, wait, cost, hours)
 
     @precondition(lambda self: self.known)
     @rule(data=st.data(), wait=st.booleans())
     def admit_again(self, data: st.DataObject, wait: bool) -> None:
         """A retry after a lost reply: the first answer again, or how the request ended."""
-        self.arrive(data.draw(st.sampled_from(self.known)), wait)
+        self.arrive(data.draw(st.sampled_from(self.known)), wait, 0)
 
-    def arrive(self, permit_id: str, wait: bool) -> None:
+    @precondition(lambda self: self.model.limits)
+    @rule(hours=st.integers(1, 3))
+    def hours_pass(self, hours: int) -> None:
+        """The buckets' clock moves on: each bucket's empty moment and waiter's deadline moves back."""
+        for number in range(1, len(self.model.limits) + 1):
+            empty = self.redis.hget(self.keys[0], f"b{number}")
+            if empty is not None:
+                self.redis.hset(self.keys[0], f"b{number}", repr(float(_text(empty)) - hours * HOUR))
+        model = self.model
+        model.now += hours * HOUR_S
+        for permit_id in model.waiters:
+            agent, deadline, since, token = _text(self.redis.hget(self.keys[4], permit_id)).split("|")
+            if int(deadline) >= 0:
+                earlier = max(1, int(deadline) - hours * HOUR)
+                self.redis.hset(self.keys[4], permit_id, f"{agent}|{earlier}|{since}|{token}")
+                self.redis.zadd(self.keys[3], {permit_id: earlier})
+            if model.deadlines.get(permit_id, math.inf) <= model.now and permit_id not in model.due:
+                model.due[permit_id] = "expired"
+
+    @precondition(lambda self: self.model.limits and self.known)
+    @rule(data=st.data())
+    def settle(self, data: st.DataObject) -> None:
+        """A request that started settles its real cost: the difference is charged or refunded."""
+        model = self.model
+        # Those that held a slot and used it (a grant given back unused never started).
+        started = sorted(i for i in self.held if model.outcome.get(i) in (None, "released", "reclaimed"))
+        if not started:
+            return
+        permit_id = data.draw(st.sampled_from(started))
+        cost = data.draw(st.integers(0, 6), label="cost")
+        ticket = self.tickets.get(permit_id)
+        extra = cost - self.settled.get(permit_id, 0.0)
+        self.settled[permit_id] = cost
+        self.used.add(permit_id)
+        self.catch_up()
+        changed, running, waiting, _, *handed = self.answer(
+            _scripts.RATE, "settle", AGENT, repr(float(extra))
+        )
+        model.tick()
+        for bucket in model.buckets:
+            if not bucket.per_request:
+                if extra > 0:
+                    bucket.charge(extra, model.now)
+                elif extra < 0:
+                    bucket.give(-extra, model.now)
+        if extra < 0:
+            model.tick()  # the refund may start the head
+        assert changed == int(bool(extra))
+        assert (running, waiting) == (len(model.holders), len(model.waiters))
+        self.handed_are_grants(handed)
+        if self.core is not None and ticket is not None:
+            self.core.settle(ticket, cost, model.now)
+
+    @precondition(lambda self: self.model.limits)
+    @rule(data=st.data())
+    def provider_says_what_is_left(self, data: st.DataObject) -> None:
+        """sync_rate_limits: a bucket is lowered to the provider's remaining count, never raised."""
+        model = self.model
+        number = data.draw(st.integers(1, len(model.limits)), label="bucket")
+        left = data.draw(st.integers(0, 4), label="left")
+        self.catch_up()
+        changed, running, waiting, _, *handed = self.answer(_scripts.RATE, "lower", AGENT, number, left)
+        model.tick()
+        bucket = model.buckets[number - 1]
+        before = bucket.tokens(model.now)
+        lowered = left < before
+        if lowered:
+            bucket.empty = model.now - left * bucket.period
+        # At a balance of exactly `left`, the server's clock has added a sliver of a token since
+        # (a few seconds of an hour): Redis lowers it by that sliver, to where the model is.
+        assert changed == int(lowered) or (left == before and changed == 1)
+        assert (running, waiting) == (len(model.holders), len(model.waiters))
+        self.handed_are_grants(handed)
+        if self.core is not None:
+            assert self.core.sync_rate_limits({f"b{number}": left}, model.now) == int(lowered)
+
+    def arrive(self, permit_id: str, wait: bool, cost: int, hours: int | None = None) -> None:
+        # A deadline half an hour past a whole hour: no bucket's whole hour ever ties with it, so
+        # the few seconds the server's clock runs ahead of the model's decide nothing.
+        remaining = -1 if hours is None else (2 * hours + 1) * HOUR // 2
+        deadline = math.inf if hours is None else self.model.now + remaining / 1000
         model = self.model
         fresh = (
             permit_id not in model.holders
             and permit_id not in model.waiters
             and permit_id not in model.outcome
         )
-        self.core_sweep(*self._pending_sweep())
-        state, value, running, waiting, _, *handed = self.answer(_scripts.ADMIT, permit_id, -1, int(wait))
-        assert (state, str(value)) == model.admit(permit_id, wait)
+        self.catch_up()
+        state, value, running, waiting, _, *handed = self.answer(
+            _scripts.ADMIT, permit_id, remaining, int(wait), cost
+        )
+        expected = model.admit(permit_id, wait, cost, deadline)
+        if state == 5:  # rate limited: the ms until its tokens could come, from the server's now (a few s on)
+            ms, number = str(value).split(":")
+            seconds, limiting = expected[1].split(":")
+            assert state == expected[0]
+            assert number in limiting.split(",")
+            assert float(seconds) - 60 < float(ms) / 1000 <= float(seconds)
+        else:
+            assert (state, str(value).split("@")[0]) == expected
         assert (running, waiting) == (len(model.holders), len(model.waiters))
         self.handed_are_grants(handed)
         # The process knows this answer only (a retry is sent when the first reply was lost): it
@@ -293,10 +484,13 @@ class Scripts(RuleBasedStateMachine):
             self.holding[permit_id] = str(value)
         elif state == 2:
             self.queued.add(permit_id)
+        if fresh:
+            self.settled[permit_id] = cost  # its declared cost, until it settles
         if self.core is not None and fresh:
-            ticket = self.tickets[permit_id] = Ticket()
-            self.core.arrive(ticket, 0.0, wait)
-            assert ticket.status is {1: Status.RUNNING, 2: Status.QUEUED, 3: Status.REJECTED}[state]
+            ticket = self.tickets[permit_id] = Ticket(deadline=deadline, cost=cost)
+            self.core.arrive(ticket, model.now, wait)
+            statuses = {1: Status.RUNNING, 2: Status.QUEUED, 3: Status.REJECTED, 5: Status.RATE_LIMITED}
+            assert ticket.status is statuses[state]
 
     @precondition(lambda self: self.known)
     @rule(data=st.data(), how=st.sampled_from(["completed", "late", "failed"]))
@@ -316,8 +510,9 @@ class Scripts(RuleBasedStateMachine):
         self.holding.pop(permit_id, None)
         if self.core is not None:
             if was_running:
-                self.core.release(self.tickets[permit_id], 0.0)
+                self.core.release(self.tickets[permit_id], self.model.now)
             self.core_sweep(reclaimed, dropped)
+            self.core.advance(self.model.now)  # the script's sweep started the heads whose tokens came
 
     @precondition(lambda self: self.known)
     @rule(data=st.data(), how=st.sampled_from(["cancelled", "expired"]), unknown=st.booleans())
@@ -329,6 +524,8 @@ class Scripts(RuleBasedStateMachine):
             self.known.append(permit_id)
         else:
             permit_id = data.draw(st.sampled_from(self.known))
+            if permit_id in self.used and permit_id in self.model.holders:
+                return  # a holder that settled its usage has used its slot: it cannot give it back unused
         was_waiting = permit_id in self.model.waiters and permit_id not in self.model.outcome
         was_running = permit_id in self.model.holders and permit_id not in self.model.outcome
         removed, running, waiting, _, *handed = self.answer(_scripts.CANCEL, permit_id, how)
@@ -340,8 +537,9 @@ class Scripts(RuleBasedStateMachine):
         self.queued.discard(permit_id)
         if self.core is not None:
             if was_waiting or was_running:
-                self.core.cancel(self.tickets[permit_id], 0.0)
+                self.core.cancel(self.tickets[permit_id], self.model.now)
             self.core_sweep(reclaimed, dropped)
+            self.core.advance(self.model.now)  # the script's sweep started the heads whose tokens came
 
     @rule(reply_lost=st.booleans())
     def sync(self, reply_lost: bool) -> None:
@@ -353,10 +551,16 @@ class Scripts(RuleBasedStateMachine):
             args += pair
         for permit_id in queued:
             args += (permit_id, -1)
-        self.core_sweep(*self._pending_sweep())
+        self.catch_up()
         reply = self.run(_scripts.SYNC, *args)
         expected = self.model.sync(holding, queued)
         reported = [(str(reply[i]), str(reply[i + 1]), str(reply[i + 2])) for i in range(3, len(reply), 3)]
+        ready = [r for r in reported if r[0] == ""]  # the head is this process's and waits for tokens
+        reported = [r for r in reported if r[0] != ""]
+        model = self.model
+        head = model.waiters[0] if model.waiters else None
+        waits = head is not None and not model.affordable(model.costs.get(head, 0.0))
+        assert [what for _, what, _ in ready] == (["ready"] if waits else [])
         assert reported == expected
         assert (reply[1], reply[2]) == (len(self.model.holders), len(self.model.waiters))
         if any(what == "reattached" for _, what, _ in reported):
@@ -416,6 +620,7 @@ class Scripts(RuleBasedStateMachine):
     def redis_holds_what_the_model_holds(self) -> None:
         if not hasattr(self, "model"):
             return
+        self.held |= set(self.model.holders)
         keys = self.keys
         holders = _texts(self.redis.zrange(keys[1], 0, -1))
         tokens = {i: int(_text(self.redis.hget(keys[4], i)).rsplit("|", 1)[1]) for i in holders}
@@ -424,6 +629,18 @@ class Scripts(RuleBasedStateMachine):
         # outcomes: id -> when * 16 + how, the codes of prelude.lua's ENDINGS
         ended: list[tuple[str, float]] = self.redis.zrange(keys[5], 0, -1, withscores=True)  # type: ignore[assignment]
         assert {i: ENDINGS[int(score) % 16] for i, score in ended} == self.model.outcome
+        # Each bucket's balance, as the server's clock reads it now (a few seconds past the model's).
+        now_ms = self.server_ms()
+        for number, bucket in enumerate(self.model.buckets, 1):
+            empty = self.redis.hget(keys[0], f"b{number}")
+            balance = bucket.limit.burst
+            if empty is not None:
+                balance = min(bucket.limit.burst, (now_ms - float(_text(empty))) / HOUR)
+            # Of an hour: what the server's clock added since the start (the scripts' clock is
+            # TIME in whole ms, up to 1 ms behind the test's reading).
+            elapsed = (now_ms - self.base_ms + 1) / HOUR
+            expected = bucket.tokens(self.model.now)
+            assert expected <= balance <= expected + elapsed + 1e-9
         stats = {k: int(v) for k, v in self.redis.hgetall(keys[7]).items()}
         assert stats == {k: v for k, v in self.model.counters.items() if v or k in stats}
         assert int(self.redis.get(keys[6]) or 0) == self.model.seq

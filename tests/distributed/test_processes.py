@@ -15,7 +15,7 @@ import redis.asyncio
 
 from .helpers import cluster, make_gate, settles_empty, wait_until
 from .servers import RedisServer, die_with_parent, worker_command
-from .worker import witness_keys
+from .worker import grants_key, witness_keys
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 
@@ -145,3 +145,37 @@ async def test_a_killed_waiters_place_is_freed_within_the_waiter_lease(
             permit = await asyncio.wait_for(behind, 5)  # the head's place no longer blocks it
             permit.release()
             await settles_empty(client, name)
+
+
+async def test_three_processes_never_grant_more_tokens_in_any_window_than_the_bound(
+    client: redis.asyncio.Redis, redis_server: RedisServer, name: str
+) -> None:
+    # One rate limit of 200 tokens a second and a burst of 50, shared by three processes of 30
+    # requests of 1 to 20 tokens each (about 950 tokens: some 4.5 s of rate). docs/rate-limits.md's
+    # bound, for the cluster (docs/cluster.md): over any window of w seconds, the tokens granted by
+    # every process together come to at most rate * w + burst. Buckets per process would grant up
+    # to three times that.
+    rate, burst = 200.0, 50.0
+    options = ("--rate", str(rate), "--burst", str(burst), "--tasks", "30", "--timeout", "60")
+    commands = [worker("rated", redis_server, name, 1, 1, *options, "--index", str(i)) for i in range(3)]
+    with workers(*commands) as processes:
+        await wait_until(lambda: _all_exited(processes), 90, "the workers done")
+        outcomes = [json.loads(p.stdout.read()) for p in processes]  # type: ignore[union-attr]
+        assert [p.returncode for p in processes] == [0, 0, 0]
+    assert outcomes == [{"completed": 30}] * 3
+    grants = sorted(
+        (int(at), int(cost)) for at, cost in (g.split() for g in await client.lrange(grants_key(name), 0, -1))
+    )
+    assert len(grants) == 90
+    total = sum(cost for _, cost in grants)
+    worst = 0.0  # the largest excess of a window's grants over rate * w + burst (<= 0: within it)
+    for i, (start, _) in enumerate(grants):
+        granted = 0
+        for end, cost in grants[i:]:
+            granted += cost
+            worst = max(worst, granted - (rate * (end - start) / 1000 + burst))
+    assert worst <= 1e-6, f"a window granted {worst} tokens beyond rate x w + burst"
+    # The grants did press against the bound: the whole run took about its tokens' worth of rate.
+    span = (grants[-1][0] - grants[0][0]) / 1000
+    assert span < (total - burst) / rate + 2.0
+    await settles_empty(client, name)

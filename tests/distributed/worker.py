@@ -5,7 +5,9 @@
 Modes: ``contend`` (many tasks through the gate, each body bracketed by the witness), ``hold``
 (take ``--n`` slots, say ``held``, then wait to be killed), ``wait`` (queue one request, say
 ``queued``, then wait to be killed), ``fifo`` (arrive when ``--index`` others wait, then record the
-order of the body in the witness list).
+order of the body in the witness list), ``rated`` (``--tasks`` requests of random costs through a
+gate with one rate limit of ``--rate`` tokens a second and ``--burst``, no limit on running; each
+records its grant's time on the server's clock and its cost).
 
 The witness is independent of the gate: a separate Redis key incremented before each body and
 decremented after it, with the highest value seen kept in another key by one atomic script.
@@ -21,7 +23,7 @@ import sys
 
 import redis.asyncio
 
-from boundedgate import GateError
+from boundedgate import GateError, RateLimit
 from boundedgate.redis import RedisGate
 
 ENTER = """
@@ -32,18 +34,50 @@ return n
 """
 
 
+def grants_key(name: str) -> str:
+    """The list of grants of the ``rated`` mode: ``"<grant ms on the server's clock> <cost>"``."""
+    return f"witness:{name}:grants"
+
+
 def witness_keys(name: str) -> tuple[str, str, str, str]:
     """Keys of the witness: running now, max running seen, bodies run, body order."""
     base = f"witness:{name}:"
     return base + "now", base + "max", base + "bodies", base + "order"
 
 
+async def spend_tokens(
+    gate: RedisGate, client: redis.asyncio.Redis, args: argparse.Namespace
+) -> dict[str, int]:
+    """The ``rated`` mode: ``--tasks`` requests of 1 to 20 tokens; returns their outcomes, counted."""
+    rng = random.Random(args.index)
+    info = f"boundedgate:{{{args.name}}}:info"
+    counted: dict[str, int] = {}
+
+    async def spend(cost: int) -> None:
+        try:
+            async with gate.admit(cost=cost, timeout=args.timeout) as permit:
+                # The grant's moment, as the script that made it wrote it (info's "since", ms).
+                described = await client.hget(info, permit.id or "")
+                assert isinstance(described, bytes), described
+                since = int(described.split(b"|")[2])
+                await client.rpush(grants_key(args.name), f"{since} {cost}")
+            outcome = "completed"
+        except GateError as error:
+            outcome = error.code
+        counted[outcome] = counted.get(outcome, 0) + 1
+
+    await asyncio.gather(*(spend(rng.randint(1, 20)) for _ in range(args.tasks)))
+    return counted
+
+
 async def main(args: argparse.Namespace) -> None:
     client = redis.asyncio.Redis.from_url(args.url)
+    rated = args.mode == "rated"
     gate = RedisGate(
         client,
-        max_running=args.c,
-        max_waiting=args.q,
+        max_running=None if rated else args.c,
+        max_waiting=None if rated else args.q,
+        rate_limits=[RateLimit(args.rate, args.burst, "tokens", name="tps")] if rated else (),
         name=args.name,
         lease_ttl=args.lease,
         poll_interval=args.poll,
@@ -83,6 +117,8 @@ async def main(args: argparse.Namespace) -> None:
             await entering
             print("granted", flush=True)
             await asyncio.Event().wait()
+        elif args.mode == "rated":
+            print(json.dumps(await spend_tokens(gate, client, args)), flush=True)
         elif args.mode == "fifo":
             waiters = f"boundedgate:{{{args.name}}}:waiters"
             while await client.zcard(waiters) != args.index:
@@ -97,7 +133,7 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["contend", "hold", "wait", "fifo"])
+    parser.add_argument("mode", choices=["contend", "hold", "wait", "fifo", "rated"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--c", type=int, required=True)
@@ -109,5 +145,7 @@ if __name__ == "__main__":
     parser.add_argument("--timeout", type=float, default=2.0)
     parser.add_argument("--n", type=int, default=1)
     parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--burst", type=float, default=50.0)
     asyncio.run(main(parser.parse_args()))
     sys.exit(0)

@@ -14,14 +14,13 @@ import pytest
 
 from tests.distributed.servers import RedisServer, find_server_binary, in_ci, missing_server
 
-from .subjects import LOCAL_SUBJECTS, RedisGateSubject, Subject, make_subject
+from .subjects import LOCAL_SUBJECTS, REDIS_SUBJECTS, Subject, make_subject
 
 SUBJECTS = [
     *(pytest.param(id, id=id) for id in LOCAL_SUBJECTS),
-    pytest.param(
-        RedisGateSubject.id,
-        id=RedisGateSubject.id,
-        marks=[pytest.mark.redis, pytest.mark.looptime(False)],
+    *(
+        pytest.param(id, id=id, marks=[pytest.mark.redis, pytest.mark.looptime(False)])
+        for id in REDIS_SUBJECTS
     ),
 ]
 

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from boundedgate import BoundedGate, GateStatistics, KeyedGate, admit_all
+from boundedgate import BoundedGate, GateStatistics, KeyedGate, RateLimit, admit_all
 from tests.helpers import checked_gate
 
 __all__ = ("OUTCOMES", "Counts", "Gate", "Subject", "make_subject", "sleep_until")
@@ -360,6 +360,9 @@ class RedisGateSubject(Subject):
         self._clients.append(client)
         return client
 
+    #: The gate's rate limits (none: the plain cluster gate).
+    rate_limits: tuple[RateLimit, ...] = ()
+
     def gate(self, max_running: int, max_waiting: int | None) -> Gate:
         from boundedgate.redis import RedisGate
 
@@ -370,6 +373,7 @@ class RedisGateSubject(Subject):
             max_running=max_running,
             max_waiting=max_waiting,
             name=f"generic-{uuid.uuid4().hex[:12]}",
+            rate_limits=self.rate_limits,
             **REDIS_SETTINGS,
         )
         self._gates.append(gate)
@@ -392,6 +396,26 @@ class RedisGateSubject(Subject):
             await asyncio.sleep(0.005)
 
 
+class RatedRedisGateSubject(RedisGateSubject):
+    """A :class:`~boundedgate.redis.RedisGate` with rate limits, on a real redis-server.
+
+    Its buckets never run dry in a generic test (each is far deeper than a test's requests), so
+    every behaviour holds as without them, while every admission, hand-off and cancellation goes
+    through the scripts' rate-limit path: the buckets read, taken, given back.
+    """
+
+    id = "RedisGate-rated"
+    rate_limits = (
+        RateLimit.per_second(100_000, name="rps"),
+        RateLimit.per_second(1e9, unit="tokens", name="tps"),
+    )
+
+
+#: The cluster subjects, by id; they need a server (see conftest).
+REDIS_SUBJECTS: dict[str, type[RedisGateSubject]] = {
+    cls.id: cls for cls in (RedisGateSubject, RatedRedisGateSubject)
+}
+
 #: The in-process subjects, by id; the Redis one needs a server (see conftest).
 LOCAL_SUBJECTS: dict[str, type[Subject]] = {
     cls.id: cls for cls in (BoundedGateSubject, KeyedGateSubject, AdmitAllSubject)
@@ -399,7 +423,7 @@ LOCAL_SUBJECTS: dict[str, type[Subject]] = {
 
 
 def make_subject(id: str, redis_url: Callable[[], str]) -> Subject:
-    """The subject ``id``; ``redis_url()`` is only called for the Redis one."""
-    if id == RedisGateSubject.id:
-        return RedisGateSubject(redis_url())
+    """The subject ``id``; ``redis_url()`` is only called for the Redis ones."""
+    if id in REDIS_SUBJECTS:
+        return REDIS_SUBJECTS[id](redis_url())
     return LOCAL_SUBJECTS[id]()

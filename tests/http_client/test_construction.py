@@ -176,13 +176,14 @@ async def test_a_gate_function_that_takes_no_deadline_is_refused_when_made() -> 
 async def test_a_gate_function_that_passes_on_what_its_gate_cannot_take() -> None:
     redis_gate = RedisGate(redis.asyncio.Redis(port=1), max_running=1, max_waiting=0, name="cluster")
     transport = GatedTransport(lambda request, **kw: redis_gate.admit(**kw), httpx2.MockTransport(_answered))
-    async with httpx2.AsyncClient(transport=transport) as client, gate_call(cost=5):
+    async with httpx2.AsyncClient(transport=transport) as client, gate_call(priority=1):
         with pytest.raises(TypeError) as caught:
             await client.get("http://provider/")
     message = str(caught.value)
-    assert "RedisGate.admit() takes no cost=" in message  # the gate's own reason and way out
-    assert "cost=5" in message
-    assert "lambda request, deadline=None: gate.admit(deadline=deadline)" in message
+    assert "RedisGate.admit() takes no priority=" in message  # the gate's own reason and way out
+    assert "priority=1" in message
+    way_out = "lambda request, deadline=None, cost=None, **kw: gate.admit(deadline=deadline, cost=cost)"
+    assert way_out in message
     assert isinstance(caught.value.__cause__, TypeError)
     await redis_gate.aclose()
 

@@ -160,8 +160,8 @@ def ratelimit_fields(gate: Any) -> list[tuple[bytes, bytes]]:
         running, _ = _counts(gate)
         remaining.append(f"{label};r={max(0, gate.max_running - running)}")
     limits = _rate_limits_of(gate)
-    if limits:
-        balances = gate.stats().tokens
+    balances = gate.stats().tokens if limits else ()
+    if limits and len(balances) == len(limits):  # a RedisGate's balances live in Redis: not shown
         for limit, balance in zip(limits, balances, strict=True):
             label = _sf_string(f"{name}/{limit.name}")
             unit = "request" if limit.unit == "requests" else "tokens"  # "tokens": not a registered unit

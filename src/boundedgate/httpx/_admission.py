@@ -226,8 +226,9 @@ def _refused_keywords(gate: Any, kwargs: dict[str, Any], error: TypeError) -> st
     return (
         f"the gate function {_name(gate)} was called with {given} and raised: {error}. A gate"
         " function is given the deadline=, priority= and cost= that apply to the request; pass on"
-        " only those its gate takes (a RedisGate takes deadline= alone:"
-        " lambda request, deadline=None: gate.admit(deadline=deadline)), give GatedTransport the"
+        " only those its gate takes (a RedisGate takes deadline= and cost=, not priority=:"
+        " lambda request, deadline=None, cost=None, **kw: gate.admit(deadline=deadline, cost=cost)),"
+        " give GatedTransport the"
         f" gate itself, or leave out the setting (cost=, priority=, gate_call()'s) (see {GATES_DOCS})"
     )
 

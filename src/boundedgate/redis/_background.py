@@ -47,7 +47,7 @@ class Background:
         side: The process's side of the gate they serve, bound to that loop.
     """
 
-    __slots__ = ("_closing", "_kick", "_listener", "_renewer", "_side", "_syncer")
+    __slots__ = ("_closing", "_kick", "_listener", "_renewer", "_side", "_soon", "_syncer")
 
     def __init__(self, side: ProcessSide) -> None:
         self._side = side
@@ -60,6 +60,7 @@ class Background:
         self._syncer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._kick: asyncio.Event | None = None
+        self._soon: asyncio.TimerHandle | None = None
         self._closing = False
 
     def watch(self) -> None:
@@ -84,9 +85,26 @@ class Background:
         if self._kick is not None:
             self._kick.set()
 
+    def soon(self, seconds: float) -> None:
+        """Sync in ``seconds`` at the latest, unless one is due sooner.
+
+        The head of the queue is this process's and its tokens come then: the sync starts it.
+        """
+        loop = self._side.bound()
+        when = loop.time() + seconds + 0.001  # the scripts count in ms: not a moment before
+        timer = self._soon
+        if timer is not None and not timer.cancelled() and loop.time() < timer.when() <= when:
+            return  # one still to come is sooner
+        if timer is not None:
+            timer.cancel()
+        self._soon = loop.call_at(when, self.kick)
+
     async def aclose(self) -> None:
         """Stop both loops and wait until they have (they start again if the gate is used again)."""
         self._closing = True  # in case a cancellation is swallowed by the client
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
         tasks = [t for t in (self._syncer, self._listener) if t is not None]
         for task in tasks:
             task.cancel()
@@ -147,6 +165,8 @@ class Background:
                 side.reattached(permit_id, value)
             elif what == "granted":
                 side.granted(permit_id, value)
+            elif what == "ready":  # the head, this process's, has its tokens then
+                self.soon(float(text(value)) / 1000)
             elif what not in ("requeued", "ended"):
                 side.told(permit_id, what)
 

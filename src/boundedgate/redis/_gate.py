@@ -16,6 +16,7 @@ import asyncio
 import functools
 import math
 import warnings
+from collections.abc import Mapping, Sequence
 from types import EllipsisType, TracebackType
 from typing import TYPE_CHECKING, Any, Never, NoReturn, Self, TypeVar, final
 
@@ -26,6 +27,7 @@ from .._core import (
     SIGNALS,
     Adaptive,
     AdaptiveLimit,
+    RateLimit,
     Status,
     check_cost,
     check_count,
@@ -36,16 +38,17 @@ from .._core import (
     check_name,
     check_pause,
     check_positive,
+    check_remaining,
     check_timeout,
     ended_as,
     provider_pause,
     shown,
 )
 from .._core import check_deadline as _check_deadline
-from .._driver import Observer, Observers, cancellation_pending
+from .._driver import Observer, Observers, cancellation_pending, log_event
 from .._errors import Late
 from .._streams import HandsOver, StreamOpener, StreamPermit, StreamSource, StreamT
-from . import _scripts
+from . import _buckets, _scripts
 from ._adaptive import ClusterController
 from ._background import Background
 from ._inspect import read_cluster
@@ -67,8 +70,13 @@ _INF = math.inf
 _LUA_COUNT = 2**53
 
 
-def _cluster_limits(max_running: object, max_waiting: object) -> tuple[int, int | None]:
-    """C and Q as the scripts can hold them: ``check_max_running``'s, up to 2**53 (Lua's doubles)."""
+def _cluster_limits(max_running: object, max_waiting: object, rated: bool = False) -> tuple[int, int | None]:
+    """C and Q as the scripts can hold them: ``check_max_running``'s, up to 2**53 (Lua's doubles).
+
+    With rate limits (``rated``), ``max_running=None`` is no limit on running: C is 2**53.
+    """
+    if max_running is None and rated:
+        max_running = _LUA_COUNT
     running = check_count("max_running", check_max_running(max_running), 1, most=_LUA_COUNT)
     waiting = check_max_waiting(max_waiting)
     if waiting is not None:
@@ -137,7 +145,8 @@ class RedisGate:
 
     Args:
         client: A ``redis.asyncio.Redis`` client (decoded responses or not).
-        max_running: Running slots, cluster-wide, an int >= 1.
+        max_running: Running slots, cluster-wide, an int >= 1, or None for no limit on running
+            (a pure rate limiter: ``rate_limits`` are then required).
         max_waiting: Queue places, cluster-wide, an int >= 0, or None for an unbounded queue.
         name: The gate's name: processes that give the same name share the gate.
         lease_ttl: Seconds a holder's slot survives without a renewal from its process.
@@ -165,30 +174,34 @@ class RedisGate:
             ``GateUnavailable`` (reason ``"unreplicated"``); every shortfall is counted in
             ``stats().unreplicated``. Needs a ``redis.asyncio.Redis`` client (not a cluster client).
         wait_timeout: Seconds ``WAIT`` may take (default 0.1), less than ``op_timeout``.
+        rate_limits: Token buckets (:class:`~boundedgate.RateLimit`) shared by every process of
+            the gate, kept in Redis on the server's clock, with the in-process rules: see
+            docs/cluster.md, "Rate limits across the cluster". Give every process the same list.
         **lacking: A ``BoundedGate``'s setting that a RedisGate lacks (``priorities=``,
-            ``rate_limits=``...): refused, with the way out.
+            ``feasible=``...): refused, with the way out.
 
     Raises:
         TypeError: A limit that is not an int, a duration that is not a number, a name that is
-            not a str.
+            not a str, ``rate_limits`` that are not ``RateLimit`` objects, or
+            ``max_running=None`` without rate limits.
         ValueError: A limit out of range (beyond 2**53: the scripts count in Lua's doubles), a
             duration <= 0 or infinite (or an int beyond a float's range), ``waiter_ttl`` not
             above ``poll_interval``, ``wait_timeout`` not below ``op_timeout``, or
             ``wait_replicas`` with a client other than a ``redis.asyncio.Redis``.
 
-    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, rate limits, ``adapt()``)
-    is refused with the way out: a ``TypeError`` for an argument, a ``NotImplementedError`` for a
+    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, ``adapt()``) is refused
+    with the way out: a ``TypeError`` for an argument, a ``NotImplementedError`` for a
     method, an ``AttributeError`` for an attribute (see
     docs/cluster.md, "What RedisGate does not have").
     """
 
-    __slots__ = ("__weakref__", "_controller", "_feed", "_observers", "_side")
+    __slots__ = ("__weakref__", "_controller", "_feed", "_observers", "_side", "_unlimited")
 
     def __init__(
         self,
         client: Any,
         *,
-        max_running: int,
+        max_running: int | None,
         max_waiting: int | None,
         name: str = "gate",
         lease_ttl: float = 10.0,
@@ -201,12 +214,20 @@ class RedisGate:
         adaptive: Adaptive | None = None,
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
+        rate_limits: Sequence[RateLimit] = (),
         **lacking: Never,
     ) -> None:
-        if lacking:  # a BoundedGate's setting it has not (priorities=, rate_limits=...): say so
+        if lacking:  # a BoundedGate's setting it has not (priorities=...): say so
             raise refuse_arguments("RedisGate.__init__", lacking)
+        limits = _buckets.check_limits(rate_limits)
+        if max_running is None and not limits:
+            raise TypeError(
+                "max_running=None (no limit on running) needs rate_limits=[...]: without them the "
+                "gate would limit nothing; give max_running an int >= 1"
+            )
         # Checked in the order of the arguments: the first bad one is the one named.
-        running, waiting = _cluster_limits(max_running, max_waiting)
+        running, waiting = _cluster_limits(max_running, max_waiting, bool(limits))
+        self._unlimited = max_running is None  # only rate limits limit it (C: 2**53 in the scripts)
         name = check_name(name)
         lease = check_positive("lease_ttl", lease_ttl)
         poll = check_positive("poll_interval", poll_interval)
@@ -233,6 +254,7 @@ class RedisGate:
             fallback=fallback,
             background=Background,
             wait=wait,
+            rate_limits=limits,
         )
         self._controller = None if adaptive is None else ClusterController(side, adaptive)
         side.controller = self._controller
@@ -253,9 +275,14 @@ class RedisGate:
         return self._side.client
 
     @property
-    def max_running(self) -> int:
-        """Running slots (C), cluster-wide."""
-        return self._side.max_running
+    def max_running(self) -> int | None:
+        """Running slots (C), cluster-wide; None when only rate limits limit the gate."""
+        return None if self._unlimited else self._side.max_running
+
+    @property
+    def rate_limits(self) -> tuple[RateLimit, ...]:
+        """The gate's rate limits, cluster-wide (their buckets live in Redis); ``()`` without."""
+        return self._side.rate_limits
 
     @property
     def max_waiting(self) -> int | None:
@@ -301,6 +328,7 @@ class RedisGate:
         deadline: float | None = None,
         max_wait: float | None = None,
         raise_late: bool = True,
+        cost: float | None = None,
         **lacking: Never,
     ) -> RedisPermit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
@@ -319,10 +347,16 @@ class RedisGate:
                 request still queued at ``min(deadline, arrival + max_wait)`` leaves with
                 :class:`~boundedgate.QueueExpired`; once it runs only the deadline counts.
             raise_late: False to count a block that finished late without raising ``Late``.
-            **lacking: A ``BoundedGate``'s ``priority=`` or ``cost=``: refused, with the way out.
+            cost: The request's estimated cost for rate limits counted in tokens (default 0: pay
+                it all when it settles, :meth:`RedisPermit.settle`); a limit counted in requests
+                takes 1 whatever it is.
+            **lacking: A ``BoundedGate``'s ``priority=``: refused, with the way out.
 
         Raises (on entry):
             QueueFull: Every slot busy and the queue full, after one round trip to Redis.
+            RateLimited: Its tokens could not come before its deadline (or ``max_wait``) behind
+                the requests queued ahead of it, after one round trip to Redis (nothing queued,
+                nothing taken); ``retry_after`` says when they could, on the server's clock.
             QueueExpired: The deadline passed while waiting, or had passed on arrival.
             GateUnavailable: Redis could not be reached in time (and no fallback was given), or
                 this process could not keep its place in the queue.
@@ -330,12 +364,14 @@ class RedisGate:
                 cancelled on arrival (then nothing was counted).
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout, deadline or max_wait, both a timeout and a
-                deadline, or a raise_late that is not True or False; a ``BoundedGate``'s
-                ``priority=`` or ``cost=``, which a RedisGate lacks.
+            TypeError, ValueError: A malformed timeout, deadline, max_wait or cost, both a timeout
+                and a deadline, a cost above a rate limit's burst (it could never be served), or a
+                raise_late that is not True or False; a ``BoundedGate``'s ``priority=``, which a
+                RedisGate lacks.
         """
         if lacking:
             raise refuse_arguments("RedisGate.admit", lacking)
+        declared = 0.0 if cost is None else _buckets.cost_of(self._side.rate_limits, cost)
         if deadline is None:
             permit = RedisPermit(self, self._side, None if timeout is None else check_timeout(timeout), _INF)
         elif timeout is not None:
@@ -345,10 +381,16 @@ class RedisGate:
         if max_wait is not None:
             permit.max_wait = check_max_wait(max_wait)
         permit._raise_late = check_flag("raise_late", raise_late)
+        permit.cost = declared
         return permit
 
     async def try_admit(
-        self, *, timeout: float | None = None, deadline: float | None = None, **lacking: Never
+        self,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        cost: float | None = None,
+        **lacking: Never,
     ) -> RedisPermit:
         """A permit that holds a slot now, or :class:`~boundedgate.QueueFull` now; it never waits.
 
@@ -358,14 +400,17 @@ class RedisGate:
 
         Raises:
             QueueFull: The request cannot start at once (no free slot, or others are queued).
+            RateLimited: A slot is free and nobody is queued, but the rate limits do not hold its
+                cost now (``retry_after``: when they will).
             QueueExpired: The deadline had already passed (nothing was counted).
             GateUnavailable: Redis could not be reached in time (and no fallback was given).
             asyncio.CancelledError: The calling task is being cancelled.
-            TypeError: A ``BoundedGate``'s ``cost=``, which a RedisGate lacks.
+            TypeError, ValueError: A malformed cost (as for :meth:`admit`); a ``BoundedGate``'s
+                ``priority=``, which a RedisGate lacks.
         """
         if lacking:
             raise refuse_arguments("RedisGate.try_admit", lacking)
-        permit = self.admit(timeout=timeout, deadline=deadline)
+        permit = self.admit(timeout=timeout, deadline=deadline, cost=cost)
         await permit._arrive(False)
         permit._from_try_admit = True
         return permit
@@ -378,6 +423,7 @@ class RedisGate:
         deadline: float | None = None,
         max_wait: float | None = None,
         raise_late: bool = True,
+        cost: float | None = None,
         **lacking: Never,
     ) -> StreamOpener[StreamT]:
         """Admit a request, open a stream, and hand the stream the cluster slot.
@@ -387,18 +433,16 @@ class RedisGate:
         its lease renewed, until the stream ends.
 
         Raises (when awaited or entered):
-            QueueFull, QueueExpired, GateUnavailable, asyncio.CancelledError: As for
-                :meth:`admit`; nothing was opened.
+            QueueFull, RateLimited, QueueExpired, GateUnavailable, asyncio.CancelledError: As
+                for :meth:`admit`; nothing was opened.
             Exception: Whatever opening the stream raised; the slot was released as failed.
 
         Raises (at once):
-            TypeError, ValueError: A malformed timeout, deadline or max_wait, both a timeout and a
-                deadline, or a raise_late that is not True or False; a ``BoundedGate``'s
-                ``priority=`` or ``cost=``, which a RedisGate lacks.
+            TypeError, ValueError: As for :meth:`admit`.
         """
         if lacking:
             raise refuse_arguments("RedisGate.stream", lacking)
-        permit = self.admit(timeout=timeout, deadline=deadline, max_wait=max_wait)
+        permit = self.admit(timeout=timeout, deadline=deadline, max_wait=max_wait, cost=cost)
         return StreamOpener(permit, source, raise_late)
 
     def stats(self) -> RedisGateStatistics:
@@ -441,6 +485,8 @@ class RedisGate:
         )
         side.seen(reply[0], reply[1], reply[2])
         side.set_limits(running, waiting)
+        if max_running is not ...:
+            self._unlimited = False
         controller = self._controller
         if controller is not None and max_running is not ...:
             controller.limit.adopt(running, side.bind().time())
@@ -474,6 +520,29 @@ class RedisGate:
         if seconds > 0:
             reply = await self._side.adapt(("pause", ms(seconds), 0, 1, 1, 0, 0))
             self._side.seen(reply[2], reply[3], reply[4])
+
+    def sync_rate_limits(self, remaining: Mapping[str, float]) -> int:
+        """Lower the cluster's rate-limit balances to what the provider says is left (never raise one).
+
+        As :meth:`BoundedGate.sync_rate_limits <boundedgate.BoundedGate.sync_rate_limits>`:
+        ``remaining`` maps a resource (``"requests"``, ``"tokens"``, or a rate limit's name) to the
+        provider's remaining count, e.g. from ``x-ratelimit-remaining-*`` headers; the limit named
+        so (else the first counted in that unit) is lowered to it if it holds more, for every
+        process at once. Synchronous, as in-process: the change is sent to Redis from a task of
+        its own (call it on the gate's event loop), once. Returns how many of the gate's rate
+        limits it names (each lowered only if it holds more when the change lands).
+
+        Raises:
+            TypeError, ValueError: ``remaining`` is not a mapping of names (str) to counts >= 0.
+            RuntimeError: No event loop runs, or the gate is in use on another one.
+        """
+        counts = check_remaining(remaining)
+        side = self._side
+        pairs = _buckets.buckets_named(side.rate_limits, counts)
+        if pairs:
+            side.bind()
+            side.spawn(_rate_call(side, ("lower", side.agent, *pairs)))
+        return len(pairs) // 2
 
     async def signal(
         self, kind: str, *, retry_after: float | None = None, max_pause: float = MAX_PAUSE
@@ -596,6 +665,7 @@ COMPLETED = Status.COMPLETED
 LATE = Status.LATE
 FAILED = Status.FAILED
 LEAKED = Status.LEAKED
+RATE_LIMITED = Status.RATE_LIMITED
 ABORTED = Status.ABORTED
 DISCONNECTED = Status.DISCONNECTED
 UNAVAILABLE = Ending.UNAVAILABLE
@@ -605,6 +675,20 @@ _GRANTED = "granted"
 _DISCONNECTED = "disconnected"
 
 _T = TypeVar("_T")
+
+
+async def _rate_call(side: ProcessSide, args: tuple[object, ...]) -> None:
+    """Send a settle or a provider's remaining quota to the rate limits in Redis, once.
+
+    Not retried: a settle is not idempotent (a retry after a lost reply would charge twice). A
+    call Redis does not answer within ``op_timeout`` is lost, and logged.
+    """
+    try:
+        reply = await side.run(_scripts.RATE, args)
+    except UNREACHABLE as error:
+        log_event(side.name, "rate_call_lost", f"a {args[0]} of the rate limits was lost: {error!r}")
+        return
+    side.released(reply, None, handed_at=4)
 
 
 def _wake(future: asyncio.Future[tuple[str, Any]], what: str, value: Any = None) -> None:
@@ -634,6 +718,7 @@ class RedisPermit(HandsOver):
         deadline: When it must be done by, on the loop's clock (``math.inf`` for no deadline).
         started: When it got its slot (None if it has not).
         ended: When it reached its outcome (None while it is pending).
+        cost: Its rate cost: declared at admission (``admit(cost=...)``), then as settled.
         lease_lost: True if, while it held its slot, its lease lapsed in Redis (this process
             stalled or lost Redis for longer than ``lease_ttl``) or Redis forgot it (a restart):
             its slot may have been given to another request meanwhile. It was counted again as
@@ -660,6 +745,7 @@ class RedisPermit(HandsOver):
         "_timer",
         "_token",
         "arrival",
+        "cost",
         "deadline",
         "ended",
         "lease_lost",
@@ -673,6 +759,8 @@ class RedisPermit(HandsOver):
         self.started: float | None = None
         self.ended: float | None = None
         self.lease_lost = False
+        #: Its rate cost: declared at admission, then as settled by :meth:`settle`.
+        self.cost = 0.0
         self._status: Status | Ending = NEW
         self._gate = gate
         self._side = side
@@ -808,25 +896,37 @@ class RedisPermit(HandsOver):
         """Not here: the cluster queue is one FIFO; raises ``AttributeError`` with the way out."""
         raise no_attribute(self, "priority")
 
-    @property
-    def cost(self) -> NoReturn:
-        """Not here: a cluster gate has no rate limits; raises ``AttributeError`` with the way out."""
-        raise no_attribute(self, "cost")
-
     def __repr__(self) -> str:
         return f"<RedisPermit of {self._side.name!r}: {self.status.value}>"
 
     # -- the stream hand-over (boundedgate's StreamPermit contract) -------------------------
 
     def settle(self, cost: float) -> None:
-        """Accept the request's real cost, for the same call sites as :meth:`Permit.settle`.
+        """Record the request's real cost, e.g. the token usage the SDK reported.
 
-        A cluster gate has no rate budget to charge, so this only checks ``cost``.
+        As :meth:`Permit.settle <boundedgate.Permit.settle>`, on the cluster's buckets: the rate
+        limits counted in tokens are charged the difference to the declared cost (never below a
+        limit's floor: a debt every process's later requests wait out) or refunded the
+        over-estimate (never above its burst; a refund may start the head of the queue). Call it
+        once the usage is known, before or after the slot was released. Settling again adjusts
+        from the last settled cost. Does nothing for a request that never started, or on a gate
+        without rate limits. The change is sent to Redis from a task of its own, once (it is not
+        idempotent, so never retried: one Redis does not answer within ``op_timeout`` is lost).
 
         Raises:
             TypeError, ValueError: ``cost`` is not a finite number >= 0.
         """
-        check_cost(cost)
+        value = check_cost(cost)
+        inner = self._inner
+        if inner is not None:
+            inner.settle(value)
+            return
+        side = self._side
+        extra = value - self.cost
+        if self.started is None or not side.rate_limits or not extra:
+            return
+        self.cost = value
+        side.spawn(_rate_call(side, ("settle", side.agent, repr(extra))))
 
     def _finish(self, ending: Status | None = None) -> None:
         """End the request now, if it holds a slot: as ``ending`` says, else completed or late.
@@ -975,7 +1075,7 @@ class RedisPermit(HandsOver):
             reply = fields(
                 await side.run(
                     _scripts.ADMIT,
-                    (permit_id, remaining, 1 if wait else 0),
+                    (permit_id, remaining, 1 if wait else 0, repr(self.cost)),
                     min(side.op_timeout, deadline - now),
                 )
             )
@@ -996,14 +1096,39 @@ class RedisPermit(HandsOver):
         if state != 2:
             del side.waiters[permit_id]
             self._future = None
-            if state == 3:
-                self._depth = int(waiting)
-                ended = self._end(REJECTED)
-                raise side.refused(ended - now, int(running), int(waiting), int(value) / 1000)
-            ended = self._end(UNAVAILABLE)  # an outcome already recorded for a fresh id: state was lost
-            raise side.unavailable(0.0, ended - now, "waiter_lease_lost")
+            raise self._refusal(state, text(value), int(running), int(waiting), now)
         self._depth = int(waiting) - 1
+        if side.rate_limits:
+            self._head_waits(text(value))
         await self._wait(future, permit_id, now)
+
+    def _refusal(self, state: int, value: str, running: int, waiting: int, arrival: float) -> Exception:
+        """End a request that admit's reply refused (``state`` 3, 5, or 4: ended already); the error."""
+        side = self._side
+        self._depth = waiting
+        if state == 3:
+            ended = self._end(REJECTED)
+            return side.refused(ended - arrival, running, waiting, int(value) / 1000)
+        if state != 5:
+            ended = self._end(UNAVAILABLE)  # an outcome already recorded for a fresh id: state was lost
+            return side.unavailable(0.0, ended - arrival, "waiter_lease_lost")
+        ended = self._end(RATE_LIMITED)  # value: the script's 'ms:i'
+        return _buckets.rate_limited(
+            side.rate_limits,
+            value,
+            gate=side.name,
+            max_running=self._gate.max_running,
+            max_waiting=side.max_waiting,
+            running=running,
+            waiting=waiting,
+            elapsed=ended - arrival,
+        )
+
+    def _head_waits(self, value: str) -> None:
+        """A queued reply's ``'sequence@ms'``: the head, this process's, has its tokens in ``ms``."""
+        _, at, wait_ms = value.partition("@")
+        if at:  # its process syncs then, and the sync starts it
+            self._side.background.soon(float(wait_ms) / 1000)
 
     async def _not_admitted(self, error: BaseException, wait: bool, permit_id: str, arrival: float) -> None:
         """The admission call failed: re-raise, or raise the typed refusal, or use the fallback."""

@@ -4,8 +4,8 @@
 ``RedisGate`` does not have, why and what to do instead; docs/cluster.md lists the same under
 "What RedisGate does not have". An argument it lacks is a ``TypeError`` (:func:`refuse_arguments`),
 a method a ``NotImplementedError`` (:func:`not_implemented`), an attribute an ``AttributeError``
-(:func:`no_attribute`: ``hasattr()`` stays false, so code that asks first, as ``follow_provider``
-does for ``sync_rate_limits``, leaves the gate alone). When the cluster gate gains one of them,
+(:func:`no_attribute`: ``hasattr()`` stays false, so code that asks first, as for
+``gate.priorities``, leaves the gate alone). When the cluster gate gains one of them,
 its line goes, with the parameter or method that stood in for it.
 """
 
@@ -19,23 +19,15 @@ __all__ = ("DOCS", "LACKING", "no_attribute", "not_implemented", "refuse_argumen
 DOCS = 'see docs/cluster.md, "What RedisGate does not have"'
 
 _PRIORITIES = "its queue is one FIFO, cluster-wide, with no priority classes: leave it out"
-_RATE_LIMITS = (
-    "it has no rate limits (no buckets in Redis); to keep one, admit through a "
-    "BoundedGate(rate_limits=..., max_running=None) in each process as well, each with its share "
-    "of the quota"
-)
 
 #: Why a RedisGate lacks each, and the way out, by the name a BoundedGate gives it.
 LACKING: Mapping[str, str] = {
     "priority": _PRIORITIES,
     "priorities": _PRIORITIES,
     "jump_share": _PRIORITIES,
-    "cost": _RATE_LIMITS,
-    "rate_limits": _RATE_LIMITS,
     "feasible": "deadline-feasible admission is for in-process gates only: leave it out",
     "adapt": "give its controller at construction, RedisGate(..., adaptive=Adaptive(...)), shared by "
     "every process",
-    "sync_rate_limits": "it has no rate limits to bring in line with the provider's remaining quota",
 }
 
 

@@ -13,8 +13,8 @@ import socket
 
 __all__ = ("KEY_NAMES", "agent_id", "gate_keys", "wake_prefix")
 
-#: The gate's keys, in the order the scripts receive them as ``KEYS[1..8]``.
-KEY_NAMES = ("meta", "holders", "waiters", "wdue", "info", "outcomes", "seq", "stats")
+#: The gate's keys, in the order the scripts receive them as ``KEYS[1..9]``.
+KEY_NAMES = ("meta", "holders", "waiters", "wdue", "info", "outcomes", "seq", "stats", "costs")
 
 
 def gate_keys(name: str) -> tuple[str, ...]:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from .._core import RequestRecord
 from .._driver import Observers, logger
 from ._io import UNREACHABLE, pooled, text
-from ._layout import gate_keys
+from ._layout import KEY_NAMES, gate_keys
 
 if TYPE_CHECKING:
     from ._process import ProcessSide
@@ -330,7 +330,8 @@ def _cancel(task: asyncio.Task[None]) -> None:
 
 async def _read(client: Any, name: str, max_running: int, max_waiting: int | None) -> ClusterSnapshot:
     """Read gate ``name``'s counters, counts, limits and histograms in one transaction."""
-    meta, holders, waiters, *_, stats = gate_keys(name)
+    keys = dict(zip(KEY_NAMES, gate_keys(name), strict=True))
+    meta, holders, waiters, stats = keys["meta"], keys["holders"], keys["waiters"], keys["stats"]
     hist, _ = hist_keys(name)
     async with client.pipeline(transaction=True) as pipe:
         pipe.hgetall(stats)

@@ -33,10 +33,10 @@ import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from .._core import BY_STATUS, Status
+from .._core import BY_STATUS, RateLimit, Status
 from .._driver import BoundedGate, log_event
 from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
-from . import _scripts
+from . import _buckets, _scripts
 from ._io import UNREACHABLE, fields, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._stats import LocalCounters, RedisGateStatistics
@@ -92,6 +92,10 @@ class Work(Protocol):
         """Make sure the loops run that the side's holders and waiters need."""
         ...
 
+    def soon(self, seconds: float) -> None:
+        """Sync in ``seconds`` at the latest: the head of the queue, this process's, has its tokens then."""
+        ...
+
     async def aclose(self) -> None:
         """Stop the loops and wait until they have."""
         ...
@@ -117,6 +121,7 @@ class ProcessSide:
         fallback: The local gate to admit through when Redis is out of reach, or None.
         background: What makes the background work of the side on each event loop it binds to.
         wait: ``(replicas, milliseconds)`` of a ``WAIT`` after every script call, or None.
+        rate_limits: The gate's rate limits, checked (their buckets live in Redis).
     """
 
     __slots__ = (
@@ -145,6 +150,7 @@ class ProcessSide:
         "name",
         "op_timeout",
         "poll_interval",
+        "rate_limits",
         "tasks",
         "wait",
         "waiter_ttl",
@@ -169,9 +175,11 @@ class ProcessSide:
         fallback: BoundedGate | None,
         background: Callable[[ProcessSide], Work],
         wait: tuple[int, int] | None = None,
+        rate_limits: tuple[RateLimit, ...] = (),
     ) -> None:
         self.client = client
         self.wait = wait
+        self.rate_limits = rate_limits
         self.name = name
         self.max_running = max_running
         self.max_waiting = max_waiting
@@ -197,6 +205,7 @@ class ProcessSide:
             ms(waiter_ttl),
             ms(outcome_ttl),
             ms(idle_ttl),
+            _buckets.encode(rate_limits),
             wake_prefix(name),
         )
         #: The common head of every call (key count, keys, common ARGV), encoded once, and what it encodes.

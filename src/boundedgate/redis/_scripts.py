@@ -47,6 +47,7 @@ __all__ = (
     "CANCEL",
     "LIBRARY",
     "LIMITS",
+    "RATE",
     "RELEASE",
     "SYNC",
     "Calls",
@@ -276,5 +277,6 @@ RELEASE = Script("release.lua")
 CANCEL = Script("cancel.lua")
 LIMITS = Script("limits.lua")
 ADAPT = Script("adapt.lua")
+RATE = Script("rate.lua")
 #: Every script, as the one library a server with functions is sent.
-LIBRARY = Library(ADMIT, SYNC, RELEASE, CANCEL, LIMITS, ADAPT)
+LIBRARY = Library(ADMIT, SYNC, RELEASE, CANCEL, LIMITS, ADAPT, RATE)

@@ -1,11 +1,15 @@
 -- admit: a request arrives. Idempotent by id (a retry after a lost reply returns the first answer).
 -- ARGV 2 id (the agent's id, '#', a serial), 3 remaining budget ms (-1: none), 4 wait (1: may
--- queue, 0: start now or not).
+-- queue, 0: start now or not), 5 its cost for the rate limits (absent: 0).
 -- Returns, as one string of fields joined by '|' (answer()): state, value, running, waiting, epoch,
 -- handed...; state 1 granted (value: token), 2 queued (value: arrival sequence), 3 full (value: ms
--- of a pause in force still to run, 0 if none), 4 already ended (value: how); handed: the grants its
--- sweep made to the caller's other waiters (id, token, ...).
+-- of a pause in force still to run, 0 if none), 4 already ended (value: how), 5 rate limited
+-- (value: 'ms:i', the ms until its tokens could come, or a pause in force ends if later, and the
+-- rate limit i that decides it); with rate limits, a queued reply's value is 'sequence@ms' when
+-- the head of the queue is the caller's and waits ms for its tokens. handed: the grants its sweep
+-- made to the caller's other waiters (id, token, ...).
 local id, remaining, wait = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local cost = tonumber(ARGV[5] or '0')
 local agent = agent_of(id)
 SELF = agent
 SWEEP_OUTCOMES = false -- nothing ends here but by the sweep: release, cancel and sync forget
@@ -33,12 +37,28 @@ end
 local deadline = -1
 if remaining >= 0 then deadline = now + remaining end
 local running, waiting = counts()
-if running < C and waiting == 0 and now >= PAUSE then
+if running < C and waiting == 0 and now >= PAUSE and (#BUCKETS == 0 or covers(cost)) then
   local token = grant(id, agent, deadline, false)
+  if #BUCKETS > 0 then
+    take(cost)
+    keep_cost(id, cost)
+  end
   return answer({'1', int(token), int(running + 1), int(waiting), EPOCH})
+end
+if #BUCKETS > 0 then
+  local refused, value = rate_refusal(cost, deadline, wait, running, waiting)
+  if refused then
+    count('rate_limited')
+    return answer({'5', value, int(running), int(waiting), EPOCH})
+  end
 end
 if wait and (Q < 0 or waiting < Q) then
   local order = enqueue(id, agent, deadline)
+  if #BUCKETS > 0 then
+    keep_cost(id, cost)
+    queue_cost(cost)
+    return answer({'2', queued_value(order), int(running), int(waiting + 1), EPOCH})
+  end
   return answer({'2', int(order), int(running), int(waiting + 1), EPOCH})
 end
 count('rejected')

@@ -28,14 +28,18 @@
 --                     other, as if forgotten, never misread)
 --   7 seq      string INCR counter: arrival order and fencing tokens
 --   8 stats    hash   cluster counters and peaks
+--   9 costs    hash   id -> declared cost, for the waiters and holders of a gate with rate limits
+--                     (absent: 0); meta then also holds b1, b2, ...: each bucket's empty time (ms,
+--                     server clock; absent: full), and qcost: the costs queued (see "Rate limits")
 -- Keys get PEXPIRE IDLE_TTL as a script ends (reply: see WRITTEN); a gate that goes idle leaves
 -- only meta, seq, stats and its recent outcomes, for IDLE_TTL (holders, waiters, wdue and info are
 -- empty, and Redis deletes empty collections). A holder or waiter renewed by sync refreshes its
 -- key and info with it.
 --
 -- ARGV 1, the settings common to every call of a process's gate, in one argument (one to encode
--- and send, not seven): "C|Q|lease ms|waiter lease ms|outcome ttl ms|idle ttl ms|wake prefix" (Q
--- -1: unbounded; the agent's id completes the wake channel's prefix). A script's own ARGV follow.
+-- and send, not eight): "C|Q|lease ms|waiter lease ms|outcome ttl ms|idle ttl ms|buckets|wake
+-- prefix" (Q -1: unbounded; buckets: the rate limits, '' for none, see "Rate limits"; the agent's
+-- id completes the wake channel's prefix). A script's own ARGV follow.
 
 -- The prelude defines its helpers and the per-call state they share; begin() fills that state in
 -- for one call. Sent with EVALSHA (Redis < 7, and cluster clients), the prelude runs on every call
@@ -44,7 +48,7 @@
 -- with its keys and arguments, then runs its file: the helpers are made once, not per call.
 
 local KEYS, ARGV -- of the call
-local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS
+local META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS, COSTS
 local C, Q, LEASE, WAITER_TTL, OUTCOME_TTL, IDLE_TTL, WAKE
 local IDLE_TTL_ARG -- as given: a number is formatted anew for every call it is passed to
 local PAUSE -- no request starts before this time (ms, server clock): a rate-limit reset
@@ -75,13 +79,20 @@ local SELF, HANDED
 -- ARGV[1] last taken apart, and what it said: a library's calls from one gate repeat it.
 local COMMON, C0, Q0, LEASE0, WAITER_TTL0, OUTCOME_TTL0, IDLE_TTL0, WAKE0
 
+-- The rate limits (see "Rate limits" below): BUCKETS, parsed from ARGV[1]; EMPTY, their state
+-- for this call (nil until read).
+local BUCKETS, EMPTY = {}, nil
+local parse_buckets
+
 local function begin(keys, argv)
   KEYS, ARGV = keys, argv
-  META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS =
-    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8]
+  META, HOLDERS, WAITERS, WDUE, INFO, OUTCOMES, SEQ, STATS, COSTS =
+    keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7], keys[8], keys[9]
+  EMPTY = nil
   if argv[1] ~= COMMON then
-    local c, q, lease, waiter_ttl, outcome_ttl, idle_ttl, wake =
-      string.match(argv[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    local c, q, lease, waiter_ttl, outcome_ttl, idle_ttl, buckets, wake =
+      string.match(argv[1], '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    BUCKETS = parse_buckets(buckets)
     C0, Q0, LEASE0, WAITER_TTL0 = tonumber(c), tonumber(q), tonumber(lease), tonumber(waiter_ttl)
     OUTCOME_TTL0, IDLE_TTL0, IDLE_TTL_ARG, WAKE0 = tonumber(outcome_ttl), tonumber(idle_ttl), idle_ttl, wake
     COMMON = argv[1]
@@ -208,6 +219,190 @@ local function agent_of(id)
   return string.match(id, '^(.*)#%d+$')
 end
 
+-- Rate limits
+-- ===========
+-- A gate's rate limits are token buckets kept as the in-process core keeps them
+-- (_core/_bucket.py), on the server's clock: bucket i is the moment it is (or was) empty,
+-- meta's b<i> in ms (absent: long ago, so full); its balance at t is min(burst, (t - empty) /
+-- period). ARGV[1]'s buckets field lists them, 'r|t:period:window:depth,...' (r: counted in
+-- requests, each request needs 1; t: in tokens, each needs its declared cost; period: ms per
+-- token; window: ms from empty to full, burst * period; depth: ms of the deepest debt, -floor *
+-- period). Every process of a gate must give the same rate limits, as it gives the same C.
+--
+-- A request starts only when a slot is free, nobody is queued ahead of it and every bucket
+-- covers its need, taken from all of them at once. The head of the queue waiting for its tokens
+-- keeps everyone behind it waiting (FIFO, as in-process). An arrival whose tokens could not come
+-- before its queue deadline, behind what the queue ahead of it takes first (its count, and the
+-- costs queued: meta's qcost), is refused at once, with the moment they could come.
+
+parse_buckets = function(spec)
+  local buckets = {}
+  for unit, period, window, depth in string.gmatch(spec, '([rt]):([^:,]+):([^:,]+):([^:,]+)') do
+    buckets[#buckets + 1] = {
+      requests = unit == 'r', period = tonumber(period), window = tonumber(window), depth = tonumber(depth),
+    }
+  end
+  return buckets
+end
+
+-- The buckets' empty moments for this call, read once.
+local function empties()
+  if not EMPTY then
+    EMPTY = {}
+    local fields = {}
+    for i = 1, #BUCKETS do fields[i] = 'b' .. i end
+    local stored = redis.call('HMGET', META, unpack(fields))
+    for i = 1, #BUCKETS do EMPTY[i] = tonumber(stored[i]) or -math.huge end
+  end
+  return EMPTY
+end
+
+local function store_buckets(empty)
+  local args = {}
+  for i = 1, #BUCKETS do
+    if empty[i] > -math.huge then
+      args[#args + 1] = 'b' .. i
+      args[#args + 1] = string.format('%.17g', empty[i])
+    end
+  end
+  if #args > 0 then write('HSET', META, unpack(args)) end
+end
+
+local function need(bucket, cost)
+  if bucket.requests then return 1 end
+  return cost
+end
+
+-- True if every bucket holds what a request of this cost needs, now.
+local function covers(cost)
+  local empty = empties()
+  for i, bucket in ipairs(BUCKETS) do
+    if now < empty[i] + need(bucket, cost) * bucket.period then return false end
+  end
+  return true
+end
+
+-- When every bucket will hold what a request of this cost needs, if nothing else takes from them.
+local function tokens_at(cost)
+  local empty, at = empties(), -math.huge
+  for i, bucket in ipairs(BUCKETS) do
+    at = math.max(at, empty[i] + need(bucket, cost) * bucket.period)
+  end
+  return at
+end
+
+-- When the buckets could pay an arrival's cost behind the queue (each first supplies what the
+-- waiters take, then its need: its balance now, at most its burst, then its rate), and the
+-- bucket that decides it (the first of the latest).
+local function tokens_behind(cost)
+  local empty = empties()
+  local tokens = tonumber(redis.call('HGET', META, 'qcost') or '0')
+  local due, limiting = -math.huge, 1
+  for i, bucket in ipairs(BUCKETS) do
+    local ahead = tokens
+    if bucket.requests then ahead = WAITING end
+    local at = math.max(empty[i], now - bucket.window) + (ahead + need(bucket, cost)) * bucket.period
+    if at > due then due, limiting = at, i end
+  end
+  return due, limiting
+end
+
+local function take(cost)
+  local empty = empties()
+  for i, bucket in ipairs(BUCKETS) do
+    empty[i] = math.max(empty[i], now - bucket.window) + need(bucket, cost) * bucket.period
+  end
+  store_buckets(empty)
+end
+
+-- Give back a cost (a grant never used: every bucket; a refund: tokens only), never above a burst.
+local function give(cost, tokens_only)
+  local empty = empties()
+  for i, bucket in ipairs(BUCKETS) do
+    if not (tokens_only and bucket.requests) then
+      empty[i] = math.max(empty[i] - need(bucket, cost) * bucket.period, now - bucket.window)
+    end
+  end
+  store_buckets(empty)
+end
+
+-- Charge more tokens (a settled cost above the declared one), never below a bucket's floor.
+local function charge(amount)
+  local empty = empties()
+  for i, bucket in ipairs(BUCKETS) do
+    if not bucket.requests then
+      empty[i] = math.min(math.max(empty[i], now - bucket.window) + amount * bucket.period, now + bucket.depth)
+    end
+  end
+  store_buckets(empty)
+end
+
+-- Lower bucket i's balance to `left` if it holds more (the provider's remaining quota); true if it did.
+local function lower(i, left)
+  local empty, bucket = empties(), BUCKETS[i]
+  if not bucket or left < 0 then return false end
+  if left < math.min((now - empty[i]) / bucket.period, bucket.window / bucket.period) then
+    empty[i] = now - left * bucket.period
+    store_buckets(empty)
+    return true
+  end
+  return false
+end
+
+local function cost_of(id)
+  return tonumber(redis.call('HGET', COSTS, id) or '0')
+end
+
+-- A request's declared cost is kept while it waits or holds (a grant never used gives it back).
+local function keep_cost(id, cost)
+  if cost > 0 then write('HSET', COSTS, id, string.format('%.17g', cost)) end
+end
+
+local function forget_cost(id)
+  if #BUCKETS > 0 then redis.call('HDEL', COSTS, id) end
+end
+
+-- A waiter of this cost joined the queue, or left it (the queue is already without it): qcost
+-- follows, and an empty queue owes exactly nothing.
+local function queue_cost(cost)
+  if cost > 0 then write('HINCRBYFLOAT', META, 'qcost', string.format('%.17g', cost)) end
+end
+
+local function unqueue_cost(cost)
+  if redis.call('ZCARD', WAITERS) == 0 then
+    redis.call('HDEL', META, 'qcost')
+  elseif cost > 0 then
+    redis.call('HINCRBYFLOAT', META, 'qcost', string.format('%.17g', -cost))
+  end
+end
+
+-- When the head of the queue will have its tokens, and whose it is (nil if it has them now, or
+-- there is no head): its process syncs then, so that the head starts when its tokens are there.
+local function head_ready()
+  local head = redis.call('ZRANGE', WAITERS, '0', '0')[1]
+  if not head then return nil end
+  local at = tokens_at(cost_of(head))
+  if at <= now then return nil end
+  return at, agent_of(head)
+end
+
+-- admit's rate-limit refusal, before it would queue: refused (true, 'ms:i') when the tokens could
+-- not come before its queue deadline behind the queue (or, not waiting, when a slot is free and
+-- nobody queued but the tokens are not there now); (false) when the rate limits do not refuse it.
+local function rate_refusal(cost, deadline, wait, running, waiting)
+  if not wait and not (running < C and waiting == 0 and now >= PAUSE) then return false end
+  local due, limiting = tokens_behind(cost)
+  if wait and (deadline < 0 or due < deadline) then return false end
+  return true, string.format('%.17g:%d', math.max(0, due - now, PAUSE - now), limiting)
+end
+
+-- A queued reply's value: its sequence, and '@ms' when the head is the caller's and waits for tokens.
+local function queued_value(order)
+  local at, whose = head_ready()
+  if at and whose == SELF then return int(order) .. '@' .. string.format('%.17g', at - now) end
+  return int(order)
+end
+
 -- A holder or waiter enters info (made anew when nobody held or waited).
 local function describe(id, text)
   if RUNNING + WAITING == 0 then WRITTEN[INFO] = true end
@@ -292,6 +487,10 @@ end
 local function drop_waiter(id, how)
   local removed = redis.call('ZREM', WAITERS, id)
   if WAITING then WAITING = WAITING - removed end
+  if #BUCKETS > 0 then
+    unqueue_cost(cost_of(id))
+    redis.call('HDEL', COSTS, id)
+  end
   redis.call('ZREM', WDUE, id)
   redis.call('HDEL', INFO, id)
   record(id, how)
@@ -306,6 +505,35 @@ local function renew_waiter(id)
   write('ZADD', WDUE, int(due), id)
 end
 
+-- tick's hand-off with rate limits: free slots go to the head of the queue while its tokens are
+-- there (an expired head leaves first); a head waiting for its tokens keeps everyone behind it
+-- waiting. Returns the slots left free (0: tick's own hand-off has nothing to do).
+local function fill(free)
+  while free > 0 and WAITING > 0 do
+    local id = redis.call('ZRANGE', WAITERS, '0', '0')[1]
+    if not id then break end
+    local agent, deadline = parse(redis.call('HGET', INFO, id))
+    local expired = deadline >= 0 and deadline <= now
+    local cost = cost_of(id)
+    if not expired and not covers(cost) then break end
+    redis.call('ZREM', WAITERS, id)
+    redis.call('ZREM', WDUE, id)
+    WAITING = WAITING - 1
+    unqueue_cost(cost)
+    if expired then
+      redis.call('HDEL', INFO, id)
+      redis.call('HDEL', COSTS, id)
+      record(id, 'expired')
+      count('expired')
+    else
+      grant(id, agent, deadline, true)
+      take(cost)
+      free = free - 1
+    end
+  end
+  return 0
+end
+
 -- Every script runs this first: reclaim lapsed leases, drop dead or expired waiters, and hand every
 -- free slot to the head of the queue, inside this atomic step, so no newcomer can barge in. It
 -- counts the holders and waiters (RUNNING, WAITING) as it goes; with none, it has nothing to sweep.
@@ -316,6 +544,7 @@ local function tick()
     for _, id in ipairs(lapsed) do
       RUNNING = RUNNING - redis.call('ZREM', HOLDERS, id)
       redis.call('HDEL', INFO, id)
+      forget_cost(id)
       record(id, 'reclaimed')
       count('reclaimed')
     end
@@ -334,6 +563,7 @@ local function tick()
     end
     local free = C - RUNNING
     if now < PAUSE then free = 0 end -- paused until a rate-limit reset: none starts
+    if #BUCKETS > 0 then free = fill(free) end -- rate limits: the head may wait for its tokens
     while free > 0 and WAITING > 0 do
       local head = redis.call('ZPOPMIN', WAITERS)
       if #head == 0 then break end

@@ -2,7 +2,7 @@
 -- nothing, so a replica runs it too. Not part of the gate's library, and without the prelude: sent
 -- with EVAL. One script rather than a MULTI of reads, so that a cluster client routes it by its keys
 -- to the primary of the gate's slot (the server's TIME, which has no key, is read inside it).
--- KEYS: the gate's 8 keys, in prelude order. Returns {TIME, meta, holders with leases, waiters,
+-- KEYS: the gate's keys, in prelude order. Returns {TIME, meta, holders with leases, waiters,
 -- wdue with times, info, stats, {PTTL of each key}}: hashes and scored sets as flat arrays.
 local ttls = {}
 for i = 1, #KEYS do

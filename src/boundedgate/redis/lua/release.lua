@@ -12,6 +12,7 @@ epoch()
 local removed = redis.call('ZREM', HOLDERS, id)
 if removed == 1 or outcome(id) ~= 'released' then
   redis.call('HDEL', INFO, id)
+  forget_cost(id)
   record(id, 'released')
   count(how)
 end

@@ -7,7 +7,9 @@
 -- "reattached" again, with its token, so that its process always learns it lost its lease.
 -- Waiters: renew the place; report a grant whose message may have been lost, or how the place
 -- ended; one the server forgot arrives again.
--- Returns {epoch, running, waiting, id, what, value, id, what, value, ...} for ids that changed.
+-- Returns {epoch, running, waiting, id, what, value, id, what, value, ...} for ids that changed;
+-- with rate limits, ('', 'ready', ms) when the head of the queue is this process's and its tokens
+-- come in ms.
 local agent = ARGV[2]
 epoch()
 tick()
@@ -66,14 +68,20 @@ while i < #ARGV do
       local deadline = -1
       if remaining >= 0 then deadline = now + remaining end
       local running, waiting = counts()
-      if running < C and waiting == 0 and now >= PAUSE then
+      if running < C and waiting == 0 and now >= PAUSE and (#BUCKETS == 0 or covers(0)) then
         report(id, 'granted', grant(id, agent, deadline, false))
+        if #BUCKETS > 0 then take(0) end -- its cost was forgotten with the gate: 0
       else
         enqueue(id, agent, deadline)
         report(id, 'requeued', 0)
       end
     end
   end
+end
+if #BUCKETS > 0 then
+  -- The head of the queue is this process's and waits for its tokens: it syncs again when they come.
+  local at, whose = head_ready()
+  if at and whose == agent then report('', 'ready', string.format('%.17g', at - now)) end
 end
 out[1] = EPOCH
 out[2], out[3] = counts()
