@@ -164,7 +164,7 @@ class Background:
             if what == "reattached":
                 side.reattached(permit_id, value)
             elif what == "granted":
-                side.granted(permit_id, value)
+                side.granted(permit_id, value, reply[0])
             elif what == "ready":  # the head, this process's, has its tokens then
                 self.soon(float(text(value)) / 1000)
             elif what not in ("requeued", "ended"):
@@ -193,8 +193,7 @@ class Background:
                         if self._closing:
                             return
                         if data is not None:
-                            permit_id, _, token = text(data).rpartition(" ")
-                            side.granted(permit_id, token)
+                            _announced(side, text(data))
                         if side.waiters:
                             idle_since = None
                         elif idle_since is None:
@@ -209,6 +208,12 @@ class Background:
         finally:
             self._listener = None
             await _close_quietly(own[1])
+
+
+def _announced(side: ProcessSide, message: str) -> None:
+    """Wake the waiter a grant message names: ``"id epoch n"`` (``"id n"`` from a version before epochs)."""
+    permit_id, *epoch, token = message.split(" ")
+    side.granted(permit_id, token, epoch[0] if epoch else side.epoch or "")
 
 
 def _reader(pubsub: Any) -> Callable[[float], Coroutine[Any, Any, Any]]:
