@@ -70,9 +70,9 @@ def hang_up_as_the_grant_arrives(monkeypatch: pytest.MonkeyPatch, leaving: Clien
     """``leaving`` hangs up in the callback that delivers its permit's grant, just before it does."""
     granted = RedisPermit._granted
 
-    def leave_then_grant(permit: RedisPermit, token: Any) -> None:
+    def leave_then_grant(permit: RedisPermit, token: Any, epoch: Any) -> None:
         leaving.leave()
-        granted(permit, token)
+        granted(permit, token, epoch)
 
     monkeypatch.setattr(RedisPermit, "_granted", leave_then_grant)
 

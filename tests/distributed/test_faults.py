@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import time
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -13,8 +14,10 @@ import redis.exceptions
 
 from boundedgate import GateUnavailable, QueueFull, Status
 from boundedgate.redis import RedisPermit
+from boundedgate.redis._process import ProcessSide
+from boundedgate.redis._scripts import SYNC
 
-from .helpers import OtherProcess, cluster, make_gate, settles_empty, wait_until
+from .helpers import OtherProcess, cluster, listening, make_gate, settles_empty, wait_until
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -240,3 +243,67 @@ async def test_a_killed_subscription_is_renewed_and_grants_still_arrive(
         permit = await asyncio.wait_for(waiter, 5)
         permit.release()
         await settles_empty(client, name)
+
+
+async def test_a_grant_by_message_after_a_restart_carries_the_new_epoch_in_its_token(
+    own_server: RedisServer, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redis restarts empty (seq starts again at 1) while this process's waiter waits. Its sync
+    # queues the waiter again, but the reply is lost, so the process has not heard of the new
+    # epoch when another process's release grants the waiter by message: the token must pair n
+    # with the epoch the grant was made under, not the one the process saw last.
+    client = redis.asyncio.Redis.from_url(own_server.url, socket_connect_timeout=0.5, socket_timeout=0.5)
+    settings: dict[str, Any] = {"poll_interval": 0.1, "waiter_ttl": 30.0, "op_timeout": 0.5}
+    phase = {"syncs": "answered"}
+    run = ProcessSide.run
+
+    try:
+        async with (
+            make_gate(client, name, 1, 2, **settings) as gate,
+            make_gate(client, name, 1, 2, lease_ttl=1.5, **settings) as other,
+        ):
+
+            async def syncs_as_told(side: ProcessSide, script: Any, *args: Any, **kwargs: Any) -> Any:
+                if side is not gate._side or script is not SYNC or phase["syncs"] == "answered":
+                    return await run(side, script, *args, **kwargs)
+                if phase["syncs"] == "lost":  # it ran in Redis, its reply did not come back
+                    await run(side, script, *args, **kwargs)
+                raise redis.exceptions.ConnectionError("the reply was lost")
+
+            monkeypatch.setattr(ProcessSide, "run", syncs_as_told)
+            issued = set()
+            for _ in range(3):
+                async with gate.admit() as permit:
+                    issued.add(permit.token)
+            holder = await other.try_admit()
+            issued.add(holder.token)
+            waiter = asyncio.create_task(gate.admit(timeout=30).__aenter__())
+            await wait_until(lambda: _waiting(client, name, 1), 5, "1 waiting")
+            before = (await cluster(client, name)).epoch
+            phase["syncs"] = "not sent"
+            own_server.kill()  # no persistence: it comes back empty
+            own_server.start()
+            await wait_until(lambda: _running(client, name, 1), 10, "the other holder counted again")
+            phase["syncs"] = "lost"
+            await wait_until(lambda: _waiting(client, name, 1), 10, "the waiter queued again")
+            await listening(client, gate)
+            epoch = (await cluster(client, name)).epoch
+            assert epoch is not None
+            assert epoch != before
+            holder.release()  # another process's release: the grant comes by message
+            permit = await asyncio.wait_for(waiter, 10)
+            assert permit.token is not None
+            assert permit.token not in issued
+            assert permit.token[0] == epoch
+            phase["syncs"] = "answered"
+            permit.release()
+            await settles_empty(client, name)
+    finally:
+        await client.aclose()
+
+
+async def _running(client: redis.asyncio.Redis, name: str, n: int) -> bool:
+    try:
+        return (await cluster(client, name)).running == n
+    except redis.exceptions.ConnectionError:  # the test's own client, on a connection the restart broke
+        return False

@@ -453,9 +453,9 @@ async def test_this_process_never_counts_more_waiting_than_the_queue_holds(
         held_back: set[str] = set()
         granted = ProcessSide.granted
 
-        def granted_unless_held_back(side: ProcessSide, permit_id: str, token: Any) -> None:
+        def granted_unless_held_back(side: ProcessSide, permit_id: str, token: Any, epoch: Any) -> None:
             if permit_id not in held_back:
-                granted(side, permit_id, token)
+                granted(side, permit_id, token, epoch)
 
         monkeypatch.setattr(ProcessSide, "granted", granted_unless_held_back)
         holder = await other.try_admit()  # another process's: its release announces the grant

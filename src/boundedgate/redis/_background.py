@@ -22,16 +22,20 @@ listener
     messages into immediate wake-ups. It resubscribes after any error, and every (re)subscription
     triggers a ``sync``, which finds grants announced while nobody listened. It lingers a few
     seconds after the last waiter, so that bursts do not resubscribe each time. It too has a
-    connection of its own.
+    connection of its own. A client that cannot subscribe (redis-py 5.0's ``RedisCluster`` has no
+    ``pubsub()``) gets no listener: the gate logs so once, at ``INFO``, and its waiters learn of
+    other processes' grants from the polls alone, within ``poll_interval``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .._driver import log_event
 from ._io import UNREACHABLE, bounded, own_client, text
 from ._process import ProcessSide
 from ._renewer import Renewer, copier
@@ -47,7 +51,7 @@ class Background:
         side: The process's side of the gate they serve, bound to that loop.
     """
 
-    __slots__ = ("_closing", "_kick", "_listener", "_renewer", "_side", "_soon", "_syncer")
+    __slots__ = ("_closing", "_kick", "_listener", "_renewer", "_side", "_soon", "_subscribes", "_syncer")
 
     def __init__(self, side: ProcessSide) -> None:
         self._side = side
@@ -59,6 +63,9 @@ class Background:
             self._renewer = Renewer(side, side.loop, make_client)
         self._syncer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
+        #: Whether the client can subscribe to the wake channel: True, False, or None once the
+        #: gate said that it cannot (it says so once).
+        self._subscribes: bool | None = callable(getattr(side.client, "pubsub", None))
         self._kick: asyncio.Event | None = None
         self._soon: asyncio.TimerHandle | None = None
         self._closing = False
@@ -78,7 +85,7 @@ class Background:
             kick = self._kick = asyncio.Event()
             self._syncer = side.bound().create_task(self._sync_loop(kick))
         if self._listener is None and side.waiting:
-            self._listener = side.bound().create_task(self._listen())
+            self._start_listener()
 
     def kick(self) -> None:
         """Sync now rather than at the end of the period."""
@@ -164,13 +171,28 @@ class Background:
             if what == "reattached":
                 side.reattached(permit_id, value)
             elif what == "granted":
-                side.granted(permit_id, value)
+                side.granted(permit_id, value, reply[0])
             elif what == "ready":  # the head, this process's, has its tokens then
                 self.soon(float(text(value)) / 1000)
             elif what not in ("requeued", "ended"):
                 side.told(permit_id, what)
 
     # -- the listener -----------------------------------------------------------------------
+
+    def _start_listener(self) -> None:
+        """Start the listener, or, for a client that cannot subscribe, say once that the polls alone serve."""
+        if self._subscribes:
+            self._listener = self._side.bound().create_task(self._listen())
+        elif self._subscribes is False:
+            self._subscribes = None
+            log_event(
+                self._side.name,
+                "no_subscription",
+                f"{type(self._side.client).__name__} has no pubsub(): waiters hear of grants by their "
+                "polls alone, within poll_interval (a redis-py whose cluster client subscribes "
+                "wakes them at once)",
+                level=logging.INFO,
+            )
 
     async def _listen(self) -> None:
         side = self._side
@@ -193,8 +215,7 @@ class Background:
                         if self._closing:
                             return
                         if data is not None:
-                            permit_id, _, token = text(data).rpartition(" ")
-                            side.granted(permit_id, token)
+                            _announced(side, text(data))
                         if side.waiters:
                             idle_since = None
                         elif idle_since is None:
@@ -209,6 +230,12 @@ class Background:
         finally:
             self._listener = None
             await _close_quietly(own[1])
+
+
+def _announced(side: ProcessSide, message: str) -> None:
+    """Wake the waiter a grant message names: ``"id epoch n"`` (``"id n"`` from a version before epochs)."""
+    permit_id, *epoch, token = message.split(" ")
+    side.granted(permit_id, token, epoch[0] if epoch else side.epoch or "")
 
 
 def _reader(pubsub: Any) -> Callable[[float], Coroutine[Any, Any, Any]]:

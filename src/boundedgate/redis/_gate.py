@@ -1022,11 +1022,11 @@ class RedisPermit(HandsOver):
         """True while it waits in the cluster's queue."""
         return self._status is QUEUED
 
-    def _granted(self, token: Field) -> None:
-        """A message, a reply or a poll says Redis granted this waiter a slot."""
+    def _granted(self, token: Field, epoch: Field) -> None:
+        """A message, a reply or a poll says Redis granted this waiter a slot, under ``epoch``."""
         future = self._future
         if future is not None:
-            _wake(future, _GRANTED, token)
+            _wake(future, _GRANTED, (token, epoch))
 
     def _told(self, what: str, value: object = None) -> None:
         """A poll says how this waiter's place ended (expired, lapsed, ...) or that Redis is out of reach."""
@@ -1087,11 +1087,11 @@ class RedisPermit(HandsOver):
         state, (value, running, waiting, epoch) = int(reply[0]), reply[1:5]
         side.seen(running, waiting, epoch)
         if len(reply) > 5:  # its sweep handed slots to others of this process's waiters
-            side.handed(reply, 5)
+            side.handed(reply, 5, epoch)
         if state == 1:
             del side.waiters[permit_id]
             self._future = None
-            self._start(value, permit_id)
+            self._start(value, epoch, permit_id)
             return
         if state != 2:
             del side.waiters[permit_id]
@@ -1195,7 +1195,8 @@ class RedisPermit(HandsOver):
         now = loop.time()
         counters.waited(now - arrival)
         if what == _GRANTED and now < self._queue_by:
-            self._start(value, permit_id)
+            token, epoch = value
+            self._start(token, epoch, permit_id)
             return
         if what in (_GRANTED, "deadline", "expired"):
             # Never start at or after the deadline: a grant that arrives then passes the slot on.
@@ -1247,13 +1248,13 @@ class RedisPermit(HandsOver):
             self._timer.cancel()
             self._timer = None
 
-    def _start(self, token: Field, permit_id: str) -> None:
+    def _start(self, token: Field, epoch: Field, permit_id: str) -> None:
         if self._client_left:  # granted at once, after its client left: the slot passes on unused
             self._disconnected(permit_id)
         side = self._side
         self._status = RUNNING
         self.started = side.time()
-        self._token = (side.epoch or "", int(text(token)))
+        self._token = (text(epoch), int(text(token)))
         side.hold(permit_id, self, token)
         holders = side.holders
         counters = side.counters

@@ -72,8 +72,8 @@ class Tracked(Protocol):
         """True while it waits in the cluster's queue (not while its admission is on its way)."""
         ...
 
-    def _granted(self, token: Field) -> None:
-        """Redis granted it a slot, with fencing token ``token``."""
+    def _granted(self, token: Field, epoch: Field) -> None:
+        """Redis granted it a slot, with fencing token ``(epoch, token)``."""
         ...
 
     def _told(self, what: str, value: object = None) -> None:
@@ -398,11 +398,15 @@ class ProcessSide:
 
     # -- what Redis tells of this process's requests ------------------------------------------
 
-    def granted(self, permit_id: str, token: Field) -> None:
-        """Redis granted ``permit_id`` a slot: wake it, if it is a waiter of this process still."""
+    def granted(self, permit_id: str, token: Field, epoch: Field) -> None:
+        """Redis granted ``permit_id`` a slot under ``epoch``: wake it, if it is a waiter here still.
+
+        ``epoch`` is the one the grant was made under, told with it: the process may not have
+        seen it yet (a sync's reply lost after a restart), and ``n`` pairs with that one only.
+        """
         waiter = self.waiters.get(permit_id)
         if waiter is not None:
-            waiter._granted(token)
+            waiter._granted(token, epoch)
 
     def told(self, permit_id: str, what: str) -> None:
         """A poll says how the place of ``permit_id`` ended (expired, lapsed...)."""
@@ -432,10 +436,10 @@ class ProcessSide:
                 permit=permit_id,
             )
 
-    def handed(self, reply: Sequence[Any], start: int) -> None:
-        """Wake the waiters of this process that a script's reply says it granted a slot to."""
+    def handed(self, reply: Sequence[Any], start: int, epoch: Field) -> None:
+        """Wake the waiters of this process that a script's reply, under ``epoch``, granted a slot to."""
         for i in range(start, len(reply) - 1, 2):
-            self.granted(text(reply[i]), reply[i + 1])
+            self.granted(text(reply[i]), reply[i + 1], epoch)
 
     # -- giving back ----------------------------------------------------------------------------
 
@@ -480,7 +484,7 @@ class ProcessSide:
         reply = fields(reply)
         self.seen(reply[1], reply[2], reply[3])
         if len(reply) > handed_at:
-            self.handed(reply, handed_at)
+            self.handed(reply, handed_at, reply[3])
         controller = self.controller
         if sample is not None and controller is not None:
             controller.sampled(sample[0], sample[1], int(reply[1]) + 1, int(reply[4]))

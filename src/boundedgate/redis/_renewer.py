@@ -111,7 +111,9 @@ def _cluster_copier(client: redis.asyncio.cluster.RedisCluster) -> Copier:
     settings = {k: v for k, v in client.connection_kwargs.items() if k not in _CLUSTERS_OWN and k in accepted}
     if issubclass(client.connection_kwargs.get("connection_class", object), redis.asyncio.SSLConnection):
         settings["ssl"] = True
-    nodes = [(node.host, node.port) for node in client.startup_nodes]
+    # The client's own list (redis-py 5.1 and later), else its nodes manager's (5.0 has no other).
+    startup = getattr(client, "startup_nodes", None) or client.nodes_manager.startup_nodes.values()
+    nodes = [(node.host, node.port) for node in startup]
 
     def make() -> tuple[Any, Callable[[], Coroutine[Any, Any, None]]]:
         startup = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in nodes]

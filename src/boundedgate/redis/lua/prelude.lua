@@ -465,7 +465,8 @@ local function grant(id, agent, deadline, wake)
     HANDED[#HANDED + 1] = int(token)
   elseif wake then
     -- A hint only: the grant is the holders entry above; a lost message costs the waiter one poll.
-    redis.call('PUBLISH', WAKE .. agent, id .. ' ' .. token)
+    -- "id epoch n": the token is n under this epoch, which its process may not have seen yet.
+    redis.call('PUBLISH', WAKE .. agent, id .. ' ' .. epoch() .. ' ' .. token)
   end
   return token
 end
