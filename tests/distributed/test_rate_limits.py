@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio
 
-from boundedgate import QueueExpired, RateLimit, RateLimited, Status
+from boundedgate import QueueExpired, RateLimit, RateLimited, RequestRecord, Status
 from boundedgate.redis import RedisGate
 
 from .helpers import CALM, cluster
@@ -211,3 +211,25 @@ def test_the_docs_example_runs_and_prints_what_it_says(
     served, refused = capsys.readouterr().out.splitlines()
     assert served == "served"
     assert refused == "429 (tpm), retry after 20 s"
+
+
+async def test_records_carry_the_declared_and_settled_costs_and_the_limit_that_refused(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    tpm = RateLimit.per_minute(100, unit="tokens", name="tpm")
+    rpm = RateLimit.per_minute(60, name="rpm")
+    records: list[RequestRecord] = []
+    async with rated(client, name, rpm, tpm, c=2) as gate:
+        gate.observe(records.append)
+        async with gate.admit(cost=60) as permit:
+            permit.settle(30)
+        with pytest.raises(RateLimited) as refused:
+            await gate.try_admit(cost=80)  # at most 70 are there
+        async with gate.admit(cost=5):
+            pass
+    served, limited, unsettled = records
+    assert (served.cost, served.settled, served.limited_by) == (60.0, 30.0, None)
+    assert (limited.cost, limited.settled, limited.limited_by) == (80.0, 80.0, "tpm")
+    assert limited.outcome.name == "rate_limited"
+    assert limited.retry_after == refused.value.retry_after
+    assert (unsettled.cost, unsettled.settled, unsettled.limited_by) == (5.0, 5.0, None)
