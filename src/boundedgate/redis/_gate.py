@@ -578,12 +578,15 @@ class RedisGate:
     async def cluster_stats(self) -> ClusterStatistics:
         """The cluster's view, read from Redis: holders with their leases, waiters, counters.
 
+        With rate limits, ``tokens`` holds each bucket's balance on the server's clock of the read,
+        computed with this gate's ``rate_limits`` (give every process the same list).
+
         Raises:
             GateUnavailable: Redis could not be reached in time.
         """
         side = self._side
         try:
-            call = functools.partial(read_cluster, side.client, side.name)
+            call = functools.partial(read_cluster, side.client, side.name, side.rate_limits)
             return await pooled(call, side.op_timeout)
         except UNREACHABLE as error:
             raise side.unavailable(0.0, 0.0, "unreachable") from error
