@@ -8,7 +8,10 @@ would admit twice, a head that did not block would let the small requests pass i
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,10 +19,10 @@ from pathlib import Path
 import pytest
 import redis.asyncio
 
-from boundedgate import QueueExpired, RateLimit, RateLimited, Status
-from boundedgate.redis import RedisGate
+from boundedgate import BoundedGate, QueueExpired, RateLimit, RateLimited, RequestRecord, Status
+from boundedgate.redis import RedisGate, format_cluster, read_cluster
 
-from .helpers import CALM, cluster
+from .helpers import CALM, cluster, wait_until
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -27,6 +30,11 @@ pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 #: How late a start may be observed on this shared machine (a grant is told by a reply, a
 #: message or a sync at the moment the tokens come).
 SLACK = 0.4
+
+
+def inspect_json(server: RedisServer, name: str) -> str:
+    command = [sys.executable, "-m", "boundedgate.redis", "inspect", name, "--url", server.url, "--json"]
+    return subprocess.run(command, capture_output=True, text=True, check=True, timeout=60).stdout
 
 
 def rated(client: redis.asyncio.Redis, name: str, *limits: RateLimit, c: int | None = None) -> RedisGate:
@@ -211,3 +219,85 @@ def test_the_docs_example_runs_and_prints_what_it_says(
     served, refused = capsys.readouterr().out.splitlines()
     assert served == "served"
     assert refused == "429 (tpm), retry after 20 s"
+
+
+async def test_the_clusters_balances_are_the_in_process_gates_at_the_same_moments(
+    client: redis.asyncio.Redis, redis_server: RedisServer, name: str
+) -> None:
+    # The same grants and settles through a cluster gate and an in-process one, side by side: the
+    # balances read from Redis (on the server's clock of the read) are the in-process gate's, within
+    # what the clocks drift apart over a few round trips (1 token a second, so SLACK tokens at most).
+    limits = (
+        RateLimit.per_minute(60, burst=10, name="rpm"),
+        RateLimit.per_second(1, burst=100, unit="tokens", name="tps"),
+    )
+    local = BoundedGate(max_running=5, max_waiting=None, rate_limits=limits)
+    async with rated(client, name, *limits, c=5) as gate, rated(client, name, *limits, c=5) as other:
+        for g in (gate, local):
+            async with g.admit(cost=30) as first:  # 30 taken, 20 given back
+                first.settle(10)
+            async with g.admit(cost=0) as free:  # a debt: 200 more, but never below the floor, -100
+                free.settle(200)
+
+        async def landed() -> bool:  # a settle is sent from a task of its own
+            return (await read_cluster(client, name, limits)).tokens.get("tps", 0.0) < -50
+
+        await wait_until(landed, 5, "the debt charged")
+        for view in (await other.cluster_stats(), await read_cluster(client, name, limits)):
+            expected = dict(zip(("rpm", "tps"), local.stats().tokens, strict=True))
+            assert view.tokens.keys() == expected.keys()
+            for limit, balance in view.tokens.items():
+                assert abs(balance - expected[limit]) < SLACK, (limit, view.tokens, expected)
+            assert view.tokens["tps"] < -90  # in debt near the floor, -100
+            assert 8 <= view.tokens["rpm"] < 8 + SLACK  # 10 - 2 grants, and 1 a second since
+            assert view.queued_cost == 0.0
+        text = format_cluster(await other.cluster_stats())
+        assert "rpm" in text
+        assert "tps" in text
+        unknown = await read_cluster(client, name)  # `inspect` without the limits: no balance guessed
+        assert unknown.tokens == {}
+        assert set(unknown.buckets_empty_in) == {"b1", "b2"}
+        assert 95 < unknown.buckets_empty_in["b2"] <= 100  # the debt: empty for ~100 s more
+        data = json.loads(await asyncio.to_thread(inspect_json, redis_server, name))
+        assert data["tokens"] == {}
+        assert set(data["buckets_empty_in"]) == {"b1", "b2"}
+
+
+async def test_a_queued_cost_shows_in_the_clusters_view(client: redis.asyncio.Redis, name: str) -> None:
+    tps = RateLimit.per_second(1, burst=10, unit="tokens", name="tps")
+    async with rated(client, name, tps, c=1) as gate, gate.admit(cost=10):  # empty, and the only slot held
+        waiter = asyncio.create_task(gate.admit(cost=7, timeout=60).__aenter__())
+
+        async def queued() -> bool:
+            return (await gate.cluster_stats()).waiting == 1
+
+        await wait_until(queued, 5, "1 waiting")
+        view = await gate.cluster_stats()
+        assert view.queued_cost == 7.0
+        assert 0 <= view.tokens["tps"] < SLACK
+        assert "queued cost 7" in format_cluster(view)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+
+
+async def test_records_carry_the_declared_and_settled_costs_and_the_limit_that_refused(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    tpm = RateLimit.per_minute(100, unit="tokens", name="tpm")
+    rpm = RateLimit.per_minute(60, name="rpm")
+    records: list[RequestRecord] = []
+    async with rated(client, name, rpm, tpm, c=2) as gate:
+        gate.observe(records.append)
+        async with gate.admit(cost=60) as permit:
+            permit.settle(30)
+        with pytest.raises(RateLimited) as refused:
+            await gate.try_admit(cost=80)  # at most 70 are there
+        async with gate.admit(cost=5):
+            pass
+    served, limited, unsettled = records
+    assert (served.cost, served.settled, served.limited_by) == (60.0, 30.0, None)
+    assert (limited.cost, limited.settled, limited.limited_by) == (80.0, 80.0, "tpm")
+    assert limited.outcome.name == "rate_limited"
+    assert limited.retry_after == refused.value.retry_after
+    assert (unsettled.cost, unsettled.settled, unsettled.limited_by) == (5.0, 5.0, None)

@@ -10,7 +10,8 @@ arrival whose tokens could not come before its queue deadline behind the queue i
 charges or refunds the limits counted in tokens (``lua/rate.lua``); the provider's remaining
 quota lowers a balance. This module holds the process's side of it: the limits as every call
 sends them (:func:`encode`), the checks of a cost and of the limits, which bucket a provider's
-resource names (:func:`buckets_named`), and the refusal (:func:`rate_limited`).
+resource names (:func:`buckets_named`), the refusal (:func:`rate_limited`, :func:`refused_by`),
+and the balances a read of the gate's state shows (:func:`balances`).
 
 Nothing here reads a clock: a waiter blocked on its tokens is woken by its process's sync at
 the moment the scripts said the tokens come (``_background.Background.soon``).
@@ -18,12 +19,13 @@ the moment the scripts said the tokens come (``_background.Background.soon``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
-from .._core import RateLimit, check_cost, shown
+from .._core import RateLimit, TokenBucket, check_cost, shown
 from .._errors import RateLimited
 
-__all__ = ("buckets_named", "check_limits", "cost_of", "encode", "rate_limited")
+__all__ = ("balances", "buckets_named", "check_limits", "cost_of", "encode", "rate_limited", "refused_by")
 
 
 def check_limits(rate_limits: object) -> tuple[RateLimit, ...]:
@@ -98,7 +100,7 @@ def rate_limited(
     elapsed: float,
 ) -> RateLimited:
     """The refusal of an arrival the scripts refused by rate; ``value``: their ``'ms:i'``."""
-    ms, _, number = value.partition(":")
+    limit, retry_after = refused_by(rate_limits, value)
     return RateLimited(
         gate=gate,
         max_running=max_running,
@@ -107,6 +109,30 @@ def rate_limited(
         waiting=waiting,
         waited=0.0,
         elapsed=elapsed,
-        limit=rate_limits[int(number) - 1].name,
-        retry_after=float(ms) / 1000,
+        limit=limit,
+        retry_after=retry_after,
     )
+
+
+def refused_by(rate_limits: Sequence[RateLimit], value: str) -> tuple[str, float]:
+    """The name of the limit that refused an arrival, and its ``retry_after``; ``value``: ``'ms:i'``."""
+    ms, _, number = value.partition(":")
+    return rate_limits[int(number) - 1].name, float(ms) / 1000
+
+
+def balances(rate_limits: Sequence[RateLimit], meta: Mapping[str, str], now_ms: float) -> dict[str, float]:
+    """Each limit's balance at ``now_ms`` (server clock), by name, from meta's empty times.
+
+    As the core computes an in-process bucket's (:meth:`TokenBucket.tokens
+    <boundedgate._core._bucket.TokenBucket.tokens>`): bucket ``i`` is meta's ``b<i>``, the moment
+    it is empty in ms (absent: full). A name given to two limits is told apart by its number.
+    """
+    names = [limit.name for limit in rate_limits]
+    shown_as: dict[str, float] = {}
+    for number, limit in enumerate(rate_limits, 1):
+        bucket = TokenBucket(limit)
+        stored = meta.get(f"b{number}")
+        bucket.empty = -math.inf if stored is None else float(stored) / 1000
+        label = limit.name if names.count(limit.name) == 1 else f"{limit.name} #{number}"
+        shown_as[label] = bucket.tokens(now_ms / 1000)
+    return shown_as

@@ -381,7 +381,7 @@ class RedisGate:
         if max_wait is not None:
             permit.max_wait = check_max_wait(max_wait)
         permit._raise_late = check_flag("raise_late", raise_late)
-        permit.cost = declared
+        permit.cost = permit._declared = declared
         return permit
 
     async def try_admit(
@@ -578,12 +578,15 @@ class RedisGate:
     async def cluster_stats(self) -> ClusterStatistics:
         """The cluster's view, read from Redis: holders with their leases, waiters, counters.
 
+        With rate limits, ``tokens`` holds each bucket's balance on the server's clock of the read,
+        computed with this gate's ``rate_limits`` (give every process the same list).
+
         Raises:
             GateUnavailable: Redis could not be reached in time.
         """
         side = self._side
         try:
-            call = functools.partial(read_cluster, side.client, side.name)
+            call = functools.partial(read_cluster, side.client, side.name, side.rate_limits)
             return await pooled(call, side.op_timeout)
         except UNREACHABLE as error:
             raise side.unavailable(0.0, 0.0, "unreachable") from error
@@ -728,6 +731,7 @@ class RedisPermit(HandsOver):
     __slots__ = (
         "__weakref__",
         "_client_left",
+        "_declared",
         "_depth",
         "_first_item",
         "_from_try_admit",
@@ -736,9 +740,11 @@ class RedisPermit(HandsOver):
         "_handed_over",
         "_id",
         "_inner",
+        "_limited_by",
         "_queue_by",
         "_queued_once",
         "_raise_late",
+        "_refused_after",
         "_side",
         "_status",
         "_timeout",
@@ -761,6 +767,10 @@ class RedisPermit(HandsOver):
         self.lease_lost = False
         #: Its rate cost: declared at admission, then as settled by :meth:`settle`.
         self.cost = 0.0
+        self._declared = 0.0  # its cost as declared, for its record
+        # For the record of a RateLimited refusal: the limit that refused it, and its retry_after.
+        self._limited_by: str | None = None
+        self._refused_after: float | None = None
         self._status: Status | Ending = NEW
         self._gate = gate
         self._side = side
@@ -923,10 +933,11 @@ class RedisPermit(HandsOver):
             return
         side = self._side
         extra = value - self.cost
-        if self.started is None or not side.rate_limits or not extra:
+        if self.started is None or not extra:
             return
         self.cost = value
-        side.spawn(_rate_call(side, ("settle", side.agent, repr(extra))))
+        if side.rate_limits:
+            side.spawn(_rate_call(side, ("settle", side.agent, repr(extra))))
 
     def _finish(self, ending: Status | None = None) -> None:
         """End the request now, if it holds a slot: as ``ending`` says, else completed or late.
@@ -1112,7 +1123,9 @@ class RedisPermit(HandsOver):
         if state != 5:
             ended = self._end(UNAVAILABLE)  # an outcome already recorded for a fresh id: state was lost
             return side.unavailable(0.0, ended - arrival, "waiter_lease_lost")
-        ended = self._end(RATE_LIMITED)  # value: the script's 'ms:i'
+        # value: the script's 'ms:i'; noted before the request ends, for its record
+        self._limited_by, self._refused_after = _buckets.refused_by(side.rate_limits, value)
+        ended = self._end(RATE_LIMITED)
         return _buckets.rate_limited(
             side.rate_limits,
             value,

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -22,12 +23,17 @@ from typing import Any
 import redis.asyncio
 import redis.exceptions
 
+from .._core import RateLimit
+from ._buckets import balances
 from ._io import text
 from ._layout import KEY_NAMES, gate_keys
 from ._stats import ClusterHolder, ClusterStatistics, ClusterWaiter
 
 __all__ = ("format_cluster", "main", "read_cluster")
 
+
+#: A bucket's field in meta: ``b1``, ``b2``... (the moment it is empty, ms on the server's clock).
+_BUCKET = re.compile(r"b[0-9]+")
 
 #: The script that reads a gate (``lua/read.lua``): sent with ``EVAL``, routed by the gate's keys.
 _READ = resources.files(__package__).joinpath("lua").joinpath("read.lua").read_text("utf-8")
@@ -38,12 +44,15 @@ def _pairs(flat: Sequence[Any]) -> dict[str, str]:
     return {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
-async def read_cluster(client: Any, name: str) -> ClusterStatistics:
+async def read_cluster(client: Any, name: str, rate_limits: Sequence[RateLimit] = ()) -> ClusterStatistics:
     """Read a cluster gate's live state and counters from Redis, without changing anything.
 
     Args:
         client: A ``redis.asyncio.Redis`` client, or a ``redis.asyncio.RedisCluster``.
         name: The gate's name.
+        rate_limits: The gate's rate limits, in the gate's order, for the balances
+            (``ClusterStatistics.tokens``); Redis keeps each bucket's "empty at" moment, not its
+            rate nor its burst. Without them, ``tokens`` is empty.
 
     Returns:
         A :class:`ClusterStatistics` snapshot.
@@ -94,7 +103,17 @@ async def read_cluster(client: Any, name: str) -> ClusterStatistics:
         waiters=tuple(queued),
         counters={k: int(v) for k, v in sorted(stats.items())},
         key_ttls={key: ttl / 1000 for key, ttl in zip(keys.values(), ttls, strict=True) if ttl >= 0},
+        tokens=balances(rate_limits, meta, now_ms),
+        buckets_empty_in={
+            f: (float(meta[f]) - now_ms) / 1000 for f in sorted(meta, key=_number) if _BUCKET.fullmatch(f)
+        },
+        queued_cost=float(meta.get("qcost", 0.0)),
     )
+
+
+def _number(field: str) -> int:
+    """Meta's fields ordered so that ``b2`` comes before ``b10``."""
+    return int(field[1:]) if _BUCKET.fullmatch(field) else -1
 
 
 def format_cluster(view: ClusterStatistics) -> str:
@@ -119,9 +138,23 @@ def format_cluster(view: ClusterStatistics) -> str:
             f"  #{w.position:<4} waited {w.waited:8.3f}s  deadline in {deadline:>9}  "
             f"place lapses in {w.due_in:.3f}s  {w.id}"
         )
+    lines += _rate_lines(view)
     lines += ["", "counters: " + ", ".join(f"{k} {v}" for k, v in view.counters.items())]
     lines += ["key TTLs: " + ", ".join(f"{k.rsplit(':', 1)[1]} {v:.0f}s" for k, v in view.key_ttls.items())]
     return "\n".join(lines)
+
+
+def _rate_lines(view: ClusterStatistics) -> list[str]:
+    """The rate limits' part of the report: balances if known, else what Redis holds; none without."""
+    queued = f"; queued cost {view.queued_cost:g}"
+    if view.tokens:
+        shown = ", ".join(f"{name} {balance:.3f}" for name, balance in view.tokens.items())
+        return ["", f"tokens: {shown}{queued}"]
+    if view.buckets_empty_in or view.queued_cost:
+        shown = ", ".join(f"{field} {when:+.3f}s" for field, when in view.buckets_empty_in.items())
+        unknown = "balances need the gate's rate limits"
+        return ["", f"buckets, empty at (from now; {unknown}): {shown or 'all full'}{queued}"]
+    return []
 
 
 async def _inspect(url: str, name: str, as_json: bool) -> str:

@@ -5,7 +5,11 @@ made from the permit's own times on the caller's loop clock: one per request tha
 counts in ``stats()`` under one of :data:`~boundedgate.OUTCOMES`, as it reaches that outcome. A
 refusal with ``GateUnavailable`` is no outcome of theirs (``stats().unavailable`` counts it, the
 ``boundedgate`` logger writes it), so it gives no record; nor does a request admitted through the
-``fallback`` gate, whose own observers see it.
+``fallback`` gate, whose own observers see it. A record carries the cost the request declared,
+its cost as settled by the time it ended, and, for a ``RateLimited`` refusal, the name of the
+limit that refused it and the exact ``retry_after`` the script computed. ``limited_by`` stays None
+for a request that waited for its tokens: the cluster's reply says when the head's tokens come,
+not which limit held them back.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ class Ended(Protocol):
     started: float | None
     ended: float | None
     deadline: float
+    cost: float  # as settled (its declared cost if never settled)
+    _declared: float
+    _limited_by: str | None  # the rate limit that refused it (None: none did)
+    _refused_after: float | None  # that refusal's retry_after
 
     @property
     def _first_item(self) -> float | None: ...
@@ -63,6 +71,12 @@ def record_of(
     first = permit._first_item
     refused = outcome.error_code is not None and not outcome.ran
     waiting = depth if depth is not None else 0
+    if permit._limited_by is not None:  # refused by a rate limit: the exact retry_after the script computed
+        retry_after = permit._refused_after
+    elif refused:
+        retry_after = _retry_after(recent_run, max_running, waiting, 0.0)
+    else:
+        retry_after = None
     return RequestRecord(
         gate=gate,
         key=None,
@@ -78,9 +92,9 @@ def record_of(
         end_to_end=ended - arrival,
         first_chunk=None if first is None or started is None else first - started,
         queue_depth=0 if decision == "allow" else depth,
-        cost=1.0,
-        settled=1.0,
-        limited_by=None,
-        retry_after=_retry_after(recent_run, max_running, waiting, 0.0) if refused else None,
+        cost=permit._declared,
+        settled=permit.cost,
+        limited_by=permit._limited_by,
+        retry_after=retry_after,
         borrowed_burst=False,
     )

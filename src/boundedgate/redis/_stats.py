@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._core import OUTCOMES, RECENT_RUN_WEIGHT, GateStatistics
 
@@ -168,6 +168,11 @@ class ClusterStatistics:
     Counters are cluster-wide since the gate's state was created (``epoch``); they live as long as
     the gate's keys (``idle_ttl`` after its last use). ``max_running`` and ``max_waiting`` are the
     limits the latest admission used (None if the gate has no state in Redis).
+
+    A gate with rate limits keeps its buckets in Redis: ``tokens`` shows their balances on the
+    server's clock of the read, when the reader knows the limits (:meth:`RedisGate.cluster_stats`
+    does; ``read_cluster`` when given them). Without them, ``buckets_empty_in`` shows what Redis
+    holds, which no reader can turn into a balance without each limit's rate and burst.
     """
 
     #: The gate's name.
@@ -192,6 +197,16 @@ class ClusterStatistics:
     counters: dict[str, int]
     #: Each existing key of the gate and its remaining TTL in seconds.
     key_ttls: dict[str, float]
+    #: The balance of each rate limit's bucket, by the limit's name, at ``server_time``: as
+    #: ``GateStatistics.tokens`` (below 0: a debt). Empty when the reader was not given the limits.
+    tokens: dict[str, float] = field(default_factory=dict)
+    #: Each bucket's "empty at" moment as Redis keeps it (meta's ``b1``, ``b2``..., by position in
+    #: the gate's ``rate_limits``), in seconds from ``server_time``: negative, it emptied that long
+    #: ago (a bucket refills at its rate from then, up to its burst); positive, a debt it is empty
+    #: until. A bucket that was never taken from (full) is absent.
+    buckets_empty_in: dict[str, float] = field(default_factory=dict)
+    #: The costs of the requests waiting in the queue, summed (meta's ``qcost``).
+    queued_cost: float = 0.0
 
     @property
     def running(self) -> int:
