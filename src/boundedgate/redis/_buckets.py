@@ -89,8 +89,8 @@ def buckets_named(rate_limits: Sequence[RateLimit], remaining: Mapping[str, floa
 
 
 def rate_limited(
-    rate_limits: Sequence[RateLimit],
-    value: str,
+    limit: str,
+    retry_after: float,
     *,
     gate: str,
     max_running: int | None,
@@ -99,8 +99,7 @@ def rate_limited(
     waiting: int,
     elapsed: float,
 ) -> RateLimited:
-    """The refusal of an arrival the scripts refused by rate; ``value``: their ``'ms:i'``."""
-    limit, retry_after = refused_by(rate_limits, value)
+    """The refusal of an arrival the scripts refused by rate (see :func:`refused_by`)."""
     return RateLimited(
         gate=gate,
         max_running=max_running,

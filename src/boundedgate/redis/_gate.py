@@ -1123,12 +1123,12 @@ class RedisPermit(HandsOver):
         if state != 5:
             ended = self._end(UNAVAILABLE)  # an outcome already recorded for a fresh id: state was lost
             return side.unavailable(0.0, ended - arrival, "waiter_lease_lost")
-        # value: the script's 'ms:i'; noted before the request ends, for its record
-        self._limited_by, self._refused_after = _buckets.refused_by(side.rate_limits, value)
+        limit, retry_after = _buckets.refused_by(side.rate_limits, value)  # value: the script's 'ms:i'
+        self._limited_by, self._refused_after = limit, retry_after  # before it ends: for its record
         ended = self._end(RATE_LIMITED)
         return _buckets.rate_limited(
-            side.rate_limits,
-            value,
+            limit,
+            retry_after,
             gate=side.name,
             max_running=self._gate.max_running,
             max_waiting=side.max_waiting,
