@@ -333,16 +333,23 @@ class ProcessSide:
         self.max_waiting = waiting
         self.common = (running, -1 if waiting is None else waiting, *self.common[2:])
 
+    def lease_args(self, leases: dict[str, int]) -> list[object]:
+        """What a ``sync`` call sends to renew ``leases``: the agent, their number, each id and number.
+
+        ``leases``: holder id -> the fencing number it was last told. Reads nothing the loop
+        changes, so the renewal thread calls it too.
+        """
+        args: list[object] = [self.agent, len(leases)]
+        for pair in leases.items():
+            args += pair
+        return args
+
     def sync_args(self, now: float, leases: dict[str, int] | None = None) -> list[object]:
         """What a ``sync`` call sends: the agent, ``leases`` to renew, and the queued waiters' budgets.
 
         ``leases``: holder id -> the fencing number it was last told (none: the waiters only).
         """
-        args: list[object] = [self.agent, 0]
-        if leases:
-            args[1] = len(leases)
-            for pair in leases.items():
-                args += pair
+        args = self.lease_args(leases or {})
         for permit_id, permit in self.waiters.items():
             if permit._queued():
                 deadline = permit.deadline

@@ -263,10 +263,7 @@ class Renewer:
             common = side.common
             if encoded is None or encoded[0] is not common:
                 encoded = (common, _scripts.encode_head(side.keys, common))
-            args: list[object] = [side.agent, len(leases)]
-            for pair in leases.items():
-                args += pair
-            call = functools.partial(_scripts.SYNC, client, encoded[1], args, calls)
+            call = functools.partial(_scripts.SYNC, client, encoded[1], side.lease_args(leases), calls)
             try:
                 reply = own_loop.run_until_complete(pooled(call, side.op_timeout))
             except UNREACHABLE:
