@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._core import OUTCOMES, GateStatistics, Outcome, RequestRecord
-from ._driver import BoundedGate, KeyedGate
+from ._driver import BoundedGate, KeyedGate, is_cluster_gate
 
 if TYPE_CHECKING:
     from .redis._metrics import ClusterFeed
@@ -35,7 +35,6 @@ __all__ = (
     "Gates",
     "HistogramSpec",
     "Snapshot",
-    "is_cluster_gate",
     "measured",
     "refusal",
 )
@@ -156,12 +155,6 @@ def measured(record: RequestRecord) -> Iterator[tuple[tuple[str, str], float]]:
         value = spec.value(record)
         if value is not None:
             yield (spec.name, record.outcome.name if spec.by_outcome else ""), value
-
-
-def is_cluster_gate(given: object) -> bool:
-    """True for a ``boundedgate.redis.RedisGate`` (without importing redis)."""
-    kind = type(given)
-    return kind.__name__ == "RedisGate" and kind.__module__.startswith("boundedgate.redis")
 
 
 def refusal(export: str, given: object) -> TypeError:

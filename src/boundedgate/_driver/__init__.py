@@ -3,6 +3,7 @@
 from .._core import COMPILED, restore_docstrings
 from ._bounded import BoundedGate
 from ._combined import CombinedPermit, admit_all
+from ._combined_permit import is_cluster_gate
 from ._compat import cancellation_pending
 from ._gate import GateBase, Permit
 from ._keyed import KeyedGate
@@ -21,6 +22,7 @@ __all__ = (
     "Permit",
     "admit_all",
     "cancellation_pending",
+    "is_cluster_gate",
     "log_event",
     "logger",
 )

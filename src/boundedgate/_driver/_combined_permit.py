@@ -35,7 +35,7 @@ from ._keyed import KeyedGate
 from ._keys import KeyState
 from ._order import check_order, checked_gates
 
-__all__ = ("CombinedPermit", "Step", "combine")
+__all__ = ("CombinedPermit", "Step", "combine", "is_cluster_gate")
 
 NEW: Final[Status] = Status.NEW
 QUEUED: Final[Status] = Status.QUEUED
@@ -357,13 +357,17 @@ def _families(gates: tuple[Any, ...]) -> list[BoundedGate | KeyedGate[Any]]:
 _DOCS = 'see docs/keys.md, "Several gates for one call"'
 
 
-def _is_a_redis_gate(given: object) -> bool:
-    kind = type(given)  # by name: boundedgate.redis (and redis-py) is imported only by who uses it
+def is_cluster_gate(given: object) -> bool:
+    """True for a ``boundedgate.redis.RedisGate``, told by its class's name and module.
+
+    By name: ``boundedgate.redis`` (and redis-py) is imported only by who uses it.
+    """
+    kind = type(given)
     return kind.__name__ == "RedisGate" and kind.__module__.startswith("boundedgate.redis")
 
 
 def _is_a_gate(given: object) -> bool:
-    return isinstance(given, BoundedGate | KeyedGate) or _is_a_redis_gate(given)
+    return isinstance(given, BoundedGate | KeyedGate) or is_cluster_gate(given)
 
 
 def _a_gate_as_key(keyed: KeyedGate[Any], key: Any) -> TypeError:
@@ -378,7 +382,7 @@ def _a_gate_as_key(keyed: KeyedGate[Any], key: Any) -> TypeError:
 def _not_a_step(given: object) -> TypeError:
     """Why admit_all() takes no ``given`` as a step, and what to pass instead."""
     kind = type(given)
-    if _is_a_redis_gate(given):
+    if is_cluster_gate(given):
         return TypeError(
             "admit_all() takes in-process gates (BoundedGate, (KeyedGate, key)), not a RedisGate: admit "
             "through it inside the block, the scarce shared gate last, "
