@@ -310,7 +310,7 @@ class ClusterFeed:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._local is not None and self._side.loop is not None and not self._side.loop.is_closed():
-            with contextlib.suppress(*UNREACHABLE, Exception):
+            with contextlib.suppress(Exception):  # Redis out of reach, or refusing: closing goes on
                 await self._push()
 
 
