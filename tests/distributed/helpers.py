@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 
 import redis.asyncio
 
-from boundedgate.redis import ClusterStatistics, RedisGate, read_cluster
+from boundedgate import QueueFull
+from boundedgate.redis import ClusterStatistics, RedisGate, RedisPermit, read_cluster
 from boundedgate.redis._layout import wake_prefix
 
 T = TypeVar("T")
@@ -83,6 +84,22 @@ class OtherProcess:
     def submit(self, call: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
         """Start ``call`` on the other loop; await the returned future from the test's loop."""
         return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, self.loop))
+
+    async def take_when_free(self) -> RedisPermit:
+        """A slot of the other process's gate as soon as one is free (asked every 50 ms); run it there."""
+        while True:
+            try:
+                return await self.gate.try_admit()
+            except QueueFull:
+                await asyncio.sleep(0.05)
+
+    def release(self, permit: RedisPermit) -> None:
+        """Release ``permit``, admitted by the other process, on its loop."""
+
+        async def release() -> None:
+            permit.release()
+
+        self.run(release())
 
     def close(self) -> None:
         """End the other process: its gate and client closed, then its loop.

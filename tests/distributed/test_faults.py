@@ -45,7 +45,7 @@ async def test_a_holder_stalled_past_its_lease_loses_it_finds_out_and_is_counted
     try:
         async with make_gate(client, name, 1, 0, lease_ttl=lease, max_stall=max_stall) as gate:
             permit = await gate.try_admit()
-            taker = other.submit(_take_when_free(other))
+            taker = other.submit(other.take_when_free())
             time.sleep(3 * lease)  # this process's loop stalls, while the other keeps asking
             theirs = await taker
             assert theirs.status is Status.RUNNING  # the lapsed lease was reclaimed and given away
@@ -63,7 +63,7 @@ async def test_a_holder_stalled_past_its_lease_loses_it_finds_out_and_is_counted
             with pytest.raises(QueueFull):
                 other.run(other.gate.try_admit())
             permit.release()
-            other.run(_release(theirs))
+            other.release(theirs)
             await settles_empty(client, name)
     finally:
         other.close()
@@ -71,18 +71,6 @@ async def test_a_holder_stalled_past_its_lease_loses_it_finds_out_and_is_counted
 
 async def _flag(permit: RedisPermit) -> bool:
     return bool(permit.lease_lost)
-
-
-async def _take_when_free(other: OtherProcess) -> RedisPermit:
-    while True:
-        try:
-            return await other.gate.try_admit()
-        except QueueFull:
-            await asyncio.sleep(0.05)
-
-
-async def _release(permit: RedisPermit) -> None:
-    permit.release()
 
 
 async def test_redis_restarted_mid_run_fails_closed_then_recovers(
@@ -211,7 +199,7 @@ async def test_lost_wake_up_messages_cost_a_poll_never_a_grant(
             await wait_until(lambda: _subscribed(client, channel), 5, "the listener subscribed")
             gate._side.common = (*gate._side.common[:-1], NOWHERE)  # its own releases' grants are lost too
             start = time.monotonic()
-            other.run(_release(holder))
+            other.release(holder)
             await asyncio.wait_for(asyncio.gather(*tasks), 10)
             assert order == [0, 1, 2]
             assert time.monotonic() - start < 3 * (poll + 0.5)

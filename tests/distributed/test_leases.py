@@ -183,7 +183,7 @@ async def test_a_loop_stuck_past_max_stall_lets_its_leases_lapse_says_so_and_fin
     try:
         async with make_gate(client, name, 1, 0, lease_ttl=lease, max_stall=max_stall) as gate:
             permit = await gate.try_admit()
-            taker = other.submit(_take_when_free(other))
+            taker = other.submit(other.take_when_free())
             time.sleep(stall)
             theirs = await taker
             await wait_until(lambda: _lost(permit), 10 * lease, "the lost lease reported")
@@ -192,22 +192,10 @@ async def test_a_loop_stuck_past_max_stall_lets_its_leases_lapse_says_so_and_fin
             assert "lease_lost" in events
             assert gate.stats().lease_lost == 1
             permit.release()
-            other.run(_release(theirs))
+            other.release(theirs)
             await settles_empty(client, name)
     finally:
         other.close()
-
-
-async def _take_when_free(other: OtherProcess) -> RedisPermit:
-    while True:
-        try:
-            return await other.gate.try_admit()
-        except QueueFull:
-            await asyncio.sleep(0.05)
-
-
-async def _release(permit: RedisPermit) -> None:
-    permit.release()
 
 
 async def test_the_renewal_thread_runs_while_the_gate_holds_and_ends_with_the_gate(

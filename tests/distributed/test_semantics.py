@@ -186,7 +186,7 @@ async def test_a_grant_seen_after_the_deadline_expires_and_passes_the_slot_on(
                 await late
             permit = await second
             assert permit.status is Status.RUNNING
-            other.run(_release(permit))
+            other.release(permit)
             view = await settles_empty(client, name)
             assert view.counters["expired"] == 1
             assert view.counters["admitted"] == 2  # the grant it never used does not count
@@ -212,10 +212,6 @@ def _stall_until(check: Callable[[], bool], within: float) -> None:
 
 async def _enter(permit: RedisPermit) -> RedisPermit:
     return await permit.__aenter__()
-
-
-async def _release(permit: RedisPermit) -> None:
-    permit.release()
 
 
 async def test_late_on_exit_and_failed_body(client: redis.asyncio.Redis, name: str) -> None:
