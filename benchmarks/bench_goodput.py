@@ -22,7 +22,26 @@ answers 529 beyond its capacity K, on virtual time, with the library's own core:
 Three providers: one that serves K = 20 all along (stationary), one whose K halves to 10 at 20 s
 and comes back at 45 s, and a third at ``Provider``'s default speeds (a mid-size model: a call
 takes about 7 s) with steady traffic 10 % beyond its capacity and a 30 s budget: long calls in a
-long overload. Run: ``PYTHONPATH=src python benchmarks/bench_goodput.py``.
+long overload.
+
+Then production traffic: the six windows of five minutes of the Azure LLM inference traces of 2023
+kept in ``benchmarks/traces`` (see its README: CC BY 4.0, Patel et al., "Splitwise", ISCA 2024), a
+code completion service's (prompts mean 2,000 tokens, answers mean 28: short calls in bursts of up to
+60 at once) and a conversation service's (prompts mean 1,150 tokens, answers mean 211: calls of 4 to
+7 s, steady), each request with its own sizes, at ``Provider``'s default speeds. The trace has no
+deadlines: each request gets a budget a little above the trace's p99 service time alone (7 s and
+15 s), 10 s for code and 20 s for conversation. Three providers per window, each answering 529
+beyond K: K sized to the window's load (the concurrency its requests would hold, unlimited, at the
+90th percentile of the time: so the provider is short a tenth of the time), a tighter one (two
+thirds of that), and one whose K halves from 100 s to 200 s and comes back. Every gate's C is the
+first K (what the user sized it for: the tighter provider is tighter than they believe), Q = 3 C.
+Each row gives answers on time as ratios to the best static C and Q in hindsight and to
+``semaphore+timeout``, late and cut-off answers, the provider's 529s passed on, the gate's
+refusals, the time from arrival to each "no" a caller got (p50, p99, max: from the gate, a 529
+passed on, or a cut at the deadline), and the provider's time spent on answers nobody waited for.
+
+Run: ``PYTHONPATH=src python benchmarks/bench_goodput.py`` (``--synthetic`` or ``--traces`` for one
+part alone).
 
 The contenders and the sweep are ``boundedgate.sim.compare_admission``'s, which
 ``boundedgate plan --provider`` prints for any traffic and provider.
@@ -30,13 +49,18 @@ The contenders and the sweep are ``boundedgate.sim.compare_admission``'s, which
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from boundedgate.sim import (
     Bursts,
     Comparison,
+    Contender,
     Job,
     LogNormal,
     Poisson,
@@ -44,6 +68,7 @@ from boundedgate.sim import (
     Request,
     compare_admission,
     generate,
+    read_script,
     steps,
 )
 
@@ -132,9 +157,134 @@ def table(title: str, jobs: list[Request], provider: Provider) -> list[str]:
     return rows
 
 
-def main() -> None:
-    """Print the three scenarios."""
-    began = time.perf_counter()
+#: The production-trace windows, and each trace's budget in seconds (see the module).
+TRACES = Path(__file__).parent / "traces"
+BUDGETS = {"code": 10.0, "conv": 20.0}
+#: The fixed provider's K: the concurrency the window's requests would hold, unlimited, at this
+#: share of the time; the tighter one's is this share of it; the moving one halves over this span.
+LOAD_QUANTILE = 0.9
+TIGHTER = 2 / 3
+HALVED_SECONDS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One window of a production trace, as the simulator's requests with the trace's budget."""
+
+    name: str
+    trace: str
+    requests: list[Request]
+
+
+def trace_windows() -> list[Window]:
+    """The windows listed in ``traces/windows.json``, in its order."""
+    listing = json.loads((TRACES / "windows.json").read_text(encoding="utf-8"))
+    windows = []
+    for entry in listing:
+        budget = BUDGETS[entry["trace"]]
+        jobs = read_script(TRACES / entry["file"])
+        traffic = [Request(j.arrival_ms / 1000, None, budget, j.prompt_tokens, j.output_tokens) for j in jobs]
+        windows.append(Window(f"{entry['trace']} {entry['rule']}", entry["trace"], traffic))
+    return windows
+
+
+def load_capacity(jobs: Sequence[Request], provider: Provider, quantile: float = LOAD_QUANTILE) -> int:
+    """The concurrency ``jobs`` would hold at ``provider``'s speeds, unlimited, ``quantile`` of the time."""
+    changes: list[tuple[float, int]] = []
+    for job in jobs:
+        assert job.prompt_tokens is not None
+        assert job.output_tokens is not None
+        service = provider.service_seconds(job.prompt_tokens, job.output_tokens)
+        changes += [(job.arrival, 1), (job.arrival + service, -1)]
+    changes.sort()
+    held: dict[int, float] = {}
+    running, since = 0, changes[0][0]
+    for when, change in changes:
+        held[running] = held.get(running, 0.0) + when - since
+        running, since = running + change, when
+    total, covered = sum(held.values()), 0.0
+    for level in sorted(held):
+        covered += held[level]
+        if covered >= quantile * total:
+            return max(1, level)
+    return max(held)
+
+
+def busiest_stretch(jobs: Sequence[Request], seconds: int = HALVED_SECONDS) -> float:
+    """The start, on 10 s steps, of the ``seconds`` holding most arrivals (the earliest of equals)."""
+    last = int(max(job.arrival for job in jobs))
+    starts = range(0, max(1, last - seconds + 1), 10)
+    return float(max(starts, key=lambda at: (sum(at <= j.arrival < at + seconds for j in jobs), -at)))
+
+
+def trace_providers(k: int, jobs: Sequence[Request]) -> list[tuple[str, Provider]]:
+    """The three providers of a window sized to K: fixed, tighter, and one whose K halves and returns.
+
+    The moving one's K halves over the window's busiest ``HALVED_SECONDS`` (where a provider short
+    of capacity hurts most: a halving while the traffic pauses would test nothing).
+    """
+    tighter = max(1, round(TIGHTER * k))
+    start = busiest_stretch(jobs)
+    end = start + HALVED_SECONDS
+    return [
+        (f"K={k} fixed", Provider(k)),
+        (f"K={tighter} (tighter)", Provider(tighter)),
+        (f"K={k}, {k / 2:g} from {start:g} s to {end:g} s", Provider(steps(k, (start, k / 2), (end, k)))),
+    ]
+
+
+def _seconds_cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def trace_table(title: str, jobs: list[Request], provider: Provider, c: int) -> list[str]:
+    """The rows of one window against one provider: ratios to the best static and to the timeout."""
+    comparison = compare_admission(jobs, provider, max_running=c, max_waiting=3 * c)
+    best = comparison.best
+    rows = [f"{title}: best static in hindsight C={best.max_running} Q={best.max_waiting}"]
+    header = f"{'contender':<20}{'C':>6}{'on time':>8}{'/best':>7}{'/timeout':>9}{'late':>6}{'cut':>6}"
+    header += f"{'529':>6}{'refused':>8}{'expired':>8}{'no after p50/p99/max':>22}{'wasted':>8}"
+    rows.append(header)
+    for contender in comparison.contenders:
+        r = contender.result
+        to_best = comparison.ratio(contender)
+        to_timeout = comparison.ratio(contender, to="semaphore+timeout")
+        waits = r.time_to_refusal
+        told = "/".join(_seconds_cell(value) for value in (waits.p50, waits.p99, waits.max))
+        rows.append(
+            f"{contender.name:<20}{_c_range(contender):>6}{r.on_time:>8}{_ratio_cell(to_best):>7}{_ratio_cell(to_timeout):>9}"
+            f"{r.late:>6}{r.cut:>6}{r.provider_refused:>6}{r.rejected + r.infeasible:>8}{r.expired:>8}"
+            f"{told:>22}{f'{r.wasted_seconds:.0f}s':>8}"
+        )
+    return rows
+
+
+def _c_range(contender: Contender) -> str:
+    """C, or the range an adaptive contender's C took."""
+    seen = [c for _, c in contender.result.limits]
+    low, high = min(seen), max(seen)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def _ratio_cell(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.3f}"
+
+
+def traces_part() -> list[str]:
+    """Every window against its three providers."""
+    lines: list[str] = []
+    for window in trace_windows():
+        speeds = Provider(1)
+        k = load_capacity(window.requests, speeds)
+        budget = BUDGETS[window.trace]
+        for name, provider in trace_providers(k, window.requests):
+            title = f"{window.name} ({len(window.requests)} requests in 5 min, budget {budget:g} s), {name}"
+            lines += [*trace_table(title, window.requests, provider, k), ""]
+    return lines
+
+
+def synthetic_part() -> list[str]:
+    """The three synthetic scenarios."""
     jobs = demo_traffic()
     lines = table("stationary K=20", jobs, demo_provider(20))
     lines += [""]
@@ -142,12 +292,33 @@ def main() -> None:
     lines += table("K=20, 10 from 20 s to 45 s", jobs, halving)
     lines += [""]
     lines += table("long calls, 10 % beyond K=20, default speeds", long_calls_traffic(), Provider(20))
-    print("\n".join(lines))
-    print(
+    lines.append(
         "\n(ratio: on time / best static's; cut: cut off at the deadline by the timeout; 'no in': mean "
-        "seconds to a refusal from the gate; wasted: provider seconds spent on late or cut-off answers; "
-        f"{time.perf_counter() - began:.1f}s)"
+        "seconds to a refusal from the gate; wasted: provider seconds spent on late or cut-off answers)\n"
     )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the synthetic scenarios, then the production-trace windows (or one part alone)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    part = parser.add_mutually_exclusive_group()
+    part.add_argument("--synthetic", action="store_true", help="the synthetic scenarios alone")
+    part.add_argument("--traces", action="store_true", help="the production-trace windows alone")
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    if not args.traces:
+        print("\n".join(synthetic_part()))
+    if not args.synthetic:
+        print("\n".join(traces_part()))
+        print(
+            "(/best, /timeout: on time over the best static gate's and semaphore+timeout's; 529: the "
+            "provider's refusals passed on; refused: by the gate at arrival; no after: seconds from "
+            "arrival to each refusal, cut or 529 a caller got; wasted: provider seconds spent on late "
+            "or cut-off answers)"
+        )
+    print(f"({time.perf_counter() - began:.1f}s)")
+    return 0
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ def _counts(r: ClientResult) -> dict[str, Any]:
         "mean_refusal_seconds": r.mean_refusal_seconds,
         "over_capacity": r.over_capacity,
         "wasted_seconds": r.wasted_seconds,
+        "time_to_refusal": r.time_to_refusal.to_dict(),
         "limits": [[t, c] for t, c in r.limits],
     }
 
@@ -117,10 +118,16 @@ class Comparison:
                 return contender
         raise KeyError(name)
 
-    def ratio(self, contender: Contender) -> float | None:
-        """Its answers on time over the best static gate's (None when that answered none on time)."""
-        best = self.best.result.on_time
-        return contender.result.on_time / best if best else None
+    def ratio(self, contender: Contender, to: str | None = None) -> float | None:
+        """Its answers on time over the best static gate's, or over those of the contender named ``to``.
+
+        None when that one answered none on time.
+
+        Raises:
+            KeyError: No contender is named ``to``.
+        """
+        base = (self.best if to is None else self[to]).result.on_time
+        return contender.result.on_time / base if base else None
 
     def to_dict(self) -> dict[str, Any]:
         """The comparison, for JSON: each contender with its ratio to the best static gate."""
@@ -162,6 +169,7 @@ def _total(name: str, results: Sequence[ClientResult]) -> ClientResult:
     ):  # fmt: skip
         setattr(total, count, sum(getattr(result, count) for result in results))
     total.on_time_at = list(heapq.merge(*(result.on_time_at for result in results)))
+    total.refused_after = [waited for result in results for waited in result.refused_after]
     current = [result.limits[0][1] for result in results]
     total.limits = [(0.0, sum(current))]
     # In time order, and at one time in each gate's own order (a gate may change twice at once).

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .._core import Adaptive, AdaptiveLimit, GateState, Status, Ticket, arrival_of, start_of
+from ._results import Percentiles
 
 __all__ = ("Client", "ClientResult", "Provider", "Request", "drift", "simulate_provider", "steps")
 
@@ -307,6 +308,11 @@ class ClientResult:
     expired: int = 0
     #: Seconds from arrival to the "no" of every request that got one from the gate, summed.
     refusal_seconds: float = 0.0
+    #: Seconds from arrival to each "no" a caller got, whoever said it: the gate (refused at
+    #: arrival, or expired in its queue), the provider (a 429 or 529 passed on, after any wait in
+    #: the gate), or the deadline (a call cut off there); one per such request, in the order they
+    #: came. An answer, on time or late, is no refusal.
+    refused_after: list[float] = field(default_factory=list)
     #: Requests sent to the provider while it was over capacity or rate limited.
     over_capacity: int = 0
     #: Seconds of the provider's service spent on answers nobody waited for: the whole service of
@@ -325,6 +331,11 @@ class ClientResult:
         """How long, on average, a request the gate refused took to learn it (None: none refused)."""
         refused = self.rejected + self.infeasible + self.expired
         return self.refusal_seconds / refused if refused else None
+
+    @property
+    def time_to_refusal(self) -> Percentiles:
+        """The distribution of :attr:`refused_after`, in seconds: how long a caller waited for a "no"."""
+        return Percentiles.of(self.refused_after)
 
 
 class _Call(Ticket):
@@ -433,6 +444,7 @@ class _Sim:
             status is Status.REJECTED or status is Status.INFEASIBLE or status is EXPIRED or status is EVICTED
         ):
             result.refusal_seconds += now - arrival_of(call)
+            result.refused_after.append(now - arrival_of(call))
             if status is Status.INFEASIBLE:
                 result.infeasible += 1
             elif status is EXPIRED:
@@ -504,6 +516,7 @@ class _Sim:
         index = call.client
         result = self.results[index]
         result.cut += 1
+        result.refused_after.append(now - arrival_of(call))
         if call.served_at is not None:
             self.active -= 1
             result.wasted_seconds += now - call.served_at
@@ -559,6 +572,7 @@ class _Sim:
                 controller.sample(extra, now - start_of(call), now, state.running + 1)
         else:
             result.provider_refused += 1
+            result.refused_after.append(now - arrival_of(call))
             woken += state.release(call, now, FAILED)
             if signal == "rate_limited":
                 woken += state.pause(now + extra, now)

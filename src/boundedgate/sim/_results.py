@@ -61,9 +61,11 @@ def percentile(values: Sequence[_N], p: float) -> _N | None:
 
 @dataclass(frozen=True, slots=True)
 class Percentiles:
-    """A distribution of times in milliseconds: its size, nearest-rank p50, p95, p99 and maximum.
+    """A distribution of times: its size, nearest-rank p50, p95, p99 and maximum.
 
-    Every figure is None when ``count`` is 0.
+    In milliseconds in a simulation's summary; in seconds in a provider simulation's
+    :attr:`ClientResult.time_to_refusal <boundedgate.sim.ClientResult.time_to_refusal>`. Every
+    figure is None when ``count`` is 0.
     """
 
     #: How many values.
