@@ -57,7 +57,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 HOUR = 3_600_000  # ms: leases, places and outcomes outlive any example
 AGENT = "model/1/0"
 WAIT = st.sampled_from([True, True, True, False])  # mostly admit(), which queues; try_admit() less
-SCRIPTS = (_scripts.ADMIT, _scripts.RELEASE, _scripts.CANCEL, _scripts.SYNC, _scripts.RATE)
+SCRIPTS = (_scripts.ADMIT, _scripts.RELEASE, _scripts.CANCEL, _scripts.SYNC, _scripts.RATE, _scripts.LIMITS)
 HOUR_S = HOUR / 1000  # a bucket's period, in the core's seconds: one token an hour
 
 
@@ -83,7 +83,7 @@ class Model:
     """What the scripts must do, written plainly: the gate's state in Redis, as Python values."""
 
     def __init__(self, c: int, q: int, limits: list[RateLimit]) -> None:
-        self.c, self.q = c, q
+        self.c0, self.q0 = c, q  # the processes' own: in force until a runtime limit is set
         self.limits = limits
         self.now = 0.0  # the buckets' clock, in seconds: whole hours
         self.forget()
@@ -114,6 +114,7 @@ class Model:
     def forget(self) -> None:
         """Start empty, as when Redis loses the gate (a restart without persistence, a failover)."""
         self.seq = 0
+        self.c, self.q = self.c0, self.q0  # the limits set at runtime are forgotten too
         self.holders: dict[str, int] = {}  # id -> token
         self.waiters: list[str] = []  # FIFO
         self.order: dict[str, int] = {}  # waiter id -> its arrival sequence
@@ -234,6 +235,14 @@ class Model:
                 self.outcome[permit_id] = how
                 self.count(how)  # it arrived at its process, which counts it: so does the cluster
         return removed
+
+    def set_limits(self, c: int | None, q: int | None) -> None:
+        """The cluster's C and/or Q from now on (None: as it is); the sweep then hands on free slots."""
+        changed = (c is not None and c != self.c) or (q is not None and q != self.q)
+        self.c = self.c if c is None else c
+        self.q = self.q if q is None else q
+        if changed:
+            self.count("limit_changes")  # as the core counts: a call that changes a limit
 
     def sync(self, holding: dict[str, str], queued: list[str]) -> list[tuple[str, str, str]]:
         self.tick()
@@ -580,6 +589,35 @@ class Scripts(RuleBasedStateMachine):
                 self.queued.discard(permit_id)
             else:
                 self.holding.pop(permit_id, None)
+
+    @rule(
+        c=st.one_of(st.none(), st.integers(1, 4)),
+        q=st.one_of(st.none(), st.integers(-1, 3)),
+    )
+    def set_limits(self, c: int | None, q: int | None) -> None:
+        """RedisGate.set_limits: raising C starts the oldest waiters; lowering C or Q ends nobody."""
+        model = self.model
+        reclaimed, dropped = self._pending_sweep()
+        running, waiting, _, new_c, new_q, *handed = self.run(
+            _scripts.LIMITS, "" if c is None else c, "" if q is None else q
+        )
+        model.set_limits(c, q)
+        model.tick()
+        assert (new_c, new_q) == (model.c, model.q)
+        assert (running, waiting) == (len(model.holders), len(model.waiters))
+        assert handed == []  # limits.lua names no caller: every grant it makes is published
+        core = self.core
+        if core is not None:
+            # The script sets the limits, then sweeps: waiters' places end, then lapsed leases
+            # free their slots under the new C, and the heads whose tokens came start.
+            for permit_id in dropped:
+                core.cancel(self.tickets[permit_id], model.now)
+            max_waiting = ... if q is None else (None if q < 0 else q)
+            core.set_limits(model.now, ... if c is None else c, max_waiting)
+            for permit_id in reclaimed:
+                core.release(self.tickets[permit_id], model.now)
+            core.advance(model.now)
+            assert core.limit_changes == model.counters.get("limit_changes", 0)
 
     @rule()
     def redis_forgets_the_gate(self) -> None:
