@@ -170,6 +170,7 @@ class Model:
         self.grew_at: float | None = None
         self.cvalue: float | None = None
         self.wpeak = 0
+        self.pause_until = -math.inf  # no start before this (a provider's rate-limit reset)
 
     def count(self, field: str, n: int = 1) -> None:
         self.counters[field] = self.counters.get(field, 0) + n
@@ -214,7 +215,7 @@ class Model:
         for permit_id in dropped:
             self.drop_waiter(permit_id, self.due[permit_id])
         self.started = []
-        while len(self.holders) < self.c and self.waiters:
+        while len(self.holders) < self.c and self.waiters and not self.paused():
             if not self.affordable(self.costs.get(self.waiters[0], 0.0)):
                 break  # the head waits for its tokens, and everyone behind it
             head = self.waiters.pop(0)
@@ -232,7 +233,7 @@ class Model:
             return 2, str(self.order[permit_id])
         if permit_id in self.outcome:
             return 4, self.outcome[permit_id]
-        free = len(self.holders) < self.c and not self.waiters
+        free = len(self.holders) < self.c and not self.waiters and not self.paused()
         if free and self.affordable(cost):
             if cost and self.buckets:
                 self.costs[permit_id] = cost
@@ -241,6 +242,7 @@ class Model:
             due, limiting = self.ready_behind(cost)
             if (not wait) or due >= deadline:
                 self.count("rate_limited")
+                due = max(due, self.pause_until)  # its retry_after counts to the pause's end if later
                 return 5, f"{due - self.now}:{','.join(map(str, limiting))}"
         if wait and (self.q < 0 or len(self.waiters) < self.q):
             if cost and self.buckets:
@@ -248,7 +250,7 @@ class Model:
             self.deadlines[permit_id] = deadline
             return 2, str(self.enqueue(permit_id))
         self.count("rejected")
-        return 3, "0"
+        return 3, str(self.pause_left())  # the seconds of a pause in force still to run
 
     def release(self, permit_id: str, how: str) -> int:
         removed = 0
@@ -288,6 +290,25 @@ class Model:
         self.q = self.q if q is None else q
         if changed:
             self.count("limit_changes")  # as the core counts: a call that changes a limit
+
+    def paused(self) -> bool:
+        return self.now < self.pause_until
+
+    def pause_left(self) -> float:
+        return max(0.0, self.pause_until - self.now)
+
+    def slot_free(self) -> bool:
+        return len(self.holders) < self.c and not self.waiters and not self.paused()
+
+    def pause(self, seconds: float) -> None:
+        """A rate-limit reset: no start before now + seconds; a pause in force is never shortened.
+
+        Counted in ``pauses`` whether or not it extends the pause in force: the cluster counts
+        every pause it is sent, where the core counts only one that begins or extends a pause.
+        """
+        # A tie extends it on the server's clock, which has moved on by the time the second comes.
+        self.pause_until = max(self.pause_until, self.now + seconds)
+        self.count("pauses")
 
     def value(self) -> float:
         """The controller's C as a real number: its own, unless C was set otherwise since."""
@@ -351,7 +372,7 @@ class Model:
                 out.append((permit_id, "granted", str(self.holders[permit_id])))
             elif permit_id in self.outcome:
                 out.append((permit_id, self.outcome[permit_id], "0"))
-            elif len(self.holders) < self.c and not self.waiters and self.affordable(0.0):  # forgotten: again
+            elif self.slot_free() and self.affordable(0.0):  # forgotten: again
                 out.append((permit_id, "granted", str(self.grant(permit_id))))
             else:
                 self.enqueue(permit_id)
@@ -390,6 +411,7 @@ class Scripts(RuleBasedStateMachine):
         self.settled: dict[str, float] = {}  # the cost each request last settled
         self.held: set[str] = set()  # every request that ever held a slot
         self.used: set[str] = set()  # every request that settled
+        self.unused: set[str] = set()  # every grant given back unused (its permit never starts)
 
     def teardown(self) -> None:
         self.redis.delete(*self.keys)
@@ -478,7 +500,7 @@ class Scripts(RuleBasedStateMachine):
             empty = self.redis.hget(self.keys[0], f"b{number}")
             if empty is not None:
                 self.redis.hset(self.keys[0], f"b{number}", repr(float(_text(empty)) - passed))
-        for field in ("cut", "grew"):
+        for field in ("cut", "grew", "pause"):
             at = self.redis.hget(self.keys[0], field)
             if at is not None:
                 self.redis.hset(self.keys[0], field, int(_text(at)) - passed)
@@ -489,7 +511,9 @@ class Scripts(RuleBasedStateMachine):
             if int(deadline) >= 0:
                 earlier = max(1, int(deadline) - passed)
                 self.redis.hset(self.keys[4], permit_id, f"{agent}|{earlier}|{since}|{token}")
-                self.redis.zadd(self.keys[3], {permit_id: earlier})
+                # Its sweep index is the earlier of its deadline and its place's expiry (one that
+                # lapsed already stays lapsed).
+                self.redis.zadd(self.keys[3], {permit_id: earlier}, lt=True)
             if model.deadlines.get(permit_id, math.inf) <= model.now:
                 model.due[permit_id] = "expired"  # at the sweep a passed deadline wins, lapsed place or not
 
@@ -499,7 +523,10 @@ class Scripts(RuleBasedStateMachine):
         """A request that started settles its real cost: the difference is charged or refunded."""
         model = self.model
         # Those that held a slot and used it (a grant given back unused never started).
-        started = sorted(i for i in self.held if model.outcome.get(i) in (None, "released", "reclaimed"))
+        # (a retried release records a cancelled request as released: it still never started)
+        started = sorted(
+            i for i in self.held - self.unused if model.outcome.get(i) in (None, "released", "reclaimed")
+        )
         if not started:
             return
         permit_id = data.draw(st.sampled_from(started))
@@ -572,6 +599,9 @@ class Scripts(RuleBasedStateMachine):
             assert state == expected[0]
             assert number in limiting.split(",")
             assert float(seconds) - 60 < float(ms) / 1000 <= float(seconds)
+        elif state == 3:  # full: the ms of a pause in force still to run, from the server's now
+            assert state == expected[0]
+            self.same_pause_left(int(value), float(expected[1]))
         else:
             assert (state, str(value).split("@")[0]) == expected
         assert (running, waiting) == (len(model.holders), len(model.waiters))
@@ -630,6 +660,8 @@ class Scripts(RuleBasedStateMachine):
         was_running = permit_id in self.model.holders and permit_id not in self.model.outcome
         removed, running, waiting, _, *handed = self.answer(_scripts.CANCEL, permit_id, how)
         assert removed == self.model.cancel(permit_id, how)
+        if removed == 2:
+            self.unused.add(permit_id)
         reclaimed, dropped = self.model.tick()
         assert (running, waiting) == (len(self.model.holders), len(self.model.waiters))
         self.handed_are_grants(handed)
@@ -748,11 +780,39 @@ class Scripts(RuleBasedStateMachine):
         )
         expected = model.adapt(what, factor)
         model.tick()
-        assert (applied, c, paused) == (expected, model.c, 0)
+        assert (applied, c) == (expected, model.c)
+        self.same_pause_left(paused, model.pause_left())
         assert (since < 0) == (model.cut_at is None)
         assert (running, waiting) == (len(model.holders), len(model.waiters))
         self.core_limits(reclaimed, dropped, model.c)  # the in-process gate applies its controller's C
         return int(applied)
+
+    @staticmethod
+    def same_pause_left(ms: int, seconds: float) -> None:
+        """The pause left as the server's clock reads it (a few seconds on), against the model's."""
+        assert seconds - 60 < ms / 1000 <= seconds + 1e-6  # the model adds seconds to its clock in floats
+
+    @rule(hours=st.integers(1, 2))
+    def provider_pause(self, hours: int) -> None:
+        """A provider's 429 with a reset: no start anywhere until then; C is left alone."""
+        model = self.model
+        reclaimed, dropped = self._pending_sweep()
+        applied, c, running, waiting, _, _, paused = self.run(
+            _scripts.ADAPT, "pause", hours * HOUR, 0, 1, 1, 0, 0
+        )
+        model.pause(hours * HOUR_S)
+        model.tick()
+        assert (applied, c) == (1, model.c)
+        self.same_pause_left(paused, model.pause_left())
+        assert (running, waiting) == (len(model.holders), len(model.waiters))
+        core = self.core
+        if core is not None:
+            for permit_id in dropped:
+                core.cancel(self.tickets[permit_id], model.now)
+            core.pause(model.pause_until, model.now)
+            for permit_id in reclaimed:
+                core.release(self.tickets[permit_id], model.now)
+            core.advance(model.now)
 
     def align_controller(self) -> None:
         """The process's controller decides from the cluster's C (adopt), and its last cut."""
