@@ -22,6 +22,14 @@ decides at a whole hour, Redis decides a few seconds later, alike), and "an hour
 bucket's stored empty moment moved an hour back, which is exactly what the clock passing an hour
 looks like to the scripts. The model keeps the core's own buckets (:class:`TokenBucket`) on the
 examples' virtual clock; replies, starts, the queue and every balance must agree.
+
+Limits move as in process: ``limits.lua`` (RedisGate.set_limits) against ``GateState.set_limits``,
+and ``adapt.lua`` (the cluster's adaptive controller) against the core's :class:`AdaptiveLimit`,
+whose window is an hour here: an hour passing moves the cluster's last cut and growth back too.
+The process's controller hears overloads and samples requests; the cuts it makes the cluster must
+make, to the bit of its real-valued C. Growth follows the cluster's own documented rule (its peak
+since its last change of C, one growth a window), which the model states; the core then starts
+and queues by the cluster's C.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import math
 import uuid
+from types import EllipsisType
 from typing import Any, Literal
 
 import pytest
@@ -45,8 +54,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from boundedgate import RateLimit, Status
-from boundedgate._core import GateState, Ticket, TokenBucket
+from boundedgate import Adaptive, RateLimit, Status
+from boundedgate._core import AdaptiveLimit, GateState, Ticket, TokenBucket
 from boundedgate.redis import _buckets, _scripts
 from boundedgate.redis._layout import gate_keys, wake_prefix
 
@@ -57,7 +66,15 @@ pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 HOUR = 3_600_000  # ms: leases, places and outcomes outlive any example
 AGENT = "model/1/0"
 WAIT = st.sampled_from([True, True, True, False])  # mostly admit(), which queues; try_admit() less
-SCRIPTS = (_scripts.ADMIT, _scripts.RELEASE, _scripts.CANCEL, _scripts.SYNC, _scripts.RATE)
+SCRIPTS = (
+    _scripts.ADMIT,
+    _scripts.RELEASE,
+    _scripts.CANCEL,
+    _scripts.SYNC,
+    _scripts.RATE,
+    _scripts.LIMITS,
+    _scripts.ADAPT,
+)
 HOUR_S = HOUR / 1000  # a bucket's period, in the core's seconds: one token an hour
 
 
@@ -73,6 +90,26 @@ def rate_limits(draw: st.DrawFn) -> list[RateLimit]:
     return limits
 
 
+@st.composite
+def adaptive_settings(draw: st.DrawFn) -> Adaptive:
+    """An adaptive controller whose window is an hour, and whose every value is a short binary fraction.
+
+    A cut multiplies by 1/2 or 3/4 and growth adds 1/2 or 1, so the controller's real C, in Python
+    and in Lua, is exact: the two decide alike to the last bit. The floor is 1 and the ceiling at
+    least 4, so no limit the test sets (1 to 4) is beyond the bounds: there the core's window
+    clamps C without a proposal, a case the cluster never hears of.
+    """
+    return Adaptive(
+        floor=1,
+        ceiling=draw(st.integers(4, 6)),
+        decrease=draw(st.sampled_from([0.5, 0.75])),
+        increase=draw(st.sampled_from([0.5, 1.0])),
+        window=HOUR_S,
+        min_samples=1,
+        max_limit_factor=draw(st.sampled_from([1.0, 2.0])),
+    )
+
+
 #: How a request ended, by its code in the low 4 bits of its score in ``outcomes`` (prelude.lua's ENDINGS).
 ENDINGS = dict(
     enumerate(("released", "reclaimed", "expired", "lapsed", "cancelled", "disconnected", "unavailable"), 1)
@@ -82,9 +119,10 @@ ENDINGS = dict(
 class Model:
     """What the scripts must do, written plainly: the gate's state in Redis, as Python values."""
 
-    def __init__(self, c: int, q: int, limits: list[RateLimit]) -> None:
-        self.c, self.q = c, q
+    def __init__(self, c: int, q: int, limits: list[RateLimit], adaptive: Adaptive) -> None:
+        self.c0, self.q0 = c, q  # the processes' own: in force until a runtime limit is set
         self.limits = limits
+        self.adaptive = adaptive
         self.now = 0.0  # the buckets' clock, in seconds: whole hours
         self.forget()
 
@@ -114,6 +152,7 @@ class Model:
     def forget(self) -> None:
         """Start empty, as when Redis loses the gate (a restart without persistence, a failover)."""
         self.seq = 0
+        self.c, self.q = self.c0, self.q0  # the limits set at runtime are forgotten too
         self.holders: dict[str, int] = {}  # id -> token
         self.waiters: list[str] = []  # FIFO
         self.order: dict[str, int] = {}  # waiter id -> its arrival sequence
@@ -125,6 +164,13 @@ class Model:
         self.buckets = [TokenBucket(limit) for limit in self.limits]  # full: Redis forgot them too
         self.costs: dict[str, float] = {}  # the declared costs of waiters and holders
         self.deadlines: dict[str, float] = {}  # the waiters' deadlines on the buckets' clock
+        # The cluster's adaptive controller (adapt.lua): its last cut and growth (the buckets'
+        # clock), its C as a real number, and the peak running since it last changed C.
+        self.cut_at: float | None = None
+        self.grew_at: float | None = None
+        self.cvalue: float | None = None
+        self.wpeak = 0
+        self.pause_until = -math.inf  # no start before this (a provider's rate-limit reset)
 
     def count(self, field: str, n: int = 1) -> None:
         self.counters[field] = self.counters.get(field, 0) + n
@@ -139,6 +185,7 @@ class Model:
         self.take(permit_id)
         self.count("admitted")
         self.peak("peak_running", len(self.holders))
+        self.wpeak = max(self.wpeak, len(self.holders))
         return self.seq
 
     def enqueue(self, permit_id: str) -> int:
@@ -168,7 +215,7 @@ class Model:
         for permit_id in dropped:
             self.drop_waiter(permit_id, self.due[permit_id])
         self.started = []
-        while len(self.holders) < self.c and self.waiters:
+        while len(self.holders) < self.c and self.waiters and not self.paused():
             if not self.affordable(self.costs.get(self.waiters[0], 0.0)):
                 break  # the head waits for its tokens, and everyone behind it
             head = self.waiters.pop(0)
@@ -186,7 +233,7 @@ class Model:
             return 2, str(self.order[permit_id])
         if permit_id in self.outcome:
             return 4, self.outcome[permit_id]
-        free = len(self.holders) < self.c and not self.waiters
+        free = len(self.holders) < self.c and not self.waiters and not self.paused()
         if free and self.affordable(cost):
             if cost and self.buckets:
                 self.costs[permit_id] = cost
@@ -195,6 +242,7 @@ class Model:
             due, limiting = self.ready_behind(cost)
             if (not wait) or due >= deadline:
                 self.count("rate_limited")
+                due = max(due, self.pause_until)  # its retry_after counts to the pause's end if later
                 return 5, f"{due - self.now}:{','.join(map(str, limiting))}"
         if wait and (self.q < 0 or len(self.waiters) < self.q):
             if cost and self.buckets:
@@ -202,7 +250,7 @@ class Model:
             self.deadlines[permit_id] = deadline
             return 2, str(self.enqueue(permit_id))
         self.count("rejected")
-        return 3, "0"
+        return 3, str(self.pause_left())  # the seconds of a pause in force still to run
 
     def release(self, permit_id: str, how: str) -> int:
         removed = 0
@@ -235,6 +283,70 @@ class Model:
                 self.count(how)  # it arrived at its process, which counts it: so does the cluster
         return removed
 
+    def set_limits(self, c: int | None, q: int | None) -> None:
+        """The cluster's C and/or Q from now on (None: as it is); the sweep then hands on free slots."""
+        changed = (c is not None and c != self.c) or (q is not None and q != self.q)
+        self.c = self.c if c is None else c
+        self.q = self.q if q is None else q
+        if changed:
+            self.count("limit_changes")  # as the core counts: a call that changes a limit
+
+    def paused(self) -> bool:
+        return self.now < self.pause_until
+
+    def pause_left(self) -> float:
+        return max(0.0, self.pause_until - self.now)
+
+    def slot_free(self) -> bool:
+        return len(self.holders) < self.c and not self.waiters and not self.paused()
+
+    def pause(self, seconds: float) -> None:
+        """A rate-limit reset: no start before now + seconds; a pause in force is never shortened.
+
+        Counted in ``pauses`` whether or not it extends the pause in force: the cluster counts
+        every pause it is sent, where the core counts only one that begins or extends a pause.
+        """
+        # A tie extends it on the server's clock, which has moved on by the time the second comes.
+        self.pause_until = max(self.pause_until, self.now + seconds)
+        self.count("pauses")
+
+    def value(self) -> float:
+        """The controller's C as a real number: its own, unless C was set otherwise since."""
+        if self.cvalue is not None and math.floor(self.cvalue) == self.c:
+            return self.cvalue
+        return float(self.c)
+
+    def change(self, value: float) -> None:
+        self.cvalue = value
+        self.wpeak = len(self.holders)  # before the sweep: lapsed leases not reclaimed yet count
+        if math.floor(value) != self.c:
+            self.c = math.floor(value)
+            self.count("limit_changes")
+
+    def adapt(self, what: str, factor: float) -> int:
+        """adapt.lua's rule (docs/adaptive.md, "A cluster gate"): a cut, or growth; 1 if applied."""
+        settings = self.adaptive
+        window = settings.window
+        value = self.value()
+        if what in ("overloaded", "cut"):
+            if self.cut_at is None or self.now - self.cut_at >= window:
+                # An overload cuts the C in force, as the core's signal(); a window, its real C.
+                base = math.floor(value) if what == "overloaded" else value
+                self.change(max(float(settings.floor), base * factor))
+                self.cut_at = self.now
+                self.count("cuts")
+                return 1
+            self.count("suppressed")
+            return 0
+        quiet = all(at is None or self.now - at >= window for at in (self.cut_at, self.grew_at))
+        grown = min(value + settings.increase, settings.max_limit_factor * self.wpeak, settings.ceiling)
+        if quiet and self.wpeak >= math.floor(value) and grown > value:
+            self.change(grown)
+            self.grew_at = self.now
+            self.count("grown")
+            return 1
+        return 0
+
     def sync(self, holding: dict[str, str], queued: list[str]) -> list[tuple[str, str, str]]:
         self.tick()
         out: list[tuple[str, str, str]] = []
@@ -260,7 +372,7 @@ class Model:
                 out.append((permit_id, "granted", str(self.holders[permit_id])))
             elif permit_id in self.outcome:
                 out.append((permit_id, self.outcome[permit_id], "0"))
-            elif len(self.holders) < self.c and not self.waiters and self.affordable(0.0):  # forgotten: again
+            elif self.slot_free() and self.affordable(0.0):  # forgotten: again
                 out.append((permit_id, "granted", str(self.grant(permit_id))))
             else:
                 self.enqueue(permit_id)
@@ -299,14 +411,17 @@ class Scripts(RuleBasedStateMachine):
         self.settled: dict[str, float] = {}  # the cost each request last settled
         self.held: set[str] = set()  # every request that ever held a slot
         self.used: set[str] = set()  # every request that settled
+        self.unused: set[str] = set()  # every grant given back unused (its permit never starts)
 
     def teardown(self) -> None:
         self.redis.delete(*self.keys)
 
-    @initialize(c=st.integers(1, 3), q=st.integers(-1, 3), limits=rate_limits())
-    def limits(self, c: int, q: int, limits: list[RateLimit]) -> None:
-        self.model = Model(c, q, limits)
+    @initialize(c=st.integers(1, 3), q=st.integers(-1, 3), limits=rate_limits(), adaptive=adaptive_settings())
+    def limits(self, c: int, q: int, limits: list[RateLimit], adaptive: Adaptive) -> None:
+        self.model = Model(c, q, limits, adaptive)
         self.core: GateState | None = GateState(c, None if q < 0 else q, 1, 0.2, limits)
+        # One controller, as the core runs it in process: it decides the cuts the cluster must make.
+        self.controller = AdaptiveLimit(adaptive, c)
         self.tickets: dict[str, Ticket] = {}
         # The largest cost every limit counted in tokens can serve (admit() refuses more).
         self.most = min((int(limit.burst) for limit in limits if not limit.per_request), default=4)
@@ -374,10 +489,10 @@ class Scripts(RuleBasedStateMachine):
         """A retry after a lost reply: the first answer again, or how the request ended."""
         self.arrive(data.draw(st.sampled_from(self.known)), wait, 0)
 
-    @precondition(lambda self: self.model.limits)
     @rule(hours=st.integers(1, 3))
     def hours_pass(self, hours: int) -> None:
-        """The buckets' clock moves on: each bucket's empty moment and waiter's deadline moves back."""
+        """The clock moves on: each bucket's empty moment, waiter's deadline, and the controller's
+        last cut and growth move back."""
         # A millisecond past the hours: a token is never due exactly then, where the scripts'
         # milliseconds and the core's seconds may round a period's multiple apart by one ulp.
         passed = hours * HOUR + 1
@@ -385,6 +500,10 @@ class Scripts(RuleBasedStateMachine):
             empty = self.redis.hget(self.keys[0], f"b{number}")
             if empty is not None:
                 self.redis.hset(self.keys[0], f"b{number}", repr(float(_text(empty)) - passed))
+        for field in ("cut", "grew", "pause"):
+            at = self.redis.hget(self.keys[0], field)
+            if at is not None:
+                self.redis.hset(self.keys[0], field, int(_text(at)) - passed)
         model = self.model
         model.now += passed / 1000
         for permit_id in model.waiters:
@@ -392,7 +511,9 @@ class Scripts(RuleBasedStateMachine):
             if int(deadline) >= 0:
                 earlier = max(1, int(deadline) - passed)
                 self.redis.hset(self.keys[4], permit_id, f"{agent}|{earlier}|{since}|{token}")
-                self.redis.zadd(self.keys[3], {permit_id: earlier})
+                # Its sweep index is the earlier of its deadline and its place's expiry (one that
+                # lapsed already stays lapsed).
+                self.redis.zadd(self.keys[3], {permit_id: earlier}, lt=True)
             if model.deadlines.get(permit_id, math.inf) <= model.now:
                 model.due[permit_id] = "expired"  # at the sweep a passed deadline wins, lapsed place or not
 
@@ -402,7 +523,10 @@ class Scripts(RuleBasedStateMachine):
         """A request that started settles its real cost: the difference is charged or refunded."""
         model = self.model
         # Those that held a slot and used it (a grant given back unused never started).
-        started = sorted(i for i in self.held if model.outcome.get(i) in (None, "released", "reclaimed"))
+        # (a retried release records a cancelled request as released: it still never started)
+        started = sorted(
+            i for i in self.held - self.unused if model.outcome.get(i) in (None, "released", "reclaimed")
+        )
         if not started:
             return
         permit_id = data.draw(st.sampled_from(started))
@@ -475,6 +599,9 @@ class Scripts(RuleBasedStateMachine):
             assert state == expected[0]
             assert number in limiting.split(",")
             assert float(seconds) - 60 < float(ms) / 1000 <= float(seconds)
+        elif state == 3:  # full: the ms of a pause in force still to run, from the server's now
+            assert state == expected[0]
+            self.same_pause_left(int(value), float(expected[1]))
         else:
             assert (state, str(value).split("@")[0]) == expected
         assert (running, waiting) == (len(model.holders), len(model.waiters))
@@ -533,6 +660,8 @@ class Scripts(RuleBasedStateMachine):
         was_running = permit_id in self.model.holders and permit_id not in self.model.outcome
         removed, running, waiting, _, *handed = self.answer(_scripts.CANCEL, permit_id, how)
         assert removed == self.model.cancel(permit_id, how)
+        if removed == 2:
+            self.unused.add(permit_id)
         reclaimed, dropped = self.model.tick()
         assert (running, waiting) == (len(self.model.holders), len(self.model.waiters))
         self.handed_are_grants(handed)
@@ -581,11 +710,146 @@ class Scripts(RuleBasedStateMachine):
             else:
                 self.holding.pop(permit_id, None)
 
+    @rule(
+        c=st.one_of(st.none(), st.integers(1, 4)),
+        q=st.one_of(st.none(), st.integers(-1, 3)),
+    )
+    def set_limits(self, c: int | None, q: int | None) -> None:
+        """RedisGate.set_limits: raising C starts the oldest waiters; lowering C or Q ends nobody."""
+        model = self.model
+        reclaimed, dropped = self._pending_sweep()
+        running, waiting, _, new_c, new_q, *handed = self.run(
+            _scripts.LIMITS, "" if c is None else c, "" if q is None else q
+        )
+        model.set_limits(c, q)
+        model.tick()
+        assert (new_c, new_q) == (model.c, model.q)
+        assert (running, waiting) == (len(model.holders), len(model.waiters))
+        assert handed == []  # limits.lua names no caller: every grant it makes is published
+        max_waiting = ... if q is None else (None if q < 0 else q)
+        self.core_limits(reclaimed, dropped, ... if c is None else c, max_waiting)
+        if c is not None:
+            self.controller.rebase(c)  # RedisGate.set_limits tells this process's controller
+        self.align_controller()
+
+    @rule()
+    def overloaded(self) -> None:
+        """A 503 or 529 heard by the process: the cluster cuts its C as the core's controller does."""
+        model, controller = self.model, self.controller
+        cuts = controller.cuts
+        wanted = controller.signal("overloaded", model.now)
+        applied = self.adapt("overloaded", model.adaptive.decrease)
+        assert applied == controller.cuts - cuts  # the same window since the last cut
+        assert (model.c, model.value()) == (wanted, controller.value)
+        self.align_controller()
+
+    @rule(slow=st.booleans())
+    def request_sampled(self, slow: bool) -> None:
+        """A request ran to an answer: the process's controller samples it and proposes what its window asks.
+
+        As ClusterController.sampled: a window that cuts proposes the cut (by the factor it cut
+        its own C by), one that grows proposes growth. A cut is the core's, exactly; growth is the
+        cluster's rule (docs/adaptive.md): only in a window with no cut nor growth, only if the
+        cluster's peak in flight since its last change of C reached C, never beyond that peak
+        times max_limit_factor, nor the ceiling (the core's window caps by its own peak).
+        """
+        model, controller = self.model, self.controller
+        before, cuts, grown = controller.value, controller.cuts, controller.grown
+        controller.sample(4.0 if slow else 1.0, 1.0, model.now, len(model.holders))
+        if controller.cuts > cuts:
+            assert self.adapt("cut", controller.value / before) == 1  # the same window since the last cut
+            assert (model.c, model.value()) == (controller.limit, controller.value)
+        elif controller.grown > grown:
+            self.adapt("grow", 0.0)
+        self.align_controller()
+
+    def adapt(self, what: str, factor: float) -> int:
+        """Send adapt.lua what the controller decided (as ClusterController does); 1 if applied."""
+        model = self.model
+        settings = model.adaptive
+        reclaimed, dropped = self._pending_sweep()
+        applied, c, running, waiting, _, since, paused = self.run(
+            _scripts.ADAPT,
+            what,
+            HOUR,
+            repr(float(factor)),
+            settings.floor,
+            settings.ceiling,
+            repr(float(settings.increase)),
+            repr(float(settings.max_limit_factor)),
+        )
+        expected = model.adapt(what, factor)
+        model.tick()
+        assert (applied, c) == (expected, model.c)
+        self.same_pause_left(paused, model.pause_left())
+        assert (since < 0) == (model.cut_at is None)
+        assert (running, waiting) == (len(model.holders), len(model.waiters))
+        self.core_limits(reclaimed, dropped, model.c)  # the in-process gate applies its controller's C
+        return int(applied)
+
+    @staticmethod
+    def same_pause_left(ms: int, seconds: float) -> None:
+        """The pause left as the server's clock reads it (a few seconds on), against the model's."""
+        assert seconds - 60 < ms / 1000 <= seconds + 1e-6  # the model adds seconds to its clock in floats
+
+    @rule(hours=st.integers(1, 2))
+    def provider_pause(self, hours: int) -> None:
+        """A provider's 429 with a reset: no start anywhere until then; C is left alone."""
+        model = self.model
+        reclaimed, dropped = self._pending_sweep()
+        applied, c, running, waiting, _, _, paused = self.run(
+            _scripts.ADAPT, "pause", hours * HOUR, 0, 1, 1, 0, 0
+        )
+        model.pause(hours * HOUR_S)
+        model.tick()
+        assert (applied, c) == (1, model.c)
+        self.same_pause_left(paused, model.pause_left())
+        assert (running, waiting) == (len(model.holders), len(model.waiters))
+        core = self.core
+        if core is not None:
+            for permit_id in dropped:
+                core.cancel(self.tickets[permit_id], model.now)
+            core.pause(model.pause_until, model.now)
+            for permit_id in reclaimed:
+                core.release(self.tickets[permit_id], model.now)
+            core.advance(model.now)
+
+    def align_controller(self) -> None:
+        """The process's controller decides from the cluster's C (adopt), and its last cut."""
+        model, controller = self.model, self.controller
+        controller.value = model.value()
+        controller.last_cut = -math.inf if model.cut_at is None else model.cut_at
+
+    def core_limits(
+        self,
+        reclaimed: list[str],
+        dropped: list[str],
+        c: int | EllipsisType = ...,
+        q: int | EllipsisType | None = ...,
+    ) -> None:
+        """Feed the core a change of limits made by a script that sets them, then sweeps.
+
+        The waiters' places end first, then the limits change, then lapsed leases free their
+        slots under the new C, and the heads whose tokens came start.
+        """
+        core = self.core
+        if core is None:
+            return
+        now = self.model.now
+        for permit_id in dropped:
+            core.cancel(self.tickets[permit_id], now)
+        core.set_limits(now, c, q)
+        for permit_id in reclaimed:
+            core.release(self.tickets[permit_id], now)
+        core.advance(now)
+        assert core.limit_changes == self.model.counters.get("limit_changes", 0)
+
     @rule()
     def redis_forgets_the_gate(self) -> None:
         self.redis.delete(*self.keys)
         self.model.forget()
         self.core = None  # the processes count their requests again, above C if need be
+        self.align_controller()  # the cluster's C is the constructors' again, never cut
 
     @precondition(lambda self: self.model.holders)
     @rule(data=st.data())
@@ -644,6 +908,9 @@ class Scripts(RuleBasedStateMachine):
             elapsed = (now_ms - self.base_ms + 1) / HOUR
             expected = bucket.tokens(self.model.now)
             assert expected <= balance <= expected + elapsed + 1e-9
+        cvalue, wpeak = self.redis.hmget(keys[0], "Cvalue", "wpeak")
+        assert (None if cvalue is None else float(cvalue)) == self.model.cvalue
+        assert int(wpeak or 0) == self.model.wpeak
         stats = {k: int(v) for k, v in self.redis.hgetall(keys[7]).items()}
         assert stats == {k: v for k, v in self.model.counters.items() if v or k in stats}
         assert int(self.redis.get(keys[6]) or 0) == self.model.seq

@@ -5,10 +5,13 @@
 --                 in force); C is left alone
 --   'overloaded'  a 503 / 529: cut C to max(floor, C * ARGV 4), unless the cluster's last cut is
 --                 younger than the window (ARGV 3 ms): a burst seen by many processes is one cut
---   'cut'         a process's latency window asks for a cut by ARGV 4: as 'overloaded'
+--   'cut'         a process's latency window asks for a cut by ARGV 4: as 'overloaded', of the
+--                 controller's C as a real number (the core's window cuts its real value)
 --   'grow'        a process's latency window asks for growth: C + ARGV 7, unless the cluster cut
 --                 or grew within the window, and never beyond ARGV 8 times the cluster's peak in
 --                 flight since its last change of C (wpeak), nor beyond the ceiling
+-- The controller's C is kept as a real number (Cvalue), as the core's AdaptiveLimit keeps it, and
+-- C is its integer part: a cut's fraction counts for the growth after it.
 -- ARGV 5 floor, 6 ceiling (both the controller's settings).
 -- Returns {applied (1 if it took effect), C, running, waiting, epoch, ms since the cluster's
 -- last cut (-1: never), ms of pause left}.
@@ -19,9 +22,14 @@ local applied = 0
 local state = redis.call('HMGET', META, 'cut', 'grew', 'Cvalue', 'wpeak')
 local cut, grew = tonumber(state[1]), tonumber(state[2])
 
-local function change(value)
-  local newC = math.floor(value)
-  write('HSET', META, 'Cvalue', tostring(value), 'wpeak', redis.call('ZCARD', HOLDERS))
+-- The controller's C as a real number: its own, unless C was set otherwise since (by hand).
+local value = tonumber(state[3]) or C
+if math.floor(value) ~= C then value = C end
+
+local function change(new)
+  local newC = math.floor(new)
+  WPEAK = redis.call('ZCARD', HOLDERS) -- the peak restarts here: the sweep's grants below raise it
+  write('HSET', META, 'Cvalue', string.format('%.17g', new), 'wpeak', WPEAK)
   if newC ~= C then
     C = newC
     write('HSET', META, 'Cset', C)
@@ -39,7 +47,9 @@ if what == 'pause' then
   applied = 1
 elseif what == 'overloaded' or what == 'cut' then
   if not cut or now - cut >= window then
-    change(math.max(floor, math.floor(C * factor)))
+    local base = value -- a window cuts the real C; an overload the C in force, as the core's signal()
+    if what == 'overloaded' then base = C end
+    change(math.max(floor, base * factor))
     cut = now
     write('HSET', META, 'cut', now)
     count('cuts')
@@ -49,8 +59,6 @@ elseif what == 'overloaded' or what == 'cut' then
   end
 elseif what == 'grow' then
   local quiet = (not cut or now - cut >= window) and (not grew or now - grew >= window)
-  local value = tonumber(state[3]) or C
-  if math.floor(value) ~= C then value = C end -- C was set by hand meanwhile: grow from it
   local peak = tonumber(state[4]) or 0
   local grown = math.min(value + increase, cap * peak, ceiling)
   if quiet and peak >= C and grown > value then
