@@ -31,7 +31,7 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._core import BY_STATUS, RateLimit, Status
 from .._driver import BoundedGate, log_event
@@ -41,7 +41,10 @@ from ._io import UNREACHABLE, fields, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._stats import LocalCounters, RedisGateStatistics
 
-__all__ = ("Ending", "ProcessSide", "Sampler", "Tracked", "Work", "ms")
+if TYPE_CHECKING:
+    from ._renewer import Renewer
+
+__all__ = ("Ending", "Keeper", "ProcessSide", "Sampler", "Tracked", "Work", "ms")
 
 #: A reply's field as the client gives it: bytes, or str when it decodes responses (an int in arrays).
 Field = bytes | str | int
@@ -109,6 +112,19 @@ class Sampler(Protocol):
         ...
 
 
+class Keeper(Protocol):
+    """What a key's gate tells its keyed gate (``RedisKeyedGate``), and what it asks of it."""
+
+    def arrived(self) -> None:
+        """A request arrives at the gate now (it is about to be sent to Redis)."""
+
+    def ended(self) -> None:
+        """A request of the gate ended now (the gate may be idle once the ending is done)."""
+
+    def renewer(self, side: ProcessSide) -> Renewer | None:
+        """The renewal thread's keeper ``side`` shares, for its bound loop (None: the sync loop renews)."""
+
+
 class ProcessSide:
     """One process's side of one cluster gate (see the module).
 
@@ -138,6 +154,7 @@ class ProcessSide:
         "fallback",
         "head",
         "holders",
+        "keeper",
         "keys",
         "last_running",
         "last_waiting",
@@ -230,6 +247,8 @@ class ProcessSide:
         self.epoch: str | None = None
         self.last_running = 0
         self.last_waiting = 0
+        #: Its keyed gate's link, for a key's gate of a ``RedisKeyedGate`` (None for a gate of its own).
+        self.keeper: Keeper | None = None
         self._make_background = background
         self.background = background(self)
         self.tasks: set[asyncio.Task[None]] = set()
@@ -320,6 +339,9 @@ class ProcessSide:
         name = ending.value if isinstance(ending, Ending) else BY_STATUS[ending].name
         counters = self.counters
         setattr(counters, name, getattr(counters, name) + 1)
+        keeper = self.keeper
+        if keeper is not None:
+            keeper.ended()
 
     def stats(self) -> RedisGateStatistics:
         """The statistics of this process's requests through the gate now."""

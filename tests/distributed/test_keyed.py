@@ -1,0 +1,246 @@
+"""RedisKeyedGate: a cluster gate per key, its objects in a process bounded by activity."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from boundedgate import GateLimits, QueueFull, RateLimit, RateLimited, RequestRecord, Status
+from boundedgate.redis import RedisGate, RedisGateStatistics, RedisKeyedGate
+
+from .helpers import CALM, cluster, settles_empty, wait_until
+
+pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+
+
+def keyed(client: Any, name: str, c: int | None, q: int | None, **settings: Any) -> RedisKeyedGate:
+    return RedisKeyedGate(client, max_running=c, max_waiting=q, name=name, **{**CALM, **settings})
+
+
+def _renewal_threads(name: str) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(f"boundedgate-renewals:{name}")]
+
+
+async def test_each_key_has_its_own_c_and_q_shared_by_every_process(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with keyed(client, name, 1, 1) as here, keyed(client, name, 1, 1) as there:
+        async with here.admit("acme"):
+            # Another process's object for the same key finds the key full; another key is free.
+            with pytest.raises(QueueFull) as refused:
+                await there.try_admit("acme")
+            assert refused.value.gate == f"{name}/acme"
+            async with there.admit("globex"):
+                assert (await cluster(client, f"{name}/acme")).running == 1
+                assert (await cluster(client, f"{name}/globex")).running == 1
+            queued = asyncio.create_task(there.admit("acme", timeout=30).__aenter__())
+            await wait_until(lambda: _waiting(client, f"{name}/acme", 1), 10, "one waiting")
+            with pytest.raises(QueueFull):  # Q = 1 for the key, across both processes
+                async with here.admit("acme"):
+                    pass
+        permit = await queued
+        assert permit.status is Status.RUNNING
+        await permit.__aexit__(None, None, None)
+        await settles_empty(client, f"{name}/acme")
+
+
+async def _waiting(client: redis.asyncio.Redis, name: str, n: int) -> bool:
+    return (await cluster(client, name)).waiting == n
+
+
+async def test_a_keys_gate_object_lives_while_it_is_in_use_here(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with keyed(client, name, 2, 0) as gates:
+        permit = gates.admit("acme")
+        assert "acme" not in gates  # made, held by its permit alone until it arrives
+        async with permit:
+            assert "acme" in gates
+            assert list(gates) == ["acme"]
+            gate = gates.get("acme")
+            assert isinstance(gate, RedisGate)
+            assert gate.name == f"{name}/acme"
+            assert gates._gate_for("acme") is gate
+            assert repr(gates) == f"<RedisKeyedGate {name!r} [here: keys 1 (0 idle), running 1, waiting 0]>"
+        await asyncio.sleep(0)  # the ending is looked at one loop step later
+        assert len(gates) == 0
+        assert gates.get("acme") is None
+        stats = gates.stats()
+        assert (stats.keys, stats.busy_keys, stats.peak_keys, stats.created, stats.dropped) == (0, 0, 1, 1, 1)
+        assert isinstance(stats.total, RedisGateStatistics)
+        assert (stats.total.admitted, stats.total.completed) == (1, 1)
+
+
+async def test_keep_idle_keeps_the_most_recently_idle_keys(client: redis.asyncio.Redis, name: str) -> None:
+    async with keyed(client, name, 1, 0, keep_idle=2) as gates:
+        for key in ("a", "b", "c"):
+            async with gates.admit(key):
+                pass
+            await asyncio.sleep(0)
+        assert list(gates) == ["b", "c"]
+        stats = gates.stats()
+        assert (stats.keys, stats.busy_keys, stats.dropped) == (2, 0, 1)
+        assert stats.total.completed == 3  # the dropped key's counters live on
+        gate = gates.get("b")
+        async with gates.admit("b"):  # a kept key's object is used again
+            assert gates.get("b") is gate
+            assert gates.stats().busy_keys == 1
+
+
+async def test_a_permit_taken_before_its_key_was_dropped_still_counts(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with keyed(client, name, 1, 0) as gates:
+        early = gates.admit("acme")  # a fresh object, not listed
+        async with gates.admit("acme"):  # another fresh object: listed at its arrival
+            pass
+        await asyncio.sleep(0)
+        async with gates.admit("acme") as listed:
+            with pytest.raises(QueueFull):  # the early object is the same cluster gate
+                async with early:
+                    pass
+        async with gates.admit("acme"):
+            pass
+        await asyncio.sleep(0)
+        assert listed.status is Status.COMPLETED
+        assert len(gates) == 0
+        assert not gates._strays
+        total = gates.stats().total
+        assert (total.admitted, total.completed, total.rejected) == (3, 3, 1)
+
+
+async def test_many_busy_keys_share_one_renewal_thread(client: redis.asyncio.Redis, name: str) -> None:
+    lease = 0.6  # renewed every 0.2 s: the leases must live on past several lease_ttl
+    async with keyed(client, name, 1, 0, lease_ttl=lease) as gates:
+        permits = [await gates.try_admit(f"k{i}") for i in range(20)]
+        assert _renewal_threads(name) == [f"boundedgate-renewals:{name}"]
+        await asyncio.sleep(4 * lease)
+        for i in range(20):
+            view = await cluster(client, f"{name}/k{i}")
+            assert view.running == 1, f"k{i}'s lease lapsed"
+        assert not any(p.lease_lost for p in permits)
+        for permit in permits:
+            permit.release()
+        await settles_empty(client, f"{name}/k19")
+    assert _renewal_threads(name) == []  # aclose ended it
+
+
+async def test_set_limits_of_a_key_hold_for_every_process(client: redis.asyncio.Redis, name: str) -> None:
+    async with keyed(client, name, 1, 0) as here, keyed(client, name, 1, 0) as there:
+        await here.set_limits("acme", max_running=2)
+        assert len(here) == 0  # nothing in use: no object left behind
+        first = await there.try_admit("acme")
+        second = await there.try_admit("acme")  # C = 2 for acme in Redis, whatever `there` was made with
+        with pytest.raises(QueueFull):
+            await there.try_admit("acme")
+        async with there.admit("globex"):  # the other keys keep the template
+            with pytest.raises(QueueFull):
+                await here.try_admit("globex")
+        first.release()
+        second.release()
+        assert (await there.cluster_stats("acme")).max_running == 2
+
+
+async def test_overrides_give_a_key_its_own_limits(client: redis.asyncio.Redis, name: str) -> None:
+    overrides = {"big": GateLimits(3, 0)}
+    async with keyed(client, name, 1, 0, overrides=overrides) as gates:
+        assert gates.limits("big") == (3, 0)
+        assert gates.limits("small") == (1, 0)
+        held = [await gates.try_admit("big") for _ in range(3)]
+        with pytest.raises(QueueFull):
+            await gates.try_admit("big")
+        assert gates.stats().total.max_running == 3
+        for permit in held:
+            permit.release()
+
+
+async def test_each_key_has_buckets_of_its_own(client: redis.asyncio.Redis, name: str) -> None:
+    limit = RateLimit(1, 2, name="rpm")  # 2 at once, then one a second
+    async with keyed(client, name, None, 5, rate_limits=[limit]) as gates:
+        for _ in range(2):
+            async with gates.admit("acme"):
+                pass
+        with pytest.raises(RateLimited):  # its next token comes later than its deadline
+            async with gates.admit("acme", timeout=0.3):
+                pass
+        async with gates.admit("globex"):  # another key's bucket is full
+            pass
+        assert gates.sync_rate_limits("globex", {"rpm": 0}) == 1
+        await wait_until(lambda: _empty_bucket(gates, "globex"), 10, "globex's bucket lowered")
+
+
+async def _empty_bucket(gates: RedisKeyedGate, key: str) -> bool:
+    return (await gates.cluster_stats(key)).tokens["rpm"] < 1
+
+
+async def test_signals_pause_one_key_and_cut_its_c(client: redis.asyncio.Redis, name: str) -> None:
+    from boundedgate import Adaptive
+
+    async with keyed(client, name, 4, 0, adaptive=Adaptive(floor=1, window=30.0)) as gates:
+        await gates.signal("acme", "rate_limited", retry_after=30)
+        with pytest.raises(QueueFull):  # paused, cluster-wide, for that key alone
+            await gates.try_admit("acme")
+        async with gates.admit("globex"):
+            assert gates.controller("globex") is not None
+        await gates.signal("initech", "overloaded")
+        assert (await gates.cluster_stats("initech")).max_running == 3  # 4 x the default decrease
+        with pytest.raises(ValueError, match="unknown signal"):
+            await gates.signal("initech", "nonsense")
+
+
+async def test_keys_and_arguments_it_cannot_take_are_refused_with_the_way_out(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    gates = keyed(client, name, 1, 0)
+    with pytest.raises(TypeError, match=r"keys are str .*pass str\(key\)"):
+        gates.admit(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"keys are str"):
+        gates.admit(("a", 1))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"RedisKeyedGate.admit\(\) takes no priority=.*FIFO"):
+        gates.admit("a", priority=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"RedisKeyedGate\(\) takes no priorities="):
+        RedisKeyedGate(client, max_running=1, max_waiting=0, priorities=2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_running"):
+        RedisKeyedGate(client, max_running=0, max_waiting=0)
+    with pytest.raises(TypeError, match="overrides"):
+        RedisKeyedGate(client, max_running=1, max_waiting=0, overrides=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="keys are str"):
+        RedisKeyedGate(client, max_running=1, max_waiting=0, overrides={1: (1, 0)})  # type: ignore[dict-item]
+    await gates.aclose()
+
+
+async def test_observers_hear_every_key(client: redis.asyncio.Redis, name: str) -> None:
+    records: list[RequestRecord] = []
+    async with keyed(client, name, 1, 0) as gates:
+        gates.observe(records.append)
+        async with gates.admit("a"):
+            pass
+        async with gates.admit("b"):
+            pass
+        gates.unobserve(records.append)
+        async with gates.admit("c"):
+            pass
+    assert [r.gate for r in records] == [f"{name}/a", f"{name}/b"]
+
+
+async def test_keys_spread_over_the_slots_of_a_cluster(
+    cluster_client: redis.asyncio.RedisCluster, name: str
+) -> None:
+    async with keyed(cluster_client, name, 1, 1) as gates:
+        keys = [f"tenant-{i}" for i in range(12)]
+        held = [await gates.try_admit(key) for key in keys]
+        with pytest.raises(QueueFull):
+            await gates.try_admit(keys[0])
+        nodes = set()
+        for key in keys:
+            meta = f"boundedgate:{{{name}/{key}}}:meta"
+            slot = await cluster_client.cluster_keyslot(meta)
+            nodes.add(cluster_client.nodes_manager.get_node_from_slot(slot).name)
+            assert (await gates.cluster_stats(key)).running == 1
+        assert len(nodes) == 3  # a dozen tenants land on all three primaries
+        for permit in held:
+            permit.release()
