@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import redis.asyncio
 
 from boundedgate import GateLimits, QueueFull, RateLimit, RateLimited, RequestRecord, Status
-from boundedgate.redis import RedisGate, RedisGateStatistics, RedisKeyedGate
+from boundedgate.redis import RedisGate, RedisGateStatistics, RedisKeyedGate, _scripts
+from boundedgate.redis._io import fields
+from boundedgate.redis._layout import gate_keys
 
 from .helpers import CALM, cluster, settles_empty, wait_until
+from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 
@@ -244,3 +248,69 @@ async def test_keys_spread_over_the_slots_of_a_cluster(
         assert len(nodes) == 3  # a dozen tenants land on all three primaries
         for permit in held:
             permit.release()
+
+
+#: Keys admitted and released through the keyed gate's own calls (the rest are pipelined).
+_THROUGH_THE_API = 10_000
+_KEYS = 100_000
+#: What a key's state may take in Redis once its key is idle (measured: under 1 kB, see docs).
+_BYTES_PER_IDLE_KEY = 2048
+
+
+async def test_a_hundred_thousand_keys_take_bounded_memory_and_leave_nothing_after_idle_ttl(
+    own_server: RedisServer,
+) -> None:
+    client = redis.asyncio.Redis.from_url(own_server.url, max_connections=64)
+    idle_ttl = 5.0
+    gates = keyed(client, "mem", 2, 2, idle_ttl=idle_ttl, lease_ttl=1.0, waiter_ttl=1.0)
+    try:
+        before = (await client.info("memory"))["used_memory"]
+        keys = iter(range(_THROUGH_THE_API))
+
+        async def through_the_api() -> None:
+            for i in keys:
+                async with gates.admit(f"tenant-{i}"):
+                    pass
+
+        await asyncio.gather(*(through_the_api() for _ in range(50)))
+        assert len(gates) == 0  # no key's object is left in this process
+        stats = gates.stats()
+        assert (stats.created, stats.dropped, stats.total.completed) == (_THROUGH_THE_API,) * 3
+        # The rest as a key's gate object sends them (its scripts, head and arguments), pipelined.
+        side = gates._gate_for("tenant-0")._side
+        for start in range(_THROUGH_THE_API, _KEYS, 5000):
+            async with client.pipeline(transaction=False) as pipe:
+                for i in range(start, min(start + 5000, _KEYS)):
+                    head = _scripts.encode_head(gate_keys(f"mem/tenant-{i}"), side.common)
+                    permit_id = side.new_id()
+                    pipe.execute_command("FCALL", _scripts.ADMIT.function, *head, permit_id, -1, 1, "0.0")
+                    pipe.execute_command("FCALL", _scripts.RELEASE.function, *head, permit_id, "completed")
+                replies = await pipe.execute()
+            assert all(int(fields(reply)[0]) == 1 for reply in replies[0::2]), "an admission was refused"
+        # What an idle key takes: its keys' own memory, for the last keys used (none expired yet).
+        sample = [f"mem/tenant-{i}" for i in range(_KEYS - 100, _KEYS)]
+        sizes = [await _key_memory(client, key) for key in sample]
+        per_key = sum(sizes) / len(sizes)
+        used = (await client.info("memory"))["used_memory"] - before
+        print(f"an idle key: {per_key:.0f} bytes in Redis; {_KEYS} keys: {used} bytes at most")
+        assert 256 < per_key < _BYTES_PER_IDLE_KEY  # meta, seq, stats, outcomes: about 500 bytes
+        assert used < _KEYS * _BYTES_PER_IDLE_KEY
+        assert await client.dbsize() <= 4 * _KEYS  # meta, seq, stats and recent outcomes
+        # idle_ttl after its last use, nothing of any key remains (Redis expires them as it goes).
+        await wait_until(_emptied(client), idle_ttl + 30, "every key expired")
+    finally:
+        await gates.aclose()
+        await client.aclose()
+
+
+async def _key_memory(client: redis.asyncio.Redis, name: str) -> int:
+    """The bytes the keys of cluster gate ``name`` take in Redis (``MEMORY USAGE``, summed)."""
+    sizes = [await client.memory_usage(key) for key in gate_keys(name)]
+    return sum(size or 0 for size in sizes)
+
+
+def _emptied(client: redis.asyncio.Redis) -> Callable[[], Awaitable[bool]]:
+    async def empty() -> bool:
+        return await client.dbsize() == 0
+
+    return empty
