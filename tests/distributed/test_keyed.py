@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +19,9 @@ from boundedgate.redis._io import fields
 from boundedgate.redis._layout import gate_keys
 
 from .helpers import CALM, cluster, settles_empty, wait_until
+from .keyed_worker import witness_keys
 from .servers import RedisServer
+from .test_processes import workers
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 
@@ -314,3 +319,37 @@ def _emptied(client: redis.asyncio.Redis) -> Callable[[], Awaitable[bool]]:
         return await client.dbsize() == 0
 
     return empty
+
+
+async def test_three_processes_hold_each_keys_c_and_q(
+    client: redis.asyncio.Redis, redis_server: RedisServer, name: str
+) -> None:
+    c, q, keys = 2, 2, 3
+    script = str(Path(__file__).with_name("keyed_worker.py"))
+    common = ["--url", redis_server.url, "--name", name, "--c", str(c), "--q", str(q), "--keys", str(keys)]
+    commands = [[sys.executable, script, *common, "--tasks", "30", "--index", str(i)] for i in range(3)]
+    limits = {"k0": 1, "k1": c, "k2": c}  # k0's override: C = 1 in every process
+    seen = dict.fromkeys(limits, (0, 0))
+    with workers(*commands) as processes:
+        while any(p.poll() is None for p in processes):  # sample every key's gate meanwhile
+            for key in limits:
+                view = await cluster(client, f"{name}/{key}")
+                running, waiting = seen[key]
+                seen[key] = (max(running, view.running), max(waiting, view.waiting))
+            await asyncio.sleep(0.005)
+        outcomes = [json.loads(p.stdout.read()) for p in processes]  # type: ignore[union-attr]
+        assert [p.returncode for p in processes] == [0, 0, 0]
+    assert sum(sum(o.values()) for o in outcomes) == 90
+    assert sum(o.get("completed", 0) for o in outcomes) > 0
+    witnessed = {}
+    for key, limit in limits.items():
+        now_key, max_key = witness_keys(name, key)
+        witnessed[key] = int(await client.get(max_key) or 0)
+        assert witnessed[key] <= limit, f"{key}: {witnessed[key]} bodies ran at once, C is {limit}"
+        assert seen[key][0] <= limit
+        assert seen[key][1] <= q
+        view = await settles_empty(client, f"{name}/{key}")
+        assert view.counters["peak_running"] <= limit
+        assert view.counters["peak_waiting"] <= q
+        assert int(await client.get(now_key) or 0) == 0
+    assert witnessed == limits  # the processes contended: every key ran at its C
