@@ -100,26 +100,44 @@ async def test_keep_idle_keeps_the_most_recently_idle_keys(client: redis.asyncio
             assert gates.stats().busy_keys == 1
 
 
-async def test_a_permit_taken_before_its_key_was_dropped_still_counts(
+async def test_permits_taken_before_an_arrival_share_the_keys_gate_object(
     client: redis.asyncio.Redis, name: str
 ) -> None:
     async with keyed(client, name, 1, 0) as gates:
-        early = gates.admit("acme")  # a fresh object, not listed
-        async with gates.admit("acme"):  # another fresh object: listed at its arrival
-            pass
+        early = gates.admit("acme")  # held by its permit alone, not listed
+        async with gates.admit("acme"):  # the same object: listed at its arrival
+            assert gates.get("acme") is early.gate
         await asyncio.sleep(0)
+        assert "acme" not in gates  # dropped, and still early's
         async with gates.admit("acme") as listed:
-            with pytest.raises(QueueFull):  # the early object is the same cluster gate
+            assert listed.gate is early.gate
+            with pytest.raises(QueueFull):
                 async with early:
                     pass
-        async with gates.admit("acme"):
-            pass
         await asyncio.sleep(0)
-        assert listed.status is Status.COMPLETED
-        assert len(gates) == 0
-        assert not gates._strays
         total = gates.stats().total
-        assert (total.admitted, total.completed, total.rejected) == (3, 3, 1)
+        assert (total.admitted, total.completed, total.rejected) == (2, 2, 1)
+        assert gates.stats().created == 1
+
+
+async def test_a_second_object_for_a_listed_key_counts_until_it_is_idle(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with keyed(client, name, 2, 0) as gates:
+        async with gates.admit("acme") as first:
+            other = gates._create("acme")  # as one dropped and replaced meanwhile would be
+            async with other.admit() as second:  # the same cluster gate: C = 2 across both
+                assert first.gate is not second.gate
+                assert gates._strays == {other}
+                assert gates.running == 2
+                with pytest.raises(QueueFull):
+                    await gates.try_admit("acme")
+            await asyncio.sleep(0)
+            assert not gates._strays
+        await asyncio.sleep(0)
+        assert len(gates) == 0
+        total = gates.stats().total
+        assert (total.admitted, total.completed, total.rejected) == (2, 2, 1)
 
 
 async def test_many_busy_keys_share_one_renewal_thread(client: redis.asyncio.Redis, name: str) -> None:

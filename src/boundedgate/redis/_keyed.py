@@ -10,20 +10,23 @@ the same Lua scripts as any :class:`RedisGate`. This module holds what is per pr
 key's gate *objects* (a :class:`RedisGate` each) and the table of them.
 
 A key's gate object is made by the first call that needs it (:meth:`RedisKeyedGate._gate_for`)
-and is held by nothing but its permits until a request arrives through it: then a :class:`_Link`
-(the gate's ``side.keeper``) lists it in ``_gates``. The link hears of every ending (``ended``,
+and is held by nothing but its permits until a request arrives through it (``_fresh`` holds it
+weakly, so that every permit taken meanwhile shares it): then a :class:`_Link` (the gate's
+``side.keeper``) lists it in ``_gates``. The link hears of every ending (``ended``,
 from the side's count) and looks, one loop step later, whether the gate is idle in this process:
 nothing running, nothing waiting or on its way, no release or cancellation in flight. An idle
 gate is kept among the ``keep_idle`` most recently idle keys, or dropped: its counters are folded
-into the keyed gate's totals, its background work stopped. So the gate objects in a process are
-bounded by its activity plus ``keep_idle``, never by how many keys it ever saw. What a key learned
-(an adaptive C, limits set at runtime, its buckets' balances) is in Redis, not in the object, so
-dropping the object forgets nothing; Redis forgets a key ``idle_ttl`` after its last use.
+into the keyed gate's totals, its background work stopped, and it goes back to ``_fresh`` (weakly:
+a permit taken from it before it was dropped still holds it, and the key's next permits share
+it). So the gate objects in a process are bounded by its activity plus ``keep_idle``, never by
+how many keys it ever saw. What a key learned (an adaptive C, limits set at runtime, its buckets'
+balances) is in Redis, not in the object, so dropping the object forgets nothing; Redis forgets
+a key ``idle_ttl`` after its last use.
 
-A request that arrives through a gate object that is not its key's listed one (a permit taken
-before its key was dropped, or two taken at once for a key without a gate) lists that object if
-the key has none, or keeps it beside the listed one (``_strays``) until it is idle. Both are gate
-objects of the same cluster gate, as two processes' are: Redis holds the limits across them.
+A request that arrives through a gate object that is not its key's listed one (one dropped and
+since replaced, which ``_fresh`` makes rare) lists that object if the key has none, or keeps it
+beside the listed one (``_strays``) until it is idle. Both are gate objects of the same cluster
+gate, as two processes' are: Redis holds the limits across them.
 
 The leases of every key's holders are renewed by one thread per keyed gate and event loop (a
 shared :class:`~._renewer.Renewer`), not one per key: a thousand busy tenants take one thread.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import EllipsisType, TracebackType
@@ -166,6 +170,7 @@ class RedisKeyedGate:
         "_closing",
         "_created",
         "_dropped",
+        "_fresh",
         "_gates",
         "_idle",
         "_keep_idle",
@@ -236,6 +241,8 @@ class RedisKeyedGate:
             raise TypeError(f"overrides must be a mapping or a function of the key, got {shown(overrides)}")
         #: Listed gate objects: every key with requests running or waiting here, and the idle kept.
         self._gates: dict[str, RedisGate] = {}
+        #: Gate objects not listed, held by their permits alone (see the module docstring).
+        self._fresh: weakref.WeakValueDictionary[str, RedisGate] = weakref.WeakValueDictionary()
         #: The idle keys among them, least recently idle first.
         self._idle: OrderedDict[str, None] = OrderedDict()
         #: Busy gate objects of keys that have another listed (see the module docstring).
@@ -540,9 +547,13 @@ class RedisKeyedGate:
 
     def _gate_for(self, key: str) -> RedisGate:
         """The key's listed gate object, else a fresh one (listed at its first arrival)."""
-        gate = self._gates.get(key) if type(key) is str else None
+        if type(key) is not str:
+            return self._create(key)  # refused there, with the way out (a str subclass is taken)
+        gate = self._gates.get(key)
         if gate is None:
-            gate = self._create(key)
+            gate = self._fresh.get(key)
+            if gate is None:
+                gate = self._create(key)
         return gate
 
     def _create(self, key: str) -> RedisGate:
@@ -558,6 +569,7 @@ class RedisKeyedGate:
         gate._side.keeper = _Link(self, key, gate)
         for callback in self._observers:
             gate.observe(callback)
+        self._fresh[key] = gate
         self._created += 1
         return gate
 
@@ -565,8 +577,8 @@ class RedisKeyedGate:
         """``key``'s gate object for a call that may leave work in flight: listed until that is done."""
         gate = self._gates.get(key)
         if gate is None:
-            gate = self._create(key)
-            link: _Link = gate._side.keeper  # type: ignore[assignment]  # made so just now
+            gate = self._gate_for(key)
+            link: _Link = gate._side.keeper  # type: ignore[assignment]  # a key's gate's keeper is its link
             self._list(link)
             asyncio.get_running_loop().call_soon(self._settle, link)
         return gate
@@ -581,6 +593,8 @@ class RedisKeyedGate:
             link.retired = False
             gate._side.counters = LocalCounters()
         self._gates[key] = gate
+        if self._fresh.get(key) is gate:
+            del self._fresh[key]
         if len(self._gates) > self._peak_keys:
             self._peak_keys = len(self._gates)
 
@@ -644,6 +658,7 @@ class RedisKeyedGate:
         gate = link.gate
         link.retired = True
         self._dropped += 1
+        self._fresh.setdefault(link.key, gate)
         snapshot = gate.stats()
         values = self._retired
         for field in _FIELDS:
