@@ -371,3 +371,35 @@ async def test_three_processes_hold_each_keys_c_and_q(
         assert view.counters["peak_waiting"] <= q
         assert int(await client.get(now_key) or 0) == 0
     assert witnessed == limits  # the processes contended: every key ran at its C
+
+
+async def test_follow_provider_tells_the_key_its_request_went_through(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    from boundedgate import Adaptive
+    from boundedgate.httpx import ProviderSignal, Quota, follow_provider
+
+    limit = RateLimit.per_minute(100, name="requests")
+    async with keyed(client, name, 4, 0, rate_limits=[limit], adaptive=Adaptive(window=30.0)) as gates:
+        follow = follow_provider(gates)
+        at = asyncio.get_running_loop().time()
+        follow(ProviderSignal("rate_limited", 429, 30.0, (), "api", at, key="acme"))
+        follow(ProviderSignal("overloaded", 529, None, (), "api", at, key="globex"))
+        follow(
+            ProviderSignal("quota", 200, None, (Quota("requests", 100, 3, None),), "api", at, key="initech")
+        )
+        follow(ProviderSignal("overloaded", 529, None, (), "api", at))  # no key: left alone
+
+        async def told() -> bool:
+            acme, globex, initech = [await gates.cluster_stats(k) for k in ("acme", "globex", "initech")]
+            return (
+                acme.counters.get("pauses") == 1
+                and globex.max_running == 3
+                and initech.tokens["requests"] < 4
+            )
+
+        await wait_until(told, 10, "every key told")
+        with pytest.raises(QueueFull):  # acme is paused, cluster-wide
+            await gates.try_admit("acme")
+        async with gates.admit("umbrella"):  # the others are not
+            pass
