@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -403,3 +404,15 @@ async def test_follow_provider_tells_the_key_its_request_went_through(
             await gates.try_admit("acme")
         async with gates.admit("umbrella"):  # the others are not
             pass
+
+
+def test_the_docs_example_runs_and_prints_what_it_says(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "cluster.md").read_text(encoding="utf-8")
+    section = page.split("## Keys across the cluster", 1)[1]
+    block = re.search(r"```py\n(.*?)```", section, flags=re.DOTALL)
+    assert block is not None
+    source = block.group(1).replace("redis://localhost:6379/0", redis_server.url)
+    exec(compile(source, "docs/cluster.md", "exec"), {"__name__": "__main__"})
+    assert capsys.readouterr().out.splitlines() == ["True False", "0 2"]
