@@ -589,9 +589,10 @@ class RedisKeyedGate:
 
     def _list(self, link: _Link) -> None:
         key, gate = link.key, link.gate
-        if link.retired:  # dropped before, its counters folded: it counts afresh
+        if link.retired:  # dropped before, its counters folded: it counts afresh, as a new gate
             link.retired = False
             gate._side.counters = LocalCounters()
+            self._created += 1
         self._gates[key] = gate
         if self._fresh.get(key) is gate:
             del self._fresh[key]
