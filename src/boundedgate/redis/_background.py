@@ -103,6 +103,10 @@ class Background:
         if self._listener is None and side.waiting:
             self._start_listener()
 
+    def running(self) -> bool:
+        """Whether its sync loop or its listener runs now (the renewal thread aside)."""
+        return self._syncer is not None or self._listener is not None
+
     def kick(self) -> None:
         """Sync now rather than at the end of the period."""
         if self._kick is not None:

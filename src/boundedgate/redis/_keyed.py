@@ -454,10 +454,7 @@ class RedisKeyedGate:
         running = waiting = 0
         for gate in gates:
             snapshot = gate.stats()
-            for field in _FIELDS:
-                name = field.name
-                value = getattr(snapshot, name)
-                values[name] = max(values[name], value) if name.endswith("_max") else values[name] + value
+            _fold(values, snapshot)
             slots, places = gate.max_running, gate.max_waiting
             max_running = None if max_running is None or slots is None else max_running + slots
             max_waiting = None if max_waiting is None or places is None else max_waiting + places
@@ -661,19 +658,14 @@ class RedisKeyedGate:
         self._dropped += 1
         self._fresh.setdefault(link.key, gate)
         snapshot = gate.stats()
-        values = self._retired
-        for field in _FIELDS:
-            name = field.name
-            value = getattr(snapshot, name)
-            values[name] = max(values[name], value) if name.endswith("_max") else values[name] + value
+        _fold(self._retired, snapshot)
         self._peak_running = max(self._peak_running, snapshot.peak_running)
         self._peak_waiting = max(self._peak_waiting, snapshot.peak_waiting)
         side = gate._side
         renewer = self._renewer
         if renewer is not None:
             renewer.forget(side)
-        background = side.background
-        if getattr(background, "_syncer", None) is None and getattr(background, "_listener", None) is None:
+        if not side.background.running():
             return  # nothing runs for it (an uncontended key): nothing to stop
         task = side.bound().create_task(gate.aclose())
         self._closing.add(task)
@@ -687,9 +679,17 @@ def _resume(side: ProcessSide) -> None:
         side.background.watch()
 
 
+def _fold(values: dict[str, float], snapshot: RedisGateStatistics) -> None:
+    """Add ``snapshot``'s history to ``values``: counts and times summed, the ``_max`` ones maxima."""
+    for field in _FIELDS:
+        name = field.name
+        value = getattr(snapshot, name)
+        values[name] = max(values[name], value) if name.endswith("_max") else values[name] + value
+
+
 def _checked_key(key: object) -> str:
     """``key``, a str; anything else is refused with the way out."""
-    if type(key) is not str and not isinstance(key, str):
+    if not isinstance(key, str):
         raise TypeError(
             f"a RedisKeyedGate's keys are str (they name the key's state in Redis), got {shown(key)}: "
             "pass str(key), the same in every process"

@@ -99,6 +99,10 @@ class Work(Protocol):
         """Sync in ``seconds`` at the latest: the head of the queue, this process's, has its tokens then."""
         ...
 
+    def running(self) -> bool:
+        """Whether its sync loop or its listener runs now."""
+        ...
+
     async def aclose(self) -> None:
         """Stop the loops and wait until they have."""
         ...
