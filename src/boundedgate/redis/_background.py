@@ -37,7 +37,7 @@ from typing import Any
 
 from .._driver import log_event
 from ._io import UNREACHABLE, bounded, own_client, text
-from ._process import ProcessSide
+from ._process import ProcessSide, Renewals
 from ._renewer import Renewer, copier
 from ._scripts import SYNC
 
@@ -67,7 +67,7 @@ class Background:
         self._side = side
         #: The renewal thread's keeper, None when the side is not bound yet or its client cannot
         #: be copied (its leases are renewed by the sync loop then).
-        self._renewer: Renewer | None = None
+        self._renewer: Renewals | None = None
         #: Whether the renewer is shared with the other keys of its keyed gate (which closes it).
         self._shared = side.keeper is not None
         if side.loop is not None:

@@ -31,7 +31,7 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .._core import BY_STATUS, RateLimit, Status
 from .._driver import BoundedGate, log_event
@@ -41,10 +41,7 @@ from ._io import UNREACHABLE, fields, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._stats import LocalCounters, RedisGateStatistics
 
-if TYPE_CHECKING:
-    from ._renewer import Renewer
-
-__all__ = ("Ending", "Keeper", "ProcessSide", "Sampler", "Tracked", "Work", "ms")
+__all__ = ("Ending", "Keeper", "ProcessSide", "Renewals", "Sampler", "Tracked", "Work", "ms")
 
 #: A reply's field as the client gives it: bytes, or str when it decodes responses (an int in arrays).
 Field = bytes | str | int
@@ -116,6 +113,22 @@ class Sampler(Protocol):
         ...
 
 
+class Renewals(Protocol):
+    """The lease renewals of sides on one event loop: a thread's (``_renewer.Renewer``)."""
+
+    def watch(self, side: ProcessSide | None = None) -> None:
+        """Make sure a thread renews ``side``'s leases (its own side without one)."""
+        ...
+
+    def forget(self, side: ProcessSide) -> None:
+        """Renew ``side``'s leases no more."""
+        ...
+
+    async def aclose(self) -> None:
+        """End the threads and wait until they have."""
+        ...
+
+
 class Keeper(Protocol):
     """What a key's gate tells its keyed gate (``RedisKeyedGate``), and what it asks of it."""
 
@@ -125,7 +138,7 @@ class Keeper(Protocol):
     def ended(self) -> None:
         """A request of the gate ended now (the gate may be idle once the ending is done)."""
 
-    def renewer(self, side: ProcessSide) -> Renewer | None:
+    def renewer(self, side: ProcessSide) -> Renewals | None:
         """The renewal thread's keeper ``side`` shares, for its bound loop (None: the sync loop renews)."""
 
 
