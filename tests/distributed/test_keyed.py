@@ -495,3 +495,36 @@ def _in_flight(gates: RedisKeyedGate, key: str) -> bool:
     """Whether ``key``'s object here has a release or a cancellation on its way to Redis."""
     gate = gates.get(key)
     return gate is not None and bool(gate._side.tasks)
+
+
+async def test_a_gated_transport_admits_each_request_through_its_tenants_key(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    import httpx
+
+    from boundedgate.httpx import GatedTransport, follow_provider
+
+    async def answered(request: httpx.Request) -> httpx.Response:
+        tenant = request.headers["x-tenant"]
+        view = await gates.cluster_stats(tenant)  # the request holds its tenant's slot meanwhile
+        return httpx.Response(
+            429 if tenant == "acme" else 200, headers={"retry-after": "30"}, text=str(view.running)
+        )
+
+    async with keyed(client, name, 1, 0) as gates:
+        transport = GatedTransport(
+            gates,
+            httpx.MockTransport(answered),
+            key=lambda request: request.headers["x-tenant"],
+            on_provider_signal=follow_provider(gates),
+        )
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+            reply = await http.get("/", headers={"x-tenant": "globex"})
+            assert (reply.status_code, reply.text) == (200, "1")
+            assert (await http.get("/", headers={"x-tenant": "acme"})).status_code == 429
+
+            async def paused() -> bool:
+                return (await gates.cluster_stats("acme")).counters.get("pauses") == 1
+
+            await wait_until(paused, 10, "acme paused by its 429")
+        assert gates.stats().total.completed == 2
