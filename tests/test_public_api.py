@@ -113,6 +113,7 @@ PUBLIC: dict[str, list[str]] = {
     "boundedgate.aiohttp": ["gate_middleware"],
     "boundedgate.redis": [
         "RedisGate",
+        "RedisKeyedGate",
         "RedisPermit",
         "RedisGateStatistics",
         "ClusterStatistics",

@@ -411,9 +411,50 @@ class RatedRedisGateSubject(RedisGateSubject):
     )
 
 
+class _ClusterKey:
+    """One key of a :class:`~boundedgate.redis.RedisKeyedGate`, as :class:`_Cluster` uses a RedisGate."""
+
+    def __init__(self, keyed: Any, key: str) -> None:
+        self.keyed = keyed
+        self.key = key
+        self.name = f"{keyed.name}/{key}"
+        self.max_running = keyed.max_running
+        self.max_waiting = keyed.max_waiting
+
+    def admit(self, *, timeout: float | None = None, deadline: float | None = None) -> Any:
+        return self.keyed.admit(self.key, timeout=timeout, deadline=deadline)
+
+    def stats(self) -> GateStatistics:
+        # The key's gate object is dropped whenever it is idle: the keyed gate's totals outlive
+        # it, and with one key in use they are that key's.
+        return self.keyed.stats().total  # type: ignore[no-any-return]
+
+    async def cluster_stats(self) -> Any:
+        return await self.keyed.cluster_stats(self.key)
+
+
+class RedisKeyedGateSubject(RedisGateSubject):
+    """One key of a :class:`~boundedgate.redis.RedisKeyedGate` on a real redis-server, in real time."""
+
+    id = "RedisKeyedGate-key"
+
+    def gate(self, max_running: int, max_waiting: int | None) -> Gate:
+        from boundedgate.redis import RedisKeyedGate
+
+        keyed = RedisKeyedGate(
+            self._client(),
+            max_running=max_running,
+            max_waiting=max_waiting,
+            name=f"generic-{uuid.uuid4().hex[:12]}",
+            **REDIS_SETTINGS,
+        )
+        self._gates.append(keyed)
+        return _Cluster(_ClusterKey(keyed, "k"))
+
+
 #: The cluster subjects, by id; they need a server (see conftest).
 REDIS_SUBJECTS: dict[str, type[RedisGateSubject]] = {
-    cls.id: cls for cls in (RedisGateSubject, RatedRedisGateSubject)
+    cls.id: cls for cls in (RedisGateSubject, RatedRedisGateSubject, RedisKeyedGateSubject)
 }
 
 #: The in-process subjects, by id; the Redis one needs a server (see conftest).

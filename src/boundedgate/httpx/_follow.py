@@ -38,7 +38,8 @@ def follow_provider(gate: Any, *, max_pause: float = MAX_PAUSE) -> Callable[[Pro
     With a :class:`KeyedGate` (``GatedTransport(models, key=..., on_provider_signal=
     follow_provider(models))``) each signal goes to the gate of the key its request was admitted
     under (``ProviderSignal.key``): a 529 for one model cuts that model's C alone. A signal with no
-    key (a request that did not go through this keyed gate) is left alone.
+    key (a request that did not go through this keyed gate) is left alone. So with a
+    ``boundedgate.redis.RedisKeyedGate``, whose signals are coroutines, sent as a ``RedisGate``'s.
 
     Raises:
         TypeError, ValueError: ``max_pause`` is not a finite number >= 0.
@@ -49,24 +50,6 @@ def follow_provider(gate: Any, *, max_pause: float = MAX_PAUSE) -> Callable[[Pro
         seconds = _wait(signal)
         return None if seconds is None else min(seconds, longest)
 
-    if isinstance(gate, KeyedGate):
-        keyed: KeyedGate[Any] = gate
-
-        def follow_keyed(signal: ProviderSignal) -> None:
-            key = signal.key
-            if key is None:
-                return
-            kind = signal.kind
-            if kind == "rate_limited":
-                keyed.signal(key, "rate_limited", retry_after=wait(signal), max_pause=longest)
-            elif kind in ("overloaded", "unavailable"):
-                keyed.signal(key, "overloaded")
-            remaining = _remaining(signal)
-            if remaining:
-                keyed.sync_rate_limits(key, remaining)
-
-        return follow_keyed
-
     sending: set[asyncio.Task[None]] = set()
 
     def told(task: asyncio.Task[None]) -> None:
@@ -76,12 +59,33 @@ def follow_provider(gate: Any, *, max_pause: float = MAX_PAUSE) -> Callable[[Pro
                 "could not tell the gate what the provider said", exc_info=task.exception()
             )
 
-    def tell(kind: str, **options: Any) -> None:
-        result = gate.signal(kind, **options)
+    def sent(result: object) -> None:
+        """A cluster gate's signal is a coroutine: run it in a task of its own."""
         if inspect.iscoroutine(result):
             task = asyncio.get_running_loop().create_task(result)
             sending.add(task)
             task.add_done_callback(told)
+
+    if isinstance(gate, KeyedGate) or _is_cluster_keyed(gate):
+        keyed: Any = gate
+
+        def follow_keyed(signal: ProviderSignal) -> None:
+            key = signal.key
+            if key is None:
+                return
+            kind = signal.kind
+            if kind == "rate_limited":
+                sent(keyed.signal(key, "rate_limited", retry_after=wait(signal), max_pause=longest))
+            elif kind in ("overloaded", "unavailable"):
+                sent(keyed.signal(key, "overloaded"))
+            remaining = _remaining(signal)
+            if remaining:
+                keyed.sync_rate_limits(key, remaining)
+
+        return follow_keyed
+
+    def tell(kind: str, **options: Any) -> None:
+        sent(gate.signal(kind, **options))
 
     def follow(signal: ProviderSignal) -> None:
         kind = signal.kind
@@ -94,6 +98,15 @@ def follow_provider(gate: Any, *, max_pause: float = MAX_PAUSE) -> Callable[[Pro
             gate.sync_rate_limits(remaining)
 
     return follow
+
+
+def _is_cluster_keyed(gate: object) -> bool:
+    """True for a ``boundedgate.redis.RedisKeyedGate``, told by its class's name and module.
+
+    By name: ``boundedgate.redis`` (and redis-py) is imported only by who uses it.
+    """
+    kind = type(gate)
+    return kind.__name__ == "RedisKeyedGate" and kind.__module__.startswith("boundedgate.redis")
 
 
 def _wait(signal: ProviderSignal) -> float | None:

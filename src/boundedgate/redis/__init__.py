@@ -1,5 +1,7 @@
 """One limit for the whole cluster: :class:`RedisGate`, the API of ``BoundedGate`` enforced in Redis.
 
+:class:`RedisKeyedGate` is ``KeyedGate``'s: a cluster gate per key (tenant, session).
+
 An optional part of boundedgate: ``pip install 'boundedgate[redis]'`` brings the client it needs
 (redis-py's asyncio client). ``python -m boundedgate.redis inspect NAME`` prints a gate's live state.
 """
@@ -11,6 +13,7 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess by 
 
 from ._gate import RedisGate, RedisPermit
 from ._inspect import format_cluster, read_cluster
+from ._keyed import RedisKeyedGate
 from ._stats import ClusterHolder, ClusterStatistics, ClusterWaiter, RedisGateStatistics
 
 __all__ = (
@@ -19,6 +22,7 @@ __all__ = (
     "ClusterWaiter",
     "RedisGate",
     "RedisGateStatistics",
+    "RedisKeyedGate",
     "RedisPermit",
     "format_cluster",
     "read_cluster",

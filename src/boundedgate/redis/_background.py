@@ -37,7 +37,7 @@ from typing import Any
 
 from .._driver import log_event
 from ._io import UNREACHABLE, bounded, own_client, text
-from ._process import ProcessSide
+from ._process import ProcessSide, Renewals
 from ._renewer import Renewer, copier
 from ._scripts import SYNC
 
@@ -51,16 +51,32 @@ class Background:
         side: The process's side of the gate they serve, bound to that loop.
     """
 
-    __slots__ = ("_closing", "_kick", "_listener", "_renewer", "_side", "_soon", "_subscribes", "_syncer")
+    __slots__ = (
+        "_closing",
+        "_kick",
+        "_listener",
+        "_renewer",
+        "_shared",
+        "_side",
+        "_soon",
+        "_subscribes",
+        "_syncer",
+    )
 
     def __init__(self, side: ProcessSide) -> None:
         self._side = side
         #: The renewal thread's keeper, None when the side is not bound yet or its client cannot
         #: be copied (its leases are renewed by the sync loop then).
-        self._renewer: Renewer | None = None
-        make_client = copier(side.client)
-        if side.loop is not None and make_client is not None:
-            self._renewer = Renewer(side, side.loop, make_client)
+        self._renewer: Renewals | None = None
+        #: Whether the renewer is shared with the other keys of its keyed gate (which closes it).
+        self._shared = side.keeper is not None
+        if side.loop is not None:
+            if side.keeper is not None:
+                self._renewer = side.keeper.renewer(side)
+            else:
+                make_client = copier(side.client)
+                if make_client is not None:
+                    self._renewer = Renewer(side, side.loop, make_client)
         self._syncer: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         #: Whether the client can subscribe to the wake channel: True, False, or None once the
@@ -78,7 +94,7 @@ class Background:
         renewer = self._renewer
         if renewer is not None:
             if side.leases:
-                renewer.watch()
+                renewer.watch(side)
             if not side.waiters:
                 return
         if self._syncer is None:
@@ -86,6 +102,10 @@ class Background:
             self._syncer = side.bound().create_task(self._sync_loop(kick))
         if self._listener is None and side.waiting:
             self._start_listener()
+
+    def running(self) -> bool:
+        """Whether its sync loop or its listener runs now (the renewal thread aside)."""
+        return self._syncer is not None or self._listener is not None
 
     def kick(self) -> None:
         """Sync now rather than at the end of the period."""
@@ -119,7 +139,10 @@ class Background:
             await asyncio.wait(tasks)
         self._syncer = self._listener = None
         if self._renewer is not None:
-            await self._renewer.aclose()
+            if self._shared:
+                self._renewer.forget(self._side)
+            else:
+                await self._renewer.aclose()
         self._closing = False  # the gate may be used again: the loops restart on demand
 
     # -- the sync loop ----------------------------------------------------------------------

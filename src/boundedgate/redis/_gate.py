@@ -1078,6 +1078,9 @@ class RedisPermit(HandsOver):
             deadline = min(deadline, now + self.max_wait)
         self._queue_by = deadline
         remaining = -1 if deadline == math.inf else math.ceil((deadline - now) * 1000)
+        keeper = side.keeper
+        if keeper is not None:
+            keeper.arrived()  # its keyed gate lists the key's gate while it is in use
         self._id = permit_id = side.new_id()
         future = self._future = loop.create_future()
         # Registered before the request is sent: a grant message may overtake the reply.

@@ -36,7 +36,7 @@ def refuse_arguments(where: str, arguments: Mapping[str, object]) -> TypeError:
     name = next(iter(arguments))
     for lacking in arguments:
         if lacking in LACKING:
-            shown = "RedisGate" if where.endswith(".__init__") else where
+            shown = where.removesuffix(".__init__")
             return TypeError(f"{shown}() takes no {lacking}=: {LACKING[lacking]} ({DOCS})")
     return TypeError(f"{where}() got an unexpected keyword argument {name!r}")
 

@@ -41,7 +41,7 @@ from ._io import UNREACHABLE, fields, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._stats import LocalCounters, RedisGateStatistics
 
-__all__ = ("Ending", "ProcessSide", "Sampler", "Tracked", "Work", "ms")
+__all__ = ("Ending", "Keeper", "ProcessSide", "Renewals", "Sampler", "Tracked", "Work", "ms")
 
 #: A reply's field as the client gives it: bytes, or str when it decodes responses (an int in arrays).
 Field = bytes | str | int
@@ -96,6 +96,10 @@ class Work(Protocol):
         """Sync in ``seconds`` at the latest: the head of the queue, this process's, has its tokens then."""
         ...
 
+    def running(self) -> bool:
+        """Whether its sync loop or its listener runs now."""
+        ...
+
     async def aclose(self) -> None:
         """Stop the loops and wait until they have."""
         ...
@@ -107,6 +111,35 @@ class Sampler(Protocol):
     def sampled(self, ran: float, latency: float, in_flight: int, cluster_c: int) -> None:
         """A request of this process ran to an answer."""
         ...
+
+
+class Renewals(Protocol):
+    """The lease renewals of sides on one event loop: a thread's (``_renewer.Renewer``)."""
+
+    def watch(self, side: ProcessSide | None = None) -> None:
+        """Make sure a thread renews ``side``'s leases (its own side without one)."""
+        ...
+
+    def forget(self, side: ProcessSide) -> None:
+        """Renew ``side``'s leases no more."""
+        ...
+
+    async def aclose(self) -> None:
+        """End the threads and wait until they have."""
+        ...
+
+
+class Keeper(Protocol):
+    """What a key's gate tells its keyed gate (``RedisKeyedGate``), and what it asks of it."""
+
+    def arrived(self) -> None:
+        """A request arrives at the gate now (it is about to be sent to Redis)."""
+
+    def ended(self) -> None:
+        """A request of the gate ended now (the gate may be idle once the ending is done)."""
+
+    def renewer(self, side: ProcessSide) -> Renewals | None:
+        """The renewal thread's keeper ``side`` shares, for its bound loop (None: the sync loop renews)."""
 
 
 class ProcessSide:
@@ -138,6 +171,7 @@ class ProcessSide:
         "fallback",
         "head",
         "holders",
+        "keeper",
         "keys",
         "last_running",
         "last_waiting",
@@ -230,6 +264,8 @@ class ProcessSide:
         self.epoch: str | None = None
         self.last_running = 0
         self.last_waiting = 0
+        #: Its keyed gate's link, for a key's gate of a ``RedisKeyedGate`` (None for a gate of its own).
+        self.keeper: Keeper | None = None
         self._make_background = background
         self.background = background(self)
         self.tasks: set[asyncio.Task[None]] = set()
@@ -320,6 +356,9 @@ class ProcessSide:
         name = ending.value if isinstance(ending, Ending) else BY_STATUS[ending].name
         counters = self.counters
         setattr(counters, name, getattr(counters, name) + 1)
+        keeper = self.keeper
+        if keeper is not None:
+            keeper.ended()
 
     def stats(self) -> RedisGateStatistics:
         """The statistics of this process's requests through the gate now."""

@@ -36,6 +36,11 @@ a thread, as Kafka's consumer moved its heartbeat to a thread of its own (KIP-62
 * **its life**: started by the loop when a holder appears (``watch``), ended by ``aclose`` (which
   waits for it, at most about one ``op_timeout``), or by itself when its loop has closed or it has
   had nothing to renew for a few periods. A daemon thread, named for its gate.
+* **shared**: one renewer may serve many gate objects of one loop with the same settings (the
+  keys of a :class:`~boundedgate.redis.RedisKeyedGate`): each period it renews every side that
+  has holders, one ``sync`` call each, so many busy keys take one thread, not one each. The
+  loop alone changes its set of sides: ``watch`` adds one, ``forget`` takes one out (its gate
+  was closed, or dropped idle by its keyed gate).
 """
 
 from __future__ import annotations
@@ -124,33 +129,45 @@ def _cluster_copier(client: redis.asyncio.cluster.RedisCluster) -> Copier:
 
 
 class Renewer:
-    """The lease renewals of one gate object on one event loop: a thread, started on demand.
+    """The lease renewals of gate objects on one event loop: a thread, started on demand.
 
     Args:
-        side: The process's side of the gate, bound to ``loop``.
-        loop: The event loop the gate's permits live on.
+        side: The process's side of the gate, bound to ``loop``; its durations are the thread's
+            (a shared renewer's sides all have the same).
+        loop: The event loop the gates' permits live on.
         make_client: What makes the thread's client (:func:`copier`).
+        name: The name the thread and its log lines go by (default: ``side``'s gate's).
     """
 
     __slots__ = (
         "_beat_pending",
         "_beat_posted_at",
         "_closing",
-        "_leases",
         "_lock",
         "_loop",
         "_make_client",
+        "_name",
         "_side",
+        "_sides",
         "_thread",
         "_threads",
     )
 
-    def __init__(self, side: ProcessSide, loop: asyncio.AbstractEventLoop, make_client: Copier) -> None:
+    def __init__(
+        self,
+        side: ProcessSide,
+        loop: asyncio.AbstractEventLoop,
+        make_client: Copier,
+        name: str | None = None,
+    ) -> None:
         self._side = side
+        self._name = side.name if name is None else name
         self._loop = loop
-        self._leases = side.leases
         self._make_client = make_client
         self._lock = threading.Lock()
+        #: The sides it renews, with the lease table each had when it was added (``bind`` gives a
+        #: side a new table on a new loop: the old one is left to the old loop's thread).
+        self._sides: dict[ProcessSide, dict[str, int]] = {side: side.leases}
         #: The thread that renews now, None when none does (it ended, or never started).
         self._thread: threading.Thread | None = None
         #: Every thread not ended yet (one renewing, maybe one ending), with its stop flag and
@@ -163,18 +180,25 @@ class Renewer:
 
     # -- on the loop ------------------------------------------------------------------------
 
-    def watch(self) -> None:
-        """Make sure a thread renews the leases (the loop has just added one)."""
-        if self._thread is None:
+    def watch(self, side: ProcessSide | None = None) -> None:
+        """Make sure a thread renews the leases of ``side`` (default: its own; the loop just added one)."""
+        side = self._side if side is None else side
+        if self._thread is None or side not in self._sides:
             with self._lock:
+                self._sides.setdefault(side, side.leases)
                 if self._thread is None and not self._closing:
                     self._start()
+
+    def forget(self, side: ProcessSide) -> None:
+        """Renew ``side``'s leases no more (its gate was closed); ``watch`` brings it back."""
+        with self._lock:
+            self._sides.pop(side, None)
 
     def _start(self) -> None:
         stop = threading.Event()
         done = self._loop.create_future()
         thread = threading.Thread(
-            target=self._run, args=(stop, done), name=f"boundedgate-renewals:{self._side.name}", daemon=True
+            target=self._run, args=(stop, done), name=f"boundedgate-renewals:{self._name}", daemon=True
         )
         self._thread = thread
         self._threads[thread] = (stop, done)
@@ -198,9 +222,8 @@ class Renewer:
         """Run by the loop when it gets to it: the loop shows progress."""
         self._beat_pending = False
 
-    def _report(self, reply: Sequence[Any]) -> None:
-        """Note a renewal's reply, on the loop: the cluster's counts, and the holders counted again."""
-        side = self._side
+    def _report(self, side: ProcessSide, reply: Sequence[Any]) -> None:
+        """Note a renewal's reply for ``side``, on the loop: the cluster's counts, holders counted again."""
         side.seen(reply[1], reply[2], reply[0])
         for i in range(3, len(reply), 3):
             if text(reply[i + 1]) == "reattached":
@@ -216,7 +239,7 @@ class Renewer:
             client, closer = self._make_client()
             self._renew_until(stop, own_loop, client)
         except Exception:  # a bug, not Redis: say so, rather than stop renewing without a word
-            logging.getLogger("boundedgate").exception("%s: the lease renewal thread failed", self._side.name)
+            logging.getLogger("boundedgate").exception("%s: the lease renewal thread failed", self._name)
         finally:
             if closer is not None:
                 with contextlib.suppress(Exception):
@@ -230,54 +253,86 @@ class Renewer:
                 self._loop.call_soon_threadsafe(_finished, done)
 
     def _renew_until(self, stop: threading.Event, own_loop: asyncio.AbstractEventLoop, client: Any) -> None:
-        side = self._side
-        period = side.lease_ttl / 3
+        settings = self._side
+        period = settings.lease_ttl / 3
         calls = _scripts.Calls(client)
-        encoded: tuple[tuple[object, ...], tuple[bytes, ...]] | None = None
+        #: Each side's encoded head, and the settings it encodes; the sides whose renewals fail.
+        encoded: dict[ProcessSide, tuple[tuple[object, ...], tuple[bytes, ...]]] = {}
+        failing: set[ProcessSide] = set()
         idle = 0
-        paused = failing = False
+        paused = False
         while not stop.wait(period):
             stalled = self._stalled()
             if not self._post_beat():
                 return  # the loop closed: its permits are gone with it
-            if stalled > side.max_stall:
+            if stalled > settings.max_stall:
                 if not paused:
                     paused = True
-                    _tell(
-                        side,
+                    self._tell(
                         "renewals_paused",
                         f"its event loop left a callback waiting for {stalled:.1f}s "
-                        f"(max_stall {side.max_stall}s): its leases are renewed no more and lapse",
+                        f"(max_stall {settings.max_stall}s): its leases are renewed no more and lapse",
                     )
                 continue
             if paused:
                 paused = False
-                _tell(side, "renewals_resumed", "its event loop runs again: its leases are renewed again")
-            leases = self._leases.copy()
-            if not leases:
-                idle += 1
-                if idle >= _LINGER_PERIODS and self._end_if_idle():
+                self._tell("renewals_resumed", "its event loop runs again: its leases are renewed again")
+            renewed = False
+            for side, table in self._holding():
+                leases = table.copy()
+                if not leases:
+                    encoded.pop(side, None)
+                    failing.discard(side)
+                    continue
+                renewed = True
+                if not self._renew(side, leases, own_loop, client, calls, encoded, failing):
                     return
+            if renewed:
+                idle = 0
                 continue
-            idle = 0
-            common = side.common
-            if encoded is None or encoded[0] is not common:
-                encoded = (common, _scripts.encode_head(side.keys, common))
-            call = functools.partial(_scripts.SYNC, client, encoded[1], side.lease_args(leases), calls)
-            try:
-                reply = own_loop.run_until_complete(pooled(call, side.op_timeout))
-            except UNREACHABLE:
-                continue  # tried again next period; a lease lost meanwhile is reported then
-            except redis.exceptions.RedisError as error:  # refused by the server: said once, tried again
-                if not failing:
-                    failing = True
-                    _tell(side, "renewals_failing", f"its lease renewals fail: {error!r}")
-                continue
-            failing = False
-            try:
-                self._loop.call_soon_threadsafe(self._report, reply)
-            except RuntimeError:
+            idle += 1
+            if idle >= _LINGER_PERIODS and self._end_if_idle():
                 return
+
+    def _holding(self) -> list[tuple[ProcessSide, dict[str, int]]]:
+        """The sides to renew now, each with its lease table (only the loop adds and takes them out)."""
+        with self._lock:
+            return list(self._sides.items())
+
+    def _renew(
+        self,
+        side: ProcessSide,
+        leases: dict[str, int],
+        own_loop: asyncio.AbstractEventLoop,
+        client: Any,
+        calls: _scripts.Calls,
+        encoded: dict[ProcessSide, tuple[tuple[object, ...], tuple[bytes, ...]]],
+        failing: set[ProcessSide],
+    ) -> bool:
+        """Renew ``side``'s ``leases`` once and report the reply to the loop; False if the loop closed."""
+        common = side.common
+        head = encoded.get(side)
+        if head is None or head[0] is not common:
+            head = encoded[side] = (common, _scripts.encode_head(side.keys, common))
+        call = functools.partial(_scripts.SYNC, client, head[1], side.lease_args(leases), calls)
+        try:
+            reply = own_loop.run_until_complete(pooled(call, side.op_timeout))
+        except UNREACHABLE:
+            return True  # tried again next period; a lease lost meanwhile is reported then
+        except redis.exceptions.RedisError as error:  # refused by the server: said once, tried again
+            if side not in failing:
+                failing.add(side)
+                _tell(side, "renewals_failing", f"its lease renewals fail: {error!r}")
+            return True
+        failing.discard(side)
+        try:
+            self._loop.call_soon_threadsafe(self._report, side, reply)
+        except RuntimeError:
+            return False
+        return True
+
+    def _tell(self, event: str, message: str) -> None:
+        log_event(self._name, event, message)
 
     def _stalled(self) -> float:
         """How long the beat the loop has not run yet has waited there (0: it ran, or none was posted)."""
@@ -305,9 +360,9 @@ class Renewer:
                 self._thread = None
         # The loop adds a lease, then looks for a thread: either it sees none and starts one, or
         # this sees its lease now and renews it, unless the one it started does.
-        if not self._leases:
-            return True
         with self._lock:
+            if not any(self._sides.values()):
+                return True
             if self._thread is None:
                 self._thread = me
                 return False
