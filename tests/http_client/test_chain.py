@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import httpx
 import httpx2
 import pytest
 
 from boundedgate import BoundedGate, KeyedGate, QueueFull, RateLimit
+from boundedgate.aiohttp import gate_middleware
 from boundedgate.httpx import GatedTransport, refusal
 from tests.helpers import checked_gate
+from tests.http_client.provider import LimitsProvider
 
 FLAVOURS = [httpx2, httpx]
 
@@ -89,3 +92,27 @@ def test_a_chain_is_checked_when_the_transport_is_made() -> None:
     with pytest.raises(ValueError, match="priority must be >= 0 and < 1"):
         GatedTransport([(tenants, _tenant), shared], retry_priority=1)
     assert GatedTransport([(tenants, _tenant), shared]).gate == [(tenants, _tenant), shared]
+
+
+async def test_the_aiohttp_middleware_takes_a_chain_too(provider: LimitsProvider) -> None:
+    tenants = KeyedGate(max_running=1, max_waiting=0, rate_limits=[_tokens()], name="tenant", keep_idle=1)
+    shared = checked_gate(2, 0, name="shared", rate_limits=[_tokens()])
+    middleware = gate_middleware([(tenants, lambda request: request.headers["x-tenant"]), shared], cost=50)
+    url = f"{provider.openai_url}/chat/completions"
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    acme = {"x-tenant": "acme"}
+    held = {**acme, "x-fake": "hold_after=1"}
+    async with aiohttp.ClientSession(middlewares=(middleware,)) as session:
+        async with session.post(url, json={**body, "stream": True}, headers=held):
+            with pytest.raises(QueueFull) as refused:  # acme's one slot is held: refused at the tenant
+                async with session.post(url, json=body, headers=acme):
+                    pass
+            assert refused.value.gate == "tenant/acme"
+            assert shared.running == 1
+        async with session.post(url, json={**body, "stream": False}, headers=acme) as response:
+            assert response.status == 200
+    assert (tenants.running, shared.running) == (0, 0)
+    assert shared.stats().completed == 2
+    # The declared cost paid at every gate (aiohttp bodies are not read for usage).
+    assert shared.stats().tokens[0] == pytest.approx(1000 - 2 * 50)
+    assert tenants._gate_for("acme").stats().tokens[0] == pytest.approx(1000 - 2 * 50)
