@@ -163,13 +163,6 @@ def test_admit_all_refuses_a_redis_gate_as_a_key_with_the_way_out() -> None:
     assert "admit_all((keyed_gate, key), gate)" in str(refused.value)
 
 
-def test_admit_all_refuses_a_redis_gate_with_the_way_out() -> None:
-    with pytest.raises(TypeError, match=r"^admit_all\(\) takes in-process gates") as refused:
-        admit_all(_gate())  # type: ignore[arg-type]
-    assert "async with admit_all(...): async with cluster_gate.admit(...)" in str(refused.value)
-    assert DOCS in str(refused.value)
-
-
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     # Public names of BoundedGate that RedisGate lacks, and the other way round.
     # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction:

@@ -698,3 +698,66 @@ def test_unrelated_gates_do_not_share_a_graph() -> None:
     assert _order._nodes[b].before == {_order._nodes[a]}
     assert not _order._nodes[b].after  # nothing of c and d is reachable from a and b
     assert _order._nodes[c].after == {_order._nodes[d]}
+
+
+# -- a client that leaves while the call waits (disconnect) ---------------------------------------
+
+
+@pytest.mark.parametrize("where", ["first", "later"])
+async def test_a_client_that_leaves_while_queued_is_disconnected_at_every_gate(where: str) -> None:
+    tenants, openai = _gates()
+    held = tenants.try_admit("acme") if where == "first" else openai.try_admit()
+    combined = admit_all((tenants, "acme"), openai, timeout=60)
+    task = asyncio.create_task(combined.__aenter__())
+    await asyncio.sleep(1)
+    assert combined.status is Status.QUEUED
+    combined.disconnect()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _status(combined) is Status.DISCONNECTED
+    assert all(p.status is Status.DISCONNECTED for p in combined.permits)
+    assert len(combined.permits) == (1 if where == "first" else 2)
+    held.release()
+    assert (tenants.running, tenants.waiting, openai.running, openai.waiting) == (0, 0, 0, 0)
+    tenant_stats, openai_stats = tenants.stats().total, openai.stats()
+    assert (tenant_stats.disconnected, tenant_stats.cancelled) == (1, 0)
+    assert (openai_stats.disconnected, openai_stats.cancelled) == (0 if where == "first" else 1, 0)
+
+
+async def test_a_disconnect_in_the_turn_the_last_slot_is_handed_over_passes_it_on() -> None:
+    tenants, openai = _gates()
+    held = openai.try_admit()
+    combined = admit_all((tenants, "acme"), openai, timeout=60)
+    task = asyncio.create_task(combined.__aenter__())
+    await asyncio.sleep(1)
+    held.release()  # the slot is handed to the combined permit's step in this turn...
+    combined.disconnect()  # ...and its client leaves before it resumed
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _status(combined) is Status.DISCONNECTED
+    assert (tenants.running, openai.running) == (0, 0)
+    assert (tenants.stats().total.disconnected, openai.stats().disconnected) == (1, 1)
+
+
+async def test_disconnect_does_nothing_unless_the_call_waits() -> None:
+    tenants, openai = _gates()
+    combined = admit_all((tenants, "acme"), openai, timeout=60)
+    combined.disconnect()  # not arrived: nothing to leave
+    assert combined.status is Status.NEW
+    async with combined:
+        combined.disconnect()  # running: a running request is aborted, not disconnected
+        assert _status(combined) is Status.RUNNING
+    assert _status(combined) is Status.COMPLETED
+
+
+async def test_gates_held_for_a_request_held_back_further_in_are_given_back_unused() -> None:
+    tenants, openai = _gates()
+    combined = admit_all((tenants, "acme"), openai, timeout=60)
+    await combined.__aenter__()
+    combined._give_back_unused()
+    assert _status(combined) is Status.DISCONNECTED
+    assert (tenants.running, openai.running) == (0, 0)
+    assert (tenants.stats().total.admitted, openai.stats().admitted) == (0, 0)
+    assert (tenants.stats().total.disconnected, openai.stats().disconnected) == (1, 1)
+    await combined.__aexit__(None, None, None)  # nothing left to release
+    assert openai.stats().completed == 0

@@ -2,6 +2,7 @@
 
 from .._core import COMPILED, restore_docstrings
 from ._bounded import BoundedGate
+from ._chain import Chain, is_chain
 from ._combined import CombinedPermit, admit_all
 from ._combined_permit import is_cluster_gate
 from ._compat import cancellation_pending
@@ -15,6 +16,7 @@ if COMPILED:
 
 __all__ = (
     "BoundedGate",
+    "Chain",
     "CombinedPermit",
     "KeyedGate",
     "Observer",
@@ -22,6 +24,7 @@ __all__ = (
     "Permit",
     "admit_all",
     "cancellation_pending",
+    "is_chain",
     "is_cluster_gate",
     "log_event",
     "logger",

@@ -7,12 +7,17 @@ expires or is cancelled, every gate already taken is given back at once, as a sl
 but never used (each of those gates counts it ``cancelled``, not ``admitted``), and the caller
 sees the refused step's own error, which names its gate, with the whole call's ``waited`` and
 ``elapsed``.
+
+A cluster gate (``boundedgate.redis.RedisGate``, or a key of a ``RedisKeyedGate``) is a step too,
+told by its class's name (the driver never imports ``boundedgate.redis``): such a chain goes
+through each gate's own ``admit()`` (``CombinedPermit._enter_chain``), behind one flag, so that
+the all-in-process chain keeps its compiled path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, Protocol
 
 from ._bounded import BoundedGate
 from ._combined_permit import CombinedPermit, combine
@@ -21,8 +26,21 @@ from ._keyed import KeyedGate
 __all__ = ("CombinedPermit", "admit_all")
 
 
+class _ClusterGate(Protocol):
+    """A ``boundedgate.redis.RedisGate``, as a type checker tells it (the driver never imports it)."""
+
+    @property
+    def process(self) -> str: ...
+
+
+class _ClusterKeyedGate(Protocol):
+    """A ``boundedgate.redis.RedisKeyedGate``: a cluster gate for each key."""
+
+    def _gate_for(self, key: Any) -> _ClusterGate: ...
+
+
 def admit_all(
-    *gates: BoundedGate | tuple[KeyedGate[Any], Hashable],
+    *gates: BoundedGate | tuple[KeyedGate[Any], Hashable] | _ClusterGate | tuple[_ClusterKeyedGate, Hashable],
     timeout: float | None = None,
     deadline: float | None = None,
     max_wait: float | None = None,
@@ -54,14 +72,16 @@ def admit_all(
     two such callers could deadlock.
 
     Args:
-        gates: The gates, in the order to take them: each a :class:`BoundedGate`, or a pair
-            ``(keyed_gate, key)`` for a key of a :class:`KeyedGate` (resolved when its turn comes).
+        gates: The gates, in the order to take them: each a :class:`BoundedGate` or a cluster
+            gate (``boundedgate.redis.RedisGate``), or a pair ``(keyed_gate, key)`` for a key of a
+            :class:`KeyedGate` or a ``RedisKeyedGate`` (resolved when its turn comes).
         timeout: Budget in seconds from arrival (>= 0), covering every wait and the run.
         deadline: Absolute deadline on the running loop's clock. Give at most one of the two.
         max_wait: A queue budget for the whole call, in seconds from arrival (>= 0): a step still
             waiting at ``min(deadline, arrival + max_wait)`` leaves with :class:`QueueExpired`;
             once every gate is held, only the deadline decides :class:`Late`.
-        priority: The request's priority class at every gate (each must have that many classes).
+        priority: The request's priority class at every gate (each must have that many classes;
+            a cluster gate has one: with a cluster step, only 0).
         cost: The request's rate cost, paid at every gate that has rate limits.
         raise_late: False to count a block that finished late without its exit raising.
 
@@ -81,7 +101,7 @@ def admit_all(
             itself a gate (a misplaced element: ``(keyed_gate, key), gate``); a malformed timeout
             or deadline.
         ValueError: No gates; a gate (or keyed gate) given twice; an order that contradicts one
-            already used; both timeout and deadline; a priority or cost out of range (found when
-            the step's gate is reached).
+            already used; both timeout and deadline; a priority other than 0 with a cluster step;
+            a priority or cost out of range (found when the step's gate is reached).
     """
     return combine(gates, timeout, deadline, max_wait, priority, cost, raise_late)

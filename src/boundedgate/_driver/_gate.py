@@ -1027,16 +1027,17 @@ class Permit(Ticket):
             if gate._rated and gate._state.waiting:
                 gate._rearm()
 
-    def _give_back_unused(self) -> None:
-        """End the request as *disconnected* if it holds a slot it never used for its work.
+    def _give_back_unused(self, ending: Status = DISCONNECTED) -> None:
+        """End the request as ``ending`` (*disconnected*) if it holds a slot it never used for its work.
 
         For a server whose client left while the request was held back further on (queued at
         another gate inside): the slot goes back as a grant nobody took up (the admission is
         taken back, no run time is recorded), and passes on to the next in line. The HTTP
-        middleware calls it on any gate's permit (a ``RedisPermit`` has the same method).
+        middleware calls it on any gate's permit (a ``RedisPermit`` has the same method), and
+        ``admit_all`` with ``CANCELLED`` on the gates taken before a step that was refused.
         """
         if self.status is RUNNING:
-            self._gate._cancel(self, DISCONNECTED)  # the core's "granted, but not yet used" ending
+            self._gate._cancel(self, ending)  # the core's "granted, but not yet used" ending
 
     # -- what a stream needs (boundedgate._streams.StreamPermit) -------------------------------
 

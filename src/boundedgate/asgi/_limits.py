@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._core import RateLimit
 from .._driver import KeyedGate
 from ._types import Receive, Scope, Send
 
-__all__ = ("limits_app", "limits_document", "ratelimit_fields")
+__all__ = ("chain_ratelimit_fields", "limits_app", "limits_document", "ratelimit_fields")
 
 
 def _rate_limit(limit: RateLimit) -> dict[str, Any]:
@@ -176,3 +176,19 @@ def ratelimit_fields(gate: Any) -> list[tuple[bytes, bytes]]:
         (b"ratelimit-policy", ", ".join(policies).encode()),
         (b"ratelimit", ", ".join(remaining).encode()),
     ]
+
+
+def chain_ratelimit_fields(gates: Sequence[Any]) -> list[tuple[bytes, bytes]]:
+    """:func:`ratelimit_fields` of every gate of a chain, in its order, as one field of each kind.
+
+    Each gate's policies are named after it (``"tenant/acme"``, ``"openai"``), so a client sees
+    every limit its request went through: the tightest is the one to pace by.
+    """
+    policies: list[bytes] = []
+    remaining: list[bytes] = []
+    for gate in gates:
+        for name, value in ratelimit_fields(gate):
+            (policies if name == b"ratelimit-policy" else remaining).append(value)
+    if not policies:
+        return []
+    return [(b"ratelimit-policy", b", ".join(policies)), (b"ratelimit", b", ".join(remaining))]

@@ -63,9 +63,9 @@ from .._core import (
     check_priority,
     check_timeout,
 )
-from .._driver import KeyedGate
+from .._driver import Chain, KeyedGate, is_chain
 from .._errors import GateError
-from ._limits import ratelimit_fields
+from ._limits import chain_ratelimit_fields, ratelimit_fields
 from ._refusal import BodyFunction, Refusal, check_style, provider_refusal, refusal_for
 from ._types import ASGIApp, Message, Receive, Scope, Send
 
@@ -164,7 +164,12 @@ class GateMiddleware:
 
     Args:
         app: The ASGI app to guard.
-        gate: A :class:`BoundedGate`, a :class:`KeyedGate` (with ``key``) or a ``RedisGate``.
+        gate: A :class:`BoundedGate`, a :class:`KeyedGate` (with ``key``) or a ``RedisGate``; or a
+            chain of them, a list taken in order by one :func:`admit_all` per request (one
+            deadline, one queue budget, all or nothing): ``gate=[(tenants, tenant_of),
+            cluster_gate]``, each keyed gate paired with the function of the scope that gives its
+            key, or given alone to take its key from ``key``. A refusal answers with the refusing
+            gate's error; a client that hangs up while queued is *disconnected* at every gate.
         key: A function from the ASGI scope to the request's key, for a :class:`KeyedGate` (a
             session id, a tenant from a header, an API key: any hashable). Routing has not run
             yet, so read the path or headers, not ``path_params``. None is a key like any other:
@@ -211,6 +216,7 @@ class GateMiddleware:
     __slots__ = (
         "_admit",
         "_app",
+        "_chain",
         "_cost",
         "_exempt",
         "_gate",
@@ -246,37 +252,18 @@ class GateMiddleware:
         max_buffer: int = 1 << 20,
         provider_errors: bool = True,
     ) -> None:
-        if not hasattr(gate, "admit"):
-            raise TypeError(
-                f"gate must be a BoundedGate, a KeyedGate (with key=) or a RedisGate, got {gate!r}; "
-                "see docs/http.md, 'Serving HTTP: the ASGI middleware'"
-            )
-        keyed = isinstance(gate, KeyedGate)
-        if keyed and key is None:
-            raise TypeError(
-                "a KeyedGate needs key=, a function from the ASGI scope to the request's key, "
-                "such as key=lambda scope: dict(scope['headers']).get(b'x-tenant')"
-            )
-        if key is not None and not keyed:
-            raise TypeError(
-                "key= is for a KeyedGate; this gate has one queue for every request: "
-                "remove key=, or use a KeyedGate for one queue per key"
-            )
-        if key is not None and not callable(key):
-            raise TypeError(f"key must be a function of the ASGI scope, got {key!r}")
-        _check_takes(gate, "max_wait", max_wait is not None, "bound the wait with timeout= instead")
-        uses_priority = callable(priority) or bool(priority)
-        _check_takes(gate, "priority", uses_priority, "priority classes need a BoundedGate or a KeyedGate")
-        _check_takes(
-            gate, "cost", cost is not None, "rate costs need a BoundedGate or a KeyedGate with rate_limits"
-        )
+        chain, keyed = _checked_gate(gate, key, max_wait, priority, cost)
+        if chain is not None:
+            key = None  # the chain found each keyed gate its key function
         check_style(refusal)
         retry_after_fallback = check_count("retry_after_fallback", retry_after_fallback, 1)
         max_buffer = check_count("max_buffer", max_buffer)
         if not callable(priority):
             check_count("priority", priority)
             classes = getattr(gate, "priorities", None)
-            if isinstance(classes, int):
+            if chain is not None:
+                chain.check_priority(priority)
+            elif isinstance(classes, int):
                 check_priority(priority, classes)
         if cost is not None and not callable(cost):
             check_cost(cost)
@@ -298,11 +285,12 @@ class GateMiddleware:
         self._server_timing = server_timing
         self._max_buffer = max_buffer
         self._provider_errors = bool(provider_errors)
-        self._admit = gate.admit
+        self._chain = chain
+        self._admit = chain.admit if chain is not None else gate.admit
 
     @property
     def gate(self) -> Any:
-        """The gate requests go through."""
+        """The gate requests go through (the chain, as given, for a chain)."""
         return self._gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -321,7 +309,13 @@ class GateMiddleware:
             cost = cost(scope) if callable(cost) else cost
             if cost is not None:
                 options["cost"] = cost
-        if self._keyed:
+        permit: Any
+        if self._chain is not None:
+            permit, key = self._chain.admit(scope, options, UNGATED)
+            if permit is None:  # every gate of the chain is keyed, and the request ungated at each
+                await self._app(scope, receive, send)
+                return
+        elif self._keyed:
             key = self._key(scope)  # type: ignore[misc]
             if key is UNGATED:
                 await self._app(scope, receive, send)
@@ -330,6 +324,42 @@ class GateMiddleware:
         else:
             permit = self._admit(**options)
         await _Exchange(self, scope, receive, send, permit, key).run()
+
+
+def _checked_gate(
+    gate: Any, key: Any, max_wait: float | None, priority: Any, cost: Any
+) -> tuple[Chain | None, bool]:
+    """Refuse at construction a gate the other settings do not fit; the chain if it is one, and if keyed."""
+    if key is not None and not callable(key):
+        raise TypeError(f"key must be a function of the ASGI scope, got {key!r}")
+    if is_chain(gate):
+        chain = Chain(gate, key, "GateMiddleware")
+        if callable(priority) and chain.cluster:
+            chain.check_priority(1)  # a priority function could name a class the cluster lacks
+        return chain, False
+    if not hasattr(gate, "admit"):
+        raise TypeError(
+            f"gate must be a BoundedGate, a KeyedGate (with key=), a RedisGate, or a list of them "
+            f"(a chain), got {gate!r}; see docs/http.md, 'Serving HTTP: the ASGI middleware'"
+        )
+    keyed = isinstance(gate, KeyedGate)
+    if keyed and key is None:
+        raise TypeError(
+            "a KeyedGate needs key=, a function from the ASGI scope to the request's key, "
+            "such as key=lambda scope: dict(scope['headers']).get(b'x-tenant')"
+        )
+    if key is not None and not keyed:
+        raise TypeError(
+            "key= is for a KeyedGate; this gate has one queue for every request: "
+            "remove key=, or use a KeyedGate for one queue per key"
+        )
+    _check_takes(gate, "max_wait", max_wait is not None, "bound the wait with timeout= instead")
+    uses_priority = callable(priority) or bool(priority)
+    _check_takes(gate, "priority", uses_priority, "priority classes need a BoundedGate or a KeyedGate")
+    _check_takes(
+        gate, "cost", cost is not None, "rate costs need a BoundedGate or a KeyedGate with rate_limits"
+    )
+    return None, keyed
 
 
 def _check_takes(gate: Any, option: str, given: bool, instead: str) -> None:
@@ -501,7 +531,7 @@ class _Exchange:
         if inner is not None:
             inner._client_gone()  # the gate inside ends its part first: it may hold the request queued
         permit = self._permit
-        if not self._app_called and getattr(permit, "arrival", None) is not None:
+        if not self._app_called and (getattr(permit, "arrival", None) is not None or permit.status is QUEUED):
             disconnect = getattr(permit, "disconnect", None)
             if disconnect is not None:
                 # On its way to a slot: out of the queue now, as disconnected, even if a slot was
@@ -661,5 +691,6 @@ class _Exchange:
                     entry += b', gate-late;desc="deadline passed"'
                 headers.append((b"server-timing", entry))
         if middleware._ratelimit:
-            headers += ratelimit_fields(permit.gate)
+            gates = getattr(permit, "gates", None)  # a chain's: every gate's limits
+            headers += ratelimit_fields(permit.gate) if gates is None else chain_ratelimit_fields(gates)
         return headers

@@ -11,10 +11,10 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Hashable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .._core import check_cost, check_count, check_max_wait
-from .._driver import KeyedGate
+from .._driver import Chain, KeyedGate, is_chain
 from .._streams import StreamPermit
 from ._call import current_call
 from ._exchange import Exchange
@@ -29,6 +29,9 @@ GATES_DOCS = 'docs/http.md, "Gates of every kind"'
 #: The keywords a gate function is called with (those that apply to the request).
 _FUNCTION_KEYWORDS = ("deadline", "priority", "cost")
 
+#: The ``admit()`` keywords a chain takes (``admit_all``'s; a priority only if every gate has classes).
+_CHAIN_KEYWORDS = frozenset(("deadline", "priority", "cost", "max_wait"))
+
 
 class Admission:
     """Makes the permit for each request, from the edge's settings and the enclosing ``gate_call()``.
@@ -37,7 +40,17 @@ class Admission:
     first request.
     """
 
-    __slots__ = ("_accepted", "_admit", "_cost", "_key", "_max_wait", "_priority", "_retry_priority", "gate")
+    __slots__ = (
+        "_accepted",
+        "_admit",
+        "_chain",
+        "_cost",
+        "_key",
+        "_max_wait",
+        "_priority",
+        "_retry_priority",
+        "gate",
+    )
 
     def __init__(
         self,
@@ -55,10 +68,19 @@ class Admission:
         check_count("priority", priority)  # an int >= 0; a class the gate lacks is refused below
         if retry_priority is not None:
             check_count("retry_priority", retry_priority)
-        self._admit, accepted = _admitter(gate, key)
-        if "priority" not in accepted and (priority != 0 or retry_priority is not None):
-            raise TypeError(_no_priorities(gate))
-        _check_priorities(gate, priority, retry_priority)
+        admit: Callable[..., Any]
+        self._chain = chain = Chain(gate, key, "GatedTransport") if is_chain(gate) else None
+        if chain is not None:
+            key = None  # the chain found each keyed gate its key function
+            admit = chain.admit
+            accepted = _CHAIN_KEYWORDS - {"priority"} if chain.cluster else _CHAIN_KEYWORDS
+            chain.check_priority(max(priority, retry_priority or 0))
+        else:
+            admit, accepted = _admitter(gate, key)
+            if "priority" not in accepted and (priority != 0 or retry_priority is not None):
+                raise TypeError(_no_priorities(gate))
+            _check_priorities(gate, priority, retry_priority)
+        self._admit: Callable[..., Any] = admit
         if max_wait is not None and max_wait != "pool" and "max_wait" not in accepted:
             raise TypeError(
                 f"{_kind(gate)} takes no max_wait=: give max_wait=None (a gate function sets its own waits)"
@@ -97,6 +119,9 @@ class Admission:
         max_wait = pool_timeout if self._max_wait == "pool" else self._max_wait
         if max_wait is not None and "max_wait" in accepted:
             kwargs["max_wait"] = max_wait
+        if self._chain is not None:  # the exchange records its first key (the tenant's, say)
+            permit, exchange.key = self._chain.admit(request, kwargs)
+            return cast("StreamPermit", permit)  # never None: no step is skipped
         key = self._key
         if key is not None:  # keyed: the exchange records its key (its provider signals carry it)
             exchange.key = which = key(request)

@@ -64,8 +64,11 @@ class GatedTransport(_AsyncTransport):
 
     Args:
         gate: What admits: a ``BoundedGate`` or ``RedisGate`` (anything with ``admit()``), a
-            ``KeyedGate`` (with ``key=``), or a callable ``gate(request, deadline=, priority=,
-            cost=)`` returning a permit, e.g. ``lambda request, **kw: admit_all(...)``.
+            ``KeyedGate`` (with ``key=``), a chain of them, a list taken in order by one
+            :func:`~boundedgate.admit_all` per request (``[(tenants, tenant_of), cluster_gate]``,
+            each keyed gate paired with the function of the request that gives its key, or alone
+            to take it from ``key=``; the usage settles every gate), or a callable
+            ``gate(request, deadline=, priority=, cost=)`` returning a permit.
         transport: The transport that sends the request (default: the request's httpx flavour's
             ``AsyncHTTPTransport()``, made at the first request).
         key: For a ``KeyedGate``: ``key(request)``, the key of the gate to take.

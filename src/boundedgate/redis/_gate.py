@@ -1232,17 +1232,18 @@ class RedisPermit(HandsOver):
         self._end(DISCONNECTED)
         raise asyncio.CancelledError()
 
-    def _give_back_unused(self) -> None:
-        """End the request as *disconnected* if it holds a slot it never used for its work.
+    def _give_back_unused(self, ending: Status = DISCONNECTED) -> None:
+        """End the request as ``ending`` (*disconnected*) if it holds a slot it never used for its work.
 
         For a server whose client left while the request was held back further on (queued at
         another gate inside): the slot goes back unused, as a grant nobody took up (Redis takes
-        the admission back, no run time is counted here), and passes on. As a local
+        the admission back, no run time is counted here), and passes on. ``admit_all`` gives
+        back so, as ``CANCELLED``, the gates taken before a step that was refused. As a local
         ``Permit``'s method of the same name, which a permit of the fallback gate answers.
         """
         inner = self._inner
         if inner is not None:
-            inner._give_back_unused()
+            inner._give_back_unused(ending)
             return
         permit_id = self._id
         if self._status is not RUNNING or permit_id is None:
@@ -1252,8 +1253,8 @@ class RedisPermit(HandsOver):
         self._token = None
         self.started = None
         side.counters.admitted -= 1
-        self._end(DISCONNECTED)
-        side.abandon(permit_id, _DISCONNECTED)
+        self._end(ending)
+        side.abandon(permit_id, ending.value)
 
     def _leave(self, permit_id: str) -> None:
         side = self._side
