@@ -24,7 +24,7 @@ from boundedgate import (
     Status,
     admit_all,
 )
-from boundedgate.redis import RedisGate
+from boundedgate.redis import RedisKeyedGate
 
 from .helpers import cluster, make_gate, settles_empty, wait_until
 
@@ -240,31 +240,13 @@ async def _waiting(client: redis.asyncio.Redis, name: str) -> bool:
     return (await cluster(client, name)).waiting == 1
 
 
-class RedisKeyedGate:
-    """A stand-in for ``boundedgate.redis.RedisKeyedGate`` (being written): a cluster gate per key.
-
-    admit_all() tells a cluster keyed gate by its class's name and module, and asks it only for
-    ``_gate_for(key)``, the key's ``RedisGate``, and its ``name``.
-    """
-
-    __module__ = "boundedgate.redis._keyed"
-
-    def __init__(self, client: redis.asyncio.Redis, name: str) -> None:
-        self.client = client
-        self.name = name
-        self.gates: dict[str, RedisGate] = {}
-
-    def _gate_for(self, key: str) -> RedisGate:
-        if key not in self.gates:
-            self.gates[key] = make_gate(self.client, f"{self.name}/{key}", 1, 0)
-        return self.gates[key]
-
-
 async def test_a_cluster_keyed_gates_key_is_a_step_and_its_keyed_gate_one_family(
     client: redis.asyncio.Redis, name: str
 ) -> None:
-    tenants = RedisKeyedGate(client, name)
-    async with make_gate(client, f"{name}-shared", 1, 0) as shared:
+    async with (
+        RedisKeyedGate(client, max_running=1, max_waiting=0, name=name, keep_idle=2) as tenants,
+        make_gate(client, f"{name}-shared", 1, 0) as shared,
+    ):
         async with admit_all((tenants, "acme"), shared, timeout=30) as permit:
             assert (await cluster(client, f"{name}/acme")).running == 1
             with pytest.raises(QueueFull) as refused:  # acme's one slot is held: globex's is its own
@@ -275,14 +257,13 @@ async def test_a_cluster_keyed_gates_key_is_a_step_and_its_keyed_gate_one_family
                 async with admit_all((tenants, "globex"), shared, timeout=30):
                     pass
             assert refused.value.gate == f"{name}-shared"
-            assert tenants.gates["globex"].stats().cancelled == 1
-        assert permit.gates == (tenants.gates["acme"], shared)
+            assert tenants.stats().total.cancelled == 1
+        assert permit.gates == (tenants.get("acme"), shared)
         with pytest.raises(ValueError, match="appears twice"):  # two keys of one keyed gate
             admit_all((tenants, "acme"), (tenants, "globex"))
         with pytest.raises(ValueError, match="opposite orders can deadlock"):
             admit_all(shared, (tenants, "initech"))
         with pytest.raises(TypeError, match="takes a RedisKeyedGate with its key"):
             admit_all(tenants, shared)  # type: ignore[arg-type]
-        for gate in tenants.gates.values():
-            await settles_empty(client, gate.name)
-            await gate.aclose()
+        for key in ("acme", "globex"):
+            await settles_empty(client, f"{name}/{key}")
