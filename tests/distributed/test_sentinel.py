@@ -5,7 +5,8 @@ A primary, one replica and one Sentinel (quorum 1); the gate's client is
 connects. The primary is SIGKILLed while tasks admit and release through the gate: callers get
 ``GateUnavailable`` until Sentinel has promoted the replica and the pool has found it, then the gate
 admits there again, under a new epoch (``stats().epoch_changes``, the ``failovers`` counter), and
-no fencing token ``(epoch, n)`` is handed out twice over the whole run.
+no fencing token ``(epoch, n)`` is handed out twice over the whole run. On Redis 7 and on Valkey
+(whose server is its own Sentinel too, ``--sentinel``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .helpers import make_gate, wait_until
 from .servers import SentinelServers
 from .traffic import Traffic
 
-pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+pytestmark = [pytest.mark.redis, pytest.mark.looptime(False), pytest.mark.engines("redis", "valkey")]
 
 #: Sentinel's ``down-after-milliseconds``: how long a silent primary has before the failover starts.
 DOWN_AFTER = 1000
