@@ -57,19 +57,13 @@ def _chosen(engines: tuple[str, ...]) -> list[str]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run a test marked ``engines`` that uses a server once per engine (see the module's docstring)."""
     marker = metafunc.definition.get_closest_marker("engines")
-    if marker is None or "engine" not in metafunc.fixturenames:
+    if marker is None or "server_binary" not in metafunc.fixturenames:
         return
     default = CLUSTERED if "redis_cluster" in metafunc.fixturenames else STANDALONE
     engines = _chosen(tuple(marker.args) or default)
     if not engines:  # BOUNDEDGATE_ENGINES left none of them: the test runs on the default
         return
-    metafunc.parametrize("engine", engines, indirect=True, scope="session")
-
-
-@pytest.fixture(scope="session")
-def engine(request: pytest.FixtureRequest) -> str:
-    """The kind of server this test runs on: a name of ``servers.ENGINES``."""
-    return str(getattr(request, "param", DEFAULT_ENGINE))
+    metafunc.parametrize("server_binary", engines, indirect=True, scope="session")
 
 
 def _missing_engine(engine: str) -> None:
@@ -87,8 +81,13 @@ def _missing_engine(engine: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def server_binary(engine: str) -> str:
-    """The binary of this test's engine (Debian's redis-server unless the test is marked ``engines``)."""
+def server_binary(request: pytest.FixtureRequest) -> str:
+    """The binary of this test's engine (Debian's redis-server unless the test is marked ``engines``).
+
+    Parametrized by engine name (``servers.ENGINES``) for a test marked ``engines``; other test
+    directories import this fixture alone, and get the default engine.
+    """
+    engine = str(getattr(request, "param", DEFAULT_ENGINE))
     binary = find_engine_binary(engine)
     if binary is None:
         _missing_engine(engine)
