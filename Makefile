@@ -11,7 +11,7 @@ PIP := -m pip install --quiet --disable-pip-version-check
 UV := $(VENV)/bin/uv
 UV_INSTALL := $(UV) pip install --quiet --python
 
-.PHONY: setup uv demo test lint typecheck docs pytest pytest-pure pytest-compiled pytest-built compiled compiler bench bench-instructions mutation clean redis-server chromium promtool bench-redis compat compat-redis dist
+.PHONY: setup uv demo test lint typecheck docs pytest pytest-pure pytest-compiled pytest-built compiled compiler bench bench-instructions mutation clean redis-server chromium promtool bench-redis bench-redis-scale compat compat-redis dist
 
 # The development environment: the package, editable, with the `dev` group (tests, lint, docs).
 $(STAMP): pyproject.toml
@@ -177,6 +177,12 @@ promtool:
 # The cluster gate through a real redis-server on loopback, against the in-process gate and redis-py's Lock.
 bench-redis: $(STAMP) redis-server
 	cd benchmarks && ../$(PY) bench_redis.py
+
+# Its table at scale alone (8 processes x 100 tasks, RedisGate beside a redis-py Lock semaphore),
+# about a minute; BENCH_SECONDS sets each kind's length.
+BENCH_SECONDS ?= 20
+bench-redis-scale: $(STAMP) redis-server
+	cd benchmarks && ../$(PY) bench_redis.py --scale --seconds $(BENCH_SECONDS)
 
 # A shell function: `find_python 3.12` prints a working python3.12 found on the PATH, in pyenv or
 # among uv's Pythons, installing it with `uv python install` (uv from PyPI, into the dev venv) when

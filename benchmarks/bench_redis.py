@@ -1,6 +1,7 @@
 """RedisGate through a real redis-server on loopback, against the in-process gate and redis-py's Lock.
 
     make bench-redis            (or: cd benchmarks && ../.venv/bin/python bench_redis.py [--rounds 3])
+    cd benchmarks && ../.venv/bin/python bench_redis.py --scale [--seconds 20]   (the scale table alone)
 
 Two figures, each the median of several interleaved rounds:
 
@@ -9,6 +10,16 @@ Two figures, each the median of several interleaved rounds:
 * hand-off throughput: P processes x T tasks contend for C slots with an empty body, each task
   looping; slot hand-offs per second over all processes (the in-process gate runs all P x T tasks in
   one process, which is its best case, since nothing crosses a process boundary).
+
+A third, at scale (``--scale`` prints it alone, ``--seconds`` sets its length): 8 processes x 100
+tasks share C=20 slots for a while, each task looping admit (timeout 10 s), a 20-60 ms call,
+release, and backing off 0.5-1.5 s on a refusal (a client retrying a 503); the RedisGate (Q=50)
+beside a semaphore of C redis-py ``Lock`` s (each task tries them in random order, polls every
+50 ms until its timeout: the hand-written cluster semaphore). It prints admissions per second, the
+p99 of the admission latency (arrival to admission, over the admitted), the requests that timed
+out (a run shorter than the 10 s timeout sees none), and Redis' CPU per admission (``INFO cpu``: its
+user + system time over the run, every refusal, poll and release included). 20 s per kind by
+default; ``--scale --seconds 5`` is a quick look.
 
 ``RedisGate + rates`` is the same gate with two rate limits that never run dry (requests and tokens
 per minute, each admission declaring a cost): what the buckets add to an admission's pair.
@@ -32,6 +43,7 @@ import asyncio
 import json
 import math
 import os
+import random
 import shutil
 import socket
 import statistics
@@ -354,6 +366,160 @@ def handoff_server_instructions() -> float | None:
     return int(summary.split()[1]) / (rate * SECONDS)
 
 
+# -- at scale: many processes, many tasks, a Lock semaphore beside ---------------------------------
+
+SCALE_PROCESSES = 8
+SCALE_TASKS = 100
+SCALE_C = 20
+SCALE_Q = 50
+SCALE_SECONDS = 20.0
+SCALE_TIMEOUT = 10.0
+SCALE_KINDS = ("RedisGate", "redis-py Lock semaphore")
+
+
+class ScaleTasks:
+    """One process's tasks of the scale run (see the module's docstring), and what they got."""
+
+    def __init__(self, kind: str, client: Any, name: str, stop: float) -> None:
+        self.client = client
+        self.stop = stop
+        self.latencies: list[float] = []
+        self.counts = {"refused": 0, "timed_out": 0}
+        self.gate = RedisGate(
+            client, max_running=SCALE_C, max_waiting=SCALE_Q, name=name,
+            lease_ttl=10.0, poll_interval=0.5, op_timeout=5.0,
+        )  # fmt: skip
+        self.locks = [client.lock(f"{name}:slot:{i}", timeout=SCALE_TIMEOUT) for i in range(SCALE_C)]
+        self.one = self.through_gate if kind == "RedisGate" else self.through_locks
+
+    @staticmethod
+    async def call() -> None:
+        await asyncio.sleep(random.uniform(0.02, 0.06))
+
+    async def through_gate(self) -> None:
+        from boundedgate import GateError, QueueExpired
+
+        arrived = time.monotonic()
+        try:
+            async with self.gate.admit(timeout=SCALE_TIMEOUT):
+                self.latencies.append((time.monotonic() - arrived) * 1000)
+                await self.call()
+        except QueueExpired:
+            self.counts["timed_out"] += 1
+        except GateError:  # QueueFull, GateUnavailable: back off, as a client given a 503 would
+            self.counts["refused"] += 1
+            await asyncio.sleep(random.uniform(0.5, 1.5))
+
+    async def through_locks(self) -> None:
+        arrived = time.monotonic()
+        give_up = min(arrived + SCALE_TIMEOUT, self.stop)  # one still polling at the end is not counted
+        while time.monotonic() < give_up:
+            for lock in random.sample(self.locks, len(self.locks)):
+                if await lock.acquire(blocking=False, token=uuid.uuid4().hex):
+                    self.latencies.append((time.monotonic() - arrived) * 1000)
+                    try:
+                        await self.call()
+                    finally:
+                        await lock.release()
+                    return
+            await asyncio.sleep(0.05)
+        if give_up < self.stop:
+            self.counts["timed_out"] += 1
+
+    async def loop(self) -> None:
+        while time.monotonic() < self.stop:
+            await self.one()
+
+
+async def scale_worker(kind: str, url: str, name: str, seconds: float) -> dict[str, Any]:
+    """One process of the scale run: its tasks' admission latencies (ms) and its refusals."""
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        await client.incr(f"{name}:ready")
+        while not await client.exists(f"{name}:go"):
+            await asyncio.sleep(0.01)
+        tasks = ScaleTasks(kind, client, name, time.monotonic() + seconds)
+        running = [asyncio.create_task(tasks.loop()) for _ in range(SCALE_TASKS)]
+        await asyncio.sleep(seconds)
+        if kind == "RedisGate":  # the waiters left: a cancelled admission leaves the queue at once
+            for task in running:  # (redis-py's Lock is not cancelled: a cancelled command can hang)
+                task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        await tasks.gate.aclose()
+    finally:
+        await client.aclose()
+    return {"latencies": tasks.latencies, **tasks.counts}
+
+
+async def server_cpu(url: str) -> float:
+    """The server's CPU seconds so far (user + system: its commands, its network, its timers)."""
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        cpu = await client.info("cpu")
+    finally:
+        await client.aclose()
+    return float(cpu["used_cpu_user"] + cpu["used_cpu_sys"])
+
+
+def at_scale(kind: str, url: str, seconds: float) -> dict[str, float]:
+    """One scale run of ``kind`` (see the module's docstring): its figures."""
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, __file__, "--scale-worker", kind, url, name, str(seconds)]
+    workers = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(SCALE_PROCESSES)]
+
+    async def go() -> float:
+        client = redis.asyncio.Redis.from_url(url)
+        try:
+            while int(await client.get(f"{name}:ready") or 0) < SCALE_PROCESSES:  # imported, connected
+                await asyncio.sleep(0.05)
+            before = await server_cpu(url)
+            await client.set(f"{name}:go", 1)
+            return before
+        finally:
+            await client.aclose()
+
+    before = asyncio.run(go())
+    results = [json.loads(w.communicate(timeout=seconds + 120)[0]) for w in workers]
+    after = asyncio.run(server_cpu(url))
+    latencies = sorted(x for r in results for x in r["latencies"])
+    admitted = len(latencies)
+    timed_out = sum(r["timed_out"] for r in results)
+    return {
+        "admissions/s": admitted / seconds,
+        "p50 ms": statistics.median(latencies) if latencies else math.nan,
+        "p99 ms": latencies[min(admitted - 1, int(admitted * 0.99))] if latencies else math.nan,
+        "timed out %": 100 * timed_out / max(1, admitted + timed_out),
+        "refused": sum(r["refused"] for r in results),
+        "server cpu us/admission": (after - before) * 1e6 / max(1, admitted),
+        "server cpu %": 100 * (after - before) / seconds,
+    }
+
+
+def scale(url: str, seconds: float) -> dict[str, dict[str, float]]:
+    """Every kind's scale run on the server at ``url``, one after the other."""
+    return {kind: at_scale(kind, url, seconds) for kind in SCALE_KINDS}
+
+
+def print_scale(figures: dict[str, dict[str, float]], seconds: float) -> None:
+    """The scale table."""
+    print(
+        f"At scale: {SCALE_PROCESSES} processes x {SCALE_TASKS} tasks, C={SCALE_C} (RedisGate Q={SCALE_Q}), "
+        f"calls of 20-60 ms, {seconds:g} s each"
+    )
+    print()
+    print(
+        "| at scale | admissions/s | p50 ms | p99 ms | timed out | refused | "
+        "Redis CPU us/admission | Redis CPU, % of a core |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for kind, f in figures.items():
+        print(
+            f"| {kind} | {f['admissions/s']:.0f} | {f['p50 ms']:.0f} | {f['p99 ms']:.0f} | "
+            f"{f['timed out %']:.1f} % | {f['refused']:.0f} | {f['server cpu us/admission']:.0f} | "
+            f"{f['server cpu %']:.0f} |"
+        )
+
+
 def print_steady(steady: dict[str, tuple[float, float | None, float | None, float]]) -> None:
     """The table of what a busy machine does not move."""
     print("| uncontended pair | round trips | client instructions | server instructions | server us |")
@@ -378,7 +544,24 @@ def main() -> None:
     parser.add_argument(
         "--server-instructions", action="store_true", help="only the server's instructions per pair"
     )
+    parser.add_argument("--scale", action="store_true", help="only the scale table (RedisGate beside Locks)")
+    parser.add_argument("--seconds", type=float, default=SCALE_SECONDS, help="each scale run's length")
+    parser.add_argument("--scale-worker", nargs=4)
     args = parser.parse_args()
+    if args.scale_worker:
+        kind, url, name, seconds = args.scale_worker
+        print(json.dumps(asyncio.run(scale_worker(kind, url, name, float(seconds)))))
+        return
+    if args.scale:
+        process, port, folder = start_server()
+        try:
+            figures = scale(f"redis://127.0.0.1:{port}/0", args.seconds)
+        finally:
+            process.terminate()
+            process.wait()
+            folder.cleanup()
+        print_scale(figures, args.seconds)
+        return
     if args.pairs:
         kind, url, n = args.pairs
         asyncio.run(pairs(kind, url, int(n)))
@@ -392,10 +575,10 @@ def main() -> None:
             print(f"{kind}: {server_instructions(kind) or 0:,.0f} server instructions per uncontended pair")
         print(f"RedisGate: {handoff_server_instructions() or 0:,.0f} server instructions per hand-off at C=1")
         return
-    run(args.rounds)
+    run(args.rounds, args.seconds)
 
 
-def run(rounds: int) -> None:
+def run(rounds: int, seconds: float) -> None:
     """Every figure, printed as tables."""
     process, port, folder = start_server()
     url = f"redis://127.0.0.1:{port}/0"
@@ -407,6 +590,7 @@ def run(rounds: int) -> None:
             spent = asyncio.run(server_time(kind, url))
             steady[kind] = (trips, instructions(kind, url), server_instructions(kind), spent)
         handoff = handoff_server_instructions()
+        at_scale_figures = scale(url, seconds)
         for _ in range(rounds):
             for kind in ("BoundedGate", "RedisGate", RATED, "redis-py Lock"):
                 results.setdefault(f"latency {kind}", []).append(asyncio.run(latency(kind, url)) * 1e6)
@@ -442,6 +626,8 @@ def run(rounds: int) -> None:
                 continue
             ratio = median[f"handoff C={c} RedisGate"] / median[key]
             print(f"| {kind} | {c} | {median[key]:.0f} | {ratio:.2f}x its rate |")
+    print()
+    print_scale(at_scale_figures, seconds)
     print()
     print(json.dumps({k: round(v, 1) for k, v in median.items()}))
 

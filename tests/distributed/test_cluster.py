@@ -23,7 +23,7 @@ from boundedgate.redis._layout import gate_keys
 from .helpers import make_gate, settles_empty
 from .servers import RedisClusterServers
 
-pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+pytestmark = [pytest.mark.redis, pytest.mark.looptime(False), pytest.mark.engines]
 
 
 async def test_a_gate_admits_queues_in_order_and_refuses_on_a_cluster(

@@ -25,7 +25,7 @@ from boundedgate.redis import RedisGate, RedisPermit, read_cluster
 from .helpers import make_gate, settles_empty
 from .servers import RedisServer
 
-pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+pytestmark = [pytest.mark.redis, pytest.mark.looptime(False), pytest.mark.engines]
 
 
 @dataclass

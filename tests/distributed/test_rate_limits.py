@@ -25,7 +25,7 @@ from boundedgate.redis import RedisGate, format_cluster, read_cluster
 from .helpers import CALM, cluster, wait_until
 from .servers import RedisServer
 
-pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+pytestmark = [pytest.mark.redis, pytest.mark.looptime(False), pytest.mark.engines]
 
 #: How late a start may be observed on this shared machine (a grant is told by a reply, a
 #: message or a sync at the moment the tokens come).

@@ -23,7 +23,7 @@ from tests.helpers import status_of
 from .helpers import OtherProcess, cluster, make_gate, settles_empty, wait_until
 from .servers import RedisServer
 
-pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
+pytestmark = [pytest.mark.redis, pytest.mark.looptime(False), pytest.mark.engines]
 
 
 async def test_a_free_slot_is_granted_at_once_and_released_on_exit(
