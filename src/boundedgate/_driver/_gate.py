@@ -1179,12 +1179,7 @@ class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s pe
         if self._handed_over:
             return  # a stream owns the slot, and the timer, now
         self._disarm()
-        cut_by_gate = False
-        if self._cutting:
-            self._cutting = False
-            task = self._task
-            # Ours alone: no cancellation of the caller's was requested since the entry.
-            cut_by_gate = task is not None and task.uncancel() <= self._cancelling
+        cut_by_gate = self._take_back_cut()
         gate = self._gate
         if exc_type is None:
             ending = CUT if cut_by_gate or gate._clock() >= self.deadline else None
@@ -1196,6 +1191,18 @@ class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s pe
             error = self._cut_error()
             error.__cause__ = exc  # `raise ... from exc` loses it in a compiled coroutine
             raise error
+
+    def _take_back_cut(self) -> bool:
+        """True if the gate's cut cancelled the body, and no other cancellation was asked since the entry.
+
+        The cut's cancellation is taken back (``uncancel()``) either way, once. For the block's
+        exit, and for a caller that enters the permit by hand (the ASGI middleware).
+        """
+        if not self._cutting:
+            return False
+        self._cutting = False
+        task = self._task
+        return task is not None and task.uncancel() <= self._cancelling
 
     def _cut_body(self) -> None:
         """The timer, at the deadline: cancel the task in the block, if the body still runs."""
