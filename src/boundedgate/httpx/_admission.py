@@ -37,7 +37,17 @@ class Admission:
     first request.
     """
 
-    __slots__ = ("_accepted", "_admit", "_cost", "_key", "_max_wait", "_priority", "_retry_priority", "gate")
+    __slots__ = (
+        "_accepted",
+        "_admit",
+        "_cost",
+        "_cut",
+        "_key",
+        "_max_wait",
+        "_priority",
+        "_retry_priority",
+        "gate",
+    )
 
     def __init__(
         self,
@@ -47,6 +57,7 @@ class Admission:
         priority: int,
         retry_priority: int | None,
         max_wait: float | Literal["pool"] | None,
+        cut: bool = False,
     ) -> None:
         if max_wait != "pool" and max_wait is not None:
             check_max_wait(max_wait)  # a number of seconds >= 0
@@ -63,8 +74,14 @@ class Admission:
             raise TypeError(
                 f"{_kind(gate)} takes no max_wait=: give max_wait=None (a gate function sets its own waits)"
             )
+        if cut and "on_deadline" not in accepted:
+            raise TypeError(
+                f"{_kind(gate)} takes no on_deadline=: it cannot cut a request off at its deadline; "
+                "leave on_deadline='late', the default"
+            )
         self.gate = gate
         self._key = key
+        self._cut = cut
         self._accepted = accepted
         self._cost = cost
         self._priority = priority
@@ -97,6 +114,8 @@ class Admission:
         max_wait = pool_timeout if self._max_wait == "pool" else self._max_wait
         if max_wait is not None and "max_wait" in accepted:
             kwargs["max_wait"] = max_wait
+        if self._cut:
+            kwargs["on_deadline"] = "cut"
         key = self._key
         if key is not None:  # keyed: the exchange records its key (its provider signals carry it)
             exchange.key = which = key(request)
@@ -114,7 +133,9 @@ def _admitter(gate: Any, key: Callable[[Any], Hashable] | None) -> tuple[Callabl
             raise TypeError("key= is for a KeyedGate; a gate function reads the request itself")
         return _function_admitter(gate)
     parameters = inspect.signature(admit).parameters
-    accepted = frozenset(name for name in ("deadline", "priority", "cost", "max_wait") if name in parameters)
+    accepted = frozenset(
+        name for name in ("deadline", "priority", "cost", "max_wait", "on_deadline") if name in parameters
+    )
     if "key" in parameters:
         if key is None:
             raise TypeError(
