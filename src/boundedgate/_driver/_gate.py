@@ -294,15 +294,12 @@ class GateBase:
             relative = None
             absolute = check_deadline(deadline)
         state = self._state
-        kind = Permit if on_deadline is _LATE_MODE or not check_on_deadline(on_deadline) else _CutPermit
-        permit = kind(
-            _BY_GATE,
-            self,
-            relative,
-            absolute,
-            check_priority(priority, state.priorities),
-            0.0 if cost is None else state.check_cost(cost),
-        )
+        checked_priority = check_priority(priority, state.priorities)
+        checked_cost = 0.0 if cost is None else state.check_cost(cost)
+        if on_deadline is _LATE_MODE or not check_on_deadline(on_deadline):
+            permit = Permit(_BY_GATE, self, relative, absolute, checked_priority, checked_cost)
+        else:  # named apart, so that the default's construction stays a native call when compiled
+            permit = _CutPermit(_BY_GATE, self, relative, absolute, checked_priority, checked_cost)
         if max_wait is not None:
             permit.max_wait = check_max_wait(max_wait)
         if raise_late is not True:
