@@ -26,6 +26,7 @@ import looptime
 
 from boundedgate import (
     BoundedGate,
+    DeadlineCut,
     Evicted,
     GateError,
     KeyedGate,
@@ -209,6 +210,7 @@ EXPECTED_EXCEPTION: dict[str, type[BaseException] | None] = {
     "cancelled": asyncio.CancelledError,
     "completed": None,
     "late": Late,
+    "cut": DeadlineCut,
     "failed": Boom,
     "evicted": Evicted,
     "rate_limited": RateLimited,

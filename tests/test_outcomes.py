@@ -10,7 +10,7 @@ import pytest
 import boundedgate
 from boundedgate import OUTCOMES, GateStatistics, Status
 from boundedgate._core import BY_NAME, BY_STATUS, NEVER_RAN, RAN, SIMULATED, GateState, Ticket
-from boundedgate._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
+from boundedgate._errors import DeadlineCut, Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
 from boundedgate.sim import ClassSummary, Job, KeySummary, Summary, simulate
 from boundedgate.sim._engine import OUTCOMES as SIMULATED_STATUSES
 from boundedgate.sim._plot import OUTCOME_COLORS
@@ -51,16 +51,26 @@ def test_the_statistics_count_every_outcome_and_add_up_from_the_registry() -> No
 
 def test_the_core_counts_each_abnormal_ending_apart() -> None:
     state = GateState(1, 0)
-    endings = (None, Status.FAILED, Status.ABORTED, Status.LEAKED)
+    endings = (None, Status.FAILED, Status.ABORTED, Status.LEAKED, Status.CUT)
     tickets = [Ticket(deadline=100.0) for _ in endings]
     for n, (ticket, ending) in enumerate(zip(tickets, endings, strict=True)):
         state.arrive(ticket, float(n))
         state.release(ticket, n + 0.5, ending)
-    assert [t.status for t in tickets] == [Status.COMPLETED, Status.FAILED, Status.ABORTED, Status.LEAKED]
+    assert [t.status for t in tickets] == [
+        Status.COMPLETED, Status.FAILED, Status.ABORTED, Status.LEAKED, Status.CUT
+    ]  # fmt: skip
     stats = state.snapshot("g")
-    counts = (stats.completed, stats.failed, stats.aborted, stats.leaked, stats.finished, stats.arrived)
-    assert counts == (1, 1, 1, 1, 4, 4)
-    assert stats.run_seconds_total == 2.0
+    counts = (
+        stats.completed,
+        stats.failed,
+        stats.aborted,
+        stats.leaked,
+        stats.cut,
+        stats.finished,
+        stats.arrived,
+    )
+    assert counts == (1, 1, 1, 1, 1, 5, 5)
+    assert stats.run_seconds_total == 2.5
 
 
 def test_a_client_that_went_away_while_waiting_is_disconnected_not_cancelled() -> None:
@@ -130,10 +140,12 @@ def test_the_summary_table_lists_the_outcomes_by_their_labels() -> None:
 
 def test_error_codes_are_the_registry_s() -> None:
     codes = {o.error_code for o in OUTCOMES if o.error_code is not None}
-    assert codes == {e.code for e in (QueueFull, QueueExpired, Late, Evicted, RateLimited, Infeasible)}
+    errors = (QueueFull, QueueExpired, Late, DeadlineCut, Evicted, RateLimited, Infeasible)
+    assert codes == {e.code for e in errors}
     assert BY_STATUS[Status.REJECTED].error_code == QueueFull.code
     assert BY_STATUS[Status.EXPIRED].error_code == QueueExpired.code
     assert BY_STATUS[Status.LATE].error_code == Late.code
+    assert BY_STATUS[Status.CUT].error_code == DeadlineCut.code
     assert BY_STATUS[Status.EVICTED].error_code == Evicted.code
     assert BY_STATUS[Status.RATE_LIMITED].error_code == RateLimited.code
 

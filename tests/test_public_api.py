@@ -42,6 +42,7 @@ PUBLIC: dict[str, list[str]] = {
         "QueueExpired",
         "Evicted",
         "Late",
+        "DeadlineCut",
         "GateUnavailable",
     ],
     "boundedgate.sim": [
@@ -234,10 +235,12 @@ def test_errors_hierarchy() -> None:
         boundedgate.QueueExpired,
         boundedgate.Evicted,
         boundedgate.Late,
+        boundedgate.DeadlineCut,
     ):
         assert issubclass(cls, boundedgate.GateError)
     assert issubclass(boundedgate.QueueExpired, TimeoutError)
     assert issubclass(boundedgate.Late, TimeoutError)
+    assert issubclass(boundedgate.DeadlineCut, TimeoutError)
     assert not issubclass(boundedgate.QueueFull, TimeoutError)
     assert issubclass(boundedgate.GateUnavailable, boundedgate.GateError)
     assert not issubclass(boundedgate.GateUnavailable, TimeoutError)

@@ -29,6 +29,7 @@ from ._core import (
 )
 from ._driver import BoundedGate, CombinedPermit, KeyedGate, Permit, admit_all
 from ._errors import (
+    DeadlineCut,
     Evicted,
     GateError,
     GateUnavailable,
@@ -49,6 +50,7 @@ __all__ = (
     "AdaptiveLimit",
     "BoundedGate",
     "CombinedPermit",
+    "DeadlineCut",
     "Evicted",
     "GateError",
     "GateLimits",

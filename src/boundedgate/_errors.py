@@ -19,6 +19,7 @@ import math
 from typing import Any, ClassVar
 
 __all__ = (
+    "DeadlineCut",
     "Evicted",
     "GateError",
     "GateUnavailable",
@@ -484,6 +485,58 @@ class Late(GateError, TimeoutError):
         return (
             f"finished {self.overrun:.3f}s past its deadline, {self.elapsed:.3f}s after arrival, "
             f"at {self._where()}"
+        )
+
+
+class DeadlineCut(GateError, TimeoutError):
+    """Raised on exit of a block admitted with ``on_deadline="cut"`` that was cut off at its deadline.
+
+    The gate cancelled the body at its deadline (as ``asyncio.timeout`` would) and kept its slot
+    until the body had really stopped; the request counts as ``cut``, not ``failed`` nor ``late``.
+    A stream with the same option is closed at its deadline, and its consumer's next read raises
+    it. A body that reaches its end at or after the deadline before the cut lands is cut too.
+    Also a :class:`TimeoutError`. The ``CancelledError`` the body saw is its ``__cause__``.
+
+    Attributes:
+        deadline: The deadline, on the gate's clock.
+        overrun: Seconds past the deadline at which the body had stopped (>= 0): how long its
+            clean-up held the slot after the cut.
+    """
+
+    __slots__ = (*_COMMON, "deadline", "overrun")
+
+    code = "cut"
+    http_status = 504
+
+    def __init__(
+        self,
+        *,
+        gate: str,
+        max_running: int | None,
+        max_waiting: int | None,
+        running: int,
+        waiting: int,
+        waited: float,
+        elapsed: float,
+        deadline: float,
+        overrun: float,
+    ) -> None:
+        self.deadline = deadline
+        self.overrun = overrun
+        super().__init__(
+            gate=gate,
+            max_running=max_running,
+            max_waiting=max_waiting,
+            running=running,
+            waiting=waiting,
+            waited=waited,
+            elapsed=elapsed,
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"cut off at its deadline, stopped {self.overrun:.3f}s past it, {self.elapsed:.3f}s after "
+            f"arrival, at {self._where()}"
         )
 
 

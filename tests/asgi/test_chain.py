@@ -152,6 +152,8 @@ def test_a_chain_is_checked_when_the_middleware_is_made() -> None:
         GateMiddleware(app, gate=[shared, shared])
     with pytest.raises(ValueError, match="priority must be >= 0 and < 1"):
         GateMiddleware(app, gate=[(tenants, _tenant), shared], priority=1)
+    with pytest.raises(TypeError, match="on_deadline='cut' takes one gate, not a chain"):
+        GateMiddleware(app, gate=[(tenants, _tenant), shared], timeout=5, on_deadline="cut")
     GateMiddleware(app, gate=[(tenants, _tenant), shared])
     with pytest.raises(ValueError, match="opposite orders can deadlock"):
         GateMiddleware(app, gate=[shared, (tenants, _tenant)])

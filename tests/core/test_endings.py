@@ -6,7 +6,7 @@ import pytest
 
 from boundedgate._core import GateState, Status, Ticket, ended_as
 
-ABNORMAL = (Status.FAILED, Status.ABORTED, Status.LEAKED)
+ABNORMAL = (Status.FAILED, Status.ABORTED, Status.LEAKED, Status.CUT)
 
 
 @pytest.mark.parametrize(

@@ -118,7 +118,9 @@ def test_a_setting_it_lacks_is_refused_with_the_way_out(argument: str, way_out: 
 
 
 @pytest.mark.parametrize("method", ["admit", "try_admit", "stream"])
-@pytest.mark.parametrize(("argument", "way_out"), [("priority", "one FIFO")])
+@pytest.mark.parametrize(
+    ("argument", "way_out"), [("priority", "one FIFO"), ("on_deadline", "inside asyncio.timeout()")]
+)
 async def test_an_argument_it_lacks_is_refused_with_the_way_out(
     method: str, argument: str, way_out: str
 ) -> None:
@@ -181,9 +183,9 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
         "jump_share",
         "feasible",
     }
-    assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority"}
+    assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority", "on_deadline"}
     assert _arguments(BoundedGate.try_admit) == _arguments(RedisGate.try_admit)
-    assert _arguments(BoundedGate.stream) - _arguments(RedisGate.stream) == {"priority"}
+    assert _arguments(BoundedGate.stream) - _arguments(RedisGate.stream) == {"priority", "on_deadline"}
     # (A permit's priority is there, and raises AttributeError: see above.)
     assert _public(Permit) - _public(RedisPermit) == set()
     assert inspect.iscoroutinefunction(RedisGate.try_admit)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from boundedgate import (
     BoundedGate,
+    DeadlineCut,
     Evicted,
     GateError,
     GateUnavailable,
@@ -59,6 +60,16 @@ FIELDS: dict[type[GateError], dict[str, Any]] = {
         "deadline": 8.0,
         "overrun": 1.0,
     },
+    DeadlineCut: {
+        **COMMON,
+        "max_waiting": None,
+        "running": 1,
+        "waiting": 0,
+        "waited": 0.5,
+        "elapsed": 8.0,
+        "deadline": 8.0,
+        "overrun": 0.0,
+    },
     GateUnavailable: {**COMMON, "waited": 0.25, "elapsed": 1.5, "reason": "unreachable"},
 }
 
@@ -80,6 +91,7 @@ def test_codes_and_statuses() -> None:
         ("queue_expired", 503),
         ("evicted", 503),
         ("late", 504),
+        ("cut", 504),
         ("gate_unavailable", 503),
     ]
 
@@ -207,6 +219,7 @@ _OWN: dict[type[GateError], dict[str, st.SearchStrategy[Any]]] = {
         "paused_for": _NUMBER,
     },
     Late: {"deadline": _NUMBER, "overrun": _NUMBER},
+    DeadlineCut: {"deadline": _NUMBER, "overrun": _NUMBER},
     GateUnavailable: {"reason": st.sampled_from(["unreachable", "waiter_lease_lost"])},
 }
 

@@ -91,6 +91,8 @@ def test_a_chain_is_checked_when_the_transport_is_made() -> None:
         GatedTransport([tenants, shared])
     with pytest.raises(ValueError, match="priority must be >= 0 and < 1"):
         GatedTransport([(tenants, _tenant), shared], retry_priority=1)
+    with pytest.raises(TypeError, match="on_deadline='cut' takes one gate, not a chain"):
+        GatedTransport([(tenants, _tenant), shared], on_deadline="cut")
     assert GatedTransport([(tenants, _tenant), shared]).gate == [(tenants, _tenant), shared]
 
 

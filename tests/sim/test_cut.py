@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from boundedgate import Adaptive
 from boundedgate.sim import Client, ClientResult, Provider, Request, simulate_provider, steps
 from boundedgate.sim._provider import _Call, _Sim
+from tests import helpers
+from tests.helpers import Result, checked_gate, run_script, run_virtual
 
 
 def counted(result: ClientResult) -> int:
@@ -181,3 +183,74 @@ def test_sized_requests_cut_or_not_end_once_and_are_never_late_when_cut(
         assert sim.active == 0
         if on_deadline == "cut":
             assert result.late == 0
+
+
+# -- the real gate, call for call ------------------------------------------------------------------
+
+
+@st.composite
+def scripts(draw: st.DrawFn) -> list[helpers.Job]:
+    """Whole-second scripts, each arrival off the grid by its job's own 64th of a second.
+
+    The provider's simulator takes the arrivals of an instant before the endings of that instant,
+    where the real gate's harness (and ``simulate()``) takes the endings first; the offsets, exact
+    in binary, keep the instants of different requests' chains apart, so ties never arise.
+    """
+    count = draw(st.integers(1, 14))
+    return [
+        helpers.Job(
+            f"J{i}",
+            draw(st.integers(0, 30)) + (i + 1) / 64,  # type: ignore[arg-type]  # a float, as it can be
+            draw(st.integers(1, 20)),
+            draw(st.none() | st.integers(1, 40)),
+        )
+        for i in range(count)
+    ]
+
+
+def simulated_calls(jobs: list[helpers.Job], client: Client) -> tuple[dict[str, Result], ClientResult, int]:
+    """Each job's outcome, start and end through the simulator, its client's result, its gate's cuts."""
+    sim = _Sim([client], Provider(10**6))  # a provider that never refuses: each call takes its service
+    calls: list[_Call] = [payload for _, _, kind, payload in sorted(sim.events, key=lambda e: e[1])]  # type: ignore[misc]
+    [result] = sim.run()
+    return (
+        {
+            job.id: Result(call.status.value, call.started, call.ended)
+            for job, call in zip(jobs, calls, strict=True)
+        },
+        result,
+        sim.states[0].cut,
+    )
+
+
+@given(jobs=scripts(), limits=st.tuples(st.integers(1, 4), st.none() | st.integers(0, 4)))
+def test_the_real_gate_cuts_as_the_simulator_does_call_for_call(
+    jobs: list[helpers.Job], limits: tuple[int, int | None]
+) -> None:
+    # The simulator's Client(on_deadline="cut") and BoundedGate.admit(on_deadline="cut") on virtual
+    # time: the same outcome, start and end for every request, and the same count of cuts.
+    gate = checked_gate(*limits)
+    real = run_virtual(run_script, gate, jobs, lambda job: gate.admit(timeout=job.budget, on_deadline="cut"))
+    client = Client("a", [(j.arrival, j.service, j.budget) for j in jobs], *limits, on_deadline="cut")
+    simulated, result, cut = simulated_calls(jobs, client)
+    assert simulated == real
+    assert result.cut == cut == gate.stats().cut
+    assert result.late == gate.stats().late == 0
+    assert (result.on_time, result.expired, result.rejected) == (
+        gate.stats().completed,
+        gate.stats().expired,
+        gate.stats().rejected,
+    )
+
+
+@given(jobs=scripts(), limits=st.tuples(st.integers(1, 4), st.none() | st.integers(0, 4)))
+def test_the_real_gate_runs_late_as_the_simulator_does_call_for_call(
+    jobs: list[helpers.Job], limits: tuple[int, int | None]
+) -> None:
+    # The default, on_deadline="late", through the same harness.
+    gate = checked_gate(*limits)
+    real = run_virtual(run_script, gate, jobs)
+    client = Client("a", [(j.arrival, j.service, j.budget) for j in jobs], *limits)
+    simulated, result, _ = simulated_calls(jobs, client)
+    assert simulated == real
+    assert (result.late, result.cut) == (gate.stats().late, 0)

@@ -57,6 +57,12 @@ OUTCOMES: tuple[Outcome, ...] = (
         logged=True,
     ),
     Outcome(
+        Status.CUT, "cut", "cut off at its deadline", "cut",
+        ran=True, at_arrival=False, simulated=False, always_shown=False, error_code="cut",
+        description="Ran, and its body was cancelled at its deadline: on_deadline='cut' (DeadlineCut).",
+        logged=True,
+    ),
+    Outcome(
         Status.FAILED, "failed", "failed", "failed",
         ran=True, at_arrival=False, simulated=False, always_shown=False, error_code=None,
         description="Ran and ended with an exception of its own.",

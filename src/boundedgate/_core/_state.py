@@ -149,6 +149,7 @@ CANCELLED: Final[Status] = Status.CANCELLED
 COMPLETED: Final[Status] = Status.COMPLETED
 LATE: Final[Status] = Status.LATE
 FAILED: Final[Status] = Status.FAILED
+CUT: Final[Status] = Status.CUT
 LEAKED: Final[Status] = Status.LEAKED
 ABORTED: Final[Status] = Status.ABORTED
 DISCONNECTED: Final[Status] = Status.DISCONNECTED
@@ -221,8 +222,8 @@ def queue_deadline(ticket: Ticket) -> float:
 def ended_as(ending: Status | None, now: float, deadline: float) -> Status:
     """The outcome of a running request that ends at ``now``: the one rule every gate's release follows.
 
-    ``ending`` says how a request that did not end normally ended (``FAILED``, ``ABORTED`` or
-    ``LEAKED``), and is its outcome; without one it is ``LATE`` at or after ``deadline``, else
+    ``ending`` says how a request that did not end normally ended (``CUT``, ``FAILED``,
+    ``ABORTED`` or ``LEAKED``), and is its outcome; without one it is ``LATE`` at or after ``deadline``, else
     ``COMPLETED``.
 
     Raises:
@@ -230,7 +231,7 @@ def ended_as(ending: Status | None, now: float, deadline: float) -> Status:
     """
     if ending is None:
         return LATE if now >= deadline else COMPLETED
-    if ending is FAILED or ending is ABORTED or ending is LEAKED:
+    if ending is FAILED or ending is ABORTED or ending is LEAKED or ending is CUT:
         return ending
     raise ValueError(f"a running request cannot end as {ending.value}")
 
@@ -252,6 +253,7 @@ class GateState:
         "admitted",
         "cancelled",
         "completed",
+        "cut",
         "disconnected",
         "end_to_end_seconds_max",
         "end_to_end_seconds_total",
@@ -344,6 +346,7 @@ class GateState:
         self.cancelled = 0
         self.completed = 0
         self.late = 0
+        self.cut = 0
         self.failed = 0
         self.leaked = 0
         self.aborted = 0
@@ -424,10 +427,10 @@ class GateState:
         """A running ticket ends at ``now``; returns the queued tickets that started or expired.
 
         ``ending`` says how a request that did not end normally ended, and is its outcome:
-        ``FAILED`` (it raised), ``ABORTED`` (its client went away while it ran) or ``LEAKED`` (its
-        caller never released it: the garbage collector did). Without one the outcome is ``LATE``
-        at or after its deadline, else ``COMPLETED``. Releasing a ticket that is not running does
-        nothing.
+        ``FAILED`` (it raised), ``CUT`` (cut off at its deadline), ``ABORTED`` (its client went
+        away while it ran) or ``LEAKED`` (its caller never released it: the garbage collector did).
+        Without one the outcome is ``LATE`` at or after its deadline, else ``COMPLETED``.
+        Releasing a ticket that is not running does nothing.
 
         Raises:
             ValueError: ``ending`` is another status (checked before anything changes).
@@ -443,6 +446,9 @@ class GateState:
             self._report(ticket, now)
         elif status is FAILED:
             self.failed += 1
+        elif status is CUT:
+            self.cut += 1
+            self._report(ticket, now)
         elif status is ABORTED:
             self.aborted += 1
         else:

@@ -19,8 +19,8 @@ class GateStatistics:
 
     Every request that arrives is counted in exactly one outcome once it ends: ``rejected``,
     ``rate_limited``, ``infeasible``, ``expired``, ``cancelled``, ``disconnected`` or
-    ``evicted`` if it never ran; ``completed``, ``late``, ``failed``, ``aborted`` or ``leaked`` if
-    it did (the outcomes are listed, with what each means, in ``boundedgate.OUTCOMES``).
+    ``evicted`` if it never ran; ``completed``, ``late``, ``cut``, ``failed``, ``aborted`` or
+    ``leaked`` if it did (the outcomes are listed, with what each means, in ``boundedgate.OUTCOMES``).
     While it is not yet ended it is counted in ``waiting`` or ``running``. Requests refused before
     they were counted (already cancelled, or already past their deadline, on arrival) appear
     nowhere. Times are in seconds on the gate's clock (the event loop's).
@@ -88,6 +88,8 @@ class GateStatistics:
     pauses: int = 0
     #: Until when new starts are paused (None: not paused), on the gate's clock.
     paused_until: float | None = None
+    #: Ran, and were cut off at their deadline (``on_deadline="cut"``: ``DeadlineCut``).
+    cut: int = 0
 
     @property
     def arrived(self) -> int:
@@ -97,7 +99,7 @@ class GateStatistics:
 
     @property
     def finished(self) -> int:
-        """Requests that ran and ended: ``completed + late + failed + aborted + leaked``."""
+        """Requests that ran and ended: ``completed + late + cut + failed + aborted + leaked``."""
         ran: int = sum(getattr(self, outcome.name) for outcome in RAN)
         return ran
 

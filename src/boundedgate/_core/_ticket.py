@@ -3,7 +3,7 @@
 A ticket is ``NEW`` until it arrives, then ``QUEUED`` or ``RUNNING``, and ends in exactly one final
 status, its outcome::
 
-    NEW ──arrive──> RUNNING ──release──> COMPLETED | LATE | FAILED | ABORTED | LEAKED
+    NEW ──arrive──> RUNNING ──release──> COMPLETED | LATE | CUT | FAILED | ABORTED | LEAKED
      │                 ^  └───cancel───> CANCELLED | DISCONNECTED  (granted, but not yet used)
      │                 │ hand-off
      ├──arrive──> QUEUED ──deadline──> EXPIRED
@@ -47,6 +47,8 @@ class Status(enum.Enum):
     COMPLETED = "completed"
     #: Ran and finished at or after its deadline.
     LATE = "late"
+    #: Ran, and was cut off at its deadline (``on_deadline="cut"``): its body was cancelled then.
+    CUT = "cut"
     #: Ran and ended with an exception.
     FAILED = "failed"
     #: Ran, and was never released by its caller: the garbage collector gave its slot back.

@@ -73,7 +73,7 @@ from .._core import (
     provider_pause,
     queue_deadline,
 )
-from .._errors import Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
+from .._errors import DeadlineCut, Evicted, Infeasible, Late, QueueExpired, QueueFull, RateLimited
 from .._streams import GatedStream, StreamOpener, StreamPermit, StreamSource, StreamT, hand_over
 from ._compat import cancellation_pending, clock_of, current_task, is_cancelling
 from ._hooks import attach
@@ -93,6 +93,7 @@ RATE_LIMITED: Final[Status] = Status.RATE_LIMITED
 INFEASIBLE: Final[Status] = Status.INFEASIBLE
 COMPLETED: Final[Status] = Status.COMPLETED
 LATE: Final[Status] = Status.LATE
+CUT: Final[Status] = Status.CUT
 CANCELLED: Final[Status] = Status.CANCELLED
 FAILED: Final[Status] = Status.FAILED
 ABORTED: Final[Status] = Status.ABORTED
@@ -116,6 +117,25 @@ _NOBODY_PARKED: Final[set[Permit]] = set()
 
 # What only the gate passes: a Permit made by hand is refused.
 _BY_GATE: Final = object()
+
+# admit()'s default on_deadline: the interned literal, so that the default costs one identity test.
+_LATE_MODE: Final = "late"
+
+
+def check_on_deadline(value: object) -> bool:
+    """True for ``on_deadline="cut"``, False for ``"late"``.
+
+    Raises:
+        ValueError: Any other value.
+    """
+    if value == "late":
+        return False
+    if value == "cut":
+        return True
+    raise ValueError(
+        f"on_deadline must be 'late' (run on, and raise Late at the end) or 'cut' (cancel the body at "
+        f"its deadline, and raise DeadlineCut), got {value!r}"
+    )
 
 
 @final  # to mypyc: its methods are called directly (BoundedGate, the one subclass, overrides none)
@@ -217,6 +237,7 @@ class GateBase:
         priority: IntArg = 0,
         cost: FloatArg | None = None,
         raise_late: BoolArg = True,
+        on_deadline: str = "late",
     ) -> Permit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
 
@@ -238,6 +259,13 @@ class GateBase:
                 it all later with :meth:`Permit.settle`). Limits counted in requests take 1.
             raise_late: False to have a block that finished late counted as late without its
                 exit raising :class:`Late` (a server whose response has already started).
+            on_deadline: What becomes of a body still running at its deadline. ``"late"`` (the
+                default): it runs on, holds its slot to its end, and its exit raises
+                :class:`Late`. ``"cut"``: the task that entered the block is cancelled at the
+                deadline, the slot is held until the body has really stopped, the request counts
+                as ``cut`` and the exit raises :class:`DeadlineCut` (a ``TimeoutError``) in place
+                of the ``CancelledError``; a body that ends at or after the deadline before the
+                cut lands is cut too. A caller's own cancellation stays a cancellation.
 
         Raises (on entry):
             QueueFull: Every slot busy and the queue full, at once, before any suspension.
@@ -254,8 +282,8 @@ class GateBase:
             TypeError, ValueError: A malformed timeout, deadline, max_wait, priority or cost
                 (a priority that is not an int, falsy ones included; a number beyond a float's
                 range), both a timeout and a deadline, a cost above a rate limit's burst (it
-                could never be served), or a raise_late that is not True or False. Each names its
-                argument.
+                could never be served), a raise_late that is not True or False, or an on_deadline
+                that is not "late" or "cut". Each names its argument.
         """
         if deadline is None:
             relative = None if timeout is None else check_timeout(timeout)
@@ -266,14 +294,12 @@ class GateBase:
             relative = None
             absolute = check_deadline(deadline)
         state = self._state
-        permit = Permit(
-            _BY_GATE,
-            self,
-            relative,
-            absolute,
-            check_priority(priority, state.priorities),
-            0.0 if cost is None else state.check_cost(cost),
-        )
+        checked_priority = check_priority(priority, state.priorities)
+        checked_cost = 0.0 if cost is None else state.check_cost(cost)
+        if on_deadline is _LATE_MODE or not check_on_deadline(on_deadline):
+            permit = Permit(_BY_GATE, self, relative, absolute, checked_priority, checked_cost)
+        else:  # named apart, so that the default's construction stays a native call when compiled
+            permit = _CutPermit(_BY_GATE, self, relative, absolute, checked_priority, checked_cost)
         if max_wait is not None:
             permit.max_wait = check_max_wait(max_wait)
         if raise_late is not True:
@@ -318,6 +344,7 @@ class GateBase:
         priority: IntArg = 0,
         cost: FloatArg | None = None,
         raise_late: BoolArg = True,
+        on_deadline: str = "late",
     ) -> StreamOpener[StreamT]:
         """Admit a request, open a stream, and hand the stream the slot: ``admit()`` then ``hand_to()``.
 
@@ -331,7 +358,9 @@ class GateBase:
         returns what opens the stream: an awaitable (``create(stream=True)``), an async context
         manager (the SDKs' ``.stream()``) or an async iterator; it may also be that object itself.
         The returned opener is awaited, or entered with ``async with`` (which closes the stream on
-        exit). Arguments are as for :meth:`admit` and :meth:`Permit.hand_to`.
+        exit). Arguments are as for :meth:`admit` and :meth:`Permit.hand_to`; with
+        ``on_deadline="cut"`` the stream is closed at its deadline, and its next read raises
+        :class:`DeadlineCut`.
 
         Raises (when awaited or entered):
             QueueFull, RateLimited, QueueExpired, Evicted, asyncio.CancelledError: As for
@@ -344,7 +373,12 @@ class GateBase:
         """
         late = check_flag("raise_late", raise_late)
         permit = self.admit(
-            timeout=timeout, deadline=deadline, max_wait=max_wait, priority=priority, cost=cost
+            timeout=timeout,
+            deadline=deadline,
+            max_wait=max_wait,
+            priority=priority,
+            cost=cost,
+            on_deadline=on_deadline,
         )
         return StreamOpener(permit, source, late)
 
@@ -751,6 +785,25 @@ class GateBase:
             paused_for=paused_for,
         )
 
+    def _cut(
+        self, arrival: float | None, started: float | None, ended: float | None, deadline: float
+    ) -> DeadlineCut:
+        """The :class:`DeadlineCut` for a request cut off at its deadline, naming this gate."""
+        if arrival is None or started is None or ended is None:
+            raise RuntimeError("only a request that ran and ended can be cut")
+        state = self._state
+        return DeadlineCut(
+            gate=self._name,
+            max_running=self._max_running,
+            max_waiting=state.max_waiting,
+            running=state.running,
+            waiting=state.waiting,
+            waited=started - arrival,
+            elapsed=ended - arrival,
+            deadline=deadline,
+            overrun=max(0.0, ended - deadline),  # asyncio runs a timer up to its clock's resolution early
+        )
+
     def _late(
         self, arrival: float | None, started: float | None, ended: float | None, deadline: float
     ) -> Late:
@@ -1067,6 +1120,134 @@ class _HeldPermit(Permit):  # type: ignore[misc]  # the one subclass: try_admit(
         # leaked. A stream that owns the slot has a finaliser of its own.
         if self.status is RUNNING and not self._handed_over:
             _leaked(self)
+
+
+class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s permits
+    """A permit whose body is cut off at its deadline: what ``admit(on_deadline="cut")`` returns.
+
+    Entered, it arms one loop timer at its deadline (the gate's clock is the loop's), as
+    ``asyncio.timeout`` does: the timer cancels the task that entered the block. The block's exit
+    takes that cancellation back (``uncancel()``); if no other cancellation was requested since
+    the entry, the ``CancelledError`` becomes :class:`DeadlineCut`, else it stays the caller's.
+    The slot is released by the exit alone, so it is held until the body has really stopped. Handed
+    to a stream, the permit disarms its timer and arms the stream's instead (``_arm_cut``): the
+    stream is closed at the deadline. A subclass, so that permits without the option pay nothing.
+    """
+
+    __slots__ = ("_cancelling", "_cut_timer", "_cutting", "_task")
+
+    # The timer at the deadline (None: not armed), the task it cancels, that task's `cancelling()`
+    # at the entry, and True once the timer cancelled it (until the exit takes it back).
+    _cut_timer: asyncio.TimerHandle | None
+    _task: asyncio.Task[Any] | None
+    _cancelling: int
+    _cutting: bool
+
+    def __init__(
+        self,
+        by: object = None,
+        gate: GateBase | None = None,
+        timeout: float | None = None,
+        deadline: float = _INF,
+        priority: int = 0,
+        cost: float = 0.0,
+    ) -> None:
+        Permit.__init__(self, by, gate, timeout, deadline, priority, cost)
+        self._cut_timer = None
+        self._task = None
+        self._cancelling = 0
+        self._cutting = False
+
+    async def __aenter__(self) -> Self:
+        await Permit.__aenter__(self)
+        loop = self._gate._loop
+        task = None if loop is None else current_task(loop)
+        if task is not None and self.deadline != _INF and self._cut_timer is None:
+            self._task = task
+            self._cancelling = task.cancelling()
+            self._cut_timer = self._arm_cut(self._cut_body)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._handed_over:
+            return  # a stream owns the slot, and the timer, now
+        self._disarm()
+        cut_by_gate = self._take_back_cut()
+        gate = self._gate
+        if exc_type is None:
+            ending = CUT if cut_by_gate or gate._clock() >= self.deadline else None
+        else:
+            ending = CUT if cut_by_gate else FAILED
+        # No await before the release: a second cancellation must not be able to interrupt it.
+        Permit._finish(self, ending)
+        if self.status is CUT and (exc_type is None or issubclass(exc_type, asyncio.CancelledError)):
+            error = self._cut_error()
+            error.__cause__ = exc  # `raise ... from exc` loses it in a compiled coroutine
+            raise error
+
+    def _take_back_cut(self) -> bool:
+        """True if the gate's cut cancelled the body, and no other cancellation was asked since the entry.
+
+        The cut's cancellation is taken back (``uncancel()``) either way, once. For the block's
+        exit, and for a caller that enters the permit by hand (the ASGI middleware).
+        """
+        if not self._cutting:
+            return False
+        self._cutting = False
+        task = self._task
+        return task is not None and task.uncancel() <= self._cancelling
+
+    def _cut_body(self) -> None:
+        """The timer, at the deadline: cancel the task in the block, if the body still runs."""
+        self._cut_timer = None
+        task = self._task
+        if self.status is RUNNING and not self._handed_over and task is not None and not task.done():
+            self._cutting = True
+            task.cancel()
+
+    def _arm_cut(self, callback: Callable[[], object]) -> asyncio.TimerHandle:
+        """Call ``callback`` at the deadline, on the gate's loop (whose clock is the gate's)."""
+        loop = self._gate._loop
+        assert loop is not None  # entered: the gate is bound
+        timer = self._cut_timer = loop.call_at(self.deadline, callback)
+        return timer
+
+    def _disarm(self) -> None:
+        timer = self._cut_timer
+        if timer is not None:
+            self._cut_timer = None
+            timer.cancel()
+
+    def _hand_over(self) -> None:
+        Permit._hand_over(self)
+        self._disarm()  # the stream arms its own, and closes itself at the deadline
+
+    def release(self) -> None:
+        """Give the slot back now: completed before the deadline, cut at or after it."""
+        self._finish()
+
+    def abort(self) -> None:
+        """End the request now as *aborted*, as :meth:`Permit.abort` does."""
+        self._finish(ABORTED)
+
+    def _finish(self, ending: Status | None = None) -> None:
+        if self.status is not RUNNING:
+            return
+        self._disarm()
+        if ending is None and self._gate._clock() >= self.deadline:
+            ending = CUT
+        Permit._finish(self, ending)
+
+    def _cut_error(self) -> DeadlineCut:
+        return self._gate._cut(self.arrival, self.started, self.ended, self.deadline)
+
+    def __repr__(self) -> str:
+        return f"<Permit of {self._gate.name!r}, cut at its deadline: {self.status.value}>"
 
 
 def _leaked(permit: Permit) -> None:

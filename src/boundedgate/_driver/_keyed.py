@@ -206,6 +206,7 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             priority: int = 0,
             cost: float | None = None,
             raise_late: bool = True,
+            on_deadline: str = "late",
         ) -> Permit: ...
 
     def try_admit(
@@ -239,6 +240,7 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         priority: int = 0,
         cost: float | None = None,
         raise_late: bool = True,
+        on_deadline: str = "late",
     ) -> StreamOpener[StreamT]:
         """Admit a request through ``key``'s gate and hand the opened stream its slot.
 
@@ -252,6 +254,7 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             priority=priority,
             cost=cost,
             raise_late=raise_late,
+            on_deadline=on_deadline,
         )
 
     def get(self, key: K) -> BoundedGate | None:

@@ -226,6 +226,7 @@ def fold(into: GateState, state: GateState) -> None:
     into.cancelled += state.cancelled
     into.completed += state.completed
     into.late += state.late
+    into.cut += state.cut
     into.failed += state.failed
     into.leaked += state.leaked
     into.aborted += state.aborted
@@ -374,6 +375,7 @@ class KeyedBase:
         priority: IntArg = 0,
         cost: FloatArg | None = None,
         raise_late: BoolArg = True,
+        on_deadline: str = "late",
     ) -> Permit:
         """A permit for one request through ``key``'s gate: :meth:`BoundedGate.admit` on that gate.
 
@@ -386,6 +388,8 @@ class KeyedBase:
             priority: The request's priority class, as for :meth:`BoundedGate.admit`.
             cost: The request's rate cost, as for :meth:`BoundedGate.admit`.
             raise_late: False to count a late block without raising, as for :meth:`BoundedGate.admit`.
+            on_deadline: ``"cut"`` to cancel a body still running at its deadline, as for
+                :meth:`BoundedGate.admit`.
 
         Raises (on entry, named after the key's gate, e.g. ``"tenant/acme"``):
             QueueFull: Every slot of the key's gate busy and its queue full.
@@ -406,6 +410,7 @@ class KeyedBase:
             priority=priority,
             cost=cost,
             raise_late=raise_late,
+            on_deadline=on_deadline,
         )
 
     # -- the table of keys ----------------------------------------------------------------------

@@ -17,6 +17,10 @@ the consumer cancelled while it reads  failed (``CancelledError`` propagates)
 ``async with`` exit                    the same, or failed if the block raised
 ``break`` out of ``async for``         completed or late by the time, one loop turn later
 garbage collection of an open stream   leaked, with a ``ResourceWarning`` naming the gate
+its deadline, with ``on_deadline="cut"`` cut: the stream is closed then, its slot goes back once
+                                       the close is over, and the next read (or the read in
+                                       flight) raises ``DeadlineCut``; an end of stream or a
+                                       close at or after the deadline is cut too
 =====================================  ==========================================================
 
 After the request ends, the wrapper closes the underlying stream (the SDK's HTTP response) in a task
@@ -51,9 +55,10 @@ import contextlib
 import functools
 import inspect
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, final, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar, cast, final, overload
 
 from .._core import BoolArg, Status, Ticket, check_flag, note
 from .._scopes import shield_from_anyio
@@ -75,6 +80,7 @@ _Stream = TypeVar("_Stream", bound=AsyncIterator[Any])
 
 RUNNING = Status.RUNNING
 LATE = Status.LATE
+CUT = Status.CUT
 FAILED = Status.FAILED
 LEAKED = Status.LEAKED
 
@@ -146,6 +152,35 @@ def _first_item(permit: StreamPermit) -> None:
         noting()
 
 
+class _CutPermit(Protocol):
+    """A permit admitted with ``on_deadline="cut"``: it arms the stream's cut, and names it."""
+
+    def _arm_cut(self, callback: Callable[[], object]) -> object: ...
+
+    def _cut_error(self) -> Exception: ...
+
+
+def _arm_cut(gated: GatedStream[Any], permit: StreamPermit) -> None:
+    """Close ``gated`` at its permit's deadline, if the permit was admitted with ``on_deadline="cut"``.
+
+    The loop's timer holds the stream weakly: a stream dropped before its deadline is still
+    finalised at once (and counted leaked), not kept alive until then.
+    """
+    arm = getattr(permit, "_arm_cut", None)
+    if arm is not None and permit.status is RUNNING:
+        arm(functools.partial(_cut_at_deadline, weakref.ref(gated)))
+
+
+def _cut_at_deadline(ref: weakref.ref[GatedStream[Any]]) -> None:
+    """The deadline of a stream admitted with ``on_deadline="cut"``: close it, then end it as cut."""
+    gated = ref()
+    if gated is None or gated._closing is not None or gated._permit.status is not RUNNING:
+        return
+    gated._cut = True
+    permit = gated._permit
+    gated._begin_close(None).add_done_callback(lambda _: permit._finish(CUT))
+
+
 class _Interrupted(Exception):
     """A read in flight when another task closed the stream: what it gave is not the consumer's."""
 
@@ -200,7 +235,9 @@ class GatedStream(Generic[_S_co]):
     """
 
     __slots__ = (
+        "__weakref__",
         "_closing",
+        "_cut",
         "_interruption",
         "_manager_exit",
         "_over",
@@ -228,6 +265,9 @@ class GatedStream(Generic[_S_co]):
         # The task inside a read of the wrapped stream, and the close that interrupted that read.
         self._reader: asyncio.Task[Any] | None = None
         self._interruption: _Interruption | None = None
+        # True once the stream was closed at its deadline (``on_deadline="cut"``).
+        self._cut = False
+        _arm_cut(self, permit)
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -240,6 +280,7 @@ class GatedStream(Generic[_S_co]):
 
     async def _step(self, source: AsyncIterator[Any]) -> Any:
         if self._over:
+            self._raise_if_cut()
             raise StopAsyncIteration
         over = self._claim()
         try:
@@ -250,12 +291,20 @@ class GatedStream(Generic[_S_co]):
             pass
         except _Interrupted:
             await self._closed_meanwhile()
+            self._raise_if_cut()
             raise StopAsyncIteration from None
         except BaseException as exc:
             await self._end(exc)
             raise
         await self._end(None)
         raise StopAsyncIteration
+
+    def _raise_if_cut(self) -> None:
+        """Raise ``DeadlineCut`` if the stream was closed at its deadline (``on_deadline="cut"``)."""
+        if self._cut:
+            permit = self._permit
+            permit._finish(CUT)  # its close is over: already ended, unless its callback is yet to run
+            raise cast("_CutPermit", permit)._cut_error()
 
     def _claim(self) -> bool:
         """Make the current task the stream's one reader; return ``_over`` as the read begins.
@@ -338,6 +387,8 @@ class GatedStream(Generic[_S_co]):
         await self._close(exc)
         if ending and exc is None and self._raise_late and permit.status is LATE:
             raise permit._late()
+        if ending and exc is None and permit.status is CUT:
+            raise cast("_CutPermit", permit)._cut_error()
 
     async def _close(self, exc: BaseException | None) -> None:
         closing = self._closing

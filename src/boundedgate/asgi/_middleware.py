@@ -77,6 +77,7 @@ NEW = Status.NEW
 QUEUED = Status.QUEUED
 RUNNING = Status.RUNNING
 LATE = Status.LATE
+CUT = Status.CUT
 FAILED = Status.FAILED
 ABORTED = Status.ABORTED
 
@@ -176,7 +177,14 @@ class GateMiddleware:
             the requests for which it returns None (a missing header) share that one key's
             limits. To let a request through ungated, return :data:`UNGATED`.
         timeout: Seconds from arrival to the deadline, covering the wait and the response. A
-            response that ends after it is counted late (and logged), never cut short.
+            response that ends after it is counted late (and logged), never cut short, unless
+            ``on_deadline="cut"``.
+        on_deadline: ``"late"`` (the default) or ``"cut"``: the app still running at the
+            deadline is cancelled then (``admit(on_deadline="cut")``), its slot held until it has
+            stopped, counted ``cut``. If its response has not started the client gets a 504
+            (code ``cut``, in the ``refusal`` style); if it has, the response is cut short: the
+            exchange raises :class:`~boundedgate.DeadlineCut` to the server, which closes the
+            connection. Needs a ``timeout``.
         max_wait: Seconds the request may wait in the queue, apart from the deadline: it expires
             at the earlier of the two.
         priority: The request's priority class, or a function of the scope giving it.
@@ -251,10 +259,12 @@ class GateMiddleware:
         server_timing: bool = True,
         max_buffer: int = 1 << 20,
         provider_errors: bool = True,
+        on_deadline: str = "late",
     ) -> None:
         chain, keyed = _checked_gate(gate, key, max_wait, priority, cost)
         if chain is not None:
             key = None  # the chain found each keyed gate its key function
+        cut = cut_option(gate, on_deadline, timeout)
         check_style(refusal)
         retry_after_fallback = check_count("retry_after_fallback", retry_after_fallback, 1)
         max_buffer = check_count("max_buffer", max_buffer)
@@ -277,6 +287,8 @@ class GateMiddleware:
         self._priority = priority
         self._cost = cost
         self._options = admission_options(timeout, max_wait)
+        if cut:
+            self._options["on_deadline"] = "cut"
         self._exempt = _exemption(exempt)
         self._refusal = refusal
         self._sse = sse_refusal
@@ -366,6 +378,29 @@ def _check_takes(gate: Any, option: str, given: bool, instead: str) -> None:
     """Refuse at construction an option the gate's ``admit()`` cannot take, saying what to do instead."""
     if given and option not in inspect.signature(gate.admit).parameters:
         raise TypeError(f"{type(gate).__name__}.admit() takes no {option}: {instead} (see docs/http.md)")
+
+
+def cut_option(gate: Any, on_deadline: object, timeout: float | None) -> bool:
+    """Whether an edge cuts its requests off at their deadline: ``on_deadline``, checked now.
+
+    Raises:
+        ValueError: ``on_deadline`` is neither ``"late"`` nor ``"cut"``, or ``"cut"`` without a
+            ``timeout`` (there would be no deadline to cut at).
+        TypeError: The gate's ``admit()`` cannot cut (a ``RedisGate``).
+    """
+    if on_deadline == "late":
+        return False
+    if on_deadline != "cut":
+        raise ValueError(f"on_deadline must be 'late' or 'cut', got {on_deadline!r}")
+    if timeout is None:
+        raise ValueError("on_deadline='cut' needs a timeout=: without a deadline nothing is ever cut")
+    if is_chain(gate):
+        raise TypeError(
+            "on_deadline='cut' takes one gate, not a chain (admit_all() does not cut): leave "
+            "on_deadline='late', the default, or put the call inside asyncio.timeout() (see docs/http.md)"
+        )
+    _check_takes(gate, "on_deadline", True, "leave on_deadline='late', the default")
+    return True
 
 
 def admission_options(timeout: float | None, max_wait: float | None) -> dict[str, Any]:
@@ -568,6 +603,12 @@ class _Exchange:
         self._app_called = True
         try:
             await middleware._app(self._scope, self._app_receive, self._app_send)
+        except asyncio.CancelledError:
+            if self._gone or not self._cut_off():
+                raise
+            permit._finish(CUT)  # the gate's cut at the deadline, once the app has stopped
+            await self._answer_cut()
+            return
         except Exception as error:
             answer = self._provider_refusal(error)
             if answer is None:
@@ -578,11 +619,23 @@ class _Exchange:
         if answer is not None:
             await self._answer(answer)
 
+    def _cut_off(self) -> bool:
+        """True if the gate cut the app off at its deadline (``on_deadline="cut"``), and no one else."""
+        take_back = getattr(self._permit, "_take_back_cut", None)
+        return take_back is not None and bool(take_back())
+
+    async def _answer_cut(self) -> None:
+        """The app was cut off at its deadline: a 504 if its response had not started, else the error."""
+        error = self._permit._cut_error()
+        if self._started:
+            raise error  # the response is cut short: the server closes the connection
+        await self._refuse(error)
+
     def _end_unfinished(self) -> None:
         """End the permit of a request whose response did not complete: failed, aborted or disconnected."""
         permit = self._permit
         if not self._gone:
-            permit._finish(FAILED)
+            permit._finish(CUT if self._cut_off() else FAILED)
         elif self._reached_the_app():
             permit._finish(ABORTED)
         else:
@@ -667,14 +720,15 @@ class _Exchange:
         self._wake()  # a reader waiting now reads the server's receive() itself
         permit = self._permit
         permit._finish()
-        if permit.status is LATE:
+        if permit.status is LATE or permit.status is CUT:  # cut: it ended at its deadline, before the cut
             overrun = permit.ended - permit.deadline
             logger.warning(
-                "%s %s on gate %r finished %.3fs past its deadline (counted late)",
+                "%s %s on gate %r finished %.3fs past its deadline (counted %s)",
                 self._scope.get("method", ""),
                 self._scope.get("path", ""),
                 permit.gate.name,
                 overrun,
+                permit.status.value,
             )
 
     def _headers(self) -> list[tuple[bytes, bytes]]:

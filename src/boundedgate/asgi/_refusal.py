@@ -52,11 +52,12 @@ _PUBLIC_MESSAGES = {
     "queue_expired": "The request waited too long for capacity. Retry later.",
     "evicted": "The request gave way to more urgent work. Retry later.",
     "infeasible": "The service cannot answer within the request's deadline now. Retry later.",
+    "cut": "The request ran out of time and was stopped. Retry later.",
     "gate_unavailable": "The service cannot take requests right now. Retry later.",
     "provider_rate_limited": "The service is rate limited by its provider. Retry later.",
     "provider_overloaded": "The service's provider is overloaded. Retry later.",
 }
-_TITLES = {429: "Too Many Requests", 503: "Service Unavailable"}
+_TITLES = {429: "Too Many Requests", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 #: The provider statuses :func:`provider_refusal` answers, and the status and code it answers with.
 _PROVIDER_STATUSES = {

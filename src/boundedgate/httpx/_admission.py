@@ -45,6 +45,7 @@ class Admission:
         "_admit",
         "_chain",
         "_cost",
+        "_cut",
         "_key",
         "_max_wait",
         "_priority",
@@ -60,6 +61,7 @@ class Admission:
         priority: int,
         retry_priority: int | None,
         max_wait: float | Literal["pool"] | None,
+        cut: bool = False,
     ) -> None:
         if max_wait != "pool" and max_wait is not None:
             check_max_wait(max_wait)  # a number of seconds >= 0
@@ -85,8 +87,19 @@ class Admission:
             raise TypeError(
                 f"{_kind(gate)} takes no max_wait=: give max_wait=None (a gate function sets its own waits)"
             )
+        if cut and chain is not None:
+            raise TypeError(
+                "on_deadline='cut' takes one gate, not a chain (admit_all() does not cut): leave "
+                "on_deadline='late', the default, or put the call inside asyncio.timeout() (see docs/http.md)"
+            )
+        if cut and "on_deadline" not in accepted:
+            raise TypeError(
+                f"{_kind(gate)} takes no on_deadline=: it cannot cut a request off at its deadline; "
+                "leave on_deadline='late', the default"
+            )
         self.gate = gate
         self._key = key
+        self._cut = cut
         self._accepted = accepted
         self._cost = cost
         self._priority = priority
@@ -122,6 +135,8 @@ class Admission:
         if self._chain is not None:  # the exchange records its first key (the tenant's, say)
             permit, exchange.key = self._chain.admit(request, kwargs)
             return cast("StreamPermit", permit)  # never None: no step is skipped
+        if self._cut:
+            kwargs["on_deadline"] = "cut"
         key = self._key
         if key is not None:  # keyed: the exchange records its key (its provider signals carry it)
             exchange.key = which = key(request)
@@ -139,7 +154,9 @@ def _admitter(gate: Any, key: Callable[[Any], Hashable] | None) -> tuple[Callabl
             raise TypeError("key= is for a KeyedGate; a gate function reads the request itself")
         return _function_admitter(gate)
     parameters = inspect.signature(admit).parameters
-    accepted = frozenset(name for name in ("deadline", "priority", "cost", "max_wait") if name in parameters)
+    accepted = frozenset(
+        name for name in ("deadline", "priority", "cost", "max_wait", "on_deadline") if name in parameters
+    )
     if "key" in parameters:
         if key is None:
             raise TypeError(

@@ -13,6 +13,9 @@ read to its end                    completed, or late at or after the deadline (
 ``aclose()`` before its end        the same: the consumer chose to stop
 a read error from the connection   failed (the error propagates)
 the reader cancelled mid-read      failed, released in that same step (``CancelledError``)
+its deadline, ``on_deadline="cut"`` cut: a read in flight is cancelled, and raises ``DeadlineCut``
+                                   (released in that step); with none in flight, the body is
+                                   closed, released once it is, and the next read raises it
 collected unclosed                 leaked, with a ``ResourceWarning``, released on the loop
 =================================  ==============================================================
 
@@ -27,7 +30,9 @@ is built once per httpx flavour, mixed with that flavour's ``AsyncByteStream``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 from typing import Any
@@ -45,6 +50,7 @@ __all__ = ("GatedBody", "body_class")
 
 FAILED = Status.FAILED
 RUNNING = Status.RUNNING
+CUT = Status.CUT
 
 #: Settles the usage the body reported (``exchange.usage``), or reports why it cannot (the reader's
 #: ``problem``); never raises.
@@ -61,6 +67,30 @@ def body_class(flavour: ModuleType) -> type[GatedBody]:
             "GatedBody", (GatedBody, flavour.AsyncByteStream), {"__module__": __name__}
         )
     return cls
+
+
+def _taken_back(task: asyncio.Task[Any] | None) -> bool:
+    """Take back the cut's cancellation of ``task``: True if it was the only one."""
+    return task is not None and task.uncancel() == 0
+
+
+def _cut_at_deadline(ref: weakref.ref[GatedBody]) -> None:
+    """A body's deadline, with ``on_deadline="cut"``: cancel the read in flight, or close the body."""
+    body = ref()
+    if body is None or body._permit.status is not RUNNING or body._closed:
+        return
+    body._cut = True
+    reading = body._reading
+    if reading is not None and not reading.done():
+        reading.cancel()
+        return
+    task = asyncio.get_running_loop().create_task(body._close_cut())
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
+
+
+#: Closes of cut bodies, kept alive until they finish (the loop holds tasks weakly).
+_closing: set[asyncio.Task[None]] = set()
 
 
 class GatedBody:
@@ -85,6 +115,13 @@ class GatedBody:
         self._peeked: list[bytes] = []  # read ahead by peek(), not yet handed to the client
         self._rest: AsyncIterator[bytes] | None = None  # the inner iterator peek() started
         self._exhausted = False  # peek() read the inner stream to its end
+        # With on_deadline="cut": the task whose read is in flight, and True once cut.
+        self._reading: asyncio.Task[Any] | None = None
+        self._cut = False
+        arm = self._cuttable = getattr(permit, "_arm_cut", None)
+        if arm is not None and permit.status is RUNNING:
+            permit._hand_over()  # no longer the sending task's to cut
+            arm(functools.partial(_cut_at_deadline, weakref.ref(self)))
 
     @property
     def permit(self) -> StreamPermit:
@@ -97,19 +134,68 @@ class GatedBody:
         try:
             peeked, self._peeked = self._peeked, []
             for chunk in peeked:  # already seen: timed and read for usage
+                self._raise_if_cut()
                 yield chunk
             if not self._exhausted:
                 source = self._inner if self._rest is None else self._rest
-                async for chunk in source:
+                async for chunk in source if self._cuttable is None else self._reads(source):
                     self._arrived(chunk, loop)
                     yield chunk
         except GeneratorExit:  # the iterator was dropped: aclose() or the collector ends it
             raise
-        except BaseException:  # a read error, or the reader cancelled mid-body
+        except BaseException as exc:  # a read error, or the reader cancelled mid-body
+            if self._cut and isinstance(exc, asyncio.CancelledError) and _taken_back(self._reading):
+                self._end(CUT)
+                raise self._cut_error() from exc
             self._end(FAILED)
             raise
         exchange.last_byte = loop.time()
         self._end(None)
+
+    async def _reads(self, source: Any) -> AsyncIterator[bytes]:
+        """``source``'s chunks, each read marked in flight, and none once the body is cut."""
+        iterator = aiter(source)
+        while True:
+            self._raise_if_cut()
+            self._reading = asyncio.current_task()
+            try:
+                chunk = await anext(iterator)
+            except StopAsyncIteration:
+                return
+            finally:
+                if not self._cut:
+                    self._reading = None
+            yield chunk
+
+    def _raise_if_cut(self) -> None:
+        """Raise ``DeadlineCut`` if the body was cut off at its deadline."""
+        if self._cut:
+            self._end(CUT)
+            raise self._cut_error()
+
+    def _cut_error(self) -> Exception:
+        error: Exception = self._permit._cut_error()  # type: ignore[attr-defined]  # a cut permit's
+        return error
+
+    async def _close_cut(self) -> None:
+        """The deadline, with no read in flight: close the body, then give the slot back as cut."""
+        try:
+            await self.aclose_inner()
+        finally:
+            self._end(CUT)
+
+    async def aclose_inner(self) -> None:
+        """Close the connection behind the body, once, whoever asks (never cancelled half way)."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            rest = self._rest
+            try:
+                if rest is not None and hasattr(rest, "aclose"):
+                    await rest.aclose()  # the inner iterator peek() left suspended
+            finally:
+                await self._inner.aclose()
 
     async def peek(self, limit: int) -> bytes:
         """Read the body ahead of the client until ``limit`` bytes or its end; return what was read.
@@ -146,16 +232,7 @@ class GatedBody:
     async def aclose(self) -> None:
         """Close the body: end the request (completed or late by the time), then close the connection."""
         self._end(None)
-        if self._closed:
-            return
-        self._closed = True
-        with anyio.CancelScope(shield=True):
-            rest = self._rest
-            try:
-                if rest is not None and hasattr(rest, "aclose"):
-                    await rest.aclose()  # the inner iterator peek() left suspended
-            finally:
-                await self._inner.aclose()
+        await self.aclose_inner()
 
     def _in_memory(self, content: bytes) -> None:
         """The response arrived complete, its body already read: end the request now."""

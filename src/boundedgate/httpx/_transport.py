@@ -38,6 +38,7 @@ else:
     _AsyncTransport = object
 
 FAILED = Status.FAILED
+CUT = Status.CUT
 
 #: The header both SDKs number their attempts with (0 for the first).
 RETRY_COUNT = "x-stainless-retry-count"
@@ -100,13 +101,20 @@ class GatedTransport(_AsyncTransport):
             an overload).
         on_exchange: Called with the :class:`Exchange` of every request when its slot goes back
             (or it is refused), with its times to first and last byte.
+        on_deadline: ``"late"`` (the default) or ``"cut"``: a request still running at the
+            deadline of its :func:`gate_call` is cut off then (``admit(on_deadline="cut")``),
+            counted ``cut``: before its response headers, the task sending it is cancelled and the
+            transport raises :class:`~boundedgate.DeadlineCut`; after, its body is closed, and a
+            read in flight, or the next one, raises it. Without a ``gate_call`` deadline nothing
+            is cut. For a ``BoundedGate`` or ``KeyedGate``.
 
     Raises:
         TypeError, ValueError: A setting out of its type or range, named: a priority that is not
             an int >= 0 (below the gate's ``priorities`` when it says), a cost or ``max_wait`` that
             ``admit()`` would refuse, ``default_retry_after`` not a finite number > 0,
-            ``sdk_retry`` not True or False, an unknown ``refuse`` or ``envelope``; or a gate that
-            cannot take what is given (no priorities, no ``max_wait``, a key for an unkeyed gate).
+            ``sdk_retry`` not True or False, an unknown ``refuse``, ``envelope`` or ``on_deadline``;
+            or a gate that cannot take what is given (no priorities, no ``max_wait``, no
+            ``on_deadline``, a key for an unkeyed gate).
     """
 
     def __init__(
@@ -126,14 +134,17 @@ class GatedTransport(_AsyncTransport):
         usage_cost: Callable[[Mapping[str, float]], float] = total_tokens,
         on_provider_signal: Callable[[ProviderSignal], None] | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
+        on_deadline: Literal["late", "cut"] = "late",
     ) -> None:
+        if on_deadline not in ("late", "cut"):
+            raise ValueError(f"on_deadline must be 'late' or 'cut', got {shown(on_deadline)}")
         if refuse not in ("response", "raise"):
             raise ValueError(f"refuse must be 'response' or 'raise', got {shown(refuse)}")
         if envelope not in ("auto", "openai", "anthropic"):
             raise ValueError(f"envelope must be 'auto', 'openai' or 'anthropic', got {shown(envelope)}")
         sdk_retry = check_flag("sdk_retry", sdk_retry)
         retry_after = check_positive("default_retry_after", default_retry_after)
-        self._admission = Admission(gate, key, cost, priority, retry_priority, max_wait)
+        self._admission = Admission(gate, key, cost, priority, retry_priority, max_wait, on_deadline == "cut")
         # The name the provider's 429s are counted under (downstream_refused, the exports' counter): the
         # gate's own, so that a keyed gate is one series, not one per key; none for a callable.
         self._refused_as: str | None = getattr(gate, "name", None)
@@ -181,9 +192,12 @@ class GatedTransport(_AsyncTransport):
         exchange.admitted = loop.time()
         try:
             response = await self._inner.handle_async_request(request)
-        except BaseException:
-            permit._finish(FAILED)
-            raise
+        except BaseException as exc:
+            if not _cut_off(permit):
+                permit._finish(FAILED)
+                raise
+            permit._finish(CUT)  # the gate cut it at its deadline, waiting for the headers
+            raise permit._cut_error() from exc  # type: ignore[attr-defined]  # a cut permit's
         exchange.headers = loop.time()
         body = self._hold(flavour, response, permit, exchange)
         said = await self._what_it_says(response, body)
@@ -349,6 +363,12 @@ def refusal(response: Any) -> GateError | None:
         return None
     error = extensions.get(REFUSAL)
     return error if isinstance(error, GateError) else None
+
+
+def _cut_off(permit: Any) -> bool:
+    """True if the gate cut the request off at its deadline (``on_deadline="cut"``), and no one else."""
+    take_back = getattr(permit, "_take_back_cut", None)
+    return take_back is not None and bool(take_back())
 
 
 def _int(value: str | None) -> int:

@@ -26,6 +26,8 @@ LACKING: Mapping[str, str] = {
     "priorities": _PRIORITIES,
     "jump_share": _PRIORITIES,
     "feasible": "deadline-feasible admission is for in-process gates only: leave it out",
+    "on_deadline": "a RedisGate never cuts a body off at its deadline: leave it out, or put the block "
+    "inside asyncio.timeout() (a cut is then counted failed)",
     "adapt": "give its controller at construction, RedisGate(..., adaptive=Adaptive(...)), shared by "
     "every process",
 }

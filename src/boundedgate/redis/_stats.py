@@ -41,6 +41,7 @@ class LocalCounters:
         "admitted",
         "cancelled",
         "completed",
+        "cut",
         "disconnected",
         "end_to_end_seconds_max",
         "end_to_end_seconds_total",
@@ -70,6 +71,7 @@ class LocalCounters:
     def __init__(self) -> None:
         self.admitted = self.rejected = self.expired = self.cancelled = 0
         self.completed = self.late = self.failed = self.leaked = self.aborted = self.disconnected = 0
+        self.cut = 0
         # A cluster gate has no priority classes, rate limits nor deadline-feasible admission.
         self.evicted = self.rate_limited = self.infeasible = 0
         self.peak_running = self.peak_waiting = 0

@@ -50,6 +50,7 @@ RUNNING = Status.RUNNING
 EXPIRED = Status.EXPIRED
 EVICTED = Status.EVICTED
 FAILED = Status.FAILED
+CUT = Status.CUT
 
 
 #: What a call still running at its deadline may become (see :class:`Client`).
@@ -261,9 +262,12 @@ class Client:
             slot and the provider's capacity come free at its deadline, wherever it is (running,
             waiting at the provider's own queue, or waiting for a 529 or 429): a timeout closes
             the connection, and the provider is assumed to stop work on a closed connection. Its
-            answer never comes; it is counted ``cut`` (the gate saw its body fail). With
-            ``deadlines`` a cut call's wait in the gate's queue also ends at its deadline: the
-            whole call within its budget, a ``Semaphore`` inside ``asyncio.timeout``.
+            answer never comes; it is counted ``cut``. With ``deadlines`` this is the gate's own
+            ``admit(timeout=..., on_deadline="cut")``: its gate counts the call ``cut`` too, as
+            the real gate does; without, a gate that knows no deadline inside ``asyncio.timeout``,
+            whose gate saw the body fail (``failed``). With ``deadlines`` a cut call's wait in the
+            gate's queue also ends at its deadline: the whole call within its budget, a
+            ``Semaphore`` inside ``asyncio.timeout``.
 
     Raises:
         ValueError: ``on_deadline`` is neither ``"late"`` nor ``"cut"``.
@@ -339,7 +343,7 @@ class ClientResult:
 
 
 class _Call(Ticket):
-    __slots__ = ("budget", "client", "ended", "prefill", "served_at", "service")
+    __slots__ = ("budget", "client", "done", "prefill", "served_at", "service")
 
     def __init__(
         self, deadline: float, client: int, service: float, budget: float | None, prefill: float | None
@@ -350,7 +354,7 @@ class _Call(Ticket):
         self.budget = budget
         self.prefill = prefill  # from being served to its first token (None: a share of service)
         self.served_at: float | None = None  # while the provider serves it: since when
-        self.ended = False  # answered, refused by the provider, or cut: nothing more comes of it
+        self.done = False  # answered, refused by the provider, or cut: nothing more comes of it
 
 
 def _timing(
@@ -501,18 +505,19 @@ class _Sim:
     def forget_cut(self) -> None:
         """Drop the calls cut while they waited at the provider from the head of its queue."""
         backlog = self.backlog
-        while backlog and backlog[0][0].ended:
+        while backlog and backlog[0][0].done:
             backlog.popleft()
 
     def cut(self, call: _Call, now: float) -> None:
         """A call's deadline, with ``on_deadline="cut"``: cancelled, wherever it is, unless it has ended.
 
         The provider's capacity comes free now if it was serving it (a call in the provider's own
-        queue is dropped from it as the queue moves), and the gate's slot too: the body failed.
+        queue is dropped from it as the queue moves), and the gate's slot too: cut, where the gate
+        knows the deadline (``admit(on_deadline="cut")``), else failed (a gate inside a timeout).
         """
-        if call.ended:
+        if call.done:
             return
-        call.ended = True
+        call.done = True
         index = call.client
         result = self.results[index]
         result.cut += 1
@@ -521,7 +526,8 @@ class _Sim:
             self.active -= 1
             result.wasted_seconds += now - call.served_at
             self.push(now, "served", None)
-        self.woken(index, self.states[index].release(call, now, FAILED), now)
+        ending = CUT if self.clients[index].deadlines else FAILED
+        self.woken(index, self.states[index].release(call, now, ending), now)
 
     def watch(self, now: float) -> None:
         """Look at the provider again when it may have room for its queue (K rises, say after an outage).
@@ -543,15 +549,15 @@ class _Sim:
     def count_unanswered(self) -> None:
         """What still waits when nothing is left to happen: the provider never came back for it."""
         for call, _ in self.backlog:
-            if not call.ended:
+            if not call.done:
                 self.results[call.client].unanswered += 1
         for result, state in zip(self.results, self.states, strict=True):
             result.unanswered += state.waiting
 
     def answered(self, call: _Call, ok: bool, signal: str | None, extra: float, now: float) -> None:
-        if call.ended:  # cut at its deadline: its answer never comes
+        if call.done:  # cut at its deadline: its answer never comes
             return
-        call.ended = True
+        call.done = True
         index = call.client
         state = self.states[index]
         result = self.results[index]
