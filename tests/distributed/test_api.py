@@ -105,7 +105,6 @@ def test_an_attribute_nobody_has_is_refused_as_python_refuses_it() -> None:
 WAYS_OUT = {
     "priorities": "one FIFO",
     "jump_share": "one FIFO",
-    "feasible": "in-process gates only",
 }
 
 
@@ -179,7 +178,6 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     assert _arguments(BoundedGate.__init__) - _arguments(RedisGate.__init__) == {
         "priorities",
         "jump_share",
-        "feasible",
     }
     assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority"}
     assert _arguments(BoundedGate.try_admit) == _arguments(RedisGate.try_admit)

@@ -25,7 +25,6 @@ LACKING: Mapping[str, str] = {
     "priority": _PRIORITIES,
     "priorities": _PRIORITIES,
     "jump_share": _PRIORITIES,
-    "feasible": "deadline-feasible admission is for in-process gates only: leave it out",
     "adapt": "give its controller at construction, RedisGate(..., adaptive=Adaptive(...)), shared by "
     "every process",
 }
