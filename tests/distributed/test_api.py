@@ -9,6 +9,7 @@ import pytest
 
 from boundedgate import BoundedGate, KeyedGate, Permit, RateLimit, admit_all
 from boundedgate.redis import RedisGate, RedisPermit
+from boundedgate.redis._lacking import LACKING
 
 
 def _gate() -> RedisGate:
@@ -142,17 +143,10 @@ def test_an_argument_nobody_takes_is_refused_as_python_refuses_it() -> None:
         RedisGate(None, max_running=1, max_waiting=1, a=1, b=2)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    ("method", "way_out"),
-    [
-        ("adapt", "RedisGate(..., adaptive=Adaptive(...))"),
-    ],
-)
-def test_a_method_it_lacks_raises_not_implemented_with_the_way_out(method: str, way_out: str) -> None:
-    with pytest.raises(NotImplementedError, match=rf"^RedisGate has no {method}\(\)") as refused:
-        getattr(_gate(), method)()
-    assert way_out in str(refused.value)
-    assert DOCS in str(refused.value)
+def test_what_it_lacks_is_priorities_alone() -> None:
+    # The promise: code moves to the cluster by changing the constructor, and keeps every
+    # behaviour but priorities (deadline-feasible admission and adapt() are there).
+    assert set(LACKING) == {"priority", "priorities", "jump_share"}
 
 
 def test_admit_all_refuses_a_redis_gate_as_a_key_with_the_way_out() -> None:
@@ -164,8 +158,6 @@ def test_admit_all_refuses_a_redis_gate_as_a_key_with_the_way_out() -> None:
 
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     # Public names of BoundedGate that RedisGate lacks, and the other way round.
-    # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction:
-    # adapt is there, and raises NotImplementedError: see above.)
     assert _public(BoundedGate) - _public(RedisGate) == {"priorities"}
     assert _public(RedisGate) - _public(BoundedGate) == {
         "aclose",

@@ -53,7 +53,7 @@ from ._adaptive import ClusterController
 from ._background import Background
 from ._inspect import read_cluster
 from ._io import UNREACHABLE, fields, pooled, text
-from ._lacking import no_attribute, not_implemented, refuse_arguments
+from ._lacking import no_attribute, refuse_arguments
 from ._process import Ending, Field, ProcessSide, ms
 from ._records import record_of
 from ._stats import ClusterStatistics, RedisGateStatistics
@@ -194,7 +194,7 @@ class RedisGate:
             above ``poll_interval``, ``wait_timeout`` not below ``op_timeout``, or
             ``wait_replicas`` with a client other than a ``redis.asyncio.Redis``.
 
-    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, ``adapt()``) is refused
+    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities) is refused
     with the way out: a ``TypeError`` for an argument, a ``NotImplementedError`` for a
     method, an ``AttributeError`` for an attribute (see
     docs/cluster.md, "What RedisGate does not have").
@@ -501,7 +501,7 @@ class RedisGate:
 
     @property
     def controller(self) -> AdaptiveLimit | None:
-        """The adaptive controller of this process (None without ``adaptive=``).
+        """The adaptive controller of this process (None without ``adaptive=`` or :meth:`adapt`).
 
         Its ``limit`` follows the cluster's C (every reply about C brings it in line); its
         ``cuts``, ``suppressed`` and ``grown`` count what the cluster applied of this process's
@@ -625,12 +625,29 @@ class RedisGate:
             feed = self._feed = ClusterFeed(self, self._side, self._observers)
         return feed
 
-    def adapt(self, settings: Adaptive | None = None) -> NoReturn:
-        """Not here: give the controller at construction, ``RedisGate(..., adaptive=Adaptive(...))``.
+    def adapt(self, settings: Adaptive | None = None) -> AdaptiveLimit:
+        """Have an adaptive controller in this process propose the cluster's C from now on; returns it.
 
-        Raises ``NotImplementedError`` saying so.
+        As :meth:`BoundedGate.adapt <boundedgate.BoundedGate.adapt>`: the new controller starts
+        from the cluster's C as this process last saw it, and replaces this process's controller
+        (from ``adaptive=`` or an earlier call); ``None`` gives the default settings. Like the one
+        given at construction, it hears this process's signals and samples its requests, and
+        proposes its cuts and growth to Redis, which applies them to the one C of every process
+        (see docs/adaptive.md, "A cluster gate"). Every process of the gate
+        should use the same settings: each proposal is applied by the settings of the process
+        that sent it (its window, floor, ceiling and step), so during a rolling change the old
+        and the new settings both apply, each to its own processes' proposals.
+
+        Raises:
+            TypeError: ``settings`` is neither :class:`~boundedgate.Adaptive` nor None.
+            ValueError: The gate has no ``max_running`` (nothing for a controller to set).
         """
-        raise not_implemented("adapt")
+        if self._unlimited:
+            raise ValueError("an adaptive limit needs a gate with max_running set")
+        side = self._side
+        self._controller = controller = ClusterController(side, settings)  # which checks the settings
+        side.controller = controller
+        return controller.limit
 
     if not TYPE_CHECKING:  # at run time only: a type checker still flags a misspelt attribute
 
