@@ -15,8 +15,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
+from prometheus_client import CollectorRegistry, generate_latest
 
 from boundedgate import Infeasible, QueueFull, RequestRecord, Status
+from boundedgate.prometheus import GateCollector
 from boundedgate.redis import RedisGate, RedisKeyedGate
 from boundedgate.redis._layout import gate_keys
 
@@ -115,6 +117,20 @@ async def test_one_that_could_not_start_before_its_queue_deadline_is_refused_at_
     assert record.outcome.status is Status.INFEASIBLE
     assert record.decision == "reject"
     assert record.retry_after == error.predicted_wait
+
+
+async def test_the_metrics_exports_count_it_as_the_other_outcomes(holder: RedisGate, name: str) -> None:
+    registry = CollectorRegistry()
+    collector = GateCollector(holder)
+    registry.register(collector)
+    try:
+        with pytest.raises(Infeasible):
+            await holder.admit(timeout=HOUR / 2).__aenter__()
+        await collector.refresh()  # the cluster's counters, read from Redis
+        scrape = generate_latest(registry).decode()
+        assert f'boundedgate_requests_total{{gate="{name}",outcome="infeasible"}} 1.0' in scrape
+    finally:
+        collector.close()
 
 
 async def test_its_queue_deadline_is_the_nearer_of_its_deadline_and_max_wait(
