@@ -15,7 +15,8 @@
 --                     before this time (ms), a provider's rate-limit reset; cut, grew, Cvalue: the
 --                     adaptive controller's last cut and growth (ms) and its C as a real number;
 --                     wpeak: the peak running since the controller last changed C (caps growth;
---                     never above stats' peak_running, so a grant below it leaves the peak alone)
+--                     never above stats' peak_running, so a grant below it leaves the peak alone);
+--                     pace: a feasible gate's mean run (ms; see "Deadline-feasible admission")
 --   2 holders  zset   id -> lease expiry (ms)
 --   3 waiters  zset   id -> arrival sequence (FIFO by arrival at Redis)
 --   4 wdue     zset   id -> min(deadline, waiter-lease expiry) (ms): the sweep index of waiters
