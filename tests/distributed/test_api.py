@@ -9,6 +9,7 @@ import pytest
 
 from boundedgate import BoundedGate, KeyedGate, Permit, RateLimit, admit_all
 from boundedgate.redis import RedisGate, RedisPermit
+from boundedgate.redis._lacking import LACKING
 
 
 def _gate() -> RedisGate:
@@ -105,7 +106,6 @@ def test_an_attribute_nobody_has_is_refused_as_python_refuses_it() -> None:
 WAYS_OUT = {
     "priorities": "one FIFO",
     "jump_share": "one FIFO",
-    "feasible": "in-process gates only",
 }
 
 
@@ -145,17 +145,10 @@ def test_an_argument_nobody_takes_is_refused_as_python_refuses_it() -> None:
         RedisGate(None, max_running=1, max_waiting=1, a=1, b=2)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    ("method", "way_out"),
-    [
-        ("adapt", "RedisGate(..., adaptive=Adaptive(...))"),
-    ],
-)
-def test_a_method_it_lacks_raises_not_implemented_with_the_way_out(method: str, way_out: str) -> None:
-    with pytest.raises(NotImplementedError, match=rf"^RedisGate has no {method}\(\)") as refused:
-        getattr(_gate(), method)()
-    assert way_out in str(refused.value)
-    assert DOCS in str(refused.value)
+def test_what_it_lacks_is_priorities_and_the_cut() -> None:
+    # Code moves to the cluster by changing the constructor, and keeps every behaviour but
+    # priorities and on_deadline="cut" (deadline-feasible admission and adapt() are there).
+    assert set(LACKING) == {"priority", "priorities", "jump_share", "on_deadline"}
 
 
 def test_admit_all_refuses_a_redis_gate_as_a_key_with_the_way_out() -> None:
@@ -167,8 +160,6 @@ def test_admit_all_refuses_a_redis_gate_as_a_key_with_the_way_out() -> None:
 
 def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     # Public names of BoundedGate that RedisGate lacks, and the other way round.
-    # (The adaptive edge, docs/adaptive.md: a cluster gate's controller is given at construction:
-    # adapt is there, and raises NotImplementedError: see above.)
     assert _public(BoundedGate) - _public(RedisGate) == {"priorities"}
     assert _public(RedisGate) - _public(BoundedGate) == {
         "aclose",
@@ -181,7 +172,6 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     assert _arguments(BoundedGate.__init__) - _arguments(RedisGate.__init__) == {
         "priorities",
         "jump_share",
-        "feasible",
     }
     assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority", "on_deadline"}
     assert _arguments(BoundedGate.try_admit) == _arguments(RedisGate.try_admit)

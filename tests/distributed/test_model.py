@@ -23,6 +23,12 @@ bucket's stored empty moment moved an hour back, which is exactly what the clock
 looks like to the scripts. The model keeps the core's own buckets (:class:`TokenBucket`) on the
 examples' virtual clock; replies, starts, the queue and every balance must agree.
 
+Deadline-feasible admission is drawn on or off per example: the arrivals of a feasible gate send
+their deadline, its releases keep the pace in Redis, and every refusal must be the core's. A run's
+length on the server's clock is its holder's start as Redis noted it, which "hours pass" moves back
+as it moves the deadlines: the pace is the model's within the few seconds an example takes (and
+those only ever push Redis towards refusing, where the hours and the half hours never tie).
+
 Limits move as in process: ``limits.lua`` (RedisGate.set_limits) against ``GateState.set_limits``,
 and ``adapt.lua`` (the cluster's adaptive controller) against the core's :class:`AdaptiveLimit`,
 whose window is an hour here: an hour passing moves the cluster's last cut and growth back too.
@@ -76,6 +82,10 @@ SCRIPTS = (
     _scripts.ADAPT,
 )
 HOUR_S = HOUR / 1000  # a bucket's period, in the core's seconds: one token an hour
+#: How the core ends a ticket released as the script is told (None: completed or late, by its
+#: deadline), and one whose lease Redis reclaimed: neither ended normally, nor moves the pace.
+ENDED_AS: dict[str, Status | None] = {"completed": None, "late": None, "failed": Status.FAILED}
+RECLAIMED = Status.FAILED
 
 
 @st.composite
@@ -119,9 +129,10 @@ ENDINGS = dict(
 class Model:
     """What the scripts must do, written plainly: the gate's state in Redis, as Python values."""
 
-    def __init__(self, c: int, q: int, limits: list[RateLimit], adaptive: Adaptive) -> None:
+    def __init__(self, c: int, q: int, limits: list[RateLimit], adaptive: Adaptive, feasible: bool) -> None:
         self.c0, self.q0 = c, q  # the processes' own: in force until a runtime limit is set
         self.limits = limits
+        self.feasible = feasible
         self.adaptive = adaptive
         self.now = 0.0  # the buckets' clock, in seconds: whole hours
         self.forget()
@@ -171,6 +182,8 @@ class Model:
         self.cvalue: float | None = None
         self.wpeak = 0
         self.pause_until = -math.inf  # no start before this (a provider's rate-limit reset)
+        self.pace: float | None = None  # the mean run (s) of a feasible gate, newest weighing 0.2 / C
+        self.since: dict[str, float] = {}  # when each holder started (the buckets' clock)
 
     def count(self, field: str, n: int = 1) -> None:
         self.counters[field] = self.counters.get(field, 0) + n
@@ -182,6 +195,7 @@ class Model:
     def grant(self, permit_id: str) -> int:
         self.seq += 1
         self.holders[permit_id] = self.seq
+        self.since[permit_id] = self.now
         self.take(permit_id)
         self.count("admitted")
         self.peak("peak_running", len(self.holders))
@@ -244,6 +258,11 @@ class Model:
                 self.count("rate_limited")
                 due = max(due, self.pause_until)  # its retry_after counts to the pause's end if later
                 return 5, f"{due - self.now}:{','.join(map(str, limiting))}"
+        if wait and self.feasible:
+            refused = self.infeasible(deadline)
+            if refused is not None:
+                self.count("infeasible")
+                return 6, refused
         if wait and (self.q < 0 or len(self.waiters) < self.q):
             if cost and self.buckets:
                 self.costs[permit_id] = cost
@@ -252,10 +271,23 @@ class Model:
         self.count("rejected")
         return 3, str(self.pause_left())  # the seconds of a pause in force still to run
 
+    def infeasible(self, deadline: float) -> str | None:
+        """Feasible admission's refusal of an arrival that would queue: 'wait:budget' (s), or None."""
+        pace = self.pace
+        start = max(self.now, self.pause_until)
+        if pace is not None:
+            start += (max(0, len(self.holders) - self.c) + len(self.waiters) + 1) * pace / self.c
+        if start >= deadline or (pace is not None and start + pace >= deadline):
+            return f"{start - self.now}:{deadline - self.now}"
+        return None
+
     def release(self, permit_id: str, how: str) -> int:
         removed = 0
         if self.outcome.get(permit_id) != "released":
             removed = int(self.holders.pop(permit_id, None) is not None)
+            if removed and self.feasible and how in ("completed", "late"):
+                ran = self.now - self.since[permit_id]
+                self.pace = ran if self.pace is None else self.pace + 0.2 / self.c * (ran - self.pace)
             self.costs.pop(permit_id, None)
             self.lapsed.discard(permit_id)
             self.outcome[permit_id] = "released"
@@ -362,6 +394,7 @@ class Model:
             self.outcome.pop(permit_id, None)
             self.seq += 1
             self.holders[permit_id] = self.seq
+            self.since[permit_id] = self.now  # its start, as Redis notes it: now
             self.count("reattached")
             self.peak("peak_running", len(self.holders))
             out.append((permit_id, "reattached", str(self.seq)))
@@ -416,10 +449,17 @@ class Scripts(RuleBasedStateMachine):
     def teardown(self) -> None:
         self.redis.delete(*self.keys)
 
-    @initialize(c=st.integers(1, 3), q=st.integers(-1, 3), limits=rate_limits(), adaptive=adaptive_settings())
-    def limits(self, c: int, q: int, limits: list[RateLimit], adaptive: Adaptive) -> None:
-        self.model = Model(c, q, limits, adaptive)
+    @initialize(
+        c=st.integers(1, 3),
+        q=st.integers(-1, 3),
+        limits=rate_limits(),
+        adaptive=adaptive_settings(),
+        feasible=st.booleans(),
+    )
+    def limits(self, c: int, q: int, limits: list[RateLimit], adaptive: Adaptive, feasible: bool) -> None:
+        self.model = Model(c, q, limits, adaptive, feasible)
         self.core: GateState | None = GateState(c, None if q < 0 else q, 1, 0.2, limits)
+        self.core.feasible = feasible
         # One controller, as the core runs it in process: it decides the cuts the cluster must make.
         self.controller = AdaptiveLimit(adaptive, c)
         self.tickets: dict[str, Ticket] = {}
@@ -470,7 +510,7 @@ class Scripts(RuleBasedStateMachine):
         for permit_id in dropped:
             core.cancel(self.tickets[permit_id], self.model.now)
         for permit_id in reclaimed:
-            core.release(self.tickets[permit_id], self.model.now)
+            core.release(self.tickets[permit_id], self.model.now, RECLAIMED)
 
     # -- rules ------------------------------------------------------------------------------------
 
@@ -506,6 +546,9 @@ class Scripts(RuleBasedStateMachine):
                 self.redis.hset(self.keys[0], field, int(_text(at)) - passed)
         model = self.model
         model.now += passed / 1000
+        for permit_id in model.holders:  # a run's length is measured from its start: it moves back too
+            agent, deadline, since, token = _text(self.redis.hget(self.keys[4], permit_id)).split("|")
+            self.redis.hset(self.keys[4], permit_id, f"{agent}|{deadline}|{int(since) - passed}|{token}")
         for permit_id in model.waiters:
             agent, deadline, since, token = _text(self.redis.hget(self.keys[4], permit_id)).split("|")
             if int(deadline) >= 0:
@@ -589,8 +632,9 @@ class Scripts(RuleBasedStateMachine):
             and permit_id not in model.outcome
         )
         self.catch_up()
+        feasible = (remaining,) if model.feasible else ()  # its deadline is its queue deadline here
         state, value, running, waiting, _, *handed = self.answer(
-            _scripts.ADMIT, permit_id, remaining, int(wait), cost
+            _scripts.ADMIT, permit_id, remaining, int(wait), cost, *feasible
         )
         expected = model.admit(permit_id, wait, cost, deadline)
         if state == 5:  # rate limited: the ms until its tokens could come, from the server's now (a few s on)
@@ -599,6 +643,13 @@ class Scripts(RuleBasedStateMachine):
             assert state == expected[0]
             assert number in limiting.split(",")
             assert float(seconds) - 60 < float(ms) / 1000 <= float(seconds)
+        elif state == 6:  # infeasible: its predicted wait (the server's clock a few s on) and its budget
+            assert state == expected[0]
+            wait_ms, budget_ms = map(float, str(value).split(":"))
+            predicted, budget = map(float, expected[1].split(":"))
+            assert abs(wait_ms / 1000 - predicted) < 60
+            assert budget_ms == remaining
+            assert math.isclose(budget, remaining / 1000)
         elif state == 3:  # full: the ms of a pause in force still to run, from the server's now
             assert state == expected[0]
             self.same_pause_left(int(value), float(expected[1]))
@@ -619,7 +670,13 @@ class Scripts(RuleBasedStateMachine):
         if self.core is not None and fresh:
             ticket = self.tickets[permit_id] = Ticket(deadline=deadline, cost=cost)
             self.core.arrive(ticket, model.now, wait)
-            statuses = {1: Status.RUNNING, 2: Status.QUEUED, 3: Status.REJECTED, 5: Status.RATE_LIMITED}
+            statuses = {
+                1: Status.RUNNING,
+                2: Status.QUEUED,
+                3: Status.REJECTED,
+                5: Status.RATE_LIMITED,
+                6: Status.INFEASIBLE,
+            }
             assert ticket.status is statuses[state]
 
     @precondition(lambda self: self.known)
@@ -630,7 +687,8 @@ class Scripts(RuleBasedStateMachine):
         if not choices:
             return
         permit_id = data.draw(st.sampled_from(choices))
-        removed, running, waiting, _, c, *handed = self.answer(_scripts.RELEASE, permit_id, how)
+        paced = ("1",) if self.model.feasible else ()
+        removed, running, waiting, _, c, *handed = self.answer(_scripts.RELEASE, permit_id, how, *paced)
         assert c == self.model.c  # the cluster's C, which an adaptive controller adopts
         was_running = permit_id in self.model.holders
         assert removed == self.model.release(permit_id, how)
@@ -640,7 +698,7 @@ class Scripts(RuleBasedStateMachine):
         self.holding.pop(permit_id, None)
         if self.core is not None:
             if was_running:
-                self.core.release(self.tickets[permit_id], self.model.now)
+                self.core.release(self.tickets[permit_id], self.model.now, ENDED_AS[how])
             self.core_sweep(reclaimed, dropped)
             self.core.advance(self.model.now)  # the script's sweep started the heads whose tokens came
 
@@ -811,7 +869,7 @@ class Scripts(RuleBasedStateMachine):
                 core.cancel(self.tickets[permit_id], model.now)
             core.pause(model.pause_until, model.now)
             for permit_id in reclaimed:
-                core.release(self.tickets[permit_id], model.now)
+                core.release(self.tickets[permit_id], model.now, RECLAIMED)
             core.advance(model.now)
 
     def align_controller(self) -> None:
@@ -840,7 +898,7 @@ class Scripts(RuleBasedStateMachine):
             core.cancel(self.tickets[permit_id], now)
         core.set_limits(now, c, q)
         for permit_id in reclaimed:
-            core.release(self.tickets[permit_id], now)
+            core.release(self.tickets[permit_id], now, RECLAIMED)
         core.advance(now)
         assert core.limit_changes == self.model.counters.get("limit_changes", 0)
 
@@ -908,6 +966,16 @@ class Scripts(RuleBasedStateMachine):
             elapsed = (now_ms - self.base_ms + 1) / HOUR
             expected = bucket.tokens(self.model.now)
             assert expected <= balance <= expected + elapsed + 1e-9
+        pace = self.redis.hget(keys[0], "pace")
+        if self.model.pace is None:
+            assert pace is None
+        else:  # runs measured on the server's clock: a few seconds longer at most
+            assert pace is not None
+            assert self.model.pace - 1e-3 <= float(pace) / 1000 < self.model.pace + 60
+            core = getattr(self, "core", None)
+            if core is not None:
+                assert core.recent_run_seconds is not None
+                assert math.isclose(core.recent_run_seconds, self.model.pace, rel_tol=1e-9)
         cvalue, wpeak = self.redis.hmget(keys[0], "Cvalue", "wpeak")
         assert (None if cvalue is None else float(cvalue)) == self.model.cvalue
         assert int(wpeak or 0) == self.model.wpeak

@@ -34,12 +34,13 @@ class ClusterController:
 
     Args:
         side: This process's side of the gate whose cluster C it moves.
-        settings: The controller's settings (every process sharing the gate should give the same).
+        settings: The controller's settings, None for the defaults (every process sharing the
+            gate should give the same).
     """
 
     __slots__ = ("_side", "limit")
 
-    def __init__(self, side: ProcessSide, settings: Adaptive) -> None:
+    def __init__(self, side: ProcessSide, settings: Adaptive | None) -> None:
         self._side = side
         #: This process's controller (``gate.controller``).
         self.limit = AdaptiveLimit(settings, side.max_running)

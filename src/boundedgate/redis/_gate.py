@@ -46,14 +46,14 @@ from .._core import (
 )
 from .._core import check_deadline as _check_deadline
 from .._driver import Observer, Observers, cancellation_pending, log_event
-from .._errors import Late
+from .._errors import Infeasible, Late
 from .._streams import HandsOver, StreamOpener, StreamPermit, StreamSource, StreamT
 from . import _buckets, _scripts
 from ._adaptive import ClusterController
 from ._background import Background
 from ._inspect import read_cluster
 from ._io import UNREACHABLE, fields, pooled, text
-from ._lacking import no_attribute, not_implemented, refuse_arguments
+from ._lacking import no_attribute, refuse_arguments
 from ._process import Ending, Field, ProcessSide, ms
 from ._records import record_of
 from ._stats import ClusterStatistics, RedisGateStatistics
@@ -177,19 +177,24 @@ class RedisGate:
         rate_limits: Token buckets (:class:`~boundedgate.RateLimit`) shared by every process of
             the gate, kept in Redis on the server's clock, with the in-process rules: see
             docs/cluster.md, "Rate limits across the cluster". Give every process the same list.
-        **lacking: A ``BoundedGate``'s setting that a RedisGate lacks (``priorities=``,
-            ``feasible=``...): refused, with the way out.
+        feasible: Deadline-feasible admission, as ``BoundedGate``'s: refuse at arrival, with
+            :class:`~boundedgate.Infeasible`, a request that would queue and that, by the
+            cluster's recent pace (kept in Redis, on the server's clock), could not start before
+            its queue deadline or finish one recent run later before its deadline. Give every
+            process of the gate the same (a process without it does not feed the pace).
+        **lacking: A ``BoundedGate``'s setting that a RedisGate lacks (``priorities=``...):
+            refused, with the way out.
 
     Raises:
         TypeError: A limit that is not an int, a duration that is not a number, a name that is
-            not a str, ``rate_limits`` that are not ``RateLimit`` objects, or
-            ``max_running=None`` without rate limits.
+            not a str, ``rate_limits`` that are not ``RateLimit`` objects, ``feasible`` that is
+            not True or False, or ``max_running=None`` without rate limits.
         ValueError: A limit out of range (beyond 2**53: the scripts count in Lua's doubles), a
             duration <= 0 or infinite (or an int beyond a float's range), ``waiter_ttl`` not
             above ``poll_interval``, ``wait_timeout`` not below ``op_timeout``, or
             ``wait_replicas`` with a client other than a ``redis.asyncio.Redis``.
 
-    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, ``adapt()``) is refused
+    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities) is refused
     with the way out: a ``TypeError`` for an argument, a ``NotImplementedError`` for a
     method, an ``AttributeError`` for an attribute (see
     docs/cluster.md, "What RedisGate does not have").
@@ -215,6 +220,7 @@ class RedisGate:
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
         rate_limits: Sequence[RateLimit] = (),
+        feasible: bool = False,
         **lacking: Never,
     ) -> None:
         if lacking:  # a BoundedGate's setting it has not (priorities=...): say so
@@ -240,6 +246,7 @@ class RedisGate:
         if adaptive is not None and not isinstance(adaptive, Adaptive):
             raise TypeError(f"adaptive must be an Adaptive, got {shown(adaptive)}")
         wait = _wait_setting(client, wait_replicas, wait_timeout, operation)
+        feasible = check_flag("feasible", feasible)
         self._side = side = ProcessSide(
             client,
             name=name,
@@ -255,6 +262,7 @@ class RedisGate:
             background=Background,
             wait=wait,
             rate_limits=limits,
+            feasible=feasible,
         )
         self._controller = None if adaptive is None else ClusterController(side, adaptive)
         side.controller = self._controller
@@ -493,7 +501,7 @@ class RedisGate:
 
     @property
     def controller(self) -> AdaptiveLimit | None:
-        """The adaptive controller of this process (None without ``adaptive=``).
+        """The adaptive controller of this process (None without ``adaptive=`` or :meth:`adapt`).
 
         Its ``limit`` follows the cluster's C (every reply about C brings it in line); its
         ``cuts``, ``suppressed`` and ``grown`` count what the cluster applied of this process's
@@ -617,12 +625,29 @@ class RedisGate:
             feed = self._feed = ClusterFeed(self, self._side, self._observers)
         return feed
 
-    def adapt(self, settings: Adaptive | None = None) -> NoReturn:
-        """Not here: give the controller at construction, ``RedisGate(..., adaptive=Adaptive(...))``.
+    def adapt(self, settings: Adaptive | None = None) -> AdaptiveLimit:
+        """Have an adaptive controller in this process propose the cluster's C from now on; returns it.
 
-        Raises ``NotImplementedError`` saying so.
+        As :meth:`BoundedGate.adapt <boundedgate.BoundedGate.adapt>`: the new controller starts
+        from the cluster's C as this process last saw it, and replaces this process's controller
+        (from ``adaptive=`` or an earlier call); ``None`` gives the default settings. Like the one
+        given at construction, it hears this process's signals and samples its requests, and
+        proposes its cuts and growth to Redis, which applies them to the one C of every process
+        (see docs/adaptive.md, "A cluster gate"). Every process of the gate
+        should use the same settings: each proposal is applied by the settings of the process
+        that sent it (its window, floor, ceiling and step), so during a rolling change the old
+        and the new settings both apply, each to its own processes' proposals.
+
+        Raises:
+            TypeError: ``settings`` is neither :class:`~boundedgate.Adaptive` nor None.
+            ValueError: The gate has no ``max_running`` (nothing for a controller to set).
         """
-        raise not_implemented("adapt")
+        if self._unlimited:
+            raise ValueError("an adaptive limit needs a gate with max_running set")
+        side = self._side
+        self._controller = controller = ClusterController(side, settings)  # which checks the settings
+        side.controller = controller
+        return controller.limit
 
     if not TYPE_CHECKING:  # at run time only: a type checker still flags a misspelt attribute
 
@@ -662,6 +687,7 @@ NEW = Status.NEW
 QUEUED = Status.QUEUED
 RUNNING = Status.RUNNING
 REJECTED = Status.REJECTED
+INFEASIBLE = Status.INFEASIBLE
 EXPIRED = Status.EXPIRED
 CANCELLED = Status.CANCELLED
 COMPLETED = Status.COMPLETED
@@ -678,6 +704,11 @@ _GRANTED = "granted"
 _DISCONNECTED = "disconnected"
 
 _T = TypeVar("_T")
+
+
+def _budget_ms(deadline: float, now: float) -> int:
+    """The milliseconds from ``now`` to ``deadline``, rounded up, as the scripts take them (-1: none)."""
+    return -1 if deadline == math.inf else math.ceil((deadline - now) * 1000)
 
 
 async def _rate_call(side: ProcessSide, args: tuple[object, ...]) -> None:
@@ -1077,7 +1108,6 @@ class RedisPermit(HandsOver):
         if self.max_wait != _INF:
             deadline = min(deadline, now + self.max_wait)
         self._queue_by = deadline
-        remaining = -1 if deadline == math.inf else math.ceil((deadline - now) * 1000)
         keeper = side.keeper
         if keeper is not None:
             keeper.arrived()  # its keyed gate lists the key's gate while it is in use
@@ -1089,7 +1119,7 @@ class RedisPermit(HandsOver):
             reply = fields(
                 await side.run(
                     _scripts.ADMIT,
-                    (permit_id, remaining, 1 if wait else 0, repr(self.cost)),
+                    self._admit_args(permit_id, now, wait),
                     min(side.op_timeout, deadline - now),
                 )
             )
@@ -1116,13 +1146,40 @@ class RedisPermit(HandsOver):
             self._head_waits(text(value))
         await self._wait(future, permit_id, now)
 
+    def _admit_args(self, permit_id: str, now: float, wait: bool) -> tuple[object, ...]:
+        """The admit script's own arguments: its budget in ms to its queue deadline (-1: none)...
+
+        A feasible gate's arrival sends its budget to its deadline too: one recent run after its
+        start must end before it.
+        """
+        args = (permit_id, _budget_ms(self._queue_by, now), 1 if wait else 0, repr(self.cost))
+        if self._side.feasible:
+            return (*args, _budget_ms(self.deadline, now))
+        return args
+
     def _refusal(self, state: int, value: str, running: int, waiting: int, arrival: float) -> Exception:
-        """End a request that admit's reply refused (``state`` 3, 5, or 4: ended already); the error."""
+        """End a request that admit's reply refused (``state`` 3, 5, 6, or 4: ended already); the error."""
         side = self._side
         self._depth = waiting
         if state == 3:
             ended = self._end(REJECTED)
             return side.refused(ended - arrival, running, waiting, int(value) / 1000)
+        if state == 6:  # value: the script's 'ms:ms', the predicted wait and the budget
+            wait_ms, _, budget_ms = value.partition(":")
+            # Noted before it ends, for its record: its retry_after is the predicted wait.
+            predicted = self._refused_after = max(0.0, float(wait_ms) / 1000)
+            ended = self._end(INFEASIBLE)
+            return Infeasible(
+                gate=side.name,
+                max_running=self._gate.max_running,
+                max_waiting=side.max_waiting,
+                running=running,
+                waiting=waiting,
+                waited=0.0,
+                elapsed=ended - arrival,
+                predicted_wait=predicted,
+                budget=_INF if int(budget_ms) < 0 else int(budget_ms) / 1000,
+            )
         if state != 5:
             ended = self._end(UNAVAILABLE)  # an outcome already recorded for a fresh id: state was lost
             return side.unavailable(0.0, ended - arrival, "waiter_lease_lost")

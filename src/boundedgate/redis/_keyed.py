@@ -152,6 +152,10 @@ class RedisKeyedGate:
             in Redis, starting full).
         adaptive: A controller per key (as :class:`RedisGate`'s ``adaptive``): each key's C is
             learned cluster-wide from that key's signals and requests, and kept in Redis.
+        feasible: Deadline-feasible admission for every key (as :class:`RedisGate`'s
+            ``feasible``): each key's gate refuses at arrival, with
+            :class:`~boundedgate.Infeasible`, what its own recent pace says cannot start (or
+            finish) in time.
         idle_ttl: Seconds a key's state outlives its last use in Redis (default one hour; a
             ``RedisGate``'s default is a day).
         lease_ttl, poll_interval, waiter_ttl, op_timeout, max_stall, wait_replicas, wait_timeout:
@@ -207,6 +211,7 @@ class RedisKeyedGate:
         max_stall: float = 60.0,
         wait_replicas: int = 0,
         wait_timeout: float = 0.1,
+        feasible: bool = False,
         **lacking: Never,
     ) -> None:
         if lacking:
@@ -222,6 +227,7 @@ class RedisKeyedGate:
             "max_stall": max_stall,
             "wait_replicas": wait_replicas,
             "wait_timeout": wait_timeout,
+            "feasible": feasible,
         }
         self._name = name = check_name(name)
         # The template, checked now as a key's gate is (RedisGate checks every setting; no I/O).

@@ -2,18 +2,17 @@
 
 :data:`LACKING` says, for each argument, method and attribute of a ``BoundedGate`` that a
 ``RedisGate`` does not have, why and what to do instead; docs/cluster.md lists the same under
-"What RedisGate does not have". An argument it lacks is a ``TypeError`` (:func:`refuse_arguments`),
-a method a ``NotImplementedError`` (:func:`not_implemented`), an attribute an ``AttributeError``
+"What RedisGate does not have": priorities, and cutting off at the deadline. An argument it lacks
+is a ``TypeError`` (:func:`refuse_arguments`), an attribute an ``AttributeError``
 (:func:`no_attribute`: ``hasattr()`` stays false, so code that asks first, as for
-``gate.priorities``, leaves the gate alone). When the cluster gate gains one of them,
-its line goes, with the parameter or method that stood in for it.
+``gate.priorities``, leaves the gate alone). When the cluster gate gains one of them, its line goes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ("DOCS", "LACKING", "no_attribute", "not_implemented", "refuse_arguments")
+__all__ = ("DOCS", "LACKING", "no_attribute", "refuse_arguments")
 
 #: Where the docs list what a RedisGate lacks.
 DOCS = 'see docs/cluster.md, "What RedisGate does not have"'
@@ -25,11 +24,8 @@ LACKING: Mapping[str, str] = {
     "priority": _PRIORITIES,
     "priorities": _PRIORITIES,
     "jump_share": _PRIORITIES,
-    "feasible": "deadline-feasible admission is for in-process gates only: leave it out",
     "on_deadline": "a RedisGate never cuts a body off at its deadline: leave it out, or put the block "
     "inside asyncio.timeout() (a cut is then counted failed)",
-    "adapt": "give its controller at construction, RedisGate(..., adaptive=Adaptive(...)), shared by "
-    "every process",
 }
 
 
@@ -41,11 +37,6 @@ def refuse_arguments(where: str, arguments: Mapping[str, object]) -> TypeError:
             shown = where.removesuffix(".__init__")
             return TypeError(f"{shown}() takes no {lacking}=: {LACKING[lacking]} ({DOCS})")
     return TypeError(f"{where}() got an unexpected keyword argument {name!r}")
-
-
-def not_implemented(method: str) -> NotImplementedError:
-    """The error of a method a RedisGate lacks (``adapt``), with the way out."""
-    return NotImplementedError(f"RedisGate has no {method}(): {LACKING[method]} ({DOCS})")
 
 
 def no_attribute(gate: object, name: str) -> AttributeError:

@@ -169,6 +169,7 @@ class ProcessSide:
         "counters",
         "epoch",
         "fallback",
+        "feasible",
         "head",
         "holders",
         "keeper",
@@ -210,9 +211,12 @@ class ProcessSide:
         background: Callable[[ProcessSide], Work],
         wait: tuple[int, int] | None = None,
         rate_limits: tuple[RateLimit, ...] = (),
+        feasible: bool = False,
     ) -> None:
         self.client = client
         self.wait = wait
+        #: Deadline-feasible admission: arrivals send their deadline, releases keep the pace.
+        self.feasible = feasible
         self.rate_limits = rate_limits
         self.name = name
         self.max_running = max_running
@@ -511,7 +515,7 @@ class ProcessSide:
         on in the background, retried as :meth:`release` does.
         """
         try:
-            reply = await self.run(_scripts.RELEASE, (permit_id, how))
+            reply = await self.run(_scripts.RELEASE, self._ending(_scripts.RELEASE, permit_id, how))
         except UNREACHABLE:
             self.counters.retries += 1
             self.spawn(self._until_done(_scripts.RELEASE, permit_id, how, self.lease_ttl, sample, True))
@@ -535,6 +539,12 @@ class ProcessSide:
         if sample is not None and controller is not None:
             controller.sampled(sample[0], sample[1], int(reply[1]) + 1, int(reply[4]))
 
+    def _ending(self, script: _scripts.Script, permit_id: str, how: str) -> tuple[str, ...]:
+        """The arguments of a release or cancellation: a feasible gate's release keeps the pace."""
+        if self.feasible and script is _scripts.RELEASE:
+            return (permit_id, how, "1")
+        return (permit_id, how)
+
     async def _until_done(
         self,
         script: _scripts.Script,
@@ -552,7 +562,7 @@ class ProcessSide:
         delay = 0.05
         while True:
             try:
-                reply = await self.run(script, (permit_id, how))
+                reply = await self.run(script, self._ending(script, permit_id, how))
             except UNREACHABLE:
                 if not retried:
                     retried = True

@@ -32,7 +32,7 @@ class Ended(Protocol):
     cost: float  # as settled (its declared cost if never settled)
     _declared: float
     _limited_by: str | None  # the rate limit that refused it (None: none did)
-    _refused_after: float | None  # that refusal's retry_after
+    _refused_after: float | None  # that refusal's (or an infeasible one's) retry_after
 
     @property
     def _first_item(self) -> float | None: ...
@@ -71,12 +71,9 @@ def record_of(
     first = permit._first_item
     refused = outcome.error_code is not None and not outcome.ran
     waiting = depth if depth is not None else 0
-    if permit._limited_by is not None:  # refused by a rate limit: the exact retry_after the script computed
-        retry_after = permit._refused_after
-    elif refused:
+    retry_after = permit._refused_after  # by a rate limit or as infeasible: the script's retry_after
+    if retry_after is None and refused:
         retry_after = _retry_after(recent_run, max_running, waiting, 0.0)
-    else:
-        retry_after = None
     return RequestRecord(
         gate=gate,
         key=None,

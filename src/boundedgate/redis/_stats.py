@@ -71,9 +71,8 @@ class LocalCounters:
     def __init__(self) -> None:
         self.admitted = self.rejected = self.expired = self.cancelled = 0
         self.completed = self.late = self.failed = self.leaked = self.aborted = self.disconnected = 0
-        self.cut = 0
-        # A cluster gate has no priority classes, rate limits nor deadline-feasible admission.
-        self.evicted = self.rate_limited = self.infeasible = 0
+        self.rate_limited = self.infeasible = self.cut = 0
+        self.evicted = 0  # a cluster gate has no priority classes: nothing is ever evicted
         self.peak_running = self.peak_waiting = 0
         self.unavailable = self.fallbacks = self.lease_lost = self.epoch_changes = self.retries = 0
         self.unreplicated = 0

@@ -15,7 +15,8 @@
 --                     before this time (ms), a provider's rate-limit reset; cut, grew, Cvalue: the
 --                     adaptive controller's last cut and growth (ms) and its C as a real number;
 --                     wpeak: the peak running since the controller last changed C (caps growth;
---                     never above stats' peak_running, so a grant below it leaves the peak alone)
+--                     never above stats' peak_running, so a grant below it leaves the peak alone);
+--                     pace: a feasible gate's mean run (ms; see "Deadline-feasible admission")
 --   2 holders  zset   id -> lease expiry (ms)
 --   3 waiters  zset   id -> arrival sequence (FIFO by arrival at Redis)
 --   4 wdue     zset   id -> min(deadline, waiter-lease expiry) (ms): the sweep index of waiters
@@ -401,6 +402,44 @@ local function queued_value(order)
   local at, whose = head_ready()
   if at and whose == SELF then return int(order) .. '@' .. string.format('%.17g', at - now) end
   return int(order)
+end
+
+-- Deadline-feasible admission
+-- ===========================
+-- meta's pace: the moving mean (ms, server clock) of the runs that ended normally (completed or
+-- late), the newest weighing PACE_WEIGHT / C, as the core's recent_run_seconds (a gate without a
+-- limit on running, C 2**53, weighs it PACE_WEIGHT). Kept by release.lua for a feasible gate's
+-- processes. An arrival of a feasible gate that would queue is refused when its predicted start,
+-- max(now, pause) + n * pace / C (n: the running excess over C, the queue ahead, itself), is at
+-- or after its queue deadline, or one pace after it at or after its deadline.
+local PACE_WEIGHT = 0.2
+local UNLIMITED = 2 ^ 53
+
+local function keep_pace(ran)
+  local pace = tonumber(redis.call('HGET', META, 'pace') or '')
+  if pace then
+    local weight = PACE_WEIGHT
+    if C < UNLIMITED then weight = PACE_WEIGHT / C end
+    ran = pace + weight * (ran - pace)
+  end
+  write('HSET', META, 'pace', string.format('%.17g', ran))
+end
+
+-- admit's feasibility refusal: (true, 'wait ms:budget ms'), the predicted wait and the time to its
+-- queue deadline, when it could not start in time; (false) when it could. queue_by and by: its
+-- queue deadline and deadline (ms, -1: none).
+local function infeasible(queue_by, by)
+  local pace = tonumber(redis.call('HGET', META, 'pace') or '')
+  local start = math.max(now, PAUSE)
+  if pace and C < UNLIMITED then
+    start = start + (math.max(0, RUNNING - C) + WAITING + 1) * pace / C
+  end
+  if (queue_by >= 0 and start >= queue_by) or (pace and by >= 0 and start + pace >= by) then
+    local budget = -1
+    if queue_by >= 0 then budget = queue_by - now end
+    return true, string.format('%.17g:%d', start - now, budget)
+  end
+  return false
 end
 
 -- A holder or waiter enters info (made anew when nobody held or waited).
