@@ -1,12 +1,12 @@
-"""A worker process for the chain test: a tenant's KeyedGate in this process, then one RedisGate.
+"""A worker process for the chain test: the cluster's tenants (a RedisKeyedGate), then one RedisGate.
 
     python chain_worker.py --url URL --name NAME --c C --q Q --tenant-c N [--tasks T] [--index I]
 
-Each of ``--tasks`` requests picks one of two tenants and goes through
-``admit_all((tenants, tenant), cluster_gate)``; its body is bracketed by two witnesses independent
-of the gates: the cluster's in Redis (``worker.ENTER``: running now, the highest seen, bodies run),
-and each tenant's in this process (the tenant gate's limit is this process's). It prints one JSON
-line: the outcomes counted, and the most bodies of one tenant seen running at once.
+Each of ``--tasks`` requests picks one of three tenants and goes through
+``admit_all((tenants, tenant), cluster_gate)``; its body is bracketed by witnesses in Redis,
+independent of the gates (``worker.ENTER``: running now, the highest seen, bodies run): the
+cluster's, and each tenant's (``witness_keys(f"{name}/{tenant}")``), both counted over every
+process. It prints one JSON line: the outcomes counted, and its tenant admissions.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import redis.asyncio
 
-from boundedgate import GateError, KeyedGate, admit_all
-from boundedgate.redis import RedisGate
+from boundedgate import GateError, admit_all
+from boundedgate.redis import RedisGate, RedisKeyedGate
 
 sys.path.insert(0, str(Path(__file__).parents[2]))  # run as a script: the repository's tests importable
 from tests.distributed.worker import ENTER, witness_keys
@@ -39,26 +39,32 @@ async def main(args: argparse.Namespace) -> None:
         waiter_ttl=5.0,
         op_timeout=5.0,
     )
-    tenants: KeyedGate[str] = KeyedGate(max_running=args.tenant_c, max_waiting=args.tasks, name="tenant")
+    tenants = RedisKeyedGate(
+        client,
+        max_running=args.tenant_c,
+        max_waiting=args.tasks,
+        name=f"{args.name}-tenant",
+        lease_ttl=10.0,
+        poll_interval=0.1,
+        waiter_ttl=5.0,
+        op_timeout=5.0,
+    )
     now_key, max_key, bodies_key, _ = witness_keys(args.name)
     enter = client.register_script(ENTER)
     rng = random.Random(args.index)
     outcomes: dict[str, int] = {}
-    running: dict[str, int] = {}
-    most = 0
 
     async def request() -> None:
-        nonlocal most
-        tenant = f"t{rng.randrange(2)}"
+        tenant = f"t{rng.randrange(3)}"
+        tenant_now, tenant_max, tenant_bodies, _ = witness_keys(f"{args.name}/{tenant}")
         await asyncio.sleep(rng.uniform(0, 0.05))
         try:
             async with admit_all((tenants, tenant), gate, timeout=args.timeout):
-                running[tenant] = running.get(tenant, 0) + 1
-                most = max(most, running[tenant])
+                await enter(keys=[tenant_now, tenant_max, tenant_bodies])
                 await enter(keys=[now_key, max_key, bodies_key])
                 await asyncio.sleep(rng.uniform(0.005, 0.03))
                 await client.decr(now_key)
-                running[tenant] -= 1
+                await client.decr(tenant_now)
             outcome = "completed"
         except GateError as error:
             outcome = error.code
@@ -67,8 +73,9 @@ async def main(args: argparse.Namespace) -> None:
     try:
         await asyncio.gather(*(request() for _ in range(args.tasks)))
         admitted = tenants.stats().total.admitted
-        print(json.dumps({"outcomes": outcomes, "tenant_most": most, "tenant": admitted}))
+        print(json.dumps({"outcomes": outcomes, "tenant": admitted}))
     finally:
+        await tenants.aclose()
         await gate.aclose()
         await client.aclose()
 
