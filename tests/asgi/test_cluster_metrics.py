@@ -62,7 +62,8 @@ Scrape = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 def recipe() -> str:
     blocks = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.DOTALL)
-    (found,) = [block for block in blocks if "GateCollector" in block and "FastAPI(" in block]
+    metrics = [block for block in blocks if "GateCollector" in block and "FastAPI(" in block]
+    (found,) = [block for block in metrics if "RedisKeyedGate" not in block]  # not the service recipe
     return str(found)
 
 
