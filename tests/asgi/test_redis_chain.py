@@ -16,6 +16,7 @@ import redis.asyncio
 
 from boundedgate import KeyedGate
 from boundedgate.asgi import GateMiddleware
+from boundedgate.redis import RedisKeyedGate
 from tests.asgi.harness import Client, Scope, StreamingApp, http_scope, serve
 from tests.asgi.servers import require, served
 from tests.asgi.test_redis import WAIT, until
@@ -126,3 +127,28 @@ async def test_one_chain_middleware_in_uvicorn_counts_a_queued_hang_up_as_discon
     assert served_streams == 1  # the provider was never called for the client that left
     assert (tenant.disconnected, tenant.aborted, tenant.completed) == (1, 0, 1)
     assert (stats.disconnected, stats.cancelled, stats.aborted, stats.completed) == (1, 0, 0, 1)
+
+
+async def test_a_cluster_keyed_gate_alone_takes_its_key_from_key(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    # A RedisKeyedGate is a keyed gate like a KeyedGate: given alone, with key=, each tenant
+    # queues in its own cluster gate; and without key= it is refused, naming the way.
+    async with RedisKeyedGate(client, max_running=1, max_waiting=0, name=name) as tenants:
+        with pytest.raises(TypeError, match="needs key="):
+            GateMiddleware(StreamingApp(), gate=tenants)
+        app = StreamingApp(chunks=1, pause=0)
+        app.hold = True
+        middleware = GateMiddleware(app, gate=tenants, key=_tenant, timeout=30)
+        first = serve(middleware, Client(), http_scope(headers=[("x-tenant", "a")]))
+        await until(lambda: app.entered == 1, "tenant a's request in the app")
+        other = serve(middleware, Client(), http_scope(headers=[("x-tenant", "b")]))
+        await until(lambda: app.entered == 2, "tenant b's request in the app: a's gate is not b's")
+        refused = Client()
+        await serve(middleware, refused, http_scope(headers=[("x-tenant", "a")]))
+        assert refused.sent[0]["status"] == 503  # a's one slot is taken, and a has no queue
+        app.release.set()
+        await asyncio.gather(first, other)
+        for tenant in ("a", "b"):
+            await settles_empty(client, f"{name}/{tenant}")
+        assert tenants.stats().total.completed == 2

@@ -21,7 +21,7 @@ from ._combined_permit import CombinedPermit, is_cluster_gate, is_cluster_keyed
 from ._keyed import KeyedGate
 from ._order import check_order
 
-__all__ = ("Chain", "is_chain")
+__all__ = ("Chain", "is_chain", "is_keyed")
 
 KeyFunction = Callable[[Any], Hashable | None]
 
@@ -34,7 +34,8 @@ def is_chain(gate: object) -> bool:
     return isinstance(gate, list | tuple)
 
 
-def _keyed(given: object) -> bool:
+def is_keyed(given: object) -> bool:
+    """True for a keyed gate, in-process (``KeyedGate``) or the cluster's (``RedisKeyedGate``)."""
     return isinstance(given, KeyedGate) or is_cluster_keyed(given)
 
 
@@ -64,7 +65,7 @@ class Chain:
         for given in gates:
             if _a_gate(given):
                 steps.append((given, None))
-            elif _keyed(given):
+            elif is_keyed(given):
                 if key is None:
                     raise TypeError(
                         f"{edge}: the keyed gate {given.name!r} in gate=[...] needs its key: give "
@@ -73,7 +74,7 @@ class Chain:
                     )
                 steps.append((given, key))
                 alone = True
-            elif isinstance(given, tuple) and len(given) == 2 and _keyed(given[0]) and callable(given[1]):
+            elif isinstance(given, tuple) and len(given) == 2 and is_keyed(given[0]) and callable(given[1]):
                 steps.append((given[0], given[1]))
             else:
                 raise TypeError(

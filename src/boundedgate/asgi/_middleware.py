@@ -63,7 +63,7 @@ from .._core import (
     check_priority,
     check_timeout,
 )
-from .._driver import Chain, KeyedGate, is_chain
+from .._driver import Chain, is_chain, is_keyed
 from .._errors import GateError
 from ._limits import chain_ratelimit_fields, ratelimit_fields
 from ._refusal import BodyFunction, Refusal, check_style, provider_refusal, refusal_for
@@ -165,12 +165,13 @@ class GateMiddleware:
 
     Args:
         app: The ASGI app to guard.
-        gate: A :class:`BoundedGate`, a :class:`KeyedGate` (with ``key``) or a ``RedisGate``; or a
-            chain of them, a list taken in order by one :func:`admit_all` per request (one
-            deadline, one queue budget, all or nothing): ``gate=[(tenants, tenant_of),
-            cluster_gate]``, each keyed gate paired with the function of the scope that gives its
-            key, or given alone to take its key from ``key``. A refusal answers with the refusing
-            gate's error; a client that hangs up while queued is *disconnected* at every gate.
+        gate: A :class:`BoundedGate`, a :class:`KeyedGate` or ``RedisKeyedGate`` (with ``key``) or a
+            ``RedisGate``; or a chain of them, a list taken in order by one :func:`admit_all` per
+            request (one deadline, one queue budget, all or nothing): ``gate=[(tenants,
+            tenant_of), cluster_gate]``, each keyed gate paired with the function of the scope
+            that gives its key, or given alone to take its key from ``key``. A refusal answers
+            with the refusing gate's error; a client that hangs up while queued is
+            *disconnected* at every gate.
         key: A function from the ASGI scope to the request's key, for a :class:`KeyedGate` (a
             session id, a tenant from a header, an API key: any hashable). Routing has not run
             yet, so read the path or headers, not ``path_params``. None is a key like any other:
@@ -351,10 +352,11 @@ def _checked_gate(
         return chain, False
     if not hasattr(gate, "admit"):
         raise TypeError(
-            f"gate must be a BoundedGate, a KeyedGate (with key=), a RedisGate, or a list of them "
-            f"(a chain), got {gate!r}; see docs/http.md, 'Serving HTTP: the ASGI middleware'"
+            f"gate must be a BoundedGate, a KeyedGate or RedisKeyedGate (with key=), a RedisGate, "
+            f"or a list of them (a chain), got {gate!r}; "
+            "see docs/http.md, 'Serving HTTP: the ASGI middleware'"
         )
-    keyed = isinstance(gate, KeyedGate)
+    keyed = is_keyed(gate)
     if keyed and key is None:
         raise TypeError(
             "a KeyedGate needs key=, a function from the ASGI scope to the request's key, "
