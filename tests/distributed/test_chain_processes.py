@@ -31,6 +31,7 @@ def chain_worker(server: RedisServer, name: str, c: int, q: int, tenant_c: int, 
     ]  # fmt: skip
 
 
+@pytest.mark.engines("redis", "valkey")
 async def test_a_tenant_and_cluster_chain_in_three_processes_never_goes_over_either_limit(
     client: redis.asyncio.Redis, redis_server: RedisServer, name: str
 ) -> None:

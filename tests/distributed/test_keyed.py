@@ -345,6 +345,7 @@ def _emptied(client: redis.asyncio.Redis) -> Callable[[], Awaitable[bool]]:
     return empty
 
 
+@pytest.mark.engines("redis", "valkey")
 async def test_three_processes_hold_each_keys_c_and_q(
     client: redis.asyncio.Redis, redis_server: RedisServer, name: str
 ) -> None:

@@ -74,6 +74,7 @@ def test_the_window_check_finds_a_window_beyond_the_bound() -> None:
     assert least_excess([(0, 0, 7), (0, 0, 2)], 10, 8) == pytest.approx(1)
 
 
+@pytest.mark.engines("redis", "valkey")
 async def test_three_processes_settling_stay_within_the_net_bound_and_their_counts_add_up(
     client: redis.asyncio.Redis, redis_server: RedisServer, name: str
 ) -> None:
