@@ -1,6 +1,6 @@
 """A worker process for the chain test: the cluster's tenants (a RedisKeyedGate), then one RedisGate.
 
-    python chain_worker.py --url URL --name NAME --c C --q Q --tenant-c N [--tasks T] [--index I]
+    python chain_worker.py --url URL --name NAME --c C --q Q --tenant-c N [--tasks T] [--index I] [--cluster]
 
 Each of ``--tasks`` requests picks one of three tenants and goes through
 ``admit_all((tenants, tenant), cluster_gate)``; its body is bracketed by witnesses in Redis,
@@ -18,17 +18,15 @@ import random
 import sys
 from pathlib import Path
 
-import redis.asyncio
-
 from boundedgate import GateError, admit_all
 from boundedgate.redis import RedisGate, RedisKeyedGate
 
 sys.path.insert(0, str(Path(__file__).parents[2]))  # run as a script: the repository's tests importable
-from tests.distributed.worker import ENTER, witness_keys
+from tests.distributed.worker import ENTER, client_for, witness_keys
 
 
 async def main(args: argparse.Namespace) -> None:
-    client = redis.asyncio.Redis.from_url(args.url)
+    client = client_for(args.url, args.cluster)
     gate = RedisGate(
         client,
         max_running=args.c,
@@ -89,6 +87,7 @@ if __name__ == "__main__":
     parser.add_argument("--tenant-c", type=int, required=True)
     parser.add_argument("--tasks", type=int, default=12)
     parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--cluster", action="store_true")
     parser.add_argument("--timeout", type=float, default=5.0)
     asyncio.run(main(parser.parse_args()))
     sys.exit(0)

@@ -1,6 +1,6 @@
 """A worker process for the keyed multi-process test: one RedisKeyedGate in its own interpreter.
 
-    python keyed_worker.py --url URL --name NAME --c C --q Q --keys K --tasks N --index I
+    python keyed_worker.py --url URL --name NAME --c C --q Q --keys K --tasks N --index I [--cluster]
 
 Runs ``--tasks`` requests spread over ``--keys`` keys (``k0`` has C = 1 by ``overrides``, the
 others the template's ``--c``), each body bracketed by its key's witness: a Redis counter of the
@@ -14,11 +14,14 @@ import argparse
 import asyncio
 import json
 import random
-
-import redis.asyncio
+import sys
+from pathlib import Path
 
 from boundedgate import GateError, GateLimits
 from boundedgate.redis import RedisKeyedGate
+
+sys.path.insert(0, str(Path(__file__).parents[2]))  # run as a script: the repository's tests importable
+from tests.distributed.worker import client_for
 
 ENTER = """
 local n = redis.call('INCR', KEYS[1])
@@ -28,12 +31,12 @@ return n
 
 
 def witness_keys(name: str, key: str) -> tuple[str, str]:
-    """Keys of ``key``'s witness: its bodies running now, the most seen at once."""
-    return f"witness:{name}/{key}:now", f"witness:{name}/{key}:max"
+    """Keys of ``key``'s witness: its bodies running now, the most seen at once (one hash tag)."""
+    return f"witness:{{{name}/{key}}}:now", f"witness:{{{name}/{key}}}:max"
 
 
 async def main(args: argparse.Namespace) -> None:
-    client = redis.asyncio.Redis.from_url(args.url)
+    client = client_for(args.url, args.cluster)
     gates = RedisKeyedGate(
         client,
         max_running=args.c,
@@ -79,4 +82,5 @@ if __name__ == "__main__":
     parser.add_argument("--keys", type=int, required=True)
     parser.add_argument("--tasks", type=int, default=30)
     parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--cluster", action="store_true")
     asyncio.run(main(parser.parse_args()))

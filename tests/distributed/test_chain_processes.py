@@ -11,22 +11,23 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio
 
 from .helpers import cluster, settles_empty
-from .servers import RedisServer
+from .servers import RedisClusterServers, RedisServer
 from .test_processes import workers
 from .worker import witness_keys
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 
 
-def chain_worker(server: RedisServer, name: str, c: int, q: int, tenant_c: int, index: int) -> list[str]:
+def chain_worker(server: list[str], name: str, c: int, q: int, tenant_c: int, index: int) -> list[str]:
     script = Path(__file__).with_name("chain_worker.py")
     return [
-        sys.executable, str(script), "--url", server.url, "--name", name, "--c", str(c), "--q", str(q),
+        sys.executable, str(script), "--url", *server, "--name", name, "--c", str(c), "--q", str(q),
         "--tenant-c", str(tenant_c), "--tasks", "12", "--index", str(index),
     ]  # fmt: skip
 
@@ -35,9 +36,21 @@ def chain_worker(server: RedisServer, name: str, c: int, q: int, tenant_c: int, 
 async def test_a_tenant_and_cluster_chain_in_three_processes_never_goes_over_either_limit(
     client: redis.asyncio.Redis, redis_server: RedisServer, name: str
 ) -> None:
+    await _a_chain_in_three_processes(client, [redis_server.url], name)
+
+
+@pytest.mark.engines
+async def test_the_chain_in_three_processes_on_a_cluster(
+    cluster_client: redis.asyncio.RedisCluster, redis_cluster: RedisClusterServers, name: str
+) -> None:
+    # Each tenant's gate and the shared one have a hash tag of their own: spread over the primaries.
+    await _a_chain_in_three_processes(cluster_client, [redis_cluster.url, "--cluster"], name)
+
+
+async def _a_chain_in_three_processes(client: Any, server: list[str], name: str) -> None:
     c, q, tenant_c = 2, 0, 1  # three tenants of one slot each want more than C: some are refused
     seen_running = seen_waiting = 0
-    with workers(*(chain_worker(redis_server, name, c, q, tenant_c, i) for i in range(3))) as processes:
+    with workers(*(chain_worker(server, name, c, q, tenant_c, i) for i in range(3))) as processes:
         while any(p.poll() is None for p in processes):  # sample the cluster independently meanwhile
             view = await cluster(client, name)
             seen_running = max(seen_running, view.running)
@@ -46,8 +59,8 @@ async def test_a_tenant_and_cluster_chain_in_three_processes_never_goes_over_eit
         reports = [json.loads(p.stdout.read()) for p in processes]  # type: ignore[union-attr]
         assert [p.returncode for p in processes] == [0, 0, 0]
     now_key, max_key, bodies_key, _ = witness_keys(name)
-    witness_max = int(await client.get(max_key))  # type: ignore[arg-type]  # a counter, set
-    bodies = int(await client.get(bodies_key))  # type: ignore[arg-type]
+    witness_max = int(await client.get(max_key))  # a counter, set
+    bodies = int(await client.get(bodies_key))
     completed = sum(r["outcomes"].get("completed", 0) for r in reports)
     assert sum(sum(r["outcomes"].values()) for r in reports) == 36
     assert sum(r["outcomes"].get("queue_full", 0) for r in reports) >= 1  # the cluster refused some
@@ -58,7 +71,7 @@ async def test_a_tenant_and_cluster_chain_in_three_processes_never_goes_over_eit
     assert max(tenant_most) >= 1, tenant_most
     assert all(most <= tenant_c for most in tenant_most), tenant_most
     assert bodies == completed >= 1
-    assert int(await client.get(now_key)) == 0  # type: ignore[arg-type]
+    assert int(await client.get(now_key)) == 0
     view = await settles_empty(client, name)
     assert view.counters["admitted"] == view.counters["completed"] == completed
     assert view.counters["peak_running"] <= c

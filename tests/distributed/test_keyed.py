@@ -25,7 +25,7 @@ from boundedgate.redis._layout import gate_keys
 
 from .helpers import CALM, cluster, settles_empty, wait_until
 from .keyed_worker import witness_keys
-from .servers import RedisServer
+from .servers import RedisClusterServers, RedisServer
 from .test_processes import workers
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -349,9 +349,21 @@ def _emptied(client: redis.asyncio.Redis) -> Callable[[], Awaitable[bool]]:
 async def test_three_processes_hold_each_keys_c_and_q(
     client: redis.asyncio.Redis, redis_server: RedisServer, name: str
 ) -> None:
+    await _three_processes_hold_each_keys_c_and_q(client, [redis_server.url], name)
+
+
+@pytest.mark.engines
+async def test_three_processes_hold_each_keys_c_and_q_on_a_cluster(
+    cluster_client: redis.asyncio.RedisCluster, redis_cluster: RedisClusterServers, name: str
+) -> None:
+    # The keys' gates and witnesses are spread over the cluster's three primaries.
+    await _three_processes_hold_each_keys_c_and_q(cluster_client, [redis_cluster.url, "--cluster"], name)
+
+
+async def _three_processes_hold_each_keys_c_and_q(client: Any, server: list[str], name: str) -> None:
     c, q, keys = 2, 2, 3
     script = str(Path(__file__).with_name("keyed_worker.py"))
-    common = ["--url", redis_server.url, "--name", name, "--c", str(c), "--q", str(q), "--keys", str(keys)]
+    common = ["--url", *server, "--name", name, "--c", str(c), "--q", str(q), "--keys", str(keys)]
     commands = [[sys.executable, script, *common, "--tasks", "30", "--index", str(i)] for i in range(3)]
     limits = {"k0": 1, "k1": c, "k2": c}  # k0's override: C = 1 in every process
     seen = dict.fromkeys(limits, (0, 0))

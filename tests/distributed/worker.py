@@ -20,6 +20,7 @@ import asyncio
 import json
 import random
 import sys
+from typing import Any
 
 import redis.asyncio
 
@@ -34,14 +35,22 @@ return n
 """
 
 
+def client_for(url: str, cluster: bool) -> Any:
+    """A client of the server at ``url``: a ``RedisCluster`` when it is a node of a Redis Cluster."""
+    return (redis.asyncio.RedisCluster if cluster else redis.asyncio.Redis).from_url(url)
+
+
 def grants_key(name: str) -> str:
     """The list of grants of the ``rated`` mode: ``"<grant ms on the server's clock> <cost>"``."""
     return f"witness:{name}:grants"
 
 
 def witness_keys(name: str) -> tuple[str, str, str, str]:
-    """Keys of the witness: running now, max running seen, bodies run, body order."""
-    base = f"witness:{name}:"
+    """Keys of the witness: running now, max running seen, bodies run, body order.
+
+    One hash tag, so that on a Redis Cluster one script can update them together.
+    """
+    base = f"witness:{{{name}}}:"
     return base + "now", base + "max", base + "bodies", base + "order"
 
 
