@@ -34,7 +34,9 @@ and it is counted in ``boundedgate.downstream.refusals``, by gate and status.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import weakref
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
@@ -43,10 +45,11 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from ._core import OUTCOMES, RequestRecord, check_positive
 from ._downstream import downstream_refusals, downstream_refused
 from ._driver import BoundedGate, KeyedGate
+from ._driver._combined_permit import is_cluster_keyed
 from ._export import CLUSTER_EVENTS, DEFAULT_INTERVAL, GENAI_BUCKETS, HISTOGRAMS, Gates, Snapshot
 
 if TYPE_CHECKING:
-    from .redis import RedisGate
+    from .redis import RedisGate, RedisKeyedGate
 
 __all__ = ("SPAN_EVENT", "Instrumentation", "downstream_refused", "instrument")
 
@@ -138,9 +141,13 @@ class Instrumentation:
             "reclaimed, holders counted again after their lease lapsed, waiters' places lapsed.",
         )
         self._observing = histograms or spans
+        # A RedisKeyedGate's records name the key's gate (``tenant/acme``): reported as its own.
+        self._observers: list[tuple[Any, Callable[[RequestRecord], None]]] = []
         if self._observing:
             for gate in gates:
-                gate.observe(self._record)
+                callback = _renaming(gate.name, self._record) if is_cluster_keyed(gate) else self._record
+                gate.observe(callback)
+                self._observers.append((weakref.ref(gate), callback))
 
     def _callback(self, read: Any) -> Any:
         def callback(options: CallbackOptions) -> Iterable[Observation]:
@@ -204,10 +211,27 @@ class Instrumentation:
         if self._closed:
             return
         self._closed = True
-        if self._observing:
-            for gate in self._gates.alive():
-                gate.unobserve(self._record)
+        observers, self._observers = self._observers, []
+        for ref, callback in observers:
+            gate = ref()
+            if gate is not None:
+                gate.unobserve(callback)
         self._gates.close()
+
+
+def _renaming(name: str, record: Callable[[RequestRecord], None]) -> Callable[[RequestRecord], None]:
+    """``record``, given each record of keyed gate ``name``'s keys as a ``KeyedGate`` gives them.
+
+    The key's gate ``name/key`` becomes the keyed gate ``name``, with the key.
+    """
+    prefix = name + "/"
+
+    def renamed(given: RequestRecord) -> None:
+        if given.key is None and given.gate.startswith(prefix):
+            given = dataclasses.replace(given, gate=name, key=given.gate.removeprefix(prefix))
+        record(given)
+
+    return renamed
 
 
 def _version() -> str:
@@ -239,7 +263,7 @@ def span_attributes(record: RequestRecord) -> dict[str, Any]:
 
 
 def instrument(
-    *gates: BoundedGate | KeyedGate[Any] | RedisGate,
+    *gates: BoundedGate | KeyedGate[Any] | RedisGate | RedisKeyedGate,
     meter_provider: metrics.MeterProvider | None = None,
     histograms: bool = True,
     spans: bool = True,

@@ -49,7 +49,7 @@ from ._driver import BoundedGate, KeyedGate
 from ._export import CLUSTER_EVENTS, DEFAULT_INTERVAL, GENAI_BUCKETS, HISTOGRAMS, Buckets, ClusterView, Gates
 
 if TYPE_CHECKING:
-    from .redis import RedisGate
+    from .redis import RedisGate, RedisKeyedGate
 
 __all__ = ("GateCollector", "downstream_refused")
 
@@ -82,7 +82,7 @@ class GateCollector(Collector):
 
     def __init__(
         self,
-        *gates: BoundedGate | KeyedGate[Any] | RedisGate,
+        *gates: BoundedGate | KeyedGate[Any] | RedisGate | RedisKeyedGate,
         histograms: bool = True,
         buckets: tuple[float, ...] = GENAI_BUCKETS,
         key_label: bool = False,
