@@ -268,7 +268,7 @@ class Gates:
         """What only the cluster gates still alive export."""
         for feed in self.feeds():
             read = feed.snapshot
-            events = {} if read is None else {event: read.counters.get(event, 0) for event in CLUSTER_EVENTS}
+            events = {} if read is None else {event: read.counters.get(event, 0) for event in feed.events}
             histograms = {}
             if read is not None and self._bounds is not None and feed.bounds == self._bounds:
                 from .redis._metrics import bucketed  # noqa: PLC0415 - redis is there: a RedisGate is

@@ -25,7 +25,9 @@ its counts and gauges are the cluster's, the same in every process that reports 
 them across processes with ``max``, not ``sum``), with the age of the read
 (``boundedgate.cluster.read.age``) and what only a cluster counts (``boundedgate.cluster.events``).
 Its histograms and span events are this process's requests', from its observer hook, as for an
-in-process gate: each process exports its own, and a backend sums them.
+in-process gate: each process exports its own, and a backend sums them. A cluster keyed gate
+(``boundedgate.redis.RedisKeyedGate``) is reported as a ``KeyedGate`` is, under its own name: its
+counts and gauges from the sums every process pushes to Redis, its histograms this process's.
 
 The gates cannot see what the provider answers: call :func:`downstream_refused` (``"openai"``,
 429) for each refusal your code gets from it (``GatedTransport`` does, for the requests it sends),
@@ -273,7 +275,8 @@ def instrument(
     """Report ``gates`` through OpenTelemetry; returns a handle whose ``close()`` stops it.
 
     Args:
-        gates: Gates, keyed gates and cluster gates (``RedisGate``), held weakly.
+        gates: Gates, keyed gates and cluster gates (``RedisGate``, ``RedisKeyedGate``), held
+            weakly.
         meter_provider: Where the instruments are made (default: the global one).
         histograms: Observe the gates and record the four histograms. False: only the counts
             and gauges read at collection time, with no cost per request at all.

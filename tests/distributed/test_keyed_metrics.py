@@ -132,6 +132,11 @@ async def test_any_process_scrape_reports_the_keyed_gates_sums_under_its_name(
         assert series(found, "boundedgate_limit_waiting", gate=name) == 1
         assert series(found, "boundedgate_queue_timeout_seconds", gate=name) == 30
         assert 0 <= series(found, "boundedgate_cluster_read_age_seconds", gate=name) < 5
+        events = {
+            dict(labels)["event"] for metric, labels in found if metric == "boundedgate_cluster_events_total"
+        }
+        assert events == {"unavailable"}
+        assert series(found, "boundedgate_cluster_events_total", gate=name, event="unavailable") == 0
         for spec in HISTOGRAMS:
             metric = spec.name.replace(".", "_") + "_seconds"
             values: dict[str, list[float]] = {}

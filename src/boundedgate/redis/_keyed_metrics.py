@@ -135,6 +135,8 @@ class KeyedFeed:
         self._gate = weakref.ref(gate)
         #: The keyed gate's name, under which its series are exported.
         self.name = gate.name
+        #: The counters it exports as events: only these are summed over the processes.
+        self.events: tuple[str, ...] = ("unavailable",)
         self._client = gate.client
         settings = gate._settings
         self._op_timeout: float = settings["op_timeout"]
