@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 import redis.asyncio
@@ -29,6 +33,7 @@ from boundedgate.redis._keyed_metrics import _PUSH, keyed_keys
 from .helpers import wait_until
 from .servers import RedisServer
 from .test_metrics import samples, series
+from .test_processes import workers
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 
@@ -323,3 +328,51 @@ async def test_a_key_of_a_cluster_keyed_gate_is_refused_with_how_it_is_exported(
     with pytest.raises(TypeError, match=r"exports a RedisKeyedGate whole") as refused:
         export((keyed, "acme"))
     assert "pass the RedisKeyedGate itself" in str(refused.value)
+
+
+async def test_three_processes_metrics_sum_to_what_their_callers_saw(
+    client: redis.asyncio.Redis, redis_server: RedisServer, name: str
+) -> None:
+    """Three OS processes through one keyed gate, each exporting it; a fourth process scrapes."""
+    script = str(Path(__file__).with_name("keyed_worker.py"))
+    common = ["--url", redis_server.url, "--name", name, "--c", "2", "--q", "2", "--keys", "3", "--metrics"]
+    commands = [[sys.executable, script, *common, "--tasks", "30", "--index", str(i)] for i in range(3)]
+    scraper = RedisKeyedGate(client, max_running=2, max_waiting=2, name=name)
+    registry = CollectorRegistry()
+    collector = GateCollector(scraper, histograms=False)
+    registry.register(collector)
+    by_code = {outcome.error_code: outcome.name for outcome in OUTCOMES if outcome.error_code is not None}
+    scrapes: list[dict[str, float]] = []
+
+    async def scrape() -> dict[str, float]:
+        await collector.refresh()
+        found = samples(registry)
+        scrapes.append(
+            {o.name: series(found, "boundedgate_requests_total", gate=name, outcome=o.name) for o in OUTCOMES}
+        )
+        return scrapes[-1]
+
+    try:
+        with workers(*commands) as processes:
+            while any(p.poll() is None for p in processes):  # scrape meanwhile
+                await scrape()
+                await asyncio.sleep(0.02)
+            reported = [json.loads(p.stdout.read()) for p in processes]  # type: ignore[union-attr]
+            assert [p.returncode for p in processes] == [0, 0, 0]
+        saw: Counter[str] = Counter()
+        for outcomes in reported:
+            for code, count in outcomes.items():
+                saw["completed" if code == "completed" else by_code[code]] += count
+        assert sum(saw.values()) == 90
+        assert saw["completed"] > 0
+        assert sum(saw.values()) > saw["completed"]  # some were refused
+        final = await scrape()  # every process pushed its last counts as it closed its keyed gate
+        assert final == {outcome.name: float(saw[outcome.name]) for outcome in OUTCOMES}
+        found = samples(registry)
+        assert series(found, "boundedgate_request_active", gate=name) == 0
+        assert series(found, "boundedgate_keys_active", gate=name) == 0  # the three left
+        for before, after in itertools.pairwise(scrapes):
+            assert all(after[o] >= before[o] for o in before), (before, after)
+    finally:
+        collector.close()
+        await scraper.aclose()
