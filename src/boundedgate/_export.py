@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._core import OUTCOMES, GateStatistics, Outcome, RequestRecord
-from ._driver import BoundedGate, KeyedGate, is_cluster_gate
-from ._driver._combined_permit import is_cluster_keyed
+from ._driver import BoundedGate, KeyedGate, is_cluster_gate, is_cluster_keyed
 
 if TYPE_CHECKING:
     from .redis._keyed_metrics import KeyedFeed
@@ -58,6 +57,8 @@ DEFAULT_INTERVAL = 5.0
 
 #: The cluster counters (a cluster gate's ``stats`` hash in Redis) exported as events, not outcomes.
 CLUSTER_EVENTS: tuple[str, ...] = ("unavailable", "reclaimed", "reattached", "lapsed")
+#: Those a cluster keyed gate exports: what every process counts of its own and pushes.
+KEYED_EVENTS: tuple[str, ...] = ("unavailable",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,9 +267,13 @@ class Gates:
 
     def clusters(self) -> Iterator[ClusterView]:
         """What only the cluster gates still alive export."""
-        for feed in self.feeds():
+        for gate in self.alive():
+            if not _fed(gate):
+                continue
+            feed = gate._cluster_feed()
             read = feed.snapshot
-            events = {} if read is None else {event: read.counters.get(event, 0) for event in feed.events}
+            kinds = CLUSTER_EVENTS if is_cluster_gate(gate) else KEYED_EVENTS
+            events = {} if read is None else {event: read.counters.get(event, 0) for event in kinds}
             histograms = {}
             if read is not None and self._bounds is not None and feed.bounds == self._bounds:
                 from .redis._metrics import bucketed  # noqa: PLC0415 - redis is there: a RedisGate is

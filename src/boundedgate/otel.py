@@ -46,8 +46,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from ._core import OUTCOMES, RequestRecord, check_positive
 from ._downstream import downstream_refusals, downstream_refused
-from ._driver import BoundedGate, KeyedGate
-from ._driver._combined_permit import is_cluster_keyed
+from ._driver import BoundedGate, KeyedGate, is_cluster_keyed
 from ._export import CLUSTER_EVENTS, DEFAULT_INTERVAL, GENAI_BUCKETS, HISTOGRAMS, Gates, Snapshot
 
 if TYPE_CHECKING:

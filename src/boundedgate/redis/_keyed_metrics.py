@@ -37,16 +37,14 @@ import logging
 import math
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-from .._core import OUTCOMES, RequestRecord
-from .._driver import logger
+from .._core import OUTCOMES, KeyedStatistics, RequestRecord
+from .._driver import Observer, logger
 from ._io import UNREACHABLE, pooled, text
 from ._layout import agent_id
 from ._metrics import ClusterSnapshot, HistogramKey, Measure, _cancel, _histograms, _items, _Local
-
-if TYPE_CHECKING:
-    from ._keyed import RedisKeyedGate
 
 __all__ = ("KeyedFeed", "keyed_keys")
 
@@ -114,6 +112,30 @@ return {redis.call('HGETALL', KEYS[1]), running, waiting, keys}
 
 _COUNTER = "n|"
 
+
+class RedisKeyedGate(Protocol):
+    """What the feed reads of a ``RedisKeyedGate`` (not imported: it imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def client(self) -> Any: ...
+    @property
+    def max_running(self) -> int | None: ...
+    @property
+    def max_waiting(self) -> int | None: ...
+    @property
+    def running(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def _settings(self) -> Mapping[str, Any]: ...
+    def stats(self) -> KeyedStatistics: ...
+    def observe(self, callback: Observer) -> None: ...
+    def unobserve(self, callback: Observer) -> None: ...
+    def __len__(self) -> int: ...
+
+
 #: What a push brings the sums to: the histograms' buckets and the counters, cumulative.
 _State = tuple[dict[HistogramKey, tuple[list[int], float]], dict[str, int]]
 
@@ -135,8 +157,6 @@ class KeyedFeed:
         self._gate = weakref.ref(gate)
         #: The keyed gate's name, under which its series are exported.
         self.name = gate.name
-        #: The counters it exports as events: only these are summed over the processes.
-        self.events: tuple[str, ...] = ("unavailable",)
         self._client = gate.client
         settings = gate._settings
         self._op_timeout: float = settings["op_timeout"]

@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 
 from .._core import RequestRecord
 from .._driver import Observers, logger
-from .._export import CLUSTER_EVENTS
 from ._io import UNREACHABLE, pooled, text
 from ._layout import KEY_NAMES, gate_keys
 
@@ -158,8 +157,6 @@ class ClusterFeed:
         self._side = side
         #: The gate's name.
         self.name = side.name
-        #: The cluster counters it exports as events.
-        self.events: tuple[str, ...] = CLUSTER_EVENTS
         self._observers = observers
         #: Seconds between two reads (the shortest any export attached asked for).
         self.interval = 5.0
