@@ -7,7 +7,9 @@ An in-process gate is read from its ``stats()`` at each collection. A cluster ga
 (``boundedgate.redis.RedisGate``) is read from the cluster's state in Redis, which the gate's feed
 (``boundedgate/redis/_metrics.py``) reads in the background: a collection takes its latest
 snapshot and never waits for Redis, whichever process collects, so every worker of a service
-reports the same cluster-wide series.
+reports the same cluster-wide series. A cluster keyed gate (``RedisKeyedGate``) is read the same
+way from the sums every process pushes (``boundedgate/redis/_keyed_metrics.py``), under the keyed
+gate's name, as an in-process ``KeyedGate`` is.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._core import OUTCOMES, GateStatistics, Outcome, RequestRecord
-from ._driver import BoundedGate, KeyedGate, is_cluster_gate
+from ._driver import BoundedGate, KeyedGate, is_cluster_gate, is_cluster_keyed
 
 if TYPE_CHECKING:
+    from .redis._keyed_metrics import KeyedFeed
     from .redis._metrics import ClusterFeed
 
 __all__ = (
@@ -54,6 +57,8 @@ DEFAULT_INTERVAL = 5.0
 
 #: The cluster counters (a cluster gate's ``stats`` hash in Redis) exported as events, not outcomes.
 CLUSTER_EVENTS: tuple[str, ...] = ("unavailable", "reclaimed", "reattached", "lapsed")
+#: Those a cluster keyed gate exports: what every process counts of its own and pushes.
+KEYED_EVENTS: tuple[str, ...] = ("unavailable",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,20 +162,30 @@ def measured(record: RequestRecord) -> Iterator[tuple[tuple[str, str], float]]:
             yield (spec.name, record.outcome.name if spec.by_outcome else ""), value
 
 
+def _fed(gate: object) -> bool:
+    """True for a gate whose export reads Redis: a ``RedisGate`` or a ``RedisKeyedGate``."""
+    return is_cluster_gate(gate) or is_cluster_keyed(gate)
+
+
 def refusal(export: str, given: object) -> TypeError:
     """Why ``export`` (``"GateCollector"``, ``"instrument"``) takes no ``given``, and what to do instead."""
     kind = type(given)
-    if isinstance(given, tuple) and len(given) == 2 and isinstance(given[0], KeyedGate):
+    if (
+        isinstance(given, tuple)
+        and len(given) == 2
+        and (isinstance(given[0], KeyedGate) or is_cluster_keyed(given[0]))
+    ):
+        keyed = type(given[0]).__name__
         return TypeError(
-            f"{export}() exports a KeyedGate whole (all its keys together, one series per outcome): "
-            f"pass the KeyedGate itself, not a (KeyedGate, key) pair"
+            f"{export}() exports a {keyed} whole (all its keys together, one series per outcome): "
+            f"pass the {keyed} itself, not a ({keyed}, key) pair"
         )
     if isinstance(given, list | tuple | set | frozenset):
         return TypeError(
             f"{export}() takes each gate as an argument, {export}(*gates), not a {kind.__name__} of them"
         )
     return TypeError(
-        f"{export}() takes BoundedGate, KeyedGate and RedisGate objects, got {given!r} "
+        f"{export}() takes BoundedGate, KeyedGate, RedisGate and RedisKeyedGate objects, got {given!r} "
         '(see docs/metrics.md, "Metrics, traces and logs")'
     )
 
@@ -179,7 +194,8 @@ class Gates:
     """The gates an export reads, held weakly: a gate nobody else holds drops out of the export.
 
     Args:
-        gates: The gates, each a ``BoundedGate``, a ``KeyedGate`` or a ``RedisGate``.
+        gates: The gates, each a ``BoundedGate``, a ``KeyedGate``, a ``RedisGate`` or a
+            ``RedisKeyedGate``.
         export: The export's name, for the error that refuses anything else (see :func:`refusal`).
         cluster_histograms: For a cluster gate: the buckets of the cluster's histograms to keep
             and read (None: the export does not read them).
@@ -194,14 +210,14 @@ class Gates:
         interval: float = DEFAULT_INTERVAL,
     ) -> None:
         for gate in gates:
-            if not isinstance(gate, BoundedGate | KeyedGate) and not is_cluster_gate(gate):
+            if not isinstance(gate, BoundedGate | KeyedGate) and not _fed(gate):
                 raise refusal(export, gate)
         self._refs: list[weakref.ref[Any]] = [weakref.ref(gate) for gate in gates]
         self._bounds = cluster_histograms
-        self._attached: list[weakref.ref[ClusterFeed]] = []
+        self._attached: list[weakref.ref[ClusterFeed | KeyedFeed]] = []
         try:
             for gate in gates:
-                if is_cluster_gate(gate):
+                if _fed(gate):
                     feed = gate._cluster_feed()
                     feed.attach(cluster_histograms, interval, measured)
                     self._attached.append(weakref.ref(feed))
@@ -220,13 +236,13 @@ class Gates:
     def local(self) -> Iterator[Gate]:
         """The in-process gates still alive (those whose records the export observes itself)."""
         for gate in self.alive():
-            if not is_cluster_gate(gate):
+            if not _fed(gate):
                 yield gate
 
-    def feeds(self) -> Iterator[ClusterFeed]:
-        """The feeds of the cluster gates still alive."""
+    def feeds(self) -> Iterator[ClusterFeed | KeyedFeed]:
+        """The feeds of the cluster gates (plain and keyed) still alive."""
         for gate in self.alive():
-            if is_cluster_gate(gate):
+            if _fed(gate):
                 yield gate._cluster_feed()
 
     def snapshots(self) -> Iterator[Snapshot]:
@@ -246,14 +262,18 @@ class Gates:
                     outcomes = {outcome.name: counters.get(outcome.name, 0) for outcome in OUTCOMES}
                     yield Snapshot(
                         gate.name, read.running, read.waiting, read.max_running, read.max_waiting,
-                        outcomes, None, (), (),
+                        outcomes, read.keys, (), (),
                     )  # fmt: skip
 
     def clusters(self) -> Iterator[ClusterView]:
         """What only the cluster gates still alive export."""
-        for feed in self.feeds():
+        for gate in self.alive():
+            if not _fed(gate):
+                continue
+            feed = gate._cluster_feed()
             read = feed.snapshot
-            events = {} if read is None else {event: read.counters.get(event, 0) for event in CLUSTER_EVENTS}
+            kinds = CLUSTER_EVENTS if is_cluster_gate(gate) else KEYED_EVENTS
+            events = {} if read is None else {event: read.counters.get(event, 0) for event in kinds}
             histograms = {}
             if read is not None and self._bounds is not None and feed.bounds == self._bounds:
                 from .redis._metrics import bucketed  # noqa: PLC0415 - redis is there: a RedisGate is

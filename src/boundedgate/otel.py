@@ -25,7 +25,9 @@ its counts and gauges are the cluster's, the same in every process that reports 
 them across processes with ``max``, not ``sum``), with the age of the read
 (``boundedgate.cluster.read.age``) and what only a cluster counts (``boundedgate.cluster.events``).
 Its histograms and span events are this process's requests', from its observer hook, as for an
-in-process gate: each process exports its own, and a backend sums them.
+in-process gate: each process exports its own, and a backend sums them. A cluster keyed gate
+(``boundedgate.redis.RedisKeyedGate``) is reported as a ``KeyedGate`` is, under its own name: its
+counts and gauges from the sums every process pushes to Redis, its histograms this process's.
 
 The gates cannot see what the provider answers: call :func:`downstream_refused` (``"openai"``,
 429) for each refusal your code gets from it (``GatedTransport`` does, for the requests it sends),
@@ -34,7 +36,9 @@ and it is counted in ``boundedgate.downstream.refusals``, by gate and status.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+import weakref
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
@@ -42,11 +46,11 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from ._core import OUTCOMES, RequestRecord, check_positive
 from ._downstream import downstream_refusals, downstream_refused
-from ._driver import BoundedGate, KeyedGate
+from ._driver import BoundedGate, KeyedGate, is_cluster_keyed
 from ._export import CLUSTER_EVENTS, DEFAULT_INTERVAL, GENAI_BUCKETS, HISTOGRAMS, Gates, Snapshot
 
 if TYPE_CHECKING:
-    from .redis import RedisGate
+    from .redis import RedisGate, RedisKeyedGate
 
 __all__ = ("SPAN_EVENT", "Instrumentation", "downstream_refused", "instrument")
 
@@ -138,9 +142,13 @@ class Instrumentation:
             "reclaimed, holders counted again after their lease lapsed, waiters' places lapsed.",
         )
         self._observing = histograms or spans
+        # A RedisKeyedGate's records name the key's gate (``tenant/acme``): reported as its own.
+        self._observers: list[tuple[Any, Callable[[RequestRecord], None]]] = []
         if self._observing:
             for gate in gates:
-                gate.observe(self._record)
+                callback = _renaming(gate.name, self._record) if is_cluster_keyed(gate) else self._record
+                gate.observe(callback)
+                self._observers.append((weakref.ref(gate), callback))
 
     def _callback(self, read: Any) -> Any:
         def callback(options: CallbackOptions) -> Iterable[Observation]:
@@ -204,10 +212,27 @@ class Instrumentation:
         if self._closed:
             return
         self._closed = True
-        if self._observing:
-            for gate in self._gates.alive():
-                gate.unobserve(self._record)
+        observers, self._observers = self._observers, []
+        for ref, callback in observers:
+            gate = ref()
+            if gate is not None:
+                gate.unobserve(callback)
         self._gates.close()
+
+
+def _renaming(name: str, record: Callable[[RequestRecord], None]) -> Callable[[RequestRecord], None]:
+    """``record``, given each record of keyed gate ``name``'s keys as a ``KeyedGate`` gives them.
+
+    The key's gate ``name/key`` becomes the keyed gate ``name``, with the key.
+    """
+    prefix = name + "/"
+
+    def renamed(given: RequestRecord) -> None:
+        if given.key is None and given.gate.startswith(prefix):
+            given = dataclasses.replace(given, gate=name, key=given.gate.removeprefix(prefix))
+        record(given)
+
+    return renamed
 
 
 def _version() -> str:
@@ -239,7 +264,7 @@ def span_attributes(record: RequestRecord) -> dict[str, Any]:
 
 
 def instrument(
-    *gates: BoundedGate | KeyedGate[Any] | RedisGate,
+    *gates: BoundedGate | KeyedGate[Any] | RedisGate | RedisKeyedGate,
     meter_provider: metrics.MeterProvider | None = None,
     histograms: bool = True,
     spans: bool = True,
@@ -249,7 +274,8 @@ def instrument(
     """Report ``gates`` through OpenTelemetry; returns a handle whose ``close()`` stops it.
 
     Args:
-        gates: Gates, keyed gates and cluster gates (``RedisGate``), held weakly.
+        gates: Gates, keyed gates and cluster gates (``RedisGate``, ``RedisKeyedGate``), held
+            weakly.
         meter_provider: Where the instruments are made (default: the global one).
         histograms: Observe the gates and record the four histograms. False: only the counts
             and gauges read at collection time, with no cost per request at all.

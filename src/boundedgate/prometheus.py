@@ -26,7 +26,10 @@ scrape from an ``async`` route that first awaits :meth:`GateCollector.refresh`, 
 reads Redis after the one before it: each counter is at least what the previous scrape reported,
 whichever worker answers. ``boundedgate_cluster_read_age_seconds`` says how old the read is, and
 ``boundedgate_cluster_events_total`` counts what only a cluster has (requests refused as
-unavailable, leases reclaimed, holders counted again, waiters' places lapsed).
+unavailable, leases reclaimed, holders counted again, waiters' places lapsed). A cluster keyed
+gate (``boundedgate.redis.RedisKeyedGate``) is reported as a ``KeyedGate`` is, under its own name,
+from the sums every process pushes to Redis each ``refresh_interval`` (docs/cluster.md, "Keys
+across the cluster"): cluster-wide too, the same from any worker.
 
 In-process gates in multiprocess servers: ``prometheus_client``'s multiprocess mode does not
 support custom collectors, so this collector reports the in-process gates of the process that is
@@ -49,7 +52,7 @@ from ._driver import BoundedGate, KeyedGate
 from ._export import CLUSTER_EVENTS, DEFAULT_INTERVAL, GENAI_BUCKETS, HISTOGRAMS, Buckets, ClusterView, Gates
 
 if TYPE_CHECKING:
-    from .redis import RedisGate
+    from .redis import RedisGate, RedisKeyedGate
 
 __all__ = ("GateCollector", "downstream_refused")
 
@@ -63,7 +66,8 @@ class GateCollector(Collector):
     """The metrics of some gates, for a ``prometheus_client`` registry.
 
     Args:
-        gates: Gates, keyed gates and cluster gates (``RedisGate``), held weakly.
+        gates: Gates, keyed gates and cluster gates (``RedisGate``, ``RedisKeyedGate``), held
+            weakly.
         histograms: Observe the gates and keep the four histograms (False: counts and gauges
             only, read at scrape time, no cost per request).
         buckets: The histograms' upper bounds, in seconds (the same in every process that
@@ -82,7 +86,7 @@ class GateCollector(Collector):
 
     def __init__(
         self,
-        *gates: BoundedGate | KeyedGate[Any] | RedisGate,
+        *gates: BoundedGate | KeyedGate[Any] | RedisGate | RedisKeyedGate,
         histograms: bool = True,
         buckets: tuple[float, ...] = GENAI_BUCKETS,
         key_label: bool = False,

@@ -74,7 +74,10 @@ SHARED_PRIVATE: dict[str, dict[str, str]] = {
         "sim._workload": "and reads its workloads",
     },
     "_driver": {"_streams._handing": "a permit hands its slot over to a stream"},
-    "_export": {"redis._metrics": "the exports read a cluster gate's feed of the cluster's numbers"},
+    "_export": {
+        "redis._metrics": "the exports read a cluster gate's feed of the cluster's numbers",
+        "redis._keyed_metrics": "and a cluster keyed gate's feed of the processes' sums",
+    },
     "aiohttp": {
         "httpx._admission": "the aiohttp middleware admits as the httpx transport does",
         "httpx._exchange": "records each exchange as it does",

@@ -1,11 +1,12 @@
 """A worker process for the keyed multi-process test: one RedisKeyedGate in its own interpreter.
 
-    python keyed_worker.py --url URL --name NAME --c C --q Q --keys K --tasks N --index I [--cluster]
+    python keyed_worker.py --url URL --name NAME --c C --q Q --keys K --tasks N --index I [--cluster] [--metrics]
 
 Runs ``--tasks`` requests spread over ``--keys`` keys (``k0`` has C = 1 by ``overrides``, the
 others the template's ``--c``), each body bracketed by its key's witness: a Redis counter of the
 key's bodies running now, with the highest value seen kept beside it by one atomic script. Prints
-the outcomes, counted, as JSON.
+the outcomes, counted, as JSON. With ``--metrics`` the keyed gate is exported (``GateCollector``,
+pushing every 50 ms), as a served worker's would be.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 from boundedgate import GateError, GateLimits
+from boundedgate.prometheus import GateCollector
 from boundedgate.redis import RedisKeyedGate
 
 sys.path.insert(0, str(Path(__file__).parents[2]))  # run as a script: the repository's tests importable
@@ -47,6 +49,7 @@ async def main(args: argparse.Namespace) -> None:
         waiter_ttl=5.0,
         op_timeout=5.0,
     )
+    collector = GateCollector(gates, refresh_interval=0.05) if args.metrics else None
     enter = client.register_script(ENTER)
     rng = random.Random(args.index)
     outcomes: dict[str, int] = {}
@@ -69,7 +72,9 @@ async def main(args: argparse.Namespace) -> None:
         await asyncio.gather(*(request() for _ in range(args.tasks)))
         print(json.dumps(outcomes), flush=True)
     finally:
-        await gates.aclose()
+        await gates.aclose()  # pushes this process's last counts
+        if collector is not None:
+            collector.close()
         await client.aclose()
 
 
@@ -83,4 +88,5 @@ if __name__ == "__main__":
     parser.add_argument("--tasks", type=int, default=30)
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--cluster", action="store_true")
+    parser.add_argument("--metrics", action="store_true")
     asyncio.run(main(parser.parse_args()))

@@ -44,7 +44,7 @@ def test_a_key_of_a_keyed_gate_is_refused_with_how_it_is_exported(export: str) -
 
 @pytest.mark.parametrize("export", EXPORTS)
 def test_anything_else_is_refused_with_where_the_docs_are(export: str) -> None:
-    expected = rf"^{export}\(\) takes BoundedGate, KeyedGate and RedisGate objects"
+    expected = rf"^{export}\(\) takes BoundedGate, KeyedGate, RedisGate and RedisKeyedGate objects"
     with pytest.raises(TypeError, match=expected) as refused:
         EXPORTS[export]("openai")
     assert "got 'openai'" in str(refused.value)

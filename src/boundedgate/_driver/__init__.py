@@ -4,7 +4,7 @@ from .._core import COMPILED, restore_docstrings
 from ._bounded import BoundedGate
 from ._chain import Chain, is_chain, is_keyed
 from ._combined import CombinedPermit, admit_all
-from ._combined_permit import is_cluster_gate
+from ._combined_permit import is_cluster_gate, is_cluster_keyed
 from ._compat import cancellation_pending
 from ._gate import GateBase, Permit
 from ._keyed import KeyedGate
@@ -26,6 +26,7 @@ __all__ = (
     "cancellation_pending",
     "is_chain",
     "is_cluster_gate",
+    "is_cluster_keyed",
     "is_keyed",
     "log_event",
     "logger",

@@ -40,7 +40,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import EllipsisType, TracebackType
-from typing import Any, Never, Self, final
+from typing import TYPE_CHECKING, Any, Never, Self, final
 
 from .._core import (
     MAX_PAUSE,
@@ -61,6 +61,9 @@ from ._lacking import refuse_arguments
 from ._process import ProcessSide
 from ._renewer import Renewer, copier
 from ._stats import ClusterStatistics, LocalCounters, RedisGateStatistics
+
+if TYPE_CHECKING:
+    from ._keyed_metrics import KeyedFeed
 
 __all__ = ("RedisKeyedGate",)
 
@@ -174,6 +177,7 @@ class RedisKeyedGate:
         "_closing",
         "_created",
         "_dropped",
+        "_feed",
         "_fresh",
         "_gates",
         "_idle",
@@ -262,6 +266,8 @@ class RedisKeyedGate:
         self._observers: list[Observer] = []
         #: The renewal thread's keeper every key's gate shares, for the loop they are bound to.
         self._renewer: Renewer | None = None
+        #: The metrics exports' feed, made by the first (see ``_keyed_metrics.py``).
+        self._feed: KeyedFeed | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -507,8 +513,12 @@ class RedisKeyedGate:
     async def aclose(self) -> None:
         """Stop every key's background work here, as :meth:`RedisGate.aclose` does for each.
 
-        The keyed gate may be used again afterwards; the client is not closed.
+        The keyed gate may be used again afterwards; the client is not closed. The background
+        work of the metrics exports stops too, after pushing this process's last counts.
         """
+        feed = self._feed
+        if feed is not None:
+            await feed.aclose()
         for gate in self._live():
             await gate.aclose()
         while self._closing:
@@ -545,6 +555,15 @@ class RedisKeyedGate:
             f"<RedisKeyedGate {self._name!r} [here: keys {len(self._gates)} ({len(self._idle)} idle), "
             f"running {self.running}, waiting {self.waiting}]>"
         )
+
+    def _cluster_feed(self) -> KeyedFeed:
+        """The keyed gate's feed of the cluster's sums, made at the first call (by a metrics export)."""
+        feed = self._feed
+        if feed is None:
+            from ._keyed_metrics import KeyedFeed  # noqa: PLC0415 - only for the metrics exports
+
+            feed = self._feed = KeyedFeed(self)
+        return feed
 
     # -- the table of keys ----------------------------------------------------------------------
 

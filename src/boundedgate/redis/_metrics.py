@@ -97,14 +97,17 @@ class ClusterSnapshot:
     #: Holders and waiters in Redis when it was read.
     running: int
     waiting: int
-    #: The limits in force (set at runtime, else the latest admission's; the constructor's before any).
-    max_running: int
+    #: The limits in force (set at runtime, else the latest admission's; the constructor's before any;
+    #: a keyed gate's template's, None: not limited).
+    max_running: int | None
     max_waiting: int | None
     #: The epoch of the gate's state in Redis (None: no state there yet).
     epoch: str | None
     #: The cluster's histograms: by series, the count in each bucket by its upper bound as text
     #: (``"0.01"`` ... ``"+Inf"``; not cumulative) and the sum of the values.
     histograms: dict[HistogramKey, tuple[dict[str, int], float]]
+    #: For a keyed gate: the keys with a gate object in the live processes, summed (None otherwise).
+    keys: int | None = None
     #: When it was read (``time.monotonic()``).
     read_at: float = field(default_factory=time.monotonic)
 
