@@ -1,6 +1,7 @@
 """A worker process for the keyed multi-process test: one RedisKeyedGate in its own interpreter.
 
-    python keyed_worker.py --url URL --name NAME --c C --q Q --keys K --tasks N --index I [--cluster] [--metrics]
+    python keyed_worker.py --url URL --name NAME --c C --q Q --keys K --tasks N --index I
+        [--cluster] [--metrics]
 
 Runs ``--tasks`` requests spread over ``--keys`` keys (``k0`` has C = 1 by ``overrides``, the
 others the template's ``--c``), each body bracketed by its key's witness: a Redis counter of the
