@@ -29,7 +29,7 @@ import pytest
 
 from boundedgate import RateLimit
 from tests.asgi.servers import require
-from tests.asgi.test_cluster_metrics import workers
+from tests.asgi.test_cluster_metrics import parse, value, workers
 from tests.distributed.conftest import redis_server, server_binary
 from tests.distributed.servers import RedisServer
 from tests.fake_provider import _read_request
@@ -236,6 +236,28 @@ async def charged(client: Any, name: str) -> int:
     return round(BURST - (await read_cluster(client, name, [tpm()])).tokens["tpm"])
 
 
+async def metrics_are_the_callers(base: str, name: str, clients: Clients) -> None:
+    """A scrape of ``/metrics``, whichever worker answers, counts every 200 at the tenants and the cluster.
+
+    Scrapes until the tenants' count is complete (each worker adds its own once per interval).
+    """
+    import httpx
+
+    served = sum(saw[200] for saw in clients.saw.values())
+    give_up = time.monotonic() + SETTLE
+    async with httpx.AsyncClient(base_url=base, limits=httpx.Limits(max_keepalive_connections=0)) as http:
+        while True:
+            reply = await http.get("/metrics")
+            assert reply.status_code == 200
+            found = parse(reply.text)
+            tenants = value(found, "boundedgate_requests_total", gate=f"{name}-tenant", outcome="completed")
+            if tenants >= served or time.monotonic() > give_up:
+                break
+            await asyncio.sleep(0.2)
+    assert tenants == served
+    assert value(found, "boundedgate_requests_total", gate=name, outcome="completed") == served
+
+
 async def test_the_recipe_served_by_two_workers_holds_every_limit_and_settles_the_usage(
     redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -270,6 +292,8 @@ async def test_the_recipe_served_by_two_workers_holds_every_limit_and_settles_th
                     await asyncio.sleep(0.1)
                 cluster = await read_cluster(client, name, [tpm()])
                 tenants = {t: await read_cluster(client, f"{name}-tenant/{t}") for t in TENANTS}
+                # Each worker adds its tenants' counts to Redis once per refresh interval.
+                await metrics_are_the_callers(base, name, clients)
     finally:
         await client.aclose()
 
