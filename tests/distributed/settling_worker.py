@@ -21,11 +21,15 @@ import asyncio
 import json
 import random
 import sys
+from pathlib import Path
 
 import redis.asyncio
 
 from boundedgate import Late, QueueExpired, QueueFull, RateLimit, RateLimited
 from boundedgate.redis import RedisGate, RedisPermit
+
+sys.path.insert(0, str(Path(__file__).parents[2]))  # run as a script: the repository's tests importable
+from tests.distributed.worker import client_for
 
 
 class Failed(Exception):
@@ -48,7 +52,7 @@ async def settle(permit: RedisPermit, cost: int) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
-    client = redis.asyncio.Redis.from_url(args.url)
+    client = client_for(args.url, args.cluster)
     limit = RateLimit(args.rate, args.burst, "tokens", floor=args.floor, name="tpm")
     gate = RedisGate(
         client,
@@ -127,5 +131,6 @@ if __name__ == "__main__":
     parser.add_argument("--lanes", type=int, required=True)
     parser.add_argument("--requests", type=int, required=True)
     parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--cluster", action="store_true")
     print(json.dumps(asyncio.run(run(parser.parse_args()))), flush=True)
     sys.exit(0)

@@ -17,6 +17,7 @@ import sys
 from bisect import bisect_right
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -26,7 +27,7 @@ from boundedgate import OUTCOMES, RateLimit
 from boundedgate.prometheus import GateCollector
 
 from .helpers import cluster, make_gate, settles_empty, wait_until
-from .servers import RedisServer, die_with_parent
+from .servers import RedisClusterServers, RedisServer, die_with_parent
 from .test_metrics import samples, series
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -78,6 +79,17 @@ def test_the_window_check_finds_a_window_beyond_the_bound() -> None:
 async def test_three_processes_settling_stay_within_the_net_bound_and_their_counts_add_up(
     client: redis.asyncio.Redis, redis_server: RedisServer, name: str
 ) -> None:
+    await _three_processes_settling(client, [redis_server.url], name)
+
+
+@pytest.mark.engines
+async def test_three_processes_settling_on_a_cluster(
+    cluster_client: redis.asyncio.RedisCluster, redis_cluster: RedisClusterServers, name: str
+) -> None:
+    await _three_processes_settling(cluster_client, [redis_cluster.url, "--cluster"], name)
+
+
+async def _three_processes_settling(client: Any, server: list[str], name: str) -> None:
     # One limit of 300 tokens a second, a burst of 60, for three processes of 4 callers each, 40
     # requests a process of 1 to 20 tokens declared (some 1,200: about 4 s of rate), each settling
     # a refund, its declared cost or a debt of up to 10. A debt is charged only by a request that
@@ -87,7 +99,7 @@ async def test_three_processes_settling_stay_within_the_net_bound_and_their_coun
     c, q, lanes, requests = 3, 8, 4, 40
     limit = RateLimit(rate, burst, "tokens", floor=floor, name="tpm")
     worker = str(Path(__file__).with_name("settling_worker.py"))
-    common = ["--url", redis_server.url, "--name", name, "--c", str(c), "--q", str(q)]
+    common = ["--url", *server, "--name", name, "--c", str(c), "--q", str(q)]
     common += ["--rate", str(rate), "--burst", str(burst), "--floor", str(floor)]
     common += ["--lanes", str(lanes), "--requests", str(requests)]
     processes = [
