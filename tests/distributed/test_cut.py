@@ -6,13 +6,14 @@ short, every wait for an event is bounded by the gates' settings with plenty of 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import pytest
 import redis.asyncio
 
-from boundedgate import DeadlineCut, QueueFull, Status
-from boundedgate.redis import RedisKeyedGate
+from boundedgate import BoundedGate, DeadlineCut, QueueFull, Status
+from boundedgate.redis import RedisGate, RedisKeyedGate
 from tests.streams.sources import Log, ticks
 
 from .helpers import CALM, cluster, make_gate, settles_empty
@@ -176,3 +177,26 @@ async def test_the_keyed_gate_passes_the_option(client: redis.asyncio.Redis, nam
                     pass
         assert stream.permit.status is Status.CUT
         await _cut_counted(client, permit.gate.name, cut=2)
+
+
+async def test_a_request_admitted_by_the_fallback_gate_is_cut_there(name: str) -> None:
+    with socket.socket() as probe:  # a port nothing listens on: Redis is unreachable
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dead = redis.asyncio.Redis(host="127.0.0.1", port=port, socket_connect_timeout=DEADLINE)
+    local = BoundedGate(max_running=1, max_waiting=0, name="local")
+    try:
+        async with RedisGate(
+            dead, max_running=1, max_waiting=0, name=name, op_timeout=DEADLINE, fallback=local
+        ) as gate:
+            # Deadline past the failed round trip to Redis (op_timeout), and the fallback's admission.
+            permit = gate.admit(timeout=WITHIN / 4, on_deadline="cut")
+            with pytest.raises(DeadlineCut) as cut:
+                async with asyncio.timeout(WITHIN), permit:
+                    assert permit.fallback
+                    await asyncio.sleep(WITHIN * 10)
+            assert cut.value.gate == "local"
+            assert permit.status is Status.CUT
+            assert (local.stats().cut, local.running) == (1, 0)
+    finally:
+        await dead.aclose()
