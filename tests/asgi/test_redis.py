@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from boundedgate import KeyedGate, RateLimit
+from boundedgate import KeyedGate, QueueFull, RateLimit
 from boundedgate.asgi import GateMiddleware, limits_document
 from boundedgate.redis import RedisGate, RedisPermit
 from boundedgate.redis._process import ProcessSide
@@ -101,6 +101,34 @@ async def test_a_hang_up_in_the_turn_redis_grants_the_slot_never_reaches_the_app
     assert (stats.admitted, stats.running, stats.waiting) == (1, 0, 0)
     assert view.counters["disconnected"] == 1
     assert view.counters["admitted"] == 1  # the slot it never used is not counted as a run
+
+
+async def test_an_app_past_its_deadline_is_cut_and_the_cluster_counts_it(
+    client: redis.asyncio.Redis, name: str
+) -> None:
+    async with make_gate(client, name, 1, 0) as gate, make_gate(client, name, 1, 0) as elsewhere:
+        cleaning, may_finish = asyncio.Event(), asyncio.Event()
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await asyncio.sleep(WAIT * 10)  # the provider call
+            finally:
+                cleaning.set()
+                await asyncio.shield(may_finish.wait())  # closing the provider's stream
+
+        answered = Client()
+        task = serve(GateMiddleware(app, gate=gate, timeout=0.2, on_deadline="cut"), answered)
+        await until(cleaning.is_set, "the app cut at its deadline")
+        with pytest.raises(QueueFull):  # the slot is held in Redis while the cut app cleans up
+            await elsewhere.try_admit()
+        may_finish.set()
+        await task
+        view = await settles_empty(client, name)
+        stats = gate.stats()
+    assert answered.status == 504
+    assert answered.json()["code"] == "cut"
+    assert (stats.cut, stats.failed, stats.late) == (1, 0, 0)
+    assert (view.counters.get("cut"), view.counters.get("failed")) == (1, None)
 
 
 async def test_a_hang_up_while_the_admission_is_on_its_way_to_redis_is_disconnected(

@@ -118,9 +118,7 @@ def test_a_setting_it_lacks_is_refused_with_the_way_out(argument: str, way_out: 
 
 
 @pytest.mark.parametrize("method", ["admit", "try_admit", "stream"])
-@pytest.mark.parametrize(
-    ("argument", "way_out"), [("priority", "one FIFO"), ("on_deadline", "inside asyncio.timeout()")]
-)
+@pytest.mark.parametrize(("argument", "way_out"), [("priority", "one FIFO")])
 async def test_an_argument_it_lacks_is_refused_with_the_way_out(
     method: str, argument: str, way_out: str
 ) -> None:
@@ -145,10 +143,17 @@ def test_an_argument_nobody_takes_is_refused_as_python_refuses_it() -> None:
         RedisGate(None, max_running=1, max_waiting=1, a=1, b=2)  # type: ignore[arg-type]
 
 
-def test_what_it_lacks_is_priorities_and_the_cut() -> None:
+def test_what_it_lacks_is_priorities_alone() -> None:
     # Code moves to the cluster by changing the constructor, and keeps every behaviour but
-    # priorities and on_deadline="cut" (deadline-feasible admission and adapt() are there).
-    assert set(LACKING) == {"priority", "priorities", "jump_share", "on_deadline"}
+    # priorities (deadline-feasible admission, adapt() and on_deadline="cut" are there).
+    assert set(LACKING) == {"priority", "priorities", "jump_share"}
+
+
+def test_on_deadline_is_checked_at_once() -> None:
+    with pytest.raises(ValueError, match="on_deadline must be 'late'"):
+        _gate().admit(on_deadline="stop")
+    with pytest.raises(ValueError, match="on_deadline must be 'late'"):
+        _gate().stream(lambda: None, on_deadline="stop")  # type: ignore[type-var]
 
 
 def test_admit_all_refuses_a_redis_gate_as_a_key_with_the_way_out() -> None:
@@ -173,9 +178,9 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
         "priorities",
         "jump_share",
     }
-    assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority", "on_deadline"}
+    assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority"}
     assert _arguments(BoundedGate.try_admit) == _arguments(RedisGate.try_admit)
-    assert _arguments(BoundedGate.stream) - _arguments(RedisGate.stream) == {"priority", "on_deadline"}
+    assert _arguments(BoundedGate.stream) - _arguments(RedisGate.stream) == {"priority"}
     # (A permit's priority is there, and raises AttributeError: see above.)
     assert _public(Permit) - _public(RedisPermit) == set()
     assert inspect.iscoroutinefunction(RedisGate.try_admit)

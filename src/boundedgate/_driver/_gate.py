@@ -82,7 +82,7 @@ from ._observing import Observer, Observers, log_event
 if TYPE_CHECKING:
     from ._bounded import BoundedGate
 
-__all__ = ("GateBase", "Permit")
+__all__ = ("Cutter", "GateBase", "Permit", "check_on_deadline")
 
 NEW: Final[Status] = Status.NEW
 QUEUED: Final[Status] = Status.QUEUED
@@ -1122,26 +1122,90 @@ class _HeldPermit(Permit):  # type: ignore[misc]  # the one subclass: try_admit(
             _leaked(self)
 
 
-class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s permits
-    """A permit whose body is cut off at its deadline: what ``admit(on_deadline="cut")`` returns.
+class Cutter:
+    """The cut of a permit admitted with ``on_deadline="cut"``: one loop timer at its deadline.
 
-    Entered, it arms one loop timer at its deadline (the gate's clock is the loop's), as
-    ``asyncio.timeout`` does: the timer cancels the task that entered the block. The block's exit
-    takes that cancellation back (``uncancel()``); if no other cancellation was requested since
-    the entry, the ``CancelledError`` becomes :class:`DeadlineCut`, else it stays the caller's.
-    The slot is released by the exit alone, so it is held until the body has really stopped. Handed
-    to a stream, the permit disarms its timer and arms the stream's instead (``_arm_cut``): the
-    stream is closed at the deadline. A subclass, so that permits without the option pay nothing.
+    Shared by the cut permits of every gate (a ``BoundedGate``'s, a ``RedisGate``'s). As
+    ``asyncio.timeout`` does, :meth:`enter` notes the task that entered the block and arms the
+    timer, whose callback (the permit's: it knows whether the body still runs) calls
+    :meth:`cancel_task`; the block's exit calls :meth:`take_back`, which takes that cancellation
+    back (``uncancel()``) and says whether it was the gate's alone. Handed to a stream, the permit
+    disarms the timer and arms the stream's instead (:meth:`arm`): the stream is closed at the
+    deadline.
     """
 
-    __slots__ = ("_cancelling", "_cut_timer", "_cutting", "_task")
+    __slots__ = ("_cancelling", "_cutting", "_task", "_timer")
 
     # The timer at the deadline (None: not armed), the task it cancels, that task's `cancelling()`
     # at the entry, and True once the timer cancelled it (until the exit takes it back).
-    _cut_timer: asyncio.TimerHandle | None
+    _timer: asyncio.TimerHandle | None
     _task: asyncio.Task[Any] | None
     _cancelling: int
     _cutting: bool
+
+    def __init__(self) -> None:
+        self._timer = None
+        self._task = None
+        self._cancelling = 0
+        self._cutting = False
+
+    def enter(self, loop: asyncio.AbstractEventLoop, deadline: float, cut: Callable[[], object]) -> None:
+        """Call ``cut`` at ``deadline`` for the task entering the block now, if it has a deadline."""
+        task = current_task(loop)
+        if task is not None and deadline != _INF and self._timer is None:
+            self._task = task
+            self._cancelling = task.cancelling()
+            self.arm(loop, deadline, cut)
+
+    def cancel_task(self) -> None:
+        """At the deadline, the body still running: cancel the task in the block."""
+        self._timer = None
+        task = self._task
+        if task is not None and not task.done():
+            self._cutting = True
+            task.cancel()
+
+    def take_back(self) -> bool:
+        """True if the cut cancelled the body, and no other cancellation was asked since the entry.
+
+        The cut's cancellation is taken back (``uncancel()``) either way, once.
+        """
+        if not self._cutting:
+            return False
+        self._cutting = False
+        task = self._task
+        return task is not None and task.uncancel() <= self._cancelling
+
+    def arm(
+        self, loop: asyncio.AbstractEventLoop, deadline: float, callback: Callable[[], object]
+    ) -> asyncio.TimerHandle:
+        """Call ``callback`` at ``deadline`` on ``loop`` (whose clock is the gate's)."""
+        timer = self._timer = loop.call_at(deadline, callback)
+        return timer
+
+    def disarm(self) -> None:
+        """Cancel the timer, if it is armed."""
+        timer = self._timer
+        if timer is not None:
+            self._timer = None
+            timer.cancel()
+
+
+class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s permits
+    """A permit whose body is cut off at its deadline: what ``admit(on_deadline="cut")`` returns.
+
+    Entered, it arms its :class:`Cutter` at its deadline (the gate's clock is the loop's): the
+    timer cancels the task that entered the block. The block's exit takes that cancellation back;
+    if no other cancellation was requested since the entry, the ``CancelledError`` becomes
+    :class:`DeadlineCut`, else it stays the caller's. The slot is released by the exit alone, so
+    it is held until the body has really stopped. Handed to a stream, the permit disarms its timer
+    and arms the stream's instead (``_arm_cut``): the stream is closed at the deadline. A subclass,
+    so that permits without the option pay nothing.
+    """
+
+    __slots__ = ("_cutter",)
+
+    _cutter: Cutter
 
     def __init__(
         self,
@@ -1153,19 +1217,13 @@ class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s pe
         cost: float = 0.0,
     ) -> None:
         Permit.__init__(self, by, gate, timeout, deadline, priority, cost)
-        self._cut_timer = None
-        self._task = None
-        self._cancelling = 0
-        self._cutting = False
+        self._cutter = Cutter()
 
     async def __aenter__(self) -> Self:
         await Permit.__aenter__(self)
         loop = self._gate._loop
-        task = None if loop is None else current_task(loop)
-        if task is not None and self.deadline != _INF and self._cut_timer is None:
-            self._task = task
-            self._cancelling = task.cancelling()
-            self._cut_timer = self._arm_cut(self._cut_body)
+        if loop is not None:
+            self._cutter.enter(loop, self.deadline, self._cut_body)
         return self
 
     async def __aexit__(
@@ -1176,8 +1234,9 @@ class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s pe
     ) -> None:
         if self._handed_over:
             return  # a stream owns the slot, and the timer, now
-        self._disarm()
-        cut_by_gate = self._take_back_cut()
+        cutter = self._cutter
+        cutter.disarm()
+        cut_by_gate = cutter.take_back()
         gate = self._gate
         if exc_type is None:
             ending = CUT if cut_by_gate or gate._clock() >= self.deadline else None
@@ -1196,36 +1255,22 @@ class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s pe
         The cut's cancellation is taken back (``uncancel()``) either way, once. For the block's
         exit, and for a caller that enters the permit by hand (the ASGI middleware).
         """
-        if not self._cutting:
-            return False
-        self._cutting = False
-        task = self._task
-        return task is not None and task.uncancel() <= self._cancelling
+        return self._cutter.take_back()
 
     def _cut_body(self) -> None:
         """The timer, at the deadline: cancel the task in the block, if the body still runs."""
-        self._cut_timer = None
-        task = self._task
-        if self.status is RUNNING and not self._handed_over and task is not None and not task.done():
-            self._cutting = True
-            task.cancel()
+        if self.status is RUNNING and not self._handed_over:
+            self._cutter.cancel_task()
 
     def _arm_cut(self, callback: Callable[[], object]) -> asyncio.TimerHandle:
         """Call ``callback`` at the deadline, on the gate's loop (whose clock is the gate's)."""
         loop = self._gate._loop
         assert loop is not None  # entered: the gate is bound
-        timer = self._cut_timer = loop.call_at(self.deadline, callback)
-        return timer
-
-    def _disarm(self) -> None:
-        timer = self._cut_timer
-        if timer is not None:
-            self._cut_timer = None
-            timer.cancel()
+        return self._cutter.arm(loop, self.deadline, callback)
 
     def _hand_over(self) -> None:
         Permit._hand_over(self)
-        self._disarm()  # the stream arms its own, and closes itself at the deadline
+        self._cutter.disarm()  # the stream arms its own, and closes itself at the deadline
 
     def release(self) -> None:
         """Give the slot back now: completed before the deadline, cut at or after it."""
@@ -1238,7 +1283,7 @@ class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s pe
     def _finish(self, ending: Status | None = None) -> None:
         if self.status is not RUNNING:
             return
-        self._disarm()
+        self._cutter.disarm()
         if ending is None and self._gate._clock() >= self.deadline:
             ending = CUT
         Permit._finish(self, ending)

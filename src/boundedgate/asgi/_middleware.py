@@ -388,7 +388,7 @@ def cut_option(gate: Any, on_deadline: object, timeout: float | None) -> bool:
     Raises:
         ValueError: ``on_deadline`` is neither ``"late"`` nor ``"cut"``, or ``"cut"`` without a
             ``timeout`` (there would be no deadline to cut at).
-        TypeError: The gate's ``admit()`` cannot cut (a ``RedisGate``).
+        TypeError: The gate's ``admit()`` cannot cut (a gate without ``on_deadline=``), or a chain.
     """
     if on_deadline == "late":
         return False

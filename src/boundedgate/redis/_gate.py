@@ -16,7 +16,7 @@ import asyncio
 import functools
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import EllipsisType, TracebackType
 from typing import TYPE_CHECKING, Any, Never, NoReturn, Self, TypeVar, final
 
@@ -45,8 +45,8 @@ from .._core import (
     shown,
 )
 from .._core import check_deadline as _check_deadline
-from .._driver import Observer, Observers, cancellation_pending, log_event
-from .._errors import Infeasible, Late
+from .._driver import Cutter, Observer, Observers, cancellation_pending, check_on_deadline, log_event
+from .._errors import DeadlineCut, Infeasible, Late
 from .._streams import HandsOver, StreamOpener, StreamPermit, StreamSource, StreamT
 from . import _buckets, _scripts
 from ._adaptive import ClusterController
@@ -337,6 +337,7 @@ class RedisGate:
         max_wait: float | None = None,
         raise_late: bool = True,
         cost: float | None = None,
+        on_deadline: str = "late",
         **lacking: Never,
     ) -> RedisPermit:
         """A permit for one request, to enter with ``async with``; entering it is the arrival.
@@ -358,6 +359,12 @@ class RedisGate:
             cost: The request's estimated cost for rate limits counted in tokens (default 0: pay
                 it all when it settles, :meth:`RedisPermit.settle`); a limit counted in requests
                 takes 1 whatever it is.
+            on_deadline: What becomes of a body still running at its deadline, as for
+                ``BoundedGate.admit``: ``"late"`` (the default) runs on and raises ``Late`` at
+                its end; ``"cut"`` cancels the task in the block at the deadline, holds the slot
+                in Redis until the body has really stopped, counts the request ``cut`` (here and
+                in the cluster's counters) and raises :class:`~boundedgate.DeadlineCut` in place
+                of the ``CancelledError``. A caller's own cancellation stays a cancellation.
             **lacking: A ``BoundedGate``'s ``priority=``: refused, with the way out.
 
         Raises (on entry):
@@ -374,18 +381,19 @@ class RedisGate:
         Raises (at once):
             TypeError, ValueError: A malformed timeout, deadline, max_wait or cost, both a timeout
                 and a deadline, a cost above a rate limit's burst (it could never be served), or a
-                raise_late that is not True or False; a ``BoundedGate``'s ``priority=``, which a
-                RedisGate lacks.
+                raise_late that is not True or False, an on_deadline that is not "late" or "cut";
+                a ``BoundedGate``'s ``priority=``, which a RedisGate lacks.
         """
         if lacking:
             raise refuse_arguments("RedisGate.admit", lacking)
         declared = 0.0 if cost is None else _buckets.cost_of(self._side.rate_limits, cost)
+        kind = _RedisCutPermit if check_on_deadline(on_deadline) else RedisPermit
         if deadline is None:
-            permit = RedisPermit(self, self._side, None if timeout is None else check_timeout(timeout), _INF)
+            permit = kind(self, self._side, None if timeout is None else check_timeout(timeout), _INF)
         elif timeout is not None:
             raise ValueError("give timeout or deadline, not both")
         else:
-            permit = RedisPermit(self, self._side, None, _check_deadline(deadline))
+            permit = kind(self, self._side, None, _check_deadline(deadline))
         if max_wait is not None:
             permit.max_wait = check_max_wait(max_wait)
         permit._raise_late = check_flag("raise_late", raise_late)
@@ -432,13 +440,15 @@ class RedisGate:
         max_wait: float | None = None,
         raise_late: bool = True,
         cost: float | None = None,
+        on_deadline: str = "late",
         **lacking: Never,
     ) -> StreamOpener[StreamT]:
         """Admit a request, open a stream, and hand the stream the cluster slot.
 
         As :meth:`BoundedGate.stream <boundedgate.BoundedGate.stream>`: await the opener, or enter
         it with ``async with`` (which closes the stream on exit). The slot stays taken in Redis,
-        its lease renewed, until the stream ends.
+        its lease renewed, until the stream ends. With ``on_deadline="cut"`` the stream is closed
+        at its deadline, and its next read raises :class:`~boundedgate.DeadlineCut`.
 
         Raises (when awaited or entered):
             QueueFull, RateLimited, QueueExpired, GateUnavailable, asyncio.CancelledError: As
@@ -450,7 +460,9 @@ class RedisGate:
         """
         if lacking:
             raise refuse_arguments("RedisGate.stream", lacking)
-        permit = self.admit(timeout=timeout, deadline=deadline, max_wait=max_wait, cost=cost)
+        permit = self.admit(
+            timeout=timeout, deadline=deadline, max_wait=max_wait, cost=cost, on_deadline=on_deadline
+        )
         return StreamOpener(permit, source, raise_late)
 
     def stats(self) -> RedisGateStatistics:
@@ -697,6 +709,7 @@ LEAKED = Status.LEAKED
 RATE_LIMITED = Status.RATE_LIMITED
 ABORTED = Status.ABORTED
 DISCONNECTED = Status.DISCONNECTED
+CUT = Status.CUT
 UNAVAILABLE = Ending.UNAVAILABLE
 
 _GRANTED = "granted"
@@ -1313,6 +1326,9 @@ class RedisPermit(HandsOver):
         self._end(ending)
         side.abandon(permit_id, ending.value)
 
+    #: What becomes of its body at its deadline (admit()'s on_deadline): run on; the fallback's too.
+    _on_deadline = "late"
+
     def _leave(self, permit_id: str) -> None:
         side = self._side
         del side.waiters[permit_id]
@@ -1365,9 +1381,102 @@ class RedisPermit(HandsOver):
             return
         max_wait = None if self.max_wait == _INF else self.max_wait
         self._inner = inner = fallback.admit(
-            deadline=deadline, max_wait=max_wait, raise_late=self._raise_late
+            deadline=deadline, max_wait=max_wait, raise_late=self._raise_late, on_deadline=self._on_deadline
         )
         await inner.__aenter__()
+
+
+class _RedisCutPermit(RedisPermit):  # type: ignore[misc]  # admit(on_deadline="cut")'s permits
+    """A permit whose body is cut off at its deadline: what ``admit(on_deadline="cut")`` returns.
+
+    As a ``BoundedGate``'s: entered, it arms its :class:`~boundedgate._driver.Cutter` (the core's)
+    at its deadline, which cancels the task in the block; the exit takes that cancellation back,
+    ends the request as ``cut`` (sent so to Redis, which counts it so cluster-wide) and raises
+    :class:`~boundedgate.DeadlineCut`, unless the caller's own cancellation came too. The release
+    is sent by the exit alone, so the slot is held in Redis until the body has really stopped.
+    Admitted through the fallback gate, its inner permit is a cut permit of that gate, and does it.
+    """
+
+    __slots__ = ("_cutter",)
+
+    _on_deadline = "cut"
+
+    def __init__(self, gate: RedisGate, side: ProcessSide, timeout: float | None, deadline: float) -> None:
+        super().__init__(gate, side, timeout, deadline)
+        self._cutter = Cutter()
+
+    async def __aenter__(self) -> Self:
+        await RedisPermit.__aenter__(self)
+        loop = self._side.loop
+        if loop is not None and self._inner is None:
+            self._cutter.enter(loop, self.deadline, self._cut_body)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._handed_over or self._inner is not None:
+            await RedisPermit.__aexit__(self, exc_type, exc, tb)
+            return
+        cutter = self._cutter
+        cutter.disarm()
+        cut_by_gate = cutter.take_back()
+        if exc_type is None:
+            ending = CUT if cut_by_gate or self._side.time() >= self.deadline else None
+        else:
+            ending = CUT if cut_by_gate else FAILED
+        release = self._end_holding(ending)  # before any await, as RedisPermit's exit
+        if release is not None:
+            await self._side.release_here(*release)
+        if self._status is CUT and (exc_type is None or issubclass(exc_type, asyncio.CancelledError)):
+            raise self._cut_error() from exc
+
+    def _take_back_cut(self) -> bool:
+        """True if the gate's cut cancelled the body, and no other cancellation was asked since the entry."""
+        inner = self._inner
+        if inner is not None:
+            return bool(inner._take_back_cut())  # type: ignore[attr-defined]  # the fallback's cut permit
+        return self._cutter.take_back()
+
+    def _cut_body(self) -> None:
+        """The timer, at the deadline: cancel the task in the block, if the body still runs."""
+        if self._status is RUNNING and not self._handed_over:
+            self._cutter.cancel_task()
+
+    def _arm_cut(self, callback: Callable[[], object]) -> object:
+        """Call ``callback`` at the deadline, on the gate's loop: the stream's cut."""
+        inner = self._inner
+        if inner is not None:
+            return inner._arm_cut(callback)  # type: ignore[attr-defined]  # the fallback's cut permit
+        return self._cutter.arm(self._side.bound(), self.deadline, callback)
+
+    def _hand_over(self) -> None:
+        RedisPermit._hand_over(self)
+        self._cutter.disarm()  # the stream arms its own, and closes itself at the deadline
+
+    def _finish(self, ending: Status | None = None) -> None:
+        if self._inner is None and self._status is RUNNING:
+            self._cutter.disarm()
+            if ending is None and self._side.time() >= self.deadline:
+                ending = CUT
+        RedisPermit._finish(self, ending)
+
+    def _cut_error(self) -> DeadlineCut:
+        """The :class:`~boundedgate.DeadlineCut` error describing a request that ended ``CUT``."""
+        inner = self._inner
+        if inner is not None:
+            error: DeadlineCut = inner._cut_error()  # type: ignore[attr-defined]  # the fallback's cut permit
+            return error
+        arrival, started, ended = self.arrival, self.started, self.ended
+        if arrival is None or started is None or ended is None:
+            raise RuntimeError(f"{self!r} never ran: it cannot be cut")
+        return self._side.cut(arrival, started, ended, self.deadline)
+
+    def __repr__(self) -> str:
+        return f"<RedisPermit of {self._side.name!r}, cut at its deadline: {self.status.value}>"
 
 
 if TYPE_CHECKING:

@@ -310,6 +310,7 @@ class RedisKeyedGate:
         max_wait: float | None = None,
         raise_late: bool = True,
         cost: float | None = None,
+        on_deadline: str = "late",
         **lacking: Never,
     ) -> RedisPermit:
         """A permit for one request through ``key``'s cluster gate: :meth:`RedisGate.admit` there.
@@ -319,13 +320,18 @@ class RedisKeyedGate:
         Raises (at once):
             TypeError: A key that is not a str; a ``KeyedGate``'s ``priority=``, which a cluster
                 gate lacks.
-            TypeError, ValueError: As for :meth:`RedisGate.admit`, or limits from ``overrides``
-                out of range.
+            TypeError, ValueError: As for :meth:`RedisGate.admit` (``on_deadline`` included), or
+                limits from ``overrides`` out of range.
         """
         if lacking:
             raise refuse_arguments("RedisKeyedGate.admit", lacking)
         return self._gate_for(key).admit(
-            timeout=timeout, deadline=deadline, max_wait=max_wait, raise_late=raise_late, cost=cost
+            timeout=timeout,
+            deadline=deadline,
+            max_wait=max_wait,
+            raise_late=raise_late,
+            cost=cost,
+            on_deadline=on_deadline,
         )
 
     async def try_admit(
@@ -355,6 +361,7 @@ class RedisKeyedGate:
         max_wait: float | None = None,
         raise_late: bool = True,
         cost: float | None = None,
+        on_deadline: str = "late",
         **lacking: Never,
     ) -> StreamOpener[StreamT]:
         """Admit a request through ``key``'s cluster gate and hand the opened stream its slot.
@@ -364,7 +371,13 @@ class RedisKeyedGate:
         if lacking:
             raise refuse_arguments("RedisKeyedGate.stream", lacking)
         return self._gate_for(key).stream(
-            source, timeout=timeout, deadline=deadline, max_wait=max_wait, raise_late=raise_late, cost=cost
+            source,
+            timeout=timeout,
+            deadline=deadline,
+            max_wait=max_wait,
+            raise_late=raise_late,
+            cost=cost,
+            on_deadline=on_deadline,
         )
 
     def get(self, key: str) -> RedisGate | None:

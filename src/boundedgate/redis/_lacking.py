@@ -2,7 +2,7 @@
 
 :data:`LACKING` says, for each argument, method and attribute of a ``BoundedGate`` that a
 ``RedisGate`` does not have, why and what to do instead; docs/cluster.md lists the same under
-"What RedisGate does not have": priorities, and cutting off at the deadline. An argument it lacks
+"What RedisGate does not have": priorities alone. An argument it lacks
 is a ``TypeError`` (:func:`refuse_arguments`), an attribute an ``AttributeError``
 (:func:`no_attribute`: ``hasattr()`` stays false, so code that asks first, as for
 ``gate.priorities``, leaves the gate alone). When the cluster gate gains one of them, its line goes.
@@ -24,8 +24,6 @@ LACKING: Mapping[str, str] = {
     "priority": _PRIORITIES,
     "priorities": _PRIORITIES,
     "jump_share": _PRIORITIES,
-    "on_deadline": "a RedisGate never cuts a body off at its deadline: leave it out, or put the block "
-    "inside asyncio.timeout() (a cut is then counted failed)",
 }
 
 

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from .._core import BY_STATUS, RateLimit, Status
 from .._driver import BoundedGate, log_event
-from .._errors import GateUnavailable, Late, QueueExpired, QueueFull
+from .._errors import DeadlineCut, GateUnavailable, Late, QueueExpired, QueueFull
 from . import _buckets, _scripts
 from ._io import UNREACHABLE, fields, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
@@ -619,6 +619,20 @@ class ProcessSide:
         )
         log_event(self.name, "unavailable", str(error), reason=reason, waited=waited, elapsed=elapsed)
         return error
+
+    def cut(self, arrival: float, started: float, ended: float, deadline: float) -> DeadlineCut:
+        """The :class:`~boundedgate.DeadlineCut` of a request cut off at ``deadline``, over at ``ended``."""
+        return DeadlineCut(
+            gate=self.name,
+            max_running=self.max_running,
+            max_waiting=self.max_waiting,
+            running=self.last_running,
+            waiting=self.last_waiting,
+            waited=started - arrival,
+            elapsed=ended - arrival,
+            deadline=deadline,
+            overrun=max(0.0, ended - deadline),  # asyncio runs a timer up to its clock's resolution early
+        )
 
     def late(self, arrival: float, started: float, ended: float, deadline: float) -> Late:
         """The :class:`~boundedgate.Late` error of a request that ended at ``ended``, past ``deadline``."""

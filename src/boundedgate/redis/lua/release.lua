@@ -1,7 +1,8 @@
--- release: a holder ends (completed, late or failed) and its slot goes to the head of the queue.
+-- release: a holder ends (completed, late, failed, cut...) and its slot goes to the head of the queue.
 -- Idempotent: the outcome record makes a retry a no-op, and keeps a late heartbeat from bringing
--- the id back. ARGV 2 id, 3 how it ended (completed | late | failed | leaked: collected unreleased),
--- 4 '1' from a feasible gate's process: a run that ended normally moves the pace (absent: not).
+-- the id back. ARGV 2 id, 3 how it ended (completed | late | failed | cut: at its deadline |
+-- aborted | leaked: collected unreleased), 4 '1' from a feasible gate's process: a run that ended
+-- normally moves the pace (absent: not).
 -- Returns, as one string of fields joined by '|' (answer()): removed (1 if it still held its slot),
 -- running, waiting, epoch, C (the cluster's), handed...: handed, the grants to the caller's own
 -- waiters (id, token, ...), told here, not published.
