@@ -30,21 +30,16 @@ snapshot (its age grows) and the increments not acknowledged for the next push.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import logging
 import math
-import time
-import weakref
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from .._core import OUTCOMES, KeyedStatistics, RequestRecord
-from .._driver import Observer, logger
-from ._io import UNREACHABLE, pooled, text
+from .._core import OUTCOMES, KeyedStatistics
+from .._driver import Observer
+from ._io import pooled, text
 from ._layout import agent_id
-from ._metrics import ClusterSnapshot, HistogramKey, Measure, _cancel, _histograms, _items, _Local
+from ._metrics import INCREMENTS, ClusterSnapshot, Feed, HistogramKey, _histograms, _items
 
 __all__ = ("KeyedFeed", "keyed_keys")
 
@@ -75,13 +70,10 @@ end
 local applied = 0
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
 if tonumber(ARGV[2]) > last then
-  for i = 8, #ARGV, 2 do
-    if string.sub(ARGV[i], -4) == '|sum' then
-      redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
-    else
-      redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
-    end
-  end
+  local first = 8
+"""
+    + INCREMENTS
+    + """
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
   applied = 1
 end
@@ -146,147 +138,38 @@ def keyed_keys(name: str) -> tuple[str, str, str]:
     return prefix + "sums", prefix + "pushed", prefix + "live"
 
 
-class KeyedFeed:
+class KeyedFeed(Feed):
     """A RedisKeyedGate's snapshot for the exports, pushed and read in the background (see the module).
 
     Args:
         gate: The keyed gate (held weakly: the feed stops once it is collected).
     """
 
+    kind = "keyed gate"
+
     def __init__(self, gate: RedisKeyedGate) -> None:
-        self._gate = weakref.ref(gate)
-        #: The keyed gate's name, under which its series are exported.
-        self.name = gate.name
-        self._client = gate.client
         settings = gate._settings
-        self._op_timeout: float = settings["op_timeout"]
+        super().__init__(gate, gate.name, settings["op_timeout"])
+        self._client = gate.client
         self._ttl_ms = max(1, math.ceil(settings["idle_ttl"] * 1000))
         self._template = (gate.max_running, gate.max_waiting)
         #: This process's id in the pushes (``host/pid/random``).
         self.agent = agent_id()
-        #: Seconds between two pushes and reads (the shortest any export attached asked for).
-        self.interval = 5.0
-        #: The histograms' bounds (None: no export asked for histograms).
-        self.bounds: tuple[float, ...] | None = None
-        self._measure: Measure | None = None
-        self.snapshot: ClusterSnapshot | None = None
-        #: When the feed was made (``time.monotonic()``): the age of a snapshot never read.
-        self.made = time.monotonic()
-        #: Pushes or reads that failed (Redis out of reach, or it refused).
-        self.failures = 0
-        self._failing = False
-        self._exports = 0
         self._observing = False
-        self._local: _Local | None = None
         self._acked: _State = ({}, {})
         self._in_flight: tuple[int, _State, list[str]] | None = None
-        self._serial = 0
-        self._task: asyncio.Task[None] | None = None
-        self._refreshing: asyncio.Future[None] | None = None
 
-    # -- the exports ----------------------------------------------------------------------------
+    def _listen(self, on: bool) -> None:
+        # The records feed the histograms, and the first one starts the task on the gate's loop.
+        gate: RedisKeyedGate | None = self._gate()  # type: ignore[assignment]
+        if gate is not None and on != self._observing:
+            (gate.observe if on else gate.unobserve)(self._record)
+            self._observing = on
 
-    def attach(self, histograms: tuple[float, ...] | None, interval: float, measure: Measure) -> None:
-        """An export reads the feed from now on; ``histograms``: it reports them, with these bounds.
-
-        Raises:
-            ValueError: Another export of this keyed gate in this process keeps histograms with
-                other bounds (the cluster's hash can sum only one set).
-        """
-        gate = self._gate()
-        if histograms is not None:
-            if self.bounds is None:
-                self.bounds, self._measure = histograms, measure
-                self._local = _Local(histograms)
-            elif self.bounds != histograms:
-                raise ValueError(
-                    f"keyed gate {self.name!r} is exported with the histogram buckets {self.bounds} "
-                    f"already; give every export of a cluster keyed gate the same buckets (every process "
-                    f"too: the cluster's histograms are summed bucket by bucket)"
-                )
-        if gate is not None and not self._observing:
-            gate.observe(self._record)  # the records feed the histograms and start the task
-            self._observing = True
-        self.interval = min(self.interval, interval) if self._exports else interval
-        self._exports += 1
-        with contextlib.suppress(RuntimeError):  # no loop runs here: the first record or refresh starts it
-            self._start(asyncio.get_running_loop())
-
-    def detach(self) -> None:
-        """An export stopped reading: the last one stops the background work (from any thread)."""
-        self._exports = max(0, self._exports - 1)
-        if self._exports:
-            return
-        task, self._task = self._task, None
-        if task is not None:
-            _cancel(task)
-        gate = self._gate()
-        if self._observing and gate is not None:
-            gate.unobserve(self._record)
-        self._observing = False
-        self.bounds = self._local = self._measure = None
+    def _forget_histograms(self) -> None:
         # The counters pushed stay acknowledged (they are cumulative): the next export goes on from them.
         self._acked = ({}, self._acked[1])
         self._in_flight = None
-
-    def age(self) -> float:
-        """Seconds since the last successful read (since the feed was made, before one)."""
-        snapshot = self.snapshot
-        return time.monotonic() - (self.made if snapshot is None else snapshot.read_at)
-
-    # -- the background work ----------------------------------------------------------------------
-
-    def _record(self, record: RequestRecord) -> None:
-        local, measure = self._local, self._measure
-        if local is not None and measure is not None:
-            for key, value in measure(record):
-                local.add(key, value)
-        task = self._task
-        if task is None or task.done():
-            self._start(asyncio.get_running_loop())
-
-    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
-        task = self._task
-        if self._exports == 0 or (task is not None and not task.done() and not task.get_loop().is_closed()):
-            return
-        self._task = loop.create_task(self._run(), name=f"boundedgate metrics of keyed {self.name!r}")
-
-    async def _run(self) -> None:
-        while self._gate() is not None:
-            await self.refresh()
-            await asyncio.sleep(self.interval)
-
-    async def refresh(self) -> None:
-        """Push this process's new counts, then read the sums: the snapshot is current.
-
-        Never raises for Redis: when it does not answer within ``op_timeout``, the snapshot keeps
-        its last values (its age grows). Concurrent calls share one refresh.
-        """
-        running = self._refreshing
-        if running is not None:
-            await asyncio.shield(running)
-            return
-        loop = asyncio.get_running_loop()
-        self._refreshing = future = loop.create_future()
-        try:
-            self._start(loop)
-            await self._refresh()
-        finally:
-            self._refreshing = None
-            future.set_result(None)
-
-    async def _refresh(self) -> None:
-        try:
-            await self._push(leaving=False)
-            snapshot = await pooled(functools.partial(self._read), self._op_timeout)
-        except Exception as error:  # a metric read must never break the service
-            self.failures += 1
-            level = logging.DEBUG if self._failing and isinstance(error, UNREACHABLE) else logging.WARNING
-            self._failing = True
-            logger.log(level, "%s: could not push or read the keyed gate's metrics: %r", self.name, error)
-            return
-        self._failing = False
-        self.snapshot = snapshot
 
     def _state(self, gate: RedisKeyedGate) -> _State:
         total = gate.stats().total
@@ -301,8 +184,8 @@ class KeyedFeed:
                 fields += (_COUNTER + name, str(count - before.get(name, 0)))
         return fields
 
-    async def _push(self, *, leaving: bool) -> None:
-        gate = self._gate()
+    async def _push(self, *, leaving: bool = False) -> None:
+        gate: RedisKeyedGate | None = self._gate()  # type: ignore[assignment]
         if gate is None:
             return
         if self._in_flight is None:
@@ -347,14 +230,3 @@ class KeyedFeed:
             histograms=_histograms(histogram_items),
             keys=int(keys),
         )
-
-    async def aclose(self) -> None:
-        """Stop the background work, after one last push (this process's gauges leave the sums)."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._exports:
-            with contextlib.suppress(Exception):  # Redis out of reach, or refusing: closing goes on
-                await self._push(leaving=True)

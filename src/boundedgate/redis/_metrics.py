@@ -50,7 +50,16 @@ from ._layout import KEY_NAMES, gate_keys
 if TYPE_CHECKING:
     from ._process import ProcessSide
 
-__all__ = ("ClusterFeed", "ClusterSnapshot", "HistogramKey", "Measure", "bucketed", "hist_keys")
+__all__ = (
+    "INCREMENTS",
+    "ClusterFeed",
+    "ClusterSnapshot",
+    "Feed",
+    "HistogramKey",
+    "Measure",
+    "bucketed",
+    "hist_keys",
+)
 
 #: A histogram's series: the histogram's name (OpenTelemetry's) and the outcome ("" for none).
 HistogramKey = tuple[str, str]
@@ -58,24 +67,35 @@ HistogramKey = tuple[str, str]
 #: What the export measures of a record: the value of each histogram series it feeds.
 Measure = Callable[[RequestRecord], Iterable[tuple[HistogramKey, float]]]
 
-# KEYS 1 hist (field "histogram|outcome|le" -> count, "histogram|outcome|sum" -> seconds), 2 pushed
-# (agent -> the serial of its last push applied). ARGV 1 agent, 2 serial, 3 ttl ms, then field,
-# increment pairs. A push is applied once: sent again after a lost reply, it changes nothing.
-_PUSH = """
-local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
-if tonumber(ARGV[2]) <= last then return 0 end
-for i = 4, #ARGV, 2 do
+#: Lua: add ARGV's (field, increment) pairs from ARGV[first] on to the hash KEYS[1]; a field ending
+#: in ``|sum`` holds a float. Every push's script runs it (this module's and the keyed gate's).
+INCREMENTS = """
+for i = first, #ARGV, 2 do
   if string.sub(ARGV[i], -4) == '|sum' then
     redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
   else
     redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
   end
 end
+"""
+
+# KEYS 1 hist (field "histogram|outcome|le" -> count, "histogram|outcome|sum" -> seconds), 2 pushed
+# (agent -> the serial of its last push applied). ARGV 1 agent, 2 serial, 3 ttl ms, then field,
+# increment pairs. A push is applied once: sent again after a lost reply, it changes nothing.
+_PUSH = (
+    """
+local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+if tonumber(ARGV[2]) <= last then return 0 end
+local first = 4
+"""
+    + INCREMENTS
+    + """
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 """
+)
 
 
 def hist_keys(name: str) -> tuple[str, str]:
@@ -143,22 +163,29 @@ class _Local:
         return flat
 
 
-class ClusterFeed:
-    """A cluster gate's snapshot for the exports, refreshed in the background (see the module).
+class Feed:
+    """What the exports read of a cluster gate: a snapshot, pushed and read by a task of its own.
+
+    The exports' side (:meth:`attach`, :meth:`detach`, :meth:`age`, :meth:`refresh`) and the
+    task's life are the same for a cluster gate (:class:`ClusterFeed`) and a cluster keyed gate
+    (``_keyed_metrics.KeyedFeed``); each says what it pushes (:meth:`_push`), how it reads
+    (:meth:`_read`), when it listens to the gate's records, and where its task may run.
 
     Args:
         gate: The gate (held weakly: the feed stops once it is collected).
-        side: Its process's side: its client, keys, loop and settings.
-        observers: The gate's observers, which the feed joins while an export keeps histograms.
+        name: The gate's name, under which its series are exported.
+        op_timeout: Seconds a push or a read may take.
     """
 
-    def __init__(self, gate: object, side: ProcessSide, observers: Observers) -> None:
+    #: The feed's gate as its messages name it.
+    kind = "gate"
+
+    def __init__(self, gate: object, name: str, op_timeout: float) -> None:
         self._gate = weakref.ref(gate)
-        self._side = side
         #: The gate's name.
-        self.name = side.name
-        self._observers = observers
-        #: Seconds between two reads (the shortest any export attached asked for).
+        self.name = name
+        self._op_timeout = op_timeout
+        #: Seconds between two refreshes (the shortest any export attached asked for).
         self.interval = 5.0
         #: The histograms' bounds (None: no export asked for histograms), and what they measure.
         self.bounds: tuple[float, ...] | None = None
@@ -166,14 +193,11 @@ class ClusterFeed:
         self.snapshot: ClusterSnapshot | None = None
         #: When the feed was made (``time.monotonic()``): the age of a snapshot never read.
         self.made = time.monotonic()
-        #: Reads that failed (Redis out of reach, or it refused).
+        #: Refreshes that failed (Redis out of reach, or it refused).
         self.failures = 0
-        self._failing = False  # the last read failed
+        self._failing = False  # the last refresh failed
         self._exports = 0
         self._local: _Local | None = None
-        self._acked: dict[HistogramKey, tuple[list[int], float]] = {}
-        # A push sent but not acknowledged: its serial, what it brings the hash to, its fields.
-        self._in_flight: tuple[int, dict[HistogramKey, tuple[list[int], float]], list[str]] | None = None
         self._serial = 0
         self._task: asyncio.Task[None] | None = None
         self._refreshing: asyncio.Future[None] | None = None
@@ -193,30 +217,29 @@ class ClusterFeed:
             if self.bounds is None:
                 self.bounds, self._measure = histograms, measure
                 self._local = _Local(histograms)
-                self._observers.add(self._record)
             elif self.bounds != histograms:
                 raise ValueError(
-                    f"gate {self._side.name!r} is exported with the histogram buckets {self.bounds} "
-                    f"already; give every export of a cluster gate the same buckets (every process too: "
-                    f"the cluster's histograms are summed bucket by bucket)"
+                    f"{self.kind} {self.name!r} is exported with the histogram buckets {self.bounds} "
+                    f"already; give every export of a cluster {self.kind} the same buckets (every process "
+                    f"too: the cluster's histograms are summed bucket by bucket)"
                 )
+        self._listen(True)
         self.interval = min(self.interval, interval) if self._exports else interval
         self._exports += 1
         with contextlib.suppress(RuntimeError):  # no loop runs here: the first record or refresh starts it
             self._start(asyncio.get_running_loop())
 
     def detach(self) -> None:
-        """An export stopped reading: the last one stops the background read (from any thread)."""
+        """An export stopped reading: the last one stops the background work (from any thread)."""
         self._exports = max(0, self._exports - 1)
         if self._exports:
             return
         task, self._task = self._task, None
         if task is not None:
             _cancel(task)
-        if self._local is not None:  # the next export may ask for other buckets: start afresh
-            self._observers.remove(self._record)
-            self.bounds = self._local = self._in_flight = self._measure = None
-            self._acked = {}
+        self._listen(False)
+        self.bounds = self._local = self._measure = None  # the next export may ask for other buckets
+        self._forget_histograms()
 
     def age(self) -> float:
         """Seconds since the last successful read (since the feed was made, before one)."""
@@ -227,24 +250,21 @@ class ClusterFeed:
 
     def _record(self, record: RequestRecord) -> None:
         local, measure = self._local, self._measure
-        if local is None or measure is None:
-            return
-        for key, value in measure(record):
-            local.add(key, value)
+        if local is not None and measure is not None:
+            for key, value in measure(record):
+                local.add(key, value)
         task = self._task
         if task is None or task.done():  # not started yet, or its loop was closed: start it here
             self._start(asyncio.get_running_loop())
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
-        side = self._side
         task = self._task
         if self._exports == 0 or (task is not None and not task.done() and not task.get_loop().is_closed()):
             return
-        if side.loop is not loop:
-            if side.loop is not None and not side.loop.is_closed() and (side.holders or side.waiters):
-                return  # the gate is in use on another loop: its own refreshes start it there
-            side.bind()
-        self._task = loop.create_task(self._run(), name=f"boundedgate metrics of {side.name!r}")
+        if self._may_run_on(loop):
+            self._task = loop.create_task(
+                self._run(), name=f"boundedgate metrics of {self.kind} {self.name!r}"
+            )
 
     async def _run(self) -> None:
         while self._gate() is not None:
@@ -252,7 +272,7 @@ class ClusterFeed:
             await asyncio.sleep(self.interval)
 
     async def refresh(self) -> None:
-        """Push this process's new records, then read the cluster's state: the snapshot is current.
+        """Push this process's new counts, then read the cluster's: the snapshot is current.
 
         Never raises for Redis: when it does not answer within the gate's ``op_timeout``, the
         snapshot keeps its last values (its age grows). Concurrent calls share one refresh.
@@ -271,24 +291,95 @@ class ClusterFeed:
             future.set_result(None)
 
     async def _refresh(self) -> None:
-        side = self._side
         try:
             await self._push()
-            call = functools.partial(_read, side.client, side.name, side.max_running, side.max_waiting)
-            snapshot = await pooled(call, side.op_timeout)
+            snapshot = await pooled(self._read, self._op_timeout)
         except Exception as error:  # a metric read must never break the service
             self.failures += 1
             # Once per outage, and for every failure that is not one (a bug, a refusal).
             level = logging.DEBUG if self._failing and isinstance(error, UNREACHABLE) else logging.WARNING
             self._failing = True
-            logger.log(level, "%s: could not read the cluster's counts for the metrics: %r", side.name, error)
+            logger.log(
+                level, "%s: could not push or read the cluster's counts for the metrics: %r", self.name, error
+            )
             return
         self._failing = False
         self.snapshot = snapshot
 
-    async def _push(self) -> None:
+    async def aclose(self) -> None:
+        """Stop the background work, after one last push of this process's counts."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._exports:
+            with contextlib.suppress(Exception):  # Redis out of reach, or refusing: closing goes on
+                await self._push(leaving=True)
+
+    # -- what each feed does its own way ----------------------------------------------------------
+
+    def _listen(self, on: bool) -> None:
+        """Hear the gate's records from now on (``on``), or no longer."""
+        raise NotImplementedError
+
+    def _forget_histograms(self) -> None:
+        """The last export left: forget what was pushed of the histograms (the next may differ)."""
+        raise NotImplementedError
+
+    def _may_run_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether the task may start on ``loop`` (a cluster gate's task runs on the gate's loop)."""
+        return True
+
+    async def _push(self, *, leaving: bool = False) -> None:
+        """Add this process's new counts to the cluster's (``leaving``: the last push, at closing)."""
+        raise NotImplementedError
+
+    async def _read(self) -> ClusterSnapshot:
+        """Read the cluster's counts into a snapshot."""
+        raise NotImplementedError
+
+
+class ClusterFeed(Feed):
+    """A cluster gate's snapshot for the exports, refreshed in the background (see the module).
+
+    Args:
+        gate: The gate (held weakly: the feed stops once it is collected).
+        side: Its process's side: its client, keys, loop and settings.
+        observers: The gate's observers, which the feed joins while an export keeps histograms.
+    """
+
+    def __init__(self, gate: object, side: ProcessSide, observers: Observers) -> None:
+        super().__init__(gate, side.name, side.op_timeout)
+        self._side = side
+        self._observers = observers
+        self._listening = False
+        self._acked: dict[HistogramKey, tuple[list[int], float]] = {}
+        # A push sent but not acknowledged: its serial, what it brings the hash to, its fields.
+        self._in_flight: tuple[int, dict[HistogramKey, tuple[list[int], float]], list[str]] | None = None
+
+    def _listen(self, on: bool) -> None:
+        # Only the histograms need the records: without them, the gate builds none for the feed.
+        on = on and self._local is not None
+        if on != self._listening:
+            (self._observers.add if on else self._observers.remove)(self._record)
+            self._listening = on
+
+    def _forget_histograms(self) -> None:
+        self._acked = {}
+        self._in_flight = None
+
+    def _may_run_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        side = self._side
+        if side.loop is not loop:
+            if side.loop is not None and not side.loop.is_closed() and (side.holders or side.waiters):
+                return False  # the gate is in use on another loop: its own refreshes start it there
+            side.bind()
+        return True
+
+    async def _push(self, *, leaving: bool = False) -> None:
         local = self._local
-        if local is None:
+        if local is None or (leaving and (self._side.loop is None or self._side.loop.is_closed())):
             return
         if self._in_flight is None:
             fields = local.increments(self._acked)
@@ -305,16 +396,9 @@ class ClusterFeed:
         self._acked = state
         self._in_flight = None
 
-    async def aclose(self) -> None:
-        """Stop the background read, after one last push of this process's records."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if self._local is not None and self._side.loop is not None and not self._side.loop.is_closed():
-            with contextlib.suppress(Exception):  # Redis out of reach, or refusing: closing goes on
-                await self._push()
+    async def _read(self) -> ClusterSnapshot:
+        side = self._side
+        return await _read_gate(side.client, side.name, side.max_running, side.max_waiting)
 
 
 def _cancel(task: asyncio.Task[None]) -> None:
@@ -331,7 +415,7 @@ def _cancel(task: asyncio.Task[None]) -> None:
             loop.call_soon_threadsafe(task.cancel)
 
 
-async def _read(client: Any, name: str, max_running: int, max_waiting: int | None) -> ClusterSnapshot:
+async def _read_gate(client: Any, name: str, max_running: int, max_waiting: int | None) -> ClusterSnapshot:
     """Read gate ``name``'s counters, counts, limits and histograms in one transaction."""
     keys = dict(zip(KEY_NAMES, gate_keys(name), strict=True))
     meta, holders, waiters, stats = keys["meta"], keys["holders"], keys["waiters"], keys["stats"]
