@@ -1165,6 +1165,20 @@ class Cutter:
             self._cutting = True
             task.cancel()
 
+    def leave(self, raised: bool, late: bool) -> Status | None:
+        """The block's exit: disarm the timer, take the cut back, and say how the request ended.
+
+        ``CUT`` when the gate's cut stopped the body, or the body finished at or past its deadline
+        (``late``) before the cut landed; ``FAILED`` when it ``raised`` otherwise; None (completed,
+        on time) else.
+        """
+        self.disarm()
+        if self.take_back():
+            return CUT
+        if raised:
+            return FAILED
+        return CUT if late else None
+
     def take_back(self) -> bool:
         """True if the cut cancelled the body, and no other cancellation was asked since the entry.
 
@@ -1234,14 +1248,8 @@ class _CutPermit(Permit):  # type: ignore[misc]  # admit(on_deadline="cut")'s pe
     ) -> None:
         if self._handed_over:
             return  # a stream owns the slot, and the timer, now
-        cutter = self._cutter
-        cutter.disarm()
-        cut_by_gate = cutter.take_back()
-        gate = self._gate
-        if exc_type is None:
-            ending = CUT if cut_by_gate or gate._clock() >= self.deadline else None
-        else:
-            ending = CUT if cut_by_gate else FAILED
+        raised = exc_type is not None
+        ending = self._cutter.leave(raised, not raised and self._gate._clock() >= self.deadline)
         # No await before the release: a second cancellation must not be able to interrupt it.
         Permit._finish(self, ending)
         if self.status is CUT and (exc_type is None or issubclass(exc_type, asyncio.CancelledError)):

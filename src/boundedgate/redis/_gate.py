@@ -1421,13 +1421,8 @@ class _RedisCutPermit(RedisPermit):  # type: ignore[misc]  # admit(on_deadline="
         if self._handed_over or self._inner is not None:
             await RedisPermit.__aexit__(self, exc_type, exc, tb)
             return
-        cutter = self._cutter
-        cutter.disarm()
-        cut_by_gate = cutter.take_back()
-        if exc_type is None:
-            ending = CUT if cut_by_gate or self._side.time() >= self.deadline else None
-        else:
-            ending = CUT if cut_by_gate else FAILED
+        raised = exc_type is not None
+        ending = self._cutter.leave(raised, not raised and self._side.time() >= self.deadline)
         release = self._end_holding(ending)  # before any await, as RedisPermit's exit
         if release is not None:
             await self._side.release_here(*release)
