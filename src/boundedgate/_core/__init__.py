@@ -39,7 +39,7 @@ from ._settings import (
 from ._state import RECENT_RUN_WEIGHT, GateState, ended_as, pace_weight, queue_deadline
 from ._stats import GateStatistics
 from ._ticket import Status, Ticket, arrival_of, durations_of, end_of, note, start_of
-from ._totals import KeyedStatistics, Totals, total
+from ._totals import NOT_HISTORY, KeyedStatistics, Totals, total
 
 __all__ = (
     "BY_NAME",
@@ -49,6 +49,7 @@ __all__ = (
     "MAX_COUNT",
     "MAX_PAUSE",
     "NEVER_RAN",
+    "NOT_HISTORY",
     "OUTCOMES",
     "RAN",
     "RECENT_RUN_WEIGHT",

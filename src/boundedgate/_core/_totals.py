@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from ._state import GateState
 from ._stats import GateStatistics
 
-__all__ = ("KeyedStatistics", "Totals", "total")
+__all__ = ("NOT_HISTORY", "KeyedStatistics", "Totals", "total")
 
 #: Fields that describe a gate or the moment, not its history: set by :func:`total` itself. (The
 #: balances of the keys' own buckets, ``tokens``, do not add up to anything: the total has none.)
-_NOT_HISTORY = frozenset(
+NOT_HISTORY = frozenset(
     (
         "name",
         "max_running",
@@ -34,7 +34,7 @@ _NOT_HISTORY = frozenset(
         "paused_until",
     )
 )
-_HISTORY = tuple(f.name for f in dataclasses.fields(GateStatistics) if f.name not in _NOT_HISTORY)
+_HISTORY = tuple(f.name for f in dataclasses.fields(GateStatistics) if f.name not in NOT_HISTORY)
 #: Zero of the right type for each: counts are ints, times are floats.
 _ZEROS = {
     f.name: 0.0 if f.type == "float" else 0 for f in dataclasses.fields(GateStatistics) if f.name in _HISTORY

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Never, Self, final
 
 from .._core import (
     MAX_PAUSE,
+    NOT_HISTORY,
     Adaptive,
     AdaptiveLimit,
     GateLimits,
@@ -70,21 +71,9 @@ __all__ = ("RedisKeyedGate",)
 #: A key's limits as ``overrides`` may give them: a :class:`GateLimits`, or a pair.
 Limits = GateLimits | tuple[int | None, int | None]
 
-#: The fields of RedisGateStatistics that describe the moment or the gate, not its history.
-_NOT_HISTORY = frozenset(
-    (
-        "name",
-        "max_running",
-        "max_waiting",
-        "running",
-        "waiting",
-        "peak_running",
-        "peak_waiting",
-        "tokens",
-        "paused_until",
-    )
-)
-_FIELDS = tuple(f for f in dataclasses.fields(RedisGateStatistics) if f.name not in _NOT_HISTORY)
+#: The fields of RedisGateStatistics that count history (the core's rule: the others describe the
+#: gate or the moment), summed over keys, the ``_max`` ones as maxima.
+_FIELDS = tuple(f for f in dataclasses.fields(RedisGateStatistics) if f.name not in NOT_HISTORY)
 _ZEROS: dict[str, float] = {f.name: 0.0 if f.type == "float" else 0 for f in _FIELDS}
 
 
