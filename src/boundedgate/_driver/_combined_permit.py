@@ -307,8 +307,12 @@ class CombinedPermit:
         self.ended = ended
         self.status = ending if ending is not None else LATE if late else COMPLETED
 
-    def _give_back(self, taken: list[Permit], refused: Permit | None, exc: BaseException) -> None:
-        """A step failed with ``exc``: the gates taken give their slots back unused, and the request ends."""
+    def _give_back(self, taken: list[Any], refused: Any, exc: BaseException) -> None:
+        """A step failed with ``exc``: the gates taken give their slots back unused, and the request ends.
+
+        Every gate's permit, in-process or the cluster's, gives its slot back the same way
+        (``_give_back_unused(ending)``: a grant nobody took up).
+        """
         loop: asyncio.AbstractEventLoop = self._loop  # type: ignore[assignment]
         arrival = self.arrival
         if arrival is None:  # the first step failed before its arrival (the call's): the call arrives now
@@ -317,10 +321,10 @@ class CombinedPermit:
             if self._timeout is not None:
                 self.deadline = arrival + self._timeout
         ending = DISCONNECTED if self._client_left else CANCELLED
-        for permit in reversed(taken):
-            permit._gate._cancel(permit, ending)
+        for permit in taken[::-1]:
+            permit._give_back_unused(ending)
         self._permits = (*taken, refused) if refused is not None else tuple(taken)
-        status = refused.status if refused is not None else NEW
+        status: Status = refused.status if refused is not None else NEW
         self.status = status if status.is_final else CANCELLED
         self.ended = loop.time()
         if isinstance(exc, GateError) and refused is not None and refused.ended is not None:
@@ -372,31 +376,12 @@ class CombinedPermit:
                     wait_until = now + self._max_wait
                     timeout = None
             except BaseException as exc:
-                self._give_back_chain(taken, permit, exc)
+                self._give_back(taken, permit, exc)
                 raise
             taken.append(permit)
         self._permits = tuple(taken)
         self.started = taken[-1].started
         self.status = RUNNING
-
-    def _give_back_chain(self, taken: list[Any], refused: Any, exc: BaseException) -> None:
-        """``_give_back`` of a chain with a cluster step: each gate taken gives its slot back unused."""
-        loop: asyncio.AbstractEventLoop = self._loop  # type: ignore[assignment]
-        arrival = self.arrival
-        if arrival is None:
-            arrival = refused.arrival if refused is not None else None
-            arrival = self.arrival = loop.time() if arrival is None else arrival
-            if self._timeout is not None:
-                self.deadline = arrival + self._timeout
-        ending = DISCONNECTED if self._client_left else CANCELLED
-        for permit in taken[::-1]:
-            permit._give_back_unused(ending)
-        self._permits = (*taken, refused) if refused is not None else tuple(taken)
-        status: Status = refused.status if refused is not None else NEW
-        self.status = status if status.is_final else CANCELLED
-        self.ended = loop.time()
-        if isinstance(exc, GateError) and refused is not None and refused.ended is not None:
-            exc.waited = exc.elapsed = refused.ended - arrival
 
     def _end_chain(self, ending: Status | None) -> list[tuple[Any, tuple[Any, ...]]]:
         """End every step now, last first, as ``_finish`` does; return the cluster releases to send.
