@@ -198,9 +198,11 @@ async def test_over_a_cluster_gate_s_fallback_a_hang_up_in_the_inner_queue_is_di
     assert outer.stats().fallbacks == 2
 
 
+@pytest.mark.parametrize("chain", [False, True], ids=["stacked", "chain"])
 async def test_a_tenant_gate_over_a_cluster_gate_in_uvicorn_counts_a_queued_hang_up_as_disconnected(
-    redis_server: RedisServer, name: str
+    redis_server: RedisServer, name: str, chain: bool
 ) -> None:
+    # The tenant's gate and the cluster's, as two stacked middlewares or as one middleware's chain.
     httpx2 = require("httpx2", "pip install 'boundedgate[test]'")
     openai = require("openai", "pip install 'boundedgate[test]'")
     require("fastapi", "pip install 'boundedgate[test]'")
@@ -234,8 +236,11 @@ async def test_a_tenant_gate_over_a_cluster_gate_in_uvicorn_counts_a_queued_hang
             def tenant(scope: Any) -> str:
                 return str(dict(scope["headers"]).get(b"x-tenant", b"-").decode())
 
-            app.add_middleware(GateMiddleware, gate=shared)
-            app.add_middleware(GateMiddleware, gate=tenants, key=tenant)  # added last: outermost
+            if chain:
+                app.add_middleware(GateMiddleware, gate=[(tenants, tenant), shared])
+            else:
+                app.add_middleware(GateMiddleware, gate=shared)
+                app.add_middleware(GateMiddleware, gate=tenants, key=tenant)  # added last: outermost
             try:
                 yield app, (tenants, shared, provider, connection)
             finally:

@@ -1,15 +1,13 @@
 """GateMiddleware(gate=[tenants, cluster_gate]): one middleware for "the tenant, then the cluster".
 
 Real time (looptime off) and a real Redis: a client that hangs up while its request waits in the
-cluster's queue is *disconnected* at both gates, under the hand-written client and under uvicorn.
+cluster's queue is *disconnected* at both gates (under uvicorn: test_redis.py, stacked and chained);
+a cluster keyed gate given alone takes its key from ``key=``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 import redis.asyncio
@@ -18,12 +16,9 @@ from boundedgate import KeyedGate
 from boundedgate.asgi import GateMiddleware
 from boundedgate.redis import RedisKeyedGate
 from tests.asgi.harness import Client, Scope, StreamingApp, http_scope, serve
-from tests.asgi.servers import require, served
-from tests.asgi.test_redis import WAIT, until
+from tests.asgi.test_redis import until
 from tests.distributed.conftest import client, name, redis_server, server_binary
 from tests.distributed.helpers import make_gate, settles_empty
-from tests.distributed.servers import RedisServer
-from tests.fake_provider import Behaviour, fake_provider
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 
@@ -61,72 +56,6 @@ async def test_a_hang_up_in_the_cluster_queue_is_disconnected_at_the_tenant_and_
     stats = shared.stats()
     assert (stats.disconnected, stats.cancelled, stats.completed) == (1, 0, 1)
     assert app.entered == 1
-
-
-async def test_one_chain_middleware_in_uvicorn_counts_a_queued_hang_up_as_disconnected_at_each(
-    redis_server: RedisServer, name: str
-) -> None:
-    httpx2 = require("httpx2", "pip install 'boundedgate[test]'")
-    openai = require("openai", "pip install 'boundedgate[test]'")
-    require("fastapi", "pip install 'boundedgate[test]'")
-    from fastapi import FastAPI
-    from starlette.responses import StreamingResponse
-
-    @contextlib.asynccontextmanager
-    async def build() -> AsyncIterator[tuple[Any, Any]]:
-        async with (
-            fake_provider(Behaviour(chunks=2, hold_after=1)) as provider,
-            redis.asyncio.Redis.from_url(redis_server.url) as connection,
-            make_gate(connection, name, 1, 1) as shared,
-        ):
-            tenants: KeyedGate[str] = KeyedGate(max_running=2, max_waiting=0, name="tenant", keep_idle=4)
-            upstream = openai.AsyncOpenAI(base_url=provider.openai_url, api_key="k", max_retries=0)
-            app = FastAPI()
-
-            @app.post("/chat")
-            async def chat() -> Any:
-                raw = await upstream.chat.completions.create(
-                    model="m", messages=[{"role": "user", "content": "hi"}], stream=True
-                )
-
-                async def events() -> AsyncIterator[str]:
-                    async with raw:
-                        async for chunk in raw:
-                            yield f"data: {chunk.model_dump_json()}\n\n"
-
-                return StreamingResponse(events(), media_type="text/event-stream")
-
-            app.add_middleware(GateMiddleware, gate=[(tenants, _tenant), shared])  # one middleware
-            try:
-                yield app, (tenants, shared, provider)
-            finally:
-                await upstream.close()
-
-    with served(build, limit=60) as server:
-        tenants, shared, provider = server.parts
-        async with httpx2.AsyncClient(timeout=WAIT) as http:
-            headers = {"x-tenant": "a"}
-
-            async def stream() -> bytes:
-                async with http.stream("POST", f"{server.url}/chat", headers=headers) as response:
-                    return bytes(await response.aread())
-
-            first = asyncio.create_task(stream())
-            await server.until(lambda: provider.streaming == 1, timeout=WAIT, what="the first stream")
-            leaving = asyncio.create_task(stream())
-            await server.until(lambda: shared.waiting == 1, timeout=WAIT, what="the second queued in Redis")
-            leaving.cancel()  # the client hangs up while its request waits in the cluster's queue
-            await asyncio.gather(leaving, return_exceptions=True)
-            await server.until(lambda: shared.waiting == 0, timeout=WAIT, what="its place given up")
-            await server.call(provider.release)
-            await first
-            await server.until(lambda: tenants.running == 0, timeout=WAIT, what="the tenant's slots back")
-            tenant = await server.call(lambda: tenants.get("a").stats())
-            stats = await server.call(shared.stats)
-            served_streams = await server.call(lambda: len(provider.served))
-    assert served_streams == 1  # the provider was never called for the client that left
-    assert (tenant.disconnected, tenant.aborted, tenant.completed) == (1, 0, 1)
-    assert (stats.disconnected, stats.cancelled, stats.aborted, stats.completed) == (1, 0, 0, 1)
 
 
 async def test_a_cluster_keyed_gate_alone_takes_its_key_from_key(
