@@ -24,7 +24,6 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from prometheus_client import CollectorRegistry
 
 from boundedgate import OUTCOMES, GateError, RequestRecord
-from boundedgate._export import HISTOGRAMS
 from boundedgate.otel import instrument
 from boundedgate.prometheus import GateCollector
 from boundedgate.redis import RedisKeyedGate
@@ -32,7 +31,7 @@ from boundedgate.redis._keyed_metrics import _PUSH, keyed_keys
 
 from .helpers import wait_until
 from .servers import RedisServer
-from .test_metrics import samples, series
+from .test_metrics import histograms_are_the_records, samples, series
 from .test_processes import workers
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -142,20 +141,7 @@ async def test_any_process_scrape_reports_the_keyed_gates_sums_under_its_name(
         }
         assert events == {"unavailable"}
         assert series(found, "boundedgate_cluster_events_total", gate=name, event="unavailable") == 0
-        for spec in HISTOGRAMS:
-            metric = spec.name.replace(".", "_") + "_seconds"
-            values: dict[str, list[float]] = {}
-            for record in records:
-                value = spec.value(record)
-                if value is not None:
-                    values.setdefault(record.outcome.name if spec.by_outcome else "", []).append(value)
-            for ending, seen in values.items():
-                labels: dict[str, str] = {"gate": name}
-                if spec.by_outcome:
-                    labels["outcome"] = ending
-                assert series(found, metric + "_count", **labels) == len(seen)
-                assert series(found, metric + "_sum", **labels) == pytest.approx(sum(seen))
-                assert series(found, metric + "_bucket", le="+Inf", **labels) == len(seen)
+        histograms_are_the_records(found, name, records)
     for collector in collectors:
         collector.close()
 

@@ -54,6 +54,32 @@ def series(found: Samples, name: str, **labels: str) -> float:
     return found.get((name, frozenset(labels.items())), 0.0)
 
 
+def histograms_are_the_records(
+    found: Samples, name: str, records: list[RequestRecord], bound: float | None = None
+) -> None:
+    """Each exported histogram of gate ``name`` counts and sums what ``records`` measured.
+
+    With ``bound``, its bucket there counts the values at or below it.
+    """
+    for spec in HISTOGRAMS:
+        metric = spec.name.replace(".", "_") + "_seconds"
+        values: dict[str, list[float]] = {}
+        for record in records:
+            value = spec.value(record)
+            if value is not None:
+                values.setdefault(record.outcome.name if spec.by_outcome else "", []).append(value)
+        for ending, seen in values.items():
+            labels: dict[str, str] = {"gate": name}
+            if spec.by_outcome:
+                labels["outcome"] = ending
+            assert series(found, metric + "_count", **labels) == len(seen)
+            assert series(found, metric + "_sum", **labels) == pytest.approx(sum(seen))
+            if bound is not None:
+                below = sum(1 for value in seen if value <= bound)
+                assert series(found, metric + "_bucket", le=repr(bound), **labels) == below
+            assert series(found, metric + "_bucket", le="+Inf", **labels) == len(seen)
+
+
 async def traffic(gates: list[RedisGate]) -> None:
     """Requests through the gates (C=1, Q=1 across them) ending in several outcomes."""
 
@@ -201,22 +227,7 @@ async def test_each_process_scrape_reports_the_clusters_totals(
         assert series(found, "boundedgate_queue_timeout_seconds", gate=name) == 30
         assert 0 <= series(found, "boundedgate_cluster_read_age_seconds", gate=name) < 5
         assert series(found, "boundedgate_cluster_events_total", gate=name, event="unavailable") == 0
-        for spec in HISTOGRAMS:
-            metric = spec.name.replace(".", "_") + "_seconds"
-            values: dict[str, list[float]] = {}
-            for record in records:
-                value = spec.value(record)
-                if value is not None:
-                    values.setdefault(record.outcome.name if spec.by_outcome else "", []).append(value)
-            for ending, seen in values.items():
-                labels: dict[str, str] = {"gate": name}
-                if spec.by_outcome:
-                    labels["outcome"] = ending
-                assert series(found, metric + "_count", **labels) == len(seen)
-                assert series(found, metric + "_sum", **labels) == pytest.approx(sum(seen))
-                below = sum(1 for value in seen if value <= 0.32)
-                assert series(found, metric + "_bucket", le="0.32", **labels) == below
-                assert series(found, metric + "_bucket", le="+Inf", **labels) == len(seen)
+        histograms_are_the_records(found, name, records, bound=0.32)
     for collector in collectors:
         collector.close()
 
