@@ -16,6 +16,7 @@ import redis.asyncio
 
 from boundedgate import GateUnavailable
 from boundedgate.redis import _scripts
+from boundedgate.redis._io import ClientConnectionFailed, bounded
 
 from .helpers import make_gate, settles_empty
 
@@ -117,3 +118,17 @@ async def test_an_error_of_the_gate_s_own_is_not_taken_for_an_unreachable_redis(
             async with gate.admit(timeout=5):
                 pass
         assert gate.stats().unavailable == 0
+
+
+@pytest.mark.engines
+async def test_a_cluster_client_s_own_refusal_is_not_blamed_on_the_connection_defect(
+    cluster_client: redis.asyncio.RedisCluster,
+) -> None:
+    # redis-py's cluster errors are not RedisErrors: it raises RedisClusterException (a slot not
+    # covered, a call without a key) before sending anything. It counts as unreachable, and says
+    # what failed rather than pointing at the torn-down transport's defect.
+    with pytest.raises(ClientConnectionFailed) as caught:
+        await bounded(cluster_client.execute_command("GET"), 5)  # no key: no slot to send it to
+    assert isinstance(caught.value.__cause__, redis.exceptions.RedisClusterException)
+    assert "the cluster client failed with RedisClusterException" in str(caught.value)
+    assert "4287" not in str(caught.value)

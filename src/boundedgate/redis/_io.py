@@ -173,6 +173,11 @@ class ClientConnectionFailed(redis.exceptions.ConnectionError):
 
 
 def _unreachable(error: Exception) -> ClientConnectionFailed:
+    if isinstance(error, redis.exceptions.RedisClusterException):  # not a RedisError: a slot not covered...
+        return ClientConnectionFailed(
+            f"the cluster client failed with {type(error).__name__}: {error}; Redis did not answer, "
+            "so it counts as unreachable"
+        )
     return ClientConnectionFailed(
         f"the client's connection failed with {type(error).__name__}: {error} (a redis-py defect, "
         "redis/redis-py#4287: upgrading redis-py may fix it); Redis did not answer, "

@@ -98,6 +98,19 @@ return 1
 )
 
 
+# KEYS 1 stats, 2 holders, 3 waiters, 4 meta, 5 hist. One script rather than a MULTI, which a
+# cluster client may refuse (redis-py 5.0's does): EVAL is routed by its keys, all in the gate's slot.
+_READ = """
+return {
+  redis.call('HGETALL', KEYS[1]),
+  redis.call('ZCARD', KEYS[2]),
+  redis.call('ZCARD', KEYS[3]),
+  redis.call('HMGET', KEYS[4], 'Cset', 'Qset', 'C', 'Q', 'epoch'),
+  redis.call('HGETALL', KEYS[5]),
+}
+"""
+
+
 def hist_keys(name: str) -> tuple[str, str]:
     """The keys of gate ``name``'s cluster histograms: the counts, and each process's last push."""
     prefix = gate_keys(name)[0].removesuffix("meta")
@@ -416,17 +429,11 @@ def _cancel(task: asyncio.Task[None]) -> None:
 
 
 async def _read_gate(client: Any, name: str, max_running: int, max_waiting: int | None) -> ClusterSnapshot:
-    """Read gate ``name``'s counters, counts, limits and histograms in one transaction."""
+    """Read gate ``name``'s counters, counts, limits and histograms at one moment (one script)."""
     keys = dict(zip(KEY_NAMES, gate_keys(name), strict=True))
-    meta, holders, waiters, stats = keys["meta"], keys["holders"], keys["waiters"], keys["stats"]
     hist, _ = hist_keys(name)
-    async with client.pipeline(transaction=True) as pipe:
-        pipe.hgetall(stats)
-        pipe.zcard(holders)
-        pipe.zcard(waiters)
-        pipe.hmget(meta, "Cset", "Qset", "C", "Q", "epoch")
-        pipe.hgetall(hist)
-        counters, running, waiting, limits, histograms = await pipe.execute()
+    reply = await client.eval(_READ, 5, keys["stats"], keys["holders"], keys["waiters"], keys["meta"], hist)
+    counters, running, waiting, limits, histograms = reply
     c_set, q_set, c_used, q_used, epoch = (None if value is None else text(value) for value in limits)
     c = c_set or c_used
     q = q_set or q_used
