@@ -58,8 +58,12 @@ async def test_a_dropped_permit_is_not_renewed_so_its_lease_lapses_even_if_its_r
         # Another process's gate object, whose lease a busy machine cannot let lapse before the read.
         async with make_gate(client, name, 1, 0) as other:
             again = await other.try_admit()  # its script reclaims the lapsed lease, and grants the slot
-            assert (await cluster(client, name)).counters["reclaimed"] == 1
             again.release()
+        counters = (await cluster(client, name)).counters
+        # A renewal sent just before the permit was dropped may land after its lease was reclaimed
+        # (on a busy machine, more than a lease of 0.6 s later): it counts the holder again, and
+        # its lease lapses once more. Either way it lapsed for good: one reclaim more than reattaches.
+        assert counters["reclaimed"] - counters.get("reattached", 0) == 1, counters
 
 
 async def _lapsed(client: redis.asyncio.Redis, name: str) -> bool:
