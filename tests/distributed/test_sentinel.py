@@ -77,7 +77,7 @@ async def test_the_primary_killed_under_traffic_fails_closed_then_the_promoted_r
             # The gate's state on the replica before the kill: a busy machine may otherwise kill
             # the primary before it replicated, and the promoted replica starts the gate afresh (a
             # new epoch too, but not a failover: no other replication history to find).
-            assert await sentinel_client.execute_command("WAIT", 1, 10_000) >= 1
+            assert await sentinel_client.wait(1, 10_000) >= 1
             sentinel_servers.primary.kill()
             await traffic.unavailable_seen(within)
 
