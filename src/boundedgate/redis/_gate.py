@@ -54,7 +54,7 @@ from ._background import Background
 from ._inspect import read_cluster
 from ._io import UNREACHABLE, fields, pooled, text
 from ._lacking import no_attribute, refuse_arguments
-from ._process import Ending, Field, ProcessSide, ms
+from ._process import Ending, Field, ProcessSide, Sample, ms
 from ._records import record_of
 from ._stats import ClusterStatistics, RedisGateStatistics
 
@@ -994,7 +994,7 @@ class RedisPermit(HandsOver):
         if release is not None:
             self._side.release(*release)
 
-    def _end_holding(self, ending: Status | None) -> tuple[str, str, tuple[float, float] | None] | None:
+    def _end_holding(self, ending: Status | None) -> tuple[str, str, Sample | None] | None:
         """End the request as :meth:`_finish` does; return the release to send, None if there is none."""
         inner = self._inner
         if inner is not None:
@@ -1019,7 +1019,7 @@ class RedisPermit(HandsOver):
         sample = None
         if side.controller is not None and (status is COMPLETED or status is LATE):
             first = self._first_item
-            sample = (ran, ran if first is None else first - started)
+            sample = (ran, ran if first is None else first - started, self._declared)
         return permit_id, status.value, sample
 
     def __del__(self) -> None:
