@@ -739,7 +739,7 @@ def histograms(real: Sequence[RequestRecord], planned: Sequence[RequestRecord]) 
 
 
 async def main(seed: int = 0, one_process: bool = False, live: bool | None = None) -> None:
-    """Print the scenario, run the three and the four, print the reports."""
+    """Print the scenario, run the three and the five, print the reports."""
     live = sys.stderr.isatty() if live is None else live
     jobs = traffic(seed)
     print(
@@ -753,8 +753,8 @@ async def main(seed: int = 0, one_process: bool = False, live: bool | None = Non
         f"at once at t={BURST_AT_MS / 1000:g} s. Every caller gives up after {BUDGET:g} s.\n"
         "The same calls go through a plain semaphore, through the semaphore with a timeout around each "
         "call, and through a BoundedGate;\n"
-        f"then, to a provider whose capacity halves at t={HALVES_AT:g} s, through those and an adaptive "
-        "BoundedGate.\n",
+        f"then, to a provider whose capacity halves at t={HALVES_AT:g} s, through those, an adaptive "
+        "BoundedGate and the recommended one.\n",
         flush=True,
     )
     if one_process:
