@@ -590,15 +590,24 @@ class _Sim:
         else:
             result.provider_refused += 1
             result.refused_after.append(now - arrival_of(call))
-            woken += state.release(call, now, FAILED)
+            # As a real gate hears it: while the refused call still holds its slot, so that a cut
+            # of C (or a pause) comes before the hand-off of that slot.
             if signal == "rate_limited":
                 woken += state.pause(now + extra, now)
             elif controller is not None and signal is not None:
-                controller.signal(signal, now, state.running + 1)  # with the refused call
-        if controller is not None and controller.limit != state.limit:
-            woken += state.set_limits(now, max_running=controller.limit)
-            result.limits.append((now, controller.limit))
+                controller.signal(signal, now, state.running)
+                woken += self.follow(index, now)
+            woken += state.release(call, now, FAILED)
+        woken += self.follow(index, now)
         self.woken(index, woken, now)
+
+    def follow(self, index: int, now: float) -> Sequence[Ticket]:
+        """Set the gate's C to what its controller wants, if that differs; the tickets it started."""
+        controller, state = self.controllers[index], self.states[index]
+        if controller is None or controller.limit == state.limit:
+            return ()
+        self.results[index].limits.append((now, controller.limit))
+        return state.set_limits(now, max_running=controller.limit)
 
 
 def simulate_provider(clients: Sequence[Client], provider: Provider) -> list[ClientResult]:
