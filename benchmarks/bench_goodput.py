@@ -17,7 +17,9 @@ answers 529 beyond its capacity K, on virtual time, with the library's own core:
 * ``adaptive``: C learned from the provider's 529s and latency (``Adaptive()`` defaults; the
   latency is the time to first token, which the prompt's size explains), Q = 60 or 150;
 * ``feasible``: C = 20, deadline-feasible admission (refused at arrival what cannot be in time);
-* ``adaptive+feasible``: both.
+* ``adaptive+feasible``: both;
+* ``recommended``: both, each call cut off at its deadline (``admit(timeout=...,
+  on_deadline="cut")``), no Q to tune: the configuration docs/adaptive.md recommends.
 
 Three providers: one that serves K = 20 all along (stationary), one whose K halves to 10 at 20 s
 and comes back at 45 s, and a third at ``Provider``'s default speeds (a mid-size model: a call
@@ -39,6 +41,8 @@ Each row gives answers on time as ratios to the best static C and Q in hindsight
 ``semaphore+timeout``, late and cut-off answers, the provider's 529s passed on, the gate's
 refusals, the time from arrival to each "no" a caller got (p50, p99, max: from the gate, a 529
 passed on, or a cut at the deadline), and the provider's time spent on answers nobody waited for.
+A last table sums the production part up, each window replayed from three start offsets (0, 60 and
+120 s into it: the same trace met at another moment), as ranges over the offsets.
 
 Run: ``PYTHONPATH=src python benchmarks/bench_goodput.py`` (``--synthetic`` or ``--traces`` for one
 part alone).
@@ -54,7 +58,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from boundedgate.sim import (
@@ -270,6 +274,68 @@ def _ratio_cell(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.3f}"
 
 
+#: Where into a window the summary's replays start, in seconds.
+OFFSETS = (0, 60, 120)
+
+
+def from_offset(jobs: Sequence[Request], offset: float) -> list[Request]:
+    """The window's requests from ``offset`` seconds into it on, arriving that much earlier."""
+    return [replace(job, arrival=job.arrival - offset) for job in jobs if job.arrival >= offset]
+
+
+def _span(values: Sequence[float], cell: Callable[[float], str]) -> str:
+    low, high = min(values), max(values)
+    return cell(low) if cell(low) == cell(high) else f"{cell(low)}-{cell(high)}"
+
+
+def summary_part() -> list[str]:
+    """A markdown table: per window and provider, what each way of admitting got over the offsets."""
+    lines = [
+        "| window | provider | timeout on time | gate / timeout | best static / timeout | adaptive / best "
+        "| recommended / best | recommended / timeout | 529s: timeout / recommended "
+        "| no after p99: timeout / recommended | wasted: timeout / recommended |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    ratio = "{:.3f}".format
+    whole = "{:.0f}".format
+    for window in trace_windows():
+        k = load_capacity(window.requests, Provider(1))
+        kinds = [name for name, _ in trace_providers(k, window.requests)]
+        for kind in range(len(kinds)):
+            seen: dict[str, list[float]] = {}
+            for offset in OFFSETS:
+                jobs = from_offset(window.requests, offset)
+                _, provider = trace_providers(k, jobs)[kind]
+                comparison = compare_admission(jobs, provider, max_running=k, max_waiting=3 * k)
+                timeout, recommended = comparison["semaphore+timeout"], comparison["recommended"]
+                for name, value in (
+                    ("timeout", timeout.result.on_time),
+                    ("gate", comparison.ratio(comparison[f"gate Q={3 * k}"], to="semaphore+timeout")),
+                    ("best", comparison.ratio(comparison.best, to="semaphore+timeout")),
+                    ("adaptive", comparison.ratio(comparison[f"adaptive Q={3 * k}"])),
+                    ("recommended", comparison.ratio(recommended)),
+                    ("recommended/timeout", comparison.ratio(recommended, to="semaphore+timeout")),
+                    ("529 timeout", timeout.result.provider_refused),
+                    ("529 recommended", recommended.result.provider_refused),
+                    ("p99 timeout", timeout.result.time_to_refusal.p99 or 0.0),
+                    ("p99 recommended", recommended.result.time_to_refusal.p99 or 0.0),
+                    ("wasted timeout", timeout.result.wasted_seconds),
+                    ("wasted recommended", recommended.result.wasted_seconds),
+                ):
+                    seen.setdefault(name, []).append(0.0 if value is None else float(value))
+            seconds = "{:.2f}".format
+            cells = [
+                _span(seen["timeout"], whole),
+                *(_span(seen[name], ratio) for name in ("gate", "best", "adaptive", "recommended")),
+                _span(seen["recommended/timeout"], ratio),
+                f"{_span(seen['529 timeout'], whole)} / {_span(seen['529 recommended'], whole)}",
+                f"{_span(seen['p99 timeout'], seconds)} / {_span(seen['p99 recommended'], seconds)} s",
+                f"{_span(seen['wasted timeout'], whole)} / {_span(seen['wasted recommended'], whole)} s",
+            ]
+            lines.append(f"| {window.name} | {kinds[kind]} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def traces_part() -> list[str]:
     """Every window against its three providers."""
     lines: list[str] = []
@@ -305,11 +371,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     part = parser.add_mutually_exclusive_group()
     part.add_argument("--synthetic", action="store_true", help="the synthetic scenarios alone")
     part.add_argument("--traces", action="store_true", help="the production-trace windows alone")
+    part.add_argument("--summary", action="store_true", help="the production traces' summary alone")
     args = parser.parse_args(argv)
     began = time.perf_counter()
-    if not args.traces:
+    if not (args.traces or args.summary):
         print("\n".join(synthetic_part()))
-    if not args.synthetic:
+    if not (args.synthetic or args.summary):
         print("\n".join(traces_part()))
         print(
             "(/best, /timeout: on time over the best static gate's and semaphore+timeout's; 529: the "
@@ -317,6 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "arrival to each refusal, cut or 529 a caller got; wasted: provider seconds spent on late "
             "or cut-off answers)"
         )
+    if not (args.synthetic or args.traces):
+        print("\n".join(["", *summary_part()]))
     print(f"({time.perf_counter() - began:.1f}s)")
     return 0
 

@@ -9,10 +9,12 @@ times: through ``asyncio.Semaphore(20)``, the usual fix; through the same semaph
 ``asyncio.timeout(2.5)`` around each call, what a careful user writes; and through
 ``BoundedGate(max_running=20, max_waiting=60)``. Every caller gives up after 2.5 s. Each call holds
 its slot for its whole stream, and carries its prompt's text (four characters a token), as a RAG
-call would. Then the same traffic goes four times to a provider whose capacity halves to 10 at 3 s:
-through the three, and through the gate with ``adaptive=Adaptive()``, told of every 529.
+call would. Then the same traffic goes five times to a provider whose capacity halves to 10 at 3 s:
+through the three, through the gate with ``adaptive=Adaptive()``, told of every 529, and through
+the recommended configuration (docs/adaptive.md): an adaptive C, feasible admission with no Q, and
+each call cut off at its deadline (``admit(timeout=2.5, on_deadline="cut")``).
 
-Run it with ``make demo`` (the seven runs go side by side, one process each: about 15 seconds), or
+Run it with ``make demo`` (the eight runs go side by side, one process each: about 15 seconds), or
 ``python examples/llm_burst.py`` (``--one-process`` runs them one after the other, shown live).
 Real asyncio, real time; the numbers vary a little from run to run, the comparison does not.
 """
@@ -36,7 +38,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from boundedgate import Adaptive, BoundedGate, Late, QueueExpired, QueueFull, RequestRecord
+from boundedgate import (
+    Adaptive,
+    BoundedGate,
+    DeadlineCut,
+    Infeasible,
+    Late,
+    QueueExpired,
+    QueueFull,
+    RequestRecord,
+)
 from boundedgate.sim import Bursts, Job, LogNormal, Poisson, generate, simulate
 from boundedgate.sim import Provider as Speeds
 
@@ -245,22 +256,33 @@ def through_semaphore_with_timeout(run: Run, provider: Provider) -> Caller:
     return call
 
 
-def through_gate(run: Run, provider: Provider, gate: BoundedGate) -> Caller:
-    """The same calls through a gate: a bounded queue, a deadline from arrival, typed refusals."""
+def through_gate(run: Run, provider: Provider, gate: BoundedGate, cut: bool = False) -> Caller:
+    """The same calls through a gate: a bounded queue, a deadline from arrival, typed refusals.
+
+    ``cut``: each call is cut off at its deadline (``on_deadline="cut"``) rather than answered late.
+    """
+    on_deadline = "cut" if cut else "late"
 
     async def call(job: Job) -> None:
         loop = asyncio.get_running_loop()
         arrival = loop.time()
         prompt = _prompt(job)
+        started: float | None = None
         try:
-            async with gate.admit(timeout=BUDGET):  # the slot is held for the whole stream
+            async with gate.admit(timeout=BUDGET, on_deadline=on_deadline):  # held for the whole stream
+                started = loop.time()
                 await _stream_answer(provider, job, prompt)
         except QueueFull:  # every slot busy, every place taken: a 503 now, not a timeout later
             run.refused("rejected", loop.time() - arrival)
+        except Infeasible:  # by the recent pace it could not be answered in time: a 503 now
+            run.refused("infeasible", loop.time() - arrival)
         except QueueExpired:  # the budget ran out in the queue: it never reached the provider
             run.refused("expired", loop.time() - arrival)
         except Late:  # answered, but after the budget
             run.answered(job, "late", loop.time() - arrival)
+        except DeadlineCut:  # cut off at the budget, as the timeout does: the work so far is lost
+            run.wasted += loop.time() - (arrival if started is None else started)
+            run.refused("cut off", loop.time() - arrival)
         except Overloaded:  # the provider's 529: an adaptive gate cuts C (a static one ignores it)
             gate.signal("overloaded")
             run.refused("529", loop.time() - arrival)
@@ -305,12 +327,13 @@ async def replay(jobs: Sequence[Job], call: Caller, run: Run, provider: Provider
 
 #: The three ways through, in the table's order.
 KINDS = ("semaphore", "timeout", "gate")
-#: The four against the provider whose capacity halves: the three, and an adaptive gate.
-HALVING_KINDS = ("semaphore", "timeout", "gate", "adaptive")
+#: The five against the provider whose capacity halves: the three, an adaptive gate, and the
+#: recommended configuration.
+HALVING_KINDS = ("semaphore", "timeout", "gate", "adaptive", "recommended")
 
 
 async def run_one(kind: str, jobs: Sequence[Job], live: bool = False, halving: bool = False) -> Run:
-    """Send the traffic through one of the four, to a provider of its own, and measure.
+    """Send the traffic through one of the five, to a provider of its own, and measure.
 
     ``halving``: the provider's capacity halves at ``HALVES_AT`` (memory is not traced then).
     """
@@ -326,6 +349,13 @@ async def run_one(kind: str, jobs: Sequence[Job], live: bool = False, halving: b
         elif kind == "timeout":
             run = Run(f"Semaphore + {BUDGET:g} s")
             call = through_semaphore_with_timeout(run, provider)
+        elif kind == "recommended":
+            gate = BoundedGate(
+                max_running=PROVIDER_LIMIT, max_waiting=None, name="llm", adaptive=Adaptive(), feasible=True
+            )
+            run = Run(f"recommended({PROVIDER_LIMIT})")
+            gate.observe(run.records.append)
+            call = through_gate(run, provider, gate, cut=True)
         else:
             adaptive = Adaptive() if kind == "adaptive" else None
             gate = BoundedGate(
@@ -354,7 +384,7 @@ async def compare(seed: int = 0, live: bool = False) -> tuple[Run, Run, Run, lis
 
 
 async def compare_halving(seed: int = 0, live: bool = False) -> tuple[list[Run], list[Job]]:
-    """The same traffic through the four, in turn, each to a provider whose capacity halves."""
+    """The same traffic through the five, in turn, each to a provider whose capacity halves."""
     jobs = traffic(seed)
     return [await run_one(kind, jobs, live, halving=True) for kind in HALVING_KINDS], jobs
 
@@ -366,7 +396,7 @@ def _run_in_a_process(kind: str, seed: int, halving: bool) -> dict[str, Any]:
 
 
 async def compare_side_by_side(seed: int = 0) -> tuple[tuple[Run, Run, Run], list[Run], list[Job]]:
-    """All seven runs at once, a process each (its own loop, provider and memory tracing)."""
+    """All eight runs at once, a process each (its own loop, provider and memory tracing)."""
     loop = asyncio.get_running_loop()
     plan = [(kind, False) for kind in KINDS] + [(kind, True) for kind in HALVING_KINDS]
     with ProcessPoolExecutor(len(plan), mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -526,12 +556,12 @@ def report(semaphore_run: Run, timeout_run: Run, gate_run: Run, jobs: Sequence[J
 
 
 def report_halving(runs: Sequence[Run], jobs: Sequence[Job]) -> str:
-    """The second table: the same traffic, the four ways through, a provider whose capacity halves."""
-    semaphore_run, timeout_run, gate_run, adaptive_run = runs
+    """The second table: the same traffic, the five ways through, a provider whose capacity halves."""
+    semaphore_run, timeout_run, gate_run, adaptive_run, recommended_run = runs
     calls, half = len(jobs), PROVIDER_LIMIT // 2
 
     def row(label: str, *cells: object) -> str:
-        return f"{label:<36}" + "".join(f"{cell!s:>16}" for cell in cells)
+        return f"{label:<36}" + "".join(f"{cell!s:>12}" for cell in cells)
 
     def count(run: Run, outcome: str) -> str:
         return str(run.outcomes[outcome])
@@ -549,20 +579,51 @@ def report_halving(runs: Sequence[Run], jobs: Sequence[Job]) -> str:
         f"The same {calls} calls again, to a provider whose capacity halves, from {PROVIDER_LIMIT} to {half} "
         f"streams, at t={HALVES_AT:g} s (and stays there); beyond it the provider answers 529 (overloaded) "
         f"after {REFUSE_SECONDS * 1000:.0f} ms. The gates are told of every 529 (gate.signal('overloaded')): "
-        "the static one ignores it, the adaptive one (Adaptive(), its defaults) cuts C.",
+        "the static one ignores it, the adaptive ones (Adaptive(), its defaults) cut C. The recommended "
+        "configuration (docs/adaptive.md) has an adaptive C, feasible admission with no Q, and cuts each "
+        f"call off at its deadline.",
         "",
-        row("", "Semaphore", "Semaphore", "BoundedGate", "BoundedGate"),
-        row("", f"({PROVIDER_LIMIT})", f"+ {BUDGET:g} s", f"({PROVIDER_LIMIT}, {MAX_WAITING})", "adaptive"),
+        row("", "Semaphore", "Semaphore", "BoundedGate", "BoundedGate", "BoundedGate"),
+        row(
+            "",
+            f"({PROVIDER_LIMIT})",
+            f"+ {BUDGET:g} s",
+            f"({PROVIDER_LIMIT}, {MAX_WAITING})",
+            "adaptive",
+            "recommended",
+        ),
         row("admitted (reached the provider)", *(reached(r) for r in runs)),
         row("provider 529s passed to callers", *(count(r, "529") for r in runs)),
-        row("rejected at once (QueueFull)", "never", "never", *(count(r, "rejected") for r in runs[2:])),
+        row(
+            "rejected at once (QueueFull)",
+            "never",
+            "never",
+            *(count(r, "rejected") for r in runs[2:4]),
+            "never",
+        ),
+        row(
+            "refused at once (Infeasible)",
+            "never",
+            "never",
+            "never",
+            "never",
+            count(recommended_run, "infeasible"),
+        ),
         row("gave up in the queue", "never", *(count(r, "expired") for r in runs[1:])),
-        row("cut off mid-stream (timeout)", "never", count(timeout_run, "cut off"), "never", "never"),
+        row(
+            "cut off mid-stream (at the budget)",
+            "never",
+            count(timeout_run, "cut off"),
+            "never",
+            "never",
+            count(recommended_run, "cut off"),
+        ),
         row(
             f"answered late (after {BUDGET:g} s)",
             count(semaphore_run, "late"),
             "never",
-            *(count(r, "late") for r in runs[2:]),
+            *(count(r, "late") for r in runs[2:4]),
+            "never",
         ),
         row("answered on time", *(count(r, "on time") for r in runs)),
         row("time to answer, p99", *(_seconds(r.p(99)) for r in runs)),
@@ -579,6 +640,7 @@ def report_halving(runs: Sequence[Run], jobs: Sequence[Job]) -> str:
         id(timeout_run): "the semaphore with a timeout",
         id(gate_run): "the static gate",
         id(adaptive_run): "the adaptive gate",
+        id(recommended_run): "the recommended gate",
     }
     best = ranked[0]
     lines.append(
@@ -586,6 +648,14 @@ def report_halving(runs: Sequence[Run], jobs: Sequence[Job]) -> str:
         + ", ".join(f"{names[id(r)]} ({r.outcomes['on time']})" for r in ranked[1:])
         + f". Everyone else got a 529, a refusal or an answer too late: {failed(best)} callers of "
         f"{names[id(best)]}, {failed(adaptive_run)} of the adaptive gate's."
+    )
+    r, t = recommended_run.outcomes, timeout_run.outcomes
+    lines.append(
+        f"- The recommended gate against the semaphore with a timeout, which both cut a call off at its "
+        f"deadline: {r['on time']} answers on time against {t['on time']}, {r['529']} 529s passed on against "
+        f"{t['529']}, {r['infeasible'] + r['expired']} refused (at arrival, or in the queue at the "
+        f"budget) against {t['expired']} that waited their whole budget in the queue, {r['cut off']} cut "
+        f"off against {t['cut off']}."
     )
     s529, a529, g529 = (r.outcomes["529"] for r in (semaphore_run, adaptive_run, gate_run))
     lines.append(
@@ -669,7 +739,7 @@ def histograms(real: Sequence[RequestRecord], planned: Sequence[RequestRecord]) 
 
 
 async def main(seed: int = 0, one_process: bool = False, live: bool | None = None) -> None:
-    """Print the scenario, run the three and the four, print the reports."""
+    """Print the scenario, run the three and the five, print the reports."""
     live = sys.stderr.isatty() if live is None else live
     jobs = traffic(seed)
     print(
@@ -683,8 +753,8 @@ async def main(seed: int = 0, one_process: bool = False, live: bool | None = Non
         f"at once at t={BURST_AT_MS / 1000:g} s. Every caller gives up after {BUDGET:g} s.\n"
         "The same calls go through a plain semaphore, through the semaphore with a timeout around each "
         "call, and through a BoundedGate;\n"
-        f"then, to a provider whose capacity halves at t={HALVES_AT:g} s, through those and an adaptive "
-        "BoundedGate.\n",
+        f"then, to a provider whose capacity halves at t={HALVES_AT:g} s, through those, an adaptive "
+        "BoundedGate and the recommended one.\n",
         flush=True,
     )
     if one_process:

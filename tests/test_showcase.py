@@ -150,49 +150,56 @@ def halving(showcase: dict[str, Any]) -> tuple[list[Any], list[Any]]:
 def test_against_the_halving_provider_every_call_ends_in_one_outcome(
     halving: tuple[list[Any], list[Any]], runs: tuple[Any, Any, Any, Any]
 ) -> None:
-    (semaphore, careful, gate, adaptive), jobs = halving
+    (semaphore, careful, gate, adaptive, recommended), jobs = halving
     assert jobs == runs[3]  # the same traffic as the first table's
-    for run in (semaphore, careful, gate, adaptive):
+    for run in (semaphore, careful, gate, adaptive, recommended):
         assert sum(run.outcomes.values()) == len(jobs)
         # Each 529 reached its caller, unless the timeout cut the careful semaphore's call first.
         assert 0 < run.outcomes["529"] <= run.provider_refused
-        if run is not careful:
+        if run is not careful and run is not recommended:
             assert run.outcomes["529"] == run.provider_refused
         assert run.provider_peak == 20  # before the capacity halved, the limit was reached
     assert set(semaphore.outcomes) <= {"on time", "late", "529"}
     assert set(careful.outcomes) <= {"on time", "expired", "cut off", "529"}
     for run in (gate, adaptive):
         assert set(run.outcomes) <= {"on time", "late", "rejected", "expired", "529"}
+    assert set(recommended.outcomes) <= {"on time", "infeasible", "expired", "cut off", "529"}
 
 
 def test_the_semaphores_pass_on_far_more_529s_than_the_gates(halving: tuple[list[Any], list[Any]]) -> None:
-    (semaphore, careful, gate, adaptive), _ = halving
-    assert min(semaphore.outcomes["529"], careful.outcomes["529"]) > 2 * max(
-        gate.outcomes["529"], adaptive.outcomes["529"]
-    )
+    (semaphore, careful, gate, adaptive, recommended), _ = halving
+    fewest = min(semaphore.outcomes["529"], careful.outcomes["529"])
+    assert fewest > 2 * max(gate.outcomes["529"], adaptive.outcomes["529"])
+    # With no Q, the recommended gate lets the burst through to the provider while its C comes
+    # down: fewer 529s than the semaphores, more than the gates whose Q refused the burst's excess.
+    assert fewest > recommended.outcomes["529"] > gate.outcomes["529"]
 
 
 def test_only_the_adaptive_gate_cuts_c_at_most_once_a_window(
     halving: tuple[list[Any], list[Any]], runs: tuple[Any, Any, Any, Any], showcase: dict[str, Any]
 ) -> None:
-    (_, _, gate, adaptive), _ = halving
+    (_, _, gate, adaptive, recommended), _ = halving
     limit = showcase["PROVIDER_LIMIT"]
     assert runs[2].final_limit == gate.final_limit == limit
     assert gate.cuts == 0
     window = showcase["Adaptive"]().window
-    assert 1 <= adaptive.cuts <= (adaptive.wall - showcase["HALVES_AT"]) / window + 1
-    assert adaptive.final_limit < limit
+    for run in (adaptive, recommended):
+        assert 1 <= run.cuts <= (run.wall - showcase["HALVES_AT"]) / window + 1
+        assert run.final_limit < limit
 
 
 def test_against_the_halving_provider_the_gates_refuse_before_the_budget(
     halving: tuple[list[Any], list[Any]], showcase: dict[str, Any]
 ) -> None:
-    (_, careful, gate, adaptive), _ = halving
+    (_, careful, gate, adaptive, recommended), _ = halving
     budget = showcase["BUDGET"]
     assert max(careful.refusal_seconds) >= budget - 1e-6  # some waited the whole budget for nothing
     for run in (gate, adaptive):
         assert max(run.refusal_seconds) < budget
         assert run.wasted < careful.wasted
+    # The recommended gate cuts at the budget, as the timeout does; what it refuses, it refuses at once.
+    assert recommended.outcomes["infeasible"] > 0
+    assert recommended.outcomes["expired"] == 0
 
 
 def test_the_halving_report_says_what_the_numbers_say(
@@ -201,12 +208,18 @@ def test_the_halving_report_says_what_the_numbers_say(
     runs, jobs = halving
     out = showcase["report_halving"](runs, jobs)
     flat = " ".join(out.split())  # the prose is wrapped
-    _, _, gate, adaptive = runs
+    _, careful, gate, adaptive, recommended = runs
     g, a = gate.outcomes["on time"], adaptive.outcomes["on time"]
     assert "provider 529s passed to callers" in out
     assert "C at the end" in out
-    names = ("the plain semaphore", "the semaphore with a timeout", "the static gate", "the adaptive gate")
-    best = max(range(4), key=lambda i: runs[i].outcomes["on time"])  # the first of a tie, as sorted()
+    names = (
+        "the plain semaphore",
+        "the semaphore with a timeout",
+        "the static gate",
+        "the adaptive gate",
+        "the recommended gate",
+    )
+    best = max(range(5), key=lambda i: runs[i].outcomes["on time"])  # the first of a tie, as sorted()
     assert f"Most answers on time: {names[best]} ({runs[best].outcomes['on time']}), then" in flat
     if g > a:
         assert f"The static gate answered more on time than the adaptive one ({g} against {a})" in flat
@@ -217,3 +230,6 @@ def test_the_halving_report_says_what_the_numbers_say(
     else:
         assert f"The static and the adaptive gate answered as many on time ({g})" in flat
     assert f"({adaptive.outcomes['529']} against {gate.outcomes['529']})" in flat
+    r, t = recommended.outcomes, careful.outcomes
+    assert f"{r['on time']} answers on time against {t['on time']}" in flat
+    assert f"{r['cut off']} cut off against {t['cut off']}" in flat

@@ -274,8 +274,9 @@ class Infeasible(GateError):
 
     By the gate's recent pace (the recent mean of its runs that ended normally, over C, and any
     pause in force) the request would start at or after its queue deadline (``min(deadline,
-    arrival + max_wait)``), or one recent run after that start would end at or after its
-    deadline: rather than queue it to expire or run late, the gate refuses it at once. Nothing
+    arrival + max_wait)``), or a long run after that start (two recent runs: an LLM call's length
+    varies with its answer) would end at or after its deadline: rather than queue it to expire,
+    run late or be cut off, the gate refuses it at once. Nothing
     was queued. A 503 with ``Retry-After`` (the predicted wait) is the honest answer: the gate is
     saturated now, and a request with a longer budget, or a retry later, may be served.
 

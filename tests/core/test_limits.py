@@ -146,8 +146,11 @@ def test_feasible_admission_refuses_what_cannot_start_before_its_deadline() -> N
     unfinished = ticket(2.4)  # it could start at 1.5, but a recent run ends at 2.5
     state.arrive(unfinished, 1)
     assert unfinished.status is Status.INFEASIBLE
-    assert state.infeasible == 2
-    hopeful = ticket(2.6)
+    short = ticket(3.4)  # a recent run would end at 2.5, but a long one (two runs) at 3.5
+    state.arrive(short, 1)
+    assert short.status is Status.INFEASIBLE
+    assert state.infeasible == 3
+    hopeful = ticket(3.6)
     state.arrive(hopeful, 1)
     assert hopeful.status is Status.QUEUED
     assert state.predicted_start(1) == 2.0  # one more ahead now

@@ -144,15 +144,15 @@ async def test_its_queue_deadline_is_the_nearer_of_its_deadline_and_max_wait(
 async def test_one_that_could_start_but_not_finish_before_its_deadline_is_refused(
     holder: RedisGate,
 ) -> None:
-    # It would start in an hour, within its queue deadline, but one recent run (an hour) later
-    # is past its deadline of an hour and a half.
+    # It would start in an hour, within its queue deadline, and finish a mean run by two hours;
+    # but a long run (two paces) later is past its deadline of two hours and a half.
     with pytest.raises(Infeasible) as refused:
-        await holder.admit(timeout=1.5 * HOUR).__aenter__()
-    assert 1.5 * HOUR - ROOM < refused.value.budget <= 1.5 * HOUR
+        await holder.admit(timeout=2.5 * HOUR).__aenter__()
+    assert 2.5 * HOUR - ROOM < refused.value.budget <= 2.5 * HOUR
 
 
 async def test_one_with_time_enough_queues_and_one_without_a_deadline_too(holder: RedisGate) -> None:
-    for timeout in (3 * HOUR, None):
+    for timeout in (4 * HOUR, None):  # a start in an hour, and a long run (two paces) by four
         task = asyncio.ensure_future(holder.admit(timeout=timeout).__aenter__())
         while holder.cluster_waiting == 0 and not task.done():
             await asyncio.sleep(0.01)
@@ -183,13 +183,13 @@ async def test_a_pause_in_force_counts_before_any_run_ended(client: redis.asynci
 
 
 async def test_the_queue_ahead_counts(client: redis.asyncio.Redis, holder: RedisGate) -> None:
-    # Queued with three hours, one ahead makes the next start in two: three hours are then too few
-    # (two to start, one to run).
-    task = asyncio.ensure_future(holder.admit(timeout=3 * HOUR).__aenter__())
+    # Queued with four hours, one ahead makes the next start in two: four hours are then too few
+    # (two to start, two for a long run).
+    task = asyncio.ensure_future(holder.admit(timeout=4 * HOUR).__aenter__())
     while holder.cluster_waiting == 0:
         await asyncio.sleep(0.01)
     with pytest.raises(Infeasible) as refused:
-        await holder.admit(timeout=3 * HOUR).__aenter__()
+        await holder.admit(timeout=4 * HOUR).__aenter__()
     assert 2 * HOUR - ROOM < refused.value.predicted_wait < 2 * HOUR + ROOM
     assert refused.value.waiting == 1
     task.cancel()

@@ -62,6 +62,7 @@ from hypothesis.stateful import (
 
 from boundedgate import Adaptive, RateLimit, Status
 from boundedgate._core import AdaptiveLimit, GateState, Ticket, TokenBucket
+from boundedgate._core._state import FEASIBLE_RUNS
 from boundedgate.redis import _buckets, _scripts
 from boundedgate.redis._layout import gate_keys, wake_prefix
 
@@ -277,7 +278,7 @@ class Model:
         start = max(self.now, self.pause_until)
         if pace is not None:
             start += (max(0, len(self.holders) - self.c) + len(self.waiters) + 1) * pace / self.c
-        if start >= deadline or (pace is not None and start + pace >= deadline):
+        if start >= deadline or (pace is not None and start + FEASIBLE_RUNS * pace >= deadline):
             return f"{start - self.now}:{deadline - self.now}"
         return None
 

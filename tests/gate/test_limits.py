@@ -169,8 +169,11 @@ async def test_feasible_admission_refuses_at_arrival_with_a_typed_error() -> Non
     with pytest.raises(Infeasible):  # it could start by 2 s, but not finish a run by 3 s
         async with gate.admit(timeout=3):
             pass
-    assert gate.stats().infeasible == 2
-    async with gate.admit(timeout=4.5):  # a budget the pace can meet (start at 2, end at 4) waits
+    with pytest.raises(Infeasible):  # nor a long run, two mean runs (4 s), by 5.5 s
+        async with gate.admit(timeout=5.5):
+            pass
+    assert gate.stats().infeasible == 3
+    async with gate.admit(timeout=6.5):  # a budget that fits a long run (start at 2, 4 s) waits
         pass
     async with gate.admit(timeout=0.5):  # nobody running: it starts at once, as ever
         pass

@@ -55,6 +55,7 @@ CONTENDERS = [
     "adaptive Q=30",
     "feasible",
     "adaptive+feasible",
+    "recommended",
 ]
 
 

@@ -31,6 +31,7 @@ NAMES = [
     "adaptive Q=30",
     "feasible",
     "adaptive+feasible",
+    "recommended",
 ]
 
 
@@ -66,7 +67,7 @@ def test_every_contender_on_the_same_traffic_in_order() -> None:
         progress=lambda done, total: seen.append((done, total)),
     )
     assert [c.name for c in comparison.contenders] == NAMES
-    total = len(comparison.tried) + 6
+    total = len(comparison.tried) + 7
     assert seen == [(n, total) for n in range(total + 1)]
     assert comparison.tried == tuple((c, q) for c in running_grid(20) for q in waiting_grid(20, 30))
     for contender in comparison.contenders:
@@ -92,7 +93,11 @@ def test_every_contender_on_the_same_traffic_in_order() -> None:
     assert timeout.result.late == 0
     assert timeout.on_deadline == "cut"
     assert timeout.to_dict()["on_deadline"] == "cut"
-    assert all(c.on_deadline == "late" for c in comparison.contenders if c is not timeout)
+    recommended = comparison["recommended"]
+    assert (recommended.adaptive, recommended.feasible, recommended.max_waiting) == (Adaptive(), True, None)
+    assert recommended.on_deadline == "cut"
+    assert recommended.result.late == 0
+    assert all(c.on_deadline == "late" for c in comparison.contenders if c not in (timeout, recommended))
     assert comparison["feasible"].result.infeasible > 0
     assert len(comparison["adaptive Q=30"].result.limits) > 1  # C moved with K
     best = comparison.best
@@ -195,14 +200,15 @@ def test_several_gates_share_the_provider_each_with_its_own_traffic() -> None:
 def test_requests_the_provider_never_answered_are_counted_for_each_gate_and_in_the_total() -> None:
     # The provider goes down at 8 s for good: what waits at it, or in a gate behind it, stays
     # unanswered, and every request is counted once, in each gate and in the contender's total.
-    # The semaphore with a timeout cuts what waits at the provider at its deadline instead.
+    # The semaphore with a timeout, and the recommended gate, cut what waits at the provider at its
+    # deadline instead.
     jobs = traffic()
     down = Provider(steps(20, (8.0, 0)), overload="queue")
     comparison = compare_admission({"a": jobs[0::2], "b": jobs[1::2]}, down, max_running=10, max_waiting=15)
     for contender in comparison.contenders:
         total = contender.result
         assert total.cut == sum(key.cut for key in contender.keys)
-        if contender.name == "semaphore+timeout":
+        if contender.name in ("semaphore+timeout", "recommended"):
             assert total.unanswered == 0 < total.cut
         else:
             assert total.unanswered == sum(key.unanswered for key in contender.keys) > 0

@@ -83,7 +83,8 @@ class BoundedGate(GateBase):  # type: ignore[misc]  # GateBase is final to mypyc
         rate_limits: Token buckets every request must pay, e.g. requests and tokens per minute.
         feasible: Deadline-feasible admission: refuse at arrival, with :class:`Infeasible`, a
             request that by the gate's recent pace would start at or after its deadline (or
-            queue budget), instead of queueing it to expire. Off by default.
+            queue budget), or could not finish a long run (two recent runs) by its deadline,
+            instead of queueing it to expire or run late. Off by default.
         adaptive: Learn C from provider signals and time to first token (see :meth:`adapt`);
             ``max_running`` is then the C to begin with.
 

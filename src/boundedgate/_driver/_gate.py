@@ -513,8 +513,8 @@ class GateBase:
             return
         if self._loop is None:
             self._bind()
-        wanted = controller.signal(cast(Any, kind), self._clock())  # compiled: an object
         state = self._state
+        wanted = controller.signal(cast(Any, kind), self._clock(), state.running)  # compiled: an object
         if wanted != state.limit:
             self.set_limits(max_running=wanted)
 
@@ -567,7 +567,7 @@ class GateBase:
         latency = record.ran if record.first_chunk is None else record.first_chunk
         before = controller.limit
         state = self._state
-        wanted = controller.sample(latency, record.ran, record.ended, state.running + 1)
+        wanted = controller.sample(latency, record.ran, record.ended, state.running + 1, record.cost)
         if wanted != before and self._loop is not None:
             self._loop.call_soon(self._follow)
 

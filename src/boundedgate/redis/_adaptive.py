@@ -55,7 +55,7 @@ class ClusterController:
         reply = await self._side.adapt(self._args("overloaded", limit.settings.decrease))
         self.adopt(reply, overload=bool(int(reply[0])))
 
-    def sampled(self, ran: float, latency: float, in_flight: int, cluster_c: int) -> None:
+    def sampled(self, ran: float, latency: float, in_flight: int, cluster_c: int, size: float) -> None:
         """A request of this process ran to an answer: sample it; propose what its window asks for."""
         side = self._side
         limit = self.limit
@@ -63,7 +63,7 @@ class ClusterController:
         side.max_running = cluster_c
         limit.adopt(cluster_c, now)
         before, cuts, grown = limit.value, limit.cuts, limit.grown
-        limit.sample(latency, ran, now, in_flight)
+        limit.sample(latency, ran, now, in_flight, size)
         if limit.cuts > cuts:
             side.spawn(self._propose(self._args("cut", limit.value / before)))
         elif limit.grown > grown:

@@ -54,7 +54,7 @@ from ._background import Background
 from ._inspect import read_cluster
 from ._io import UNREACHABLE, fields, pooled, text
 from ._lacking import no_attribute, refuse_arguments
-from ._process import Ending, Field, ProcessSide, ms
+from ._process import Ending, Field, ProcessSide, Sample, ms
 from ._records import record_of
 from ._stats import ClusterStatistics, RedisGateStatistics
 
@@ -180,7 +180,7 @@ class RedisGate:
         feasible: Deadline-feasible admission, as ``BoundedGate``'s: refuse at arrival, with
             :class:`~boundedgate.Infeasible`, a request that would queue and that, by the
             cluster's recent pace (kept in Redis, on the server's clock), could not start before
-            its queue deadline or finish one recent run later before its deadline. Give every
+            its queue deadline or finish a long run (two recent runs) later before its deadline. Give every
             process of the gate the same (a process without it does not feed the pace).
         **lacking: A ``BoundedGate``'s setting that a RedisGate lacks (``priorities=``...):
             refused, with the way out.
@@ -994,7 +994,7 @@ class RedisPermit(HandsOver):
         if release is not None:
             self._side.release(*release)
 
-    def _end_holding(self, ending: Status | None) -> tuple[str, str, tuple[float, float] | None] | None:
+    def _end_holding(self, ending: Status | None) -> tuple[str, str, Sample | None] | None:
         """End the request as :meth:`_finish` does; return the release to send, None if there is none."""
         inner = self._inner
         if inner is not None:
@@ -1019,7 +1019,7 @@ class RedisPermit(HandsOver):
         sample = None
         if side.controller is not None and (status is COMPLETED or status is LATE):
             first = self._first_item
-            sample = (ran, ran if first is None else first - started)
+            sample = (ran, ran if first is None else first - started, self._declared)
         return permit_id, status.value, sample
 
     def __del__(self) -> None:
@@ -1162,8 +1162,8 @@ class RedisPermit(HandsOver):
     def _admit_args(self, permit_id: str, now: float, wait: bool) -> tuple[object, ...]:
         """The admit script's own arguments: its budget in ms to its queue deadline (-1: none)...
 
-        A feasible gate's arrival sends its budget to its deadline too: one recent run after its
-        start must end before it.
+        A feasible gate's arrival sends its budget to its deadline too: a long run (two recent
+        runs) after its start must end before it.
         """
         args = (permit_id, _budget_ms(self._queue_by, now), 1 if wait else 0, repr(self.cost))
         if self._side.feasible:

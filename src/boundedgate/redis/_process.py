@@ -41,7 +41,7 @@ from ._io import UNREACHABLE, fields, pooled, text
 from ._layout import agent_id, gate_keys, wake_prefix
 from ._stats import LocalCounters, RedisGateStatistics
 
-__all__ = ("Ending", "Keeper", "ProcessSide", "Renewals", "Sampler", "Tracked", "Work", "ms")
+__all__ = ("Ending", "Keeper", "ProcessSide", "Renewals", "Sample", "Sampler", "Tracked", "Work", "ms")
 
 #: A reply's field as the client gives it: bytes, or str when it decodes responses (an int in arrays).
 Field = bytes | str | int
@@ -105,10 +105,15 @@ class Work(Protocol):
         ...
 
 
+#: What a release tells the adaptive controller of a run: its run time, its latency signal (time to
+#: first item, else the run time) and its declared cost (its size).
+Sample = tuple[float, float, float]
+
+
 class Sampler(Protocol):
     """The adaptive controller, as a release feeds it (``_adaptive.ClusterController``)."""
 
-    def sampled(self, ran: float, latency: float, in_flight: int, cluster_c: int) -> None:
+    def sampled(self, ran: float, latency: float, in_flight: int, cluster_c: int, size: float) -> None:
         """A request of this process ran to an answer."""
         ...
 
@@ -498,16 +503,14 @@ class ProcessSide:
         horizon = max(self.lease_ttl, self.waiter_ttl)
         self.spawn(self._until_done(_scripts.CANCEL, permit_id, how, horizon, handed_at=4))
 
-    def release(
-        self, permit_id: str, how: str, sample: tuple[float, float] | None = None
-    ) -> asyncio.Task[None]:
+    def release(self, permit_id: str, how: str, sample: Sample | None = None) -> asyncio.Task[None]:
         """Give the slot of ``permit_id`` back, in the background; returns the task doing it.
 
         ``sample`` (run time, latency signal) is for the adaptive controller, once Redis answered.
         """
         return self.spawn(self._until_done(_scripts.RELEASE, permit_id, how, self.lease_ttl, sample))
 
-    async def release_here(self, permit_id: str, how: str, sample: tuple[float, float] | None) -> None:
+    async def release_here(self, permit_id: str, how: str, sample: Sample | None) -> None:
         """Give the slot of ``permit_id`` back from the calling task, within ``op_timeout``.
 
         One script call, no task of its own. If Redis does not answer in time, or the caller is
@@ -525,7 +528,7 @@ class ProcessSide:
             raise
         self.released(reply, sample)
 
-    def released(self, reply: Any, sample: tuple[float, float] | None, handed_at: int = 5) -> None:
+    def released(self, reply: Any, sample: Sample | None, handed_at: int = 5) -> None:
         """Note what Redis answered to a release (or a cancellation: ``handed_at=4``).
 
         Wakes this process's waiters that the script handed a slot to, and samples a run for the
@@ -537,7 +540,8 @@ class ProcessSide:
             self.handed(reply, handed_at, reply[3])
         controller = self.controller
         if sample is not None and controller is not None:
-            controller.sampled(sample[0], sample[1], int(reply[1]) + 1, int(reply[4]))
+            ran, latency, size = sample
+            controller.sampled(ran, latency, int(reply[1]) + 1, int(reply[4]), size)
 
     def _ending(self, script: _scripts.Script, permit_id: str, how: str) -> tuple[str, ...]:
         """The arguments of a release or cancellation: a feasible gate's release keeps the pace."""
@@ -551,7 +555,7 @@ class ProcessSide:
         permit_id: str,
         how: str,
         horizon: float,
-        sample: tuple[float, float] | None = None,
+        sample: Sample | None = None,
         retried: bool = False,
         handed_at: int = 5,
     ) -> None:

@@ -219,7 +219,9 @@ def compare_admission(
     * ``adaptive Q=...``: C set by an adaptive controller (``adaptive``, default ``Adaptive()``),
       starting at ``max_running``, one per Q of ``adaptive_waiting`` (default: ``max_waiting``);
     * ``feasible``: an unbounded queue with deadline-feasible admission;
-    * ``adaptive+feasible``: both.
+    * ``adaptive+feasible``: both;
+    * ``recommended``: both, each call cut off at its deadline (``admit(timeout=...,
+      on_deadline="cut")``): the configuration docs/adaptive.md recommends, which needs no Q.
 
     ::
 
@@ -261,7 +263,7 @@ def compare_admission(
     settings = Adaptive() if adaptive is None else adaptive
     queues = [q] if adaptive_waiting is None else [check_max_waiting(queue) for queue in adaptive_waiting]
     tried = _static_grid(provider, traffics, c, q, runnings, waitings)
-    run = _Counted(len(tried) + 5 + len(queues), progress)
+    run = _Counted(len(tried) + 6 + len(queues), progress)
     before = [
         run(_run("semaphore", traffics, provider, c, None, deadlines=False)),
         run(_run("semaphore+timeout", traffics, provider, c, None, on_deadline="cut")),
@@ -278,6 +280,7 @@ def compare_admission(
         *adaptives,
         run(_run("feasible", traffics, provider, c, None, feasible=True)),
         run(_run("adaptive+feasible", traffics, provider, c, None, adaptive=settings, feasible=True)),
+        run(_run("recommended", traffics, provider, c, None, settings, True, on_deadline="cut")),
     ]
     return Comparison((*before, best, *after), best, tried)
 

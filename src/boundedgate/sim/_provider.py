@@ -251,7 +251,10 @@ class Client:
             or a :class:`Request` per request, which may carry its sizes.
         max_running: C (the initial C with ``adaptive``).
         max_waiting: Q (None: unbounded).
-        adaptive: Settings of an adaptive controller that sets C (None: C is static).
+        adaptive: Settings of an adaptive controller that sets C (None: C is static). It hears
+            each 529 with the requests the gate had in flight, and compares a sized request's
+            latency with those of requests of its prompt's size (as a real gate does with the
+            cost a request declares: ``AdaptiveLimit.sample``).
         feasible: Deadline-feasible admission.
         deadlines: False for a plain semaphore: the gate knows no deadline (nothing expires in the
             queue); lateness is still judged against each budget.
@@ -343,16 +346,23 @@ class ClientResult:
 
 
 class _Call(Ticket):
-    __slots__ = ("budget", "client", "done", "prefill", "served_at", "service")
+    __slots__ = ("budget", "client", "done", "prefill", "served_at", "service", "size")
 
     def __init__(
-        self, deadline: float, client: int, service: float, budget: float | None, prefill: float | None
+        self,
+        deadline: float,
+        client: int,
+        service: float,
+        budget: float | None,
+        prefill: float | None,
+        size: int | None = None,
     ) -> None:
         super().__init__(deadline)
         self.client = client
         self.service = service  # how long the provider serves it
         self.budget = budget
         self.prefill = prefill  # from being served to its first token (None: a share of service)
+        self.size = size  # its prompt's tokens, which the controller compares its latency by
         self.served_at: float | None = None  # while the provider serves it: since when
         self.done = False  # answered, refused by the provider, or cut: nothing more comes of it
 
@@ -396,7 +406,8 @@ class _Sim:
             for request in client.jobs:
                 arrival, service, budget, prefill = _timing(request, provider)
                 deadline = math.inf if budget is None or not client.deadlines else arrival + budget
-                self.push(arrival, "arrive", _Call(deadline, index, service, budget, prefill))
+                size = request.prompt_tokens if isinstance(request, Request) else None
+                self.push(arrival, "arrive", _Call(deadline, index, service, budget, prefill, size))
         self.cuts = [client.on_deadline == "cut" for client in clients]
 
     def push(self, when: float, kind: str, payload: object) -> None:
@@ -575,19 +586,28 @@ class _Sim:
                 result.on_time += 1
                 result.on_time_at.append(now)
             if controller is not None:
-                controller.sample(extra, now - start_of(call), now, state.running + 1)
+                controller.sample(extra, now - start_of(call), now, state.running + 1, call.size)
         else:
             result.provider_refused += 1
             result.refused_after.append(now - arrival_of(call))
-            woken += state.release(call, now, FAILED)
+            # As a real gate hears it: while the refused call still holds its slot, so that a cut
+            # of C (or a pause) comes before the hand-off of that slot.
             if signal == "rate_limited":
                 woken += state.pause(now + extra, now)
             elif controller is not None and signal is not None:
-                controller.signal(signal, now)
-        if controller is not None and controller.limit != state.limit:
-            woken += state.set_limits(now, max_running=controller.limit)
-            result.limits.append((now, controller.limit))
+                controller.signal(signal, now, state.running)
+                woken += self.follow(index, now)
+            woken += state.release(call, now, FAILED)
+        woken += self.follow(index, now)
         self.woken(index, woken, now)
+
+    def follow(self, index: int, now: float) -> Sequence[Ticket]:
+        """Set the gate's C to what its controller wants, if that differs; the tickets it started."""
+        controller, state = self.controllers[index], self.states[index]
+        if controller is None or controller.limit == state.limit:
+            return ()
+        self.results[index].limits.append((now, controller.limit))
+        return state.set_limits(now, max_running=controller.limit)
 
 
 def simulate_provider(clients: Sequence[Client], provider: Provider) -> list[ClientResult]:

@@ -411,8 +411,10 @@ end
 -- limit on running, C 2**53, weighs it PACE_WEIGHT). Kept by release.lua for a feasible gate's
 -- processes. An arrival of a feasible gate that would queue is refused when its predicted start,
 -- max(now, pause) + n * pace / C (n: the running excess over C, the queue ahead, itself), is at
--- or after its queue deadline, or one pace after it at or after its deadline.
+-- or after its queue deadline, or a long run (RUNS paces: the core's FEASIBLE_RUNS) after it at or
+-- after its deadline.
 local PACE_WEIGHT = 0.2
+local RUNS = 2
 local UNLIMITED = 2 ^ 53
 
 local function keep_pace(ran)
@@ -434,7 +436,7 @@ local function infeasible(queue_by, by)
   if pace and C < UNLIMITED then
     start = start + (math.max(0, RUNNING - C) + WAITING + 1) * pace / C
   end
-  if (queue_by >= 0 and start >= queue_by) or (pace and by >= 0 and start + pace >= by) then
+  if (queue_by >= 0 and start >= queue_by) or (pace and by >= 0 and start + RUNS * pace >= by) then
     local budget = -1
     if queue_by >= 0 then budget = queue_by - now end
     return true, string.format('%.17g:%d', start - now, budget)

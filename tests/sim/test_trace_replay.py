@@ -1,0 +1,83 @@
+"""The real gate reproduces the simulator on the production traces, in the recommended configuration.
+
+``benchmarks/replay_traces.py`` sends each window of ``benchmarks/traces`` through a real
+``BoundedGate`` (an adaptive C, feasible admission with no Q, each call cut off at its deadline) on
+virtual time, to an in-process provider that serves as ``boundedgate.sim.Provider`` does and tells
+the gate of every 529; the simulator's ``recommended`` contender predicts the same run. The
+controller, feasible admission and the cut are the core's in both, fed alike: the same answers on
+time, cuts, 529s and refusals, within the order of same-instant events where a provider's capacity
+changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from boundedgate.sim import Provider, Request, compare_admission
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+
+
+@functools.cache
+def replaying() -> ModuleType:
+    """``benchmarks/replay_traces.py`` (which imports ``bench_goodput`` beside it), loaded once."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        path = BENCHMARKS / "replay_traces.py"
+        spec = importlib.util.spec_from_file_location("boundedgate_replay_traces", path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def runs() -> list[tuple[str, list[Request], Provider, int]]:
+    """Each window and provider: its name, its requests, the provider, and the gate's C."""
+    module = replaying()
+    found: list[tuple[str, list[Request], Provider, int]] = []
+    for window in module.trace_windows():
+        k = module.load_capacity(window.requests, Provider(1))
+        for name, provider in module.trace_providers(k, window.requests):
+            found.append((f"{window.name}, {name}", window.requests, provider, k))
+    return found
+
+
+RUNS = runs()
+
+
+@pytest.mark.parametrize(
+    ("requests", "provider", "c"),
+    [run[1:] for run in RUNS],
+    ids=[run[0] for run in RUNS],
+)
+def test_the_real_gate_answers_what_the_simulator_predicts(
+    requests: list[Request], provider: Provider, c: int
+) -> None:
+    comparison = compare_admission(
+        requests, provider, max_running=c, max_waiting=None, runnings=[c], waitings=[None]
+    )
+    simulated = comparison["recommended"].result
+    real = replaying().run_virtual(requests, provider, c)
+    outcomes = real.outcomes
+    assert sum(outcomes.values()) == len(requests)
+    assert real.refused_by_provider == outcomes["529"]  # every 529 reached its caller
+    assert abs(outcomes["on time"] - simulated.on_time) <= 0.02 * simulated.on_time
+    # Call for call, but where K is short from the first instant: there many calls meet a 529 at
+    # the same instants, which asyncio and the simulator take in different orders.
+    if provider.k(0) >= provider.k(10**6):
+        assert (outcomes["on time"], outcomes["cut"], outcomes["529"], outcomes["infeasible"]) == (
+            simulated.on_time,
+            simulated.cut,
+            simulated.provider_refused,
+            simulated.infeasible,
+        )
