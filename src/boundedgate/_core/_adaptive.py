@@ -55,9 +55,10 @@ classic ``baseline * tolerance / recent`` of the window's quantile):
 The defaults follow the anchors: a cut of 0.9 (Netflix's AIMD backoff; a deeper cut leaves slots
 idle while C climbs back, one per window), a tolerance of 1.5 (Gradient2's), the p90 of windows of
 at least 1 s and 10 samples, a baseline over 20 windows, growth capped at twice the peak in flight;
-a capacity shown by a 529 remembered for 3 windows (docs/adaptive.md measures it: fewer 529s passed
-on, and a little more answered on time, on the production traces; each window held longer gave up
-answers where K came back, and held for 30, gates sharing a provider no longer converged).
+a capacity shown by a 529 remembered for 3 windows (on the production traces of docs/adaptive.md,
+with feasible admission and a cut, it passed on a tenth fewer 529s for as many answers on time;
+held ten windows, it gave up answers where K came back, and held for 30, gates sharing a provider
+no longer converged).
 
 C stays within [``floor``, ``ceiling``]. The baselines forget slowly, so a sustained slowdown of the
 provider is not taken as the new normal within a few windows, and a baseline that is far above the
@@ -241,7 +242,6 @@ class AdaptiveLimit:
         self._started: float | None = None
         self._peak = 0
         self._overloaded = False
-
         self._recent_run: float | None = None
         self._count = 0
 
