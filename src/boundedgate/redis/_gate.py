@@ -180,8 +180,8 @@ class RedisGate:
         feasible: Deadline-feasible admission, as ``BoundedGate``'s: refuse at arrival, with
             :class:`~boundedgate.Infeasible`, a request that would queue and that, by the
             cluster's recent pace (kept in Redis, on the server's clock), could not start before
-            its queue deadline or finish a long run (two recent runs) later before its deadline. Give every
-            process of the gate the same (a process without it does not feed the pace).
+            its queue deadline or finish a long run (two recent runs) later before its deadline.
+            Give every process of the gate the same (a process without it does not feed the pace).
         **lacking: A ``BoundedGate``'s setting that a RedisGate lacks (``priorities=``...):
             refused, with the way out.
 

@@ -506,7 +506,8 @@ class ProcessSide:
     def release(self, permit_id: str, how: str, sample: Sample | None = None) -> asyncio.Task[None]:
         """Give the slot of ``permit_id`` back, in the background; returns the task doing it.
 
-        ``sample`` (run time, latency signal) is for the adaptive controller, once Redis answered.
+        ``sample`` (run time, latency signal, declared cost) is for the adaptive controller, once
+        Redis answered.
         """
         return self.spawn(self._until_done(_scripts.RELEASE, permit_id, how, self.lease_ttl, sample))
 
