@@ -48,6 +48,24 @@ async def wait_until(check: Callable[[], Awaitable[bool]], within: float, what: 
     return time.monotonic() - start
 
 
+async def until_queued(
+    request: asyncio.Future[Any], queued: Callable[[], bool], within: float = 10.0
+) -> None:
+    """Wait until ``queued()`` says ``request`` (an admission in a task) waits in the queue.
+
+    Fails, saying why, if the request ended first (refused, or unreachable: it would never queue)
+    or ``within`` seconds passed, rather than poll for ever until the test's timeout kills it.
+    """
+    start = time.monotonic()
+    while not queued():
+        if request.done():
+            why = "cancelled" if request.cancelled() else repr(request.exception() or request.result())
+            raise AssertionError(f"the request ended instead of queueing: {why}")
+        if time.monotonic() - start > within:
+            raise AssertionError(f"the request did not queue within {within}s")
+        await asyncio.sleep(0.01)
+
+
 async def settles_empty(client: redis.asyncio.Redis, name: str, within: float = 5.0) -> ClusterStatistics:
     """Wait until the gate has no holder and no waiter in Redis, and return its state then."""
 

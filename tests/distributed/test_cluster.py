@@ -20,7 +20,7 @@ from boundedgate import QueueFull
 from boundedgate.redis import read_cluster
 from boundedgate.redis._layout import gate_keys
 
-from .helpers import make_gate, settles_empty
+from .helpers import make_gate, settles_empty, until_queued
 from .servers import RedisClusterServers
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False), pytest.mark.engines]
@@ -32,11 +32,9 @@ async def test_a_gate_admits_queues_in_order_and_refuses_on_a_cluster(
     async with make_gate(cluster_client, name, 1, 2) as gate:  # type: ignore[arg-type]
         holder = await gate.try_admit()
         first = asyncio.create_task(gate.admit(timeout=10).__aenter__())
-        while gate.waiting < 1:
-            await asyncio.sleep(0.01)
+        await until_queued(first, lambda: gate.waiting >= 1)
         second = asyncio.create_task(gate.admit(timeout=10).__aenter__())
-        while gate.waiting < 2:
-            await asyncio.sleep(0.01)
+        await until_queued(second, lambda: gate.waiting >= 2)
         with pytest.raises(QueueFull):
             await gate.try_admit()
         holder.release()
@@ -64,8 +62,7 @@ async def test_a_cluster_client_that_cannot_subscribe_is_served_by_polls_and_say
         for _ in range(2):
             holder = await other.try_admit()
             waiter = asyncio.create_task(gate.admit(timeout=10).__aenter__())
-            while gate.waiting < 1:
-                await asyncio.sleep(0.01)
+            await until_queued(waiter, lambda: gate.waiting >= 1)
             holder.release()
             (await asyncio.wait_for(waiter, 10)).release()
             await settles_empty(cluster_client, name)  # type: ignore[arg-type]

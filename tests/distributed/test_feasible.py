@@ -22,7 +22,7 @@ from boundedgate.prometheus import GateCollector
 from boundedgate.redis import RedisGate, RedisKeyedGate
 from boundedgate.redis._layout import gate_keys
 
-from .helpers import CALM, cluster
+from .helpers import CALM, cluster, until_queued
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
 
@@ -154,9 +154,7 @@ async def test_one_that_could_start_but_not_finish_before_its_deadline_is_refuse
 async def test_one_with_time_enough_queues_and_one_without_a_deadline_too(holder: RedisGate) -> None:
     for timeout in (4 * HOUR, None):  # a start in an hour, and a long run (two paces) by four
         task = asyncio.ensure_future(holder.admit(timeout=timeout).__aenter__())
-        while holder.cluster_waiting == 0 and not task.done():
-            await asyncio.sleep(0.01)
-        assert not task.done()  # queued, not refused
+        await until_queued(task, lambda: holder.cluster_waiting > 0)  # queued, not refused
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -186,8 +184,7 @@ async def test_the_queue_ahead_counts(client: redis.asyncio.Redis, holder: Redis
     # Queued with four hours, one ahead makes the next start in two: four hours are then too few
     # (two to start, two for a long run).
     task = asyncio.ensure_future(holder.admit(timeout=4 * HOUR).__aenter__())
-    while holder.cluster_waiting == 0:
-        await asyncio.sleep(0.01)
+    await until_queued(task, lambda: holder.cluster_waiting > 0)
     with pytest.raises(Infeasible) as refused:
         await holder.admit(timeout=4 * HOUR).__aenter__()
     assert 2 * HOUR - ROOM < refused.value.predicted_wait < 2 * HOUR + ROOM
@@ -207,8 +204,7 @@ async def test_a_keyed_gate_decides_each_key_by_its_own_pace(client: redis.async
             task = asyncio.ensure_future(keyed.admit("fast", timeout=HOUR / 2).__aenter__())
             fast = keyed.get("fast")
             assert fast is not None
-            while fast.cluster_waiting == 0:
-                await asyncio.sleep(0.01)
+            await until_queued(task, lambda: fast.cluster_waiting > 0)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

@@ -21,7 +21,7 @@ from boundedgate.redis import RedisGate, _scripts
 from boundedgate.redis._io import text
 from boundedgate.redis._layout import gate_keys
 
-from .helpers import make_gate, settles_empty
+from .helpers import make_gate, settles_empty, until_queued
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -66,8 +66,7 @@ async def _contended_pairs(client: redis.asyncio.Redis, name: str) -> None:
                 pass
         holder = await gate.try_admit()
         waiter = asyncio.create_task(gate.admit(timeout=5).__aenter__())
-        while gate.waiting == 0:
-            await asyncio.sleep(0.01)
+        await until_queued(waiter, lambda: gate.waiting > 0)
         with pytest.raises(Exception, match="full"):
             await gate.try_admit()
         await asyncio.sleep(0.3)  # a renewal (sync) of the holder's lease

@@ -8,13 +8,16 @@ figures include background work, not only the calls the test makes.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import pytest
 import redis.asyncio
 
-from .helpers import listening, make_gate, settles_empty
+from boundedgate.redis import RedisGate
+
+from .helpers import listening, make_gate, settles_empty, until_queued
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False)]
@@ -113,8 +116,7 @@ async def test_a_hand_off_is_announced_to_the_waiting_process_only(
             for waiting_gate, publishes in ((mine, 0), (theirs, 1)):
                 holder = await mine.try_admit()
                 waiter = asyncio.create_task(waiting_gate.admit(timeout=30).__aenter__())
-                while waiting_gate.waiting == 0:
-                    await asyncio.sleep(0.01)
+                await until_queued(waiter, functools.partial(_waits, waiting_gate))
                 await listening(mine_client, waiting_gate)  # a message would reach it
                 await mine_client.config_resetstat()
                 holder.release()
@@ -235,3 +237,7 @@ async def test_admissions_go_on_after_redis_dropped_the_clients_connections(
     finally:
         await client.aclose()
         await killer.aclose()
+
+
+def _waits(gate: RedisGate) -> bool:
+    return gate.waiting > 0

@@ -20,7 +20,7 @@ from boundedgate.redis._layout import gate_keys
 from boundedgate.redis._process import ProcessSide
 from tests.helpers import status_of
 
-from .helpers import OtherProcess, cluster, make_gate, settles_empty, wait_until
+from .helpers import OtherProcess, cluster, make_gate, settles_empty, until_queued, wait_until
 from .servers import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.looptime(False), pytest.mark.engines]
@@ -489,8 +489,7 @@ async def test_tokens_past_ten_to_the_fourteen_stay_exact(client: redis.asyncio.
             assert permit.token is not None
             assert permit.token[1] == 10**15 + 1
             waiter = asyncio.create_task(gate.admit(timeout=5).__aenter__())
-            while gate.waiting == 0:
-                await asyncio.sleep(0.01)
+            await until_queued(waiter, lambda: gate.waiting > 0)
         granted = await asyncio.wait_for(waiter, 5)  # told in the release's reply
         assert granted.token is not None
         assert granted.token[1] == 10**15 + 3  # the waiter's arrival took 10**15 + 2
