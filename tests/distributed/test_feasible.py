@@ -108,7 +108,7 @@ async def test_one_that_could_not_start_before_its_queue_deadline_is_refused_at_
     assert error.code == "infeasible"
     assert HOUR - ROOM < error.predicted_wait < HOUR + ROOM
     assert error.retry_after == error.predicted_wait
-    assert HOUR / 2 - ROOM < error.budget <= HOUR / 2
+    assert HOUR / 2 - ROOM < error.budget <= HOUR / 2 + 0.01  # budgets go as whole ms
     assert (error.running, error.waiting) == (1, 0)
     assert holder.stats().infeasible == 1
     assert (await cluster(client, name)).counters["infeasible"] == 1
@@ -138,7 +138,7 @@ async def test_its_queue_deadline_is_the_nearer_of_its_deadline_and_max_wait(
 ) -> None:
     with pytest.raises(Infeasible) as refused:
         await holder.admit(max_wait=HOUR / 2).__aenter__()  # no deadline: max_wait alone
-    assert HOUR / 2 - ROOM < refused.value.budget <= HOUR / 2
+    assert HOUR / 2 - ROOM < refused.value.budget <= HOUR / 2 + 0.01
 
 
 async def test_one_that_could_start_but_not_finish_before_its_deadline_is_refused(
@@ -148,7 +148,7 @@ async def test_one_that_could_start_but_not_finish_before_its_deadline_is_refuse
     # but a long run (two paces) later is past its deadline of two hours and a half.
     with pytest.raises(Infeasible) as refused:
         await holder.admit(timeout=2.5 * HOUR).__aenter__()
-    assert 2.5 * HOUR - ROOM < refused.value.budget <= 2.5 * HOUR
+    assert 2.5 * HOUR - ROOM < refused.value.budget <= 2.5 * HOUR + 0.01  # budgets go as whole ms
 
 
 async def test_one_with_time_enough_queues_and_one_without_a_deadline_too(holder: RedisGate) -> None:

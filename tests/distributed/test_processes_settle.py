@@ -148,12 +148,20 @@ async def _three_processes_settling(client: Any, server: list[str], name: str) -
     assert taken > 4 * (burst - floor), saw  # the bucket refilled many times over: the rate decided
 
     view = await settles_empty(client, name)
-    for outcome, n in saw.items():
-        assert view.counters.get(outcome, 0) == n, (outcome, view.counters, saw)
+    counted = view.counters
     ran = ("completed", "late", "failed")
-    assert view.counters["admitted"] == sum(saw.get(outcome, 0) for outcome in ran)
+    for outcome in ran:
+        assert counted.get(outcome, 0) == saw.get(outcome, 0), (outcome, counted, saw)
+    assert counted["admitted"] == sum(saw.get(outcome, 0) for outcome in ran)
+    # A refusal whose reply reaches a caller of 0.2 s after its deadline (a loaded machine): the
+    # caller has seen its request expire, the cluster counts the refusal its script made. Refusals
+    # agree in sum, and the callers' expiries are the cluster's and those.
+    refused = ("rejected", "rate_limited", "expired")
+    assert sum(counted.get(o, 0) for o in refused) == sum(saw.get(o, 0) for o in refused), (counted, saw)
+    for outcome in ("rejected", "rate_limited"):
+        assert counted.get(outcome, 0) >= saw.get(outcome, 0), (outcome, counted, saw)
 
-    # Any process's scrape exports the cluster's counters: the sum of what every caller saw.
+    # Any process's scrape exports the cluster's counters, whatever process answers.
     async with make_gate(client, name, c, q, rate_limits=[limit]) as gate:
         registry = CollectorRegistry()
         collector = GateCollector(gate)
@@ -162,5 +170,5 @@ async def _three_processes_settling(client: Any, server: list[str], name: str) -
         found = samples(registry)
         for outcome in OUTCOMES:
             exported = series(found, "boundedgate_requests_total", gate=name, outcome=outcome.name)
-            assert exported == saw.get(outcome.name, 0), outcome.name
+            assert exported == counted.get(outcome.name, 0), outcome.name
     assert (await cluster(client, name)).running == 0
