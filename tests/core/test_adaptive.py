@@ -10,7 +10,7 @@ passes a 529 on every few windows that a static gate never sees.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from boundedgate import Adaptive, AdaptiveLimit
@@ -131,6 +131,8 @@ def test_a_later_overload_may_lower_the_capacity_but_not_keep_it_longer() -> Non
 
 
 @given(st.one_of(st.none(), st.floats(min_value=0, max_value=1e18, allow_nan=False)))
+@example(2.0**53 - 1)  # log2() rounds it up to 53.0
+@example(0.75)
 def test_size_classes_span_a_factor_of_two(size: float | None) -> None:
     kind = size_class(size)
     if size is None or size == 0:

@@ -185,7 +185,7 @@ def size_class(size: float | None) -> int | None:
     """
     if size is None or not size > 0:
         return None
-    return math.floor(math.log2(size))
+    return math.frexp(size)[1] - 1  # exact, where floor(log2()) rounds 2**53 - 1 up to 53
 
 
 class AdaptiveLimit:
