@@ -104,4 +104,18 @@ async def test_a_429_that_says_overloaded_is_an_overload(provider: LimitsProvide
             assert response.status == 429
     assert "overloaded" in json.dumps(said)
     assert [(s.kind, s.status) for s in signals] == [("overloaded", 429), ("rate_limited", 429)]
-    counted(gate, completed=2)
+    counted(gate, failed=2)  # each 429 fails its call
+
+
+async def test_a_provider_error_ends_the_request_failed(provider: LimitsProvider) -> None:
+    gate = checked_gate(1, 0, name="llm")
+    exchanges: list[Exchange] = []
+    async with aiohttp.ClientSession(
+        middlewares=(gate_middleware(gate, on_exchange=exchanges.append),)
+    ) as session:
+        url = f"{provider.openai_url}/messages"  # anthropic's API: its overload is a 529
+        async with session.post(url, json=BODY, headers={"x-fake": "overloaded=1"}) as response:
+            assert response.status == 529
+            await response.read()
+    counted(gate, failed=1)
+    assert [(e.status, e.outcome) for e in exchanges] == [(529, "failed")]

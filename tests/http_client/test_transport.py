@@ -206,7 +206,7 @@ async def test_a_signal_hook_that_raises_gives_the_slot_back(flavour: Any) -> No
         with pytest.raises(RuntimeError, match="hook"):
             await client.get("http://provider/")
     assert fed.bodies[-1].closed
-    _counted(gate, completed=1)
+    _counted(gate, failed=1)  # a 429
 
 
 # -- what the body says, read ahead of the client (a 429's) ---------------------------------------
@@ -239,7 +239,7 @@ async def test_a_429s_body_decides_between_quota_and_overload(
     assert response.status_code == 429
     assert response.json() == json.loads(body)  # the client gets the body whole, decoded as ever
     assert [signal.kind for signal in signals] == [kind]
-    _counted(gate, completed=1)
+    _counted(gate, failed=1)  # a 429 fails the call
 
 
 async def test_a_429_answered_in_memory_is_read_too(flavour: Any) -> None:
@@ -250,7 +250,7 @@ async def test_a_429_answered_in_memory_is_read_too(flavour: Any) -> None:
     async with flavour.AsyncClient(transport=transport) as client:
         assert (await client.get("http://provider/")).status_code == 429
     assert [signal.kind for signal in signals] == ["overloaded"]
-    _counted(gate, completed=1)
+    _counted(gate, failed=1)
 
 
 async def test_only_the_start_of_a_long_429_is_read_ahead_and_the_client_gets_it_all(flavour: Any) -> None:
@@ -270,7 +270,7 @@ async def test_only_the_start_of_a_long_429_is_read_ahead_and_the_client_gets_it
         received = b"".join([chunk async for chunk in response.aiter_raw()])
     assert received == b"".join(chunks)
     assert [signal.kind for signal in signals] == ["overloaded"]
-    _counted(gate, completed=1)
+    _counted(gate, failed=1)
 
 
 async def test_a_success_is_never_read_ahead(flavour: Any) -> None:
@@ -373,3 +373,23 @@ async def test_the_warning_for_unreadable_usage_names_the_gate_not_the_query(
         "http://provider/v1/models",
     )
     _counted(gate, completed=1)
+
+
+@pytest.mark.parametrize("status", [429, 500, 503, 529, 400])
+async def test_an_error_response_ends_the_request_failed_as_the_call_inside_admit_would(
+    flavour: Any, status: int
+) -> None:
+    # The SDK raises for a status of 400 or above: around `await client.create()`, admit() would
+    # count the call failed. A 529 counted completed in 50 ms would also make feasible admission's
+    # pace look fast, which the pace is built not to let a provider failing fast do.
+    gate = checked_gate(2, 0, name="llm")
+    exchanges: list[Exchange] = []
+    transport = GatedTransport(
+        gate, _answering(flavour, status, json={"error": {}}), on_exchange=exchanges.append
+    )
+    async with flavour.AsyncClient(transport=transport) as client:
+        response = await client.get("https://api.example/v1/x")
+        assert response.status_code == status
+    _counted(gate, admitted=1, failed=1)
+    assert [e.outcome for e in exchanges] == ["failed"]
+    assert gate._state.recent_run_seconds is None  # no run that ended normally: no pace

@@ -116,7 +116,7 @@ async def _what_it_says(response: Any) -> bytes | None:
 
 def _end(permit: StreamPermit, exchange: Exchange, on_exchange: Callable[[Exchange], None] | None) -> None:
     if permit.status is Status.RUNNING:
-        permit._finish()
+        permit._finish(FAILED if exchange.errored else None)
         _ended(permit, exchange, on_exchange)
 
 

@@ -259,7 +259,7 @@ class GatedBody:
                 problem = reader.problem
             self._settle(permit, exchange, problem)
         finally:  # the slot goes back whatever the usage was
-            permit._finish(ending)
+            permit._finish(FAILED if ending is None and exchange.errored else ending)
         self._ended(permit, exchange)
 
     def _ended(self, permit: StreamPermit, exchange: Exchange) -> None:

@@ -61,6 +61,16 @@ class Exchange:
     key: Hashable | None = None
 
     @property
+    def errored(self) -> bool:
+        """The response is an error (status 400 or above): its request ends ``failed``.
+
+        The SDK raises for it, as a call inside ``admit()`` that raised, which the gate counts
+        failed; and a provider's 429 or 529, answered in 50 ms, must not look like a fast run to the
+        pace of feasible admission or to an adaptive controller.
+        """
+        return self.status is not None and self.status >= 400
+
+    @property
     def queued(self) -> float | None:
         """Seconds spent waiting for a slot."""
         return None if self.admitted is None else self.admitted - self.arrival
