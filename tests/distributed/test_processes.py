@@ -106,22 +106,31 @@ async def _all_exited(processes: list[subprocess.Popen[str]]) -> bool:
 async def test_a_killed_holders_slots_come_back_within_the_lease(
     client: redis.asyncio.Redis, redis_server: RedisServer, name: str
 ) -> None:
+    # Two waiters, one per slot: the holder's two leases were renewed apart, so they lapse apart,
+    # and each comes back at the first poll after its own lapse.
     lease = 1.0
     command = worker("hold", redis_server, name, 2, 2, "--n", "2", "--lease", str(lease))
     with workers(command) as (holder,):
         assert (await read_line(holder)).startswith("held")
         async with make_gate(client, name, 2, 2, lease_ttl=lease, poll_interval=0.1) as gate:
-            waiter = asyncio.create_task(gate.admit(timeout=20).__aenter__())
-            await wait_until(lambda: _waiting(client, name, 1), 10, "1 waiting")
-            holder.send_signal(signal.SIGKILL)
-            killed = time.monotonic()
-            permit = await waiter
-            # The last renewal was at most lease/3 before the kill; one poll later the slot is handed on.
-            assert time.monotonic() - killed <= lease + 1.0
-            view = await cluster(client, name)
-            assert view.counters["reclaimed"] == 2
-            assert [h.id for h in view.holders] == [permit.id]
-            permit.release()
+            waiters = [asyncio.create_task(gate.admit(timeout=20).__aenter__()) for _ in range(2)]
+            try:
+                await wait_until(lambda: _waiting(client, name, 2), 10, "2 waiting")
+                holder.send_signal(signal.SIGKILL)
+                killed = time.monotonic()
+                await asyncio.wait(waiters)
+                # The last renewal was at most lease/3 before the kill; one poll later the slot is handed on.
+                assert time.monotonic() - killed <= lease + 1.0
+                permits = [w.result() for w in waiters]
+                view = await cluster(client, name)
+                assert view.counters["reclaimed"] == 2
+                assert {h.id for h in view.holders} == {p.id for p in permits}
+            finally:
+                for waiter in waiters:
+                    if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                        waiter.result().release()
+                    else:
+                        waiter.cancel()
             await settles_empty(client, name)
 
 
