@@ -239,10 +239,13 @@ async def test_a_grant_by_message_after_a_restart_carries_the_new_epoch_in_its_t
     # Redis restarts empty (seq starts again at 1) while this process's waiter waits. Its sync
     # queues the waiter again, but the reply is lost, so the process has not heard of the new
     # epoch when another process's release grants the waiter by message: the token must pair n
-    # with the epoch the grant was made under, not the one the process saw last.
+    # with the epoch the grant was made under, not the one the process saw last. No sync may be in
+    # flight at the kill: redis-py would retry it on the restarted server, which would queue the
+    # waiter again and grant it before the other holder is counted again.
     client = redis.asyncio.Redis.from_url(own_server.url, socket_connect_timeout=0.5, socket_timeout=0.5)
     settings: dict[str, Any] = {"poll_interval": 0.1, "waiter_ttl": 30.0, "op_timeout": 0.5}
     phase = {"syncs": "answered"}
+    in_flight = [0]
     run = ProcessSide.run
 
     try:
@@ -252,11 +255,20 @@ async def test_a_grant_by_message_after_a_restart_carries_the_new_epoch_in_its_t
         ):
 
             async def syncs_as_told(side: ProcessSide, script: Any, *args: Any, **kwargs: Any) -> Any:
-                if side is not gate._side or script is not SYNC or phase["syncs"] == "answered":
+                if side is not gate._side or script is not SYNC:
                     return await run(side, script, *args, **kwargs)
-                if phase["syncs"] == "lost":  # it ran in Redis, its reply did not come back
-                    await run(side, script, *args, **kwargs)
-                raise redis.exceptions.ConnectionError("the reply was lost")
+                in_flight[0] += 1
+                try:
+                    if phase["syncs"] == "answered":
+                        return await run(side, script, *args, **kwargs)
+                    if phase["syncs"] == "lost":  # it ran in Redis, its reply did not come back
+                        await run(side, script, *args, **kwargs)
+                    raise redis.exceptions.ConnectionError("the reply was lost")
+                finally:
+                    in_flight[0] -= 1
+
+            async def no_sync_in_flight() -> bool:
+                return in_flight[0] == 0
 
             monkeypatch.setattr(ProcessSide, "run", syncs_as_told)
             issued = set()
@@ -269,6 +281,7 @@ async def test_a_grant_by_message_after_a_restart_carries_the_new_epoch_in_its_t
             await wait_until(lambda: _waiting(client, name, 1), 5, "1 waiting")
             before = (await cluster(client, name)).epoch
             phase["syncs"] = "not sent"
+            await wait_until(no_sync_in_flight, 5, "the sync in flight answered")
             own_server.kill()  # no persistence: it comes back empty
             own_server.start()
             await wait_until(lambda: _running(client, name, 1), 10, "the other holder counted again")
