@@ -1,17 +1,20 @@
 """The real gate on the production traces, on virtual time, beside the simulator's prediction.
 
 Each window of ``benchmarks/traces`` goes through a real ``BoundedGate`` in the recommended
-configuration (an adaptive C, feasible admission with no Q, each call cut off at its deadline) on
-an asyncio loop whose clock fast-forwards when nothing is ready (``looptime``), to an in-process
-provider that behaves as ``boundedgate.sim.Provider`` does: it streams up to K answers at once,
-each first token ``overhead + prompt / prefill`` after it starts and the rest of the answer at the
-decode speed, and answers 529 after 50 ms beyond K; every 529 is told to the gate. Each request
+configuration (an adaptive C never above the K it was sized for, feasible admission with no Q,
+each call cut off at its deadline) on an asyncio loop whose clock fast-forwards when nothing is
+ready (``looptime``), to an in-process provider that behaves as ``boundedgate.sim.Provider``
+does: it streams up to K answers at once, each first token ``overhead + prompt / prefill`` after
+it starts and the rest of the answer at the decode speed, and answers 529 after 50 ms beyond K;
+every 529 is told to the gate. Each request
 declares its prompt's tokens as its cost, the size the controller compares latencies by. The same
 window goes through the simulator (``compare_admission``'s ``recommended`` contender, which runs
 the same decision core); the table gives both and the real run's ratio to the prediction.
 
 What may differ: events of the same instant, which asyncio and the simulator may take in different
-orders (many 529s at once, where K is short from the first instant).
+orders (many 529s at once, where K is short from the first instant); and a decision on the edge
+(a start that just fits before its deadline), since looptime's clock counts whole microseconds and
+the simulator's is a float: a call or two.
 
 Run: ``PYTHONPATH=src python benchmarks/replay_traces.py`` (a few seconds).
 """
@@ -73,7 +76,9 @@ class Replayed:
 
 async def replay(jobs: Sequence[Request], model: Provider, c: int) -> Replayed:
     """Send ``jobs`` through a real gate in the recommended configuration, each at its arrival."""
-    gate = BoundedGate(max_running=c, max_waiting=None, adaptive=Adaptive(), feasible=True, name="llm")
+    gate = BoundedGate(
+        max_running=c, max_waiting=None, adaptive=Adaptive(ceiling=c), feasible=True, name="llm"
+    )
     provider = FakeProvider(model, gate)
     outcomes: Counter[str] = Counter()
     loop = asyncio.get_running_loop()

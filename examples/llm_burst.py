@@ -11,8 +11,8 @@ times: through ``asyncio.Semaphore(20)``, the usual fix; through the same semaph
 its slot for its whole stream, and carries its prompt's text (four characters a token), as a RAG
 call would. Then the same traffic goes five times to a provider whose capacity halves to 10 at 3 s:
 through the three, through the gate with ``adaptive=Adaptive()``, told of every 529, and through
-the recommended configuration (docs/adaptive.md): an adaptive C, feasible admission with no Q, and
-each call cut off at its deadline (``admit(timeout=2.5, on_deadline="cut")``).
+the recommended configuration (docs/adaptive.md): an adaptive C never above 20, feasible admission
+with no Q, and each call cut off at its deadline (``admit(timeout=2.5, on_deadline="cut")``).
 
 Run it with ``make demo`` (the eight runs go side by side, one process each: about 15 seconds), or
 ``python examples/llm_burst.py`` (``--one-process`` runs them one after the other, shown live).
@@ -351,7 +351,11 @@ async def run_one(kind: str, jobs: Sequence[Job], live: bool = False, halving: b
             call = through_semaphore_with_timeout(run, provider)
         elif kind == "recommended":
             gate = BoundedGate(
-                max_running=PROVIDER_LIMIT, max_waiting=None, name="llm", adaptive=Adaptive(), feasible=True
+                max_running=PROVIDER_LIMIT,
+                max_waiting=None,
+                name="llm",
+                adaptive=Adaptive(ceiling=PROVIDER_LIMIT),
+                feasible=True,
             )
             run = Run(f"recommended({PROVIDER_LIMIT})")
             gate.observe(run.records.append)
@@ -579,9 +583,9 @@ def report_halving(runs: Sequence[Run], jobs: Sequence[Job]) -> str:
         f"The same {calls} calls again, to a provider whose capacity halves, from {PROVIDER_LIMIT} to {half} "
         f"streams, at t={HALVES_AT:g} s (and stays there); beyond it the provider answers 529 (overloaded) "
         f"after {REFUSE_SECONDS * 1000:.0f} ms. The gates are told of every 529 (gate.signal('overloaded')): "
-        "the static one ignores it, the adaptive ones (Adaptive(), its defaults) cut C. The recommended "
-        "configuration (docs/adaptive.md) has an adaptive C, feasible admission with no Q, and cuts each "
-        f"call off at its deadline.",
+        "the static one ignores it, the adaptive ones cut C. The recommended configuration "
+        f"(docs/adaptive.md) has an adaptive C never above {PROVIDER_LIMIT}, feasible admission with no Q, "
+        "and cuts each call off at its deadline.",
         "",
         row("", "Semaphore", "Semaphore", "BoundedGate", "BoundedGate", "BoundedGate"),
         row(

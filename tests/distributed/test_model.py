@@ -105,16 +105,17 @@ def rate_limits(draw: st.DrawFn) -> list[RateLimit]:
 def adaptive_settings(draw: st.DrawFn) -> Adaptive:
     """An adaptive controller whose window is an hour, and whose every value is a short binary fraction.
 
-    A cut multiplies by 1/2 or 3/4 and growth adds 1/2 or 1, so the controller's real C, in Python
-    and in Lua, is exact: the two decide alike to the last bit. The floor is 1 and the ceiling at
-    least 4, so no limit the test sets (1 to 4) is beyond the bounds: there the core's window
-    clamps C without a proposal, a case the cluster never hears of.
+    A cut multiplies by 1/2 or 3/4 and growth adds 1/2, 1 or a quarter of C, so the controller's
+    real C, in Python and in Lua, is exact: the two decide alike to the last bit. The floor is 1
+    and the ceiling at least 4, so no limit the test sets (1 to 4) is beyond the bounds: there the
+    core's window clamps C without a proposal, a case the cluster never hears of.
     """
     return Adaptive(
         floor=1,
         ceiling=draw(st.integers(4, 6)),
         decrease=draw(st.sampled_from([0.5, 0.75])),
         increase=draw(st.sampled_from([0.5, 1.0])),
+        increase_ratio=draw(st.sampled_from([0.0, 0.25])),
         window=HOUR_S,
         min_samples=1,
         max_limit_factor=draw(st.sampled_from([1.0, 2.0])),
@@ -372,7 +373,8 @@ class Model:
             self.count("suppressed")
             return 0
         quiet = all(at is None or self.now - at >= window for at in (self.cut_at, self.grew_at))
-        grown = min(value + settings.increase, settings.max_limit_factor * self.wpeak, settings.ceiling)
+        step = max(settings.increase, settings.increase_ratio * value)
+        grown = min(value + step, settings.max_limit_factor * self.wpeak, settings.ceiling)
         if quiet and self.wpeak >= math.floor(value) and grown > value:
             self.change(grown)
             self.grew_at = self.now
@@ -836,6 +838,7 @@ class Scripts(RuleBasedStateMachine):
             settings.ceiling,
             repr(float(settings.increase)),
             repr(float(settings.max_limit_factor)),
+            repr(float(settings.increase_ratio)),
         )
         expected = model.adapt(what, factor)
         model.tick()
@@ -857,7 +860,7 @@ class Scripts(RuleBasedStateMachine):
         model = self.model
         reclaimed, dropped = self._pending_sweep()
         applied, c, running, waiting, _, _, paused = self.run(
-            _scripts.ADAPT, "pause", hours * HOUR, 0, 1, 1, 0, 0
+            _scripts.ADAPT, "pause", hours * HOUR, 0, 1, 1, 0, 0, 0
         )
         model.pause(hours * HOUR_S)
         model.tick()

@@ -122,6 +122,7 @@ SETTINGS: dict[str, tuple[str, Callable[[object], object]]] = {
             "ceiling",
             "decrease",
             "increase",
+            "increase_ratio",
             "tolerance",
             "quantile",
             "window",

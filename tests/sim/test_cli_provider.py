@@ -176,7 +176,7 @@ def test_a_queueing_provider_with_a_quota_and_adaptive_bounds(capsys: pytest.Cap
         "Provider: K=20, 10 from 5.00s, 20 from 11.0s; beyond K it queues the request: its first token "
         "comes after the wait; beyond 1200 rpm, 429 with a reset after 50ms"
     )
-    assert "adaptive: floor 5, ceiling 12, the other Adaptive() defaults" in out
+    assert "adaptive: floor 5, ceiling 12 (the recommended gate's at most C), the other" in out
 
 
 def test_a_drift_and_a_constant_capacity(capsys: pytest.CaptureFixture[str]) -> None:

@@ -94,7 +94,11 @@ def test_every_contender_on_the_same_traffic_in_order() -> None:
     assert timeout.on_deadline == "cut"
     assert timeout.to_dict()["on_deadline"] == "cut"
     recommended = comparison["recommended"]
-    assert (recommended.adaptive, recommended.feasible, recommended.max_waiting) == (Adaptive(), True, None)
+    assert (recommended.adaptive, recommended.feasible, recommended.max_waiting) == (
+        Adaptive(ceiling=20),
+        True,
+        None,
+    )
     assert recommended.on_deadline == "cut"
     assert recommended.result.late == 0
     assert all(c.on_deadline == "late" for c in comparison.contenders if c not in (timeout, recommended))
@@ -107,6 +111,17 @@ def test_every_contender_on_the_same_traffic_in_order() -> None:
         [static] = simulate_provider([Client("s", jobs, c, q)], PROVIDER)
         assert static.on_time <= best.result.on_time
     assert (best.max_running, best.max_waiting) in comparison.tried
+
+
+def test_the_recommended_gate_never_probes_above_C_where_the_adaptive_one_does() -> None:
+    # The provider serves exactly C: the adaptive gate grows past it on clean windows and each probe
+    # costs a 529; the recommended one's C is at most the C it was given, and it passes none on.
+    comparison = compare_admission(traffic(), Provider(20), max_running=20, max_waiting=30)
+    adaptive, recommended = comparison["adaptive Q=30"].result, comparison["recommended"].result
+    assert max(c for _, c in adaptive.limits) > 20
+    assert adaptive.provider_refused > 0
+    assert max(c for _, c in recommended.limits) == 20
+    assert recommended.provider_refused == 0
 
 
 def test_settings_the_sweep_and_several_adaptive_queues_are_the_callers() -> None:
@@ -124,7 +139,8 @@ def test_settings_the_sweep_and_several_adaptive_queues_are_the_callers() -> Non
     assert names[2] == "gate Q=none"
     assert names[4:6] == ["adaptive Q=10", "adaptive Q=none"]
     assert comparison.tried == ((10, 0), (10, 40), (20, 0), (20, 40))
-    for name in ("adaptive Q=10", "adaptive Q=none", "adaptive+feasible"):
+    assert comparison["recommended"].adaptive == Adaptive(floor=5, ceiling=12)  # below C already
+    for name in ("adaptive Q=10", "adaptive Q=none", "adaptive+feasible", "recommended"):
         limits = [c for _, c in comparison[name].result.limits[1:]]
         assert limits
         assert all(5 <= c <= 12 for c in limits), name

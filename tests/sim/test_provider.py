@@ -81,6 +81,26 @@ def test_C_recovers_after_K_halves_and_returns(seed: int) -> None:
     assert max(limits_between(result, 200, 240)) <= high
 
 
+def test_a_large_C_climbs_back_by_a_tenth_a_window_when_K_returns() -> None:
+    # Calls of 2 s on average make windows of 2 s. K halves from 60 to 30 for a minute, then comes
+    # back: C climbs back by a tenth a window, within 20 s; by one slot a window it was at 41 then.
+    jobs = [
+        (j.arrival_ms / 1000, j.service_ms / 1000, 10.0)
+        for j in generate(Poisson(rate=40), LogNormal(mean_ms=2000, p99_ms=6000), duration_ms=180_000)
+    ]
+    provider = Provider(steps(60, (60.0, 30), (120.0, 60)))
+    climbed = {}
+    for ratio in (0.1, 0.0):
+        clients = [Client("a", jobs, 60, 200, adaptive=Adaptive(increase_ratio=ratio))]
+        [result] = simulate_provider(clients, provider)
+        low, high = band(30)
+        assert low <= min(limits_between(result, 90, 120))
+        assert max(limits_between(result, 90, 120)) <= high
+        climbed[ratio] = limit_at(result, 140)
+    assert climbed[0.1] >= 0.9 * 60
+    assert climbed[0.0] < 0.75 * 60
+
+
 def test_C_follows_a_slow_drift() -> None:
     jobs = traffic(rate=120, seconds=200)
     [result] = simulate_provider(

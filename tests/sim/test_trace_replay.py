@@ -5,8 +5,8 @@
 virtual time, to an in-process provider that serves as ``boundedgate.sim.Provider`` does and tells
 the gate of every 529; the simulator's ``recommended`` contender predicts the same run. The
 controller, feasible admission and the cut are the core's in both, fed alike: the same answers on
-time, cuts, 529s and refusals, within the order of same-instant events where a provider's capacity
-changes.
+time, cuts, 529s and refusals, within two calls (the clocks round apart), and within the order of
+same-instant events where a provider's capacity is short from the start.
 """
 
 from __future__ import annotations
@@ -72,12 +72,15 @@ def test_the_real_gate_answers_what_the_simulator_predicts(
     assert sum(outcomes.values()) == len(requests)
     assert real.refused_by_provider == outcomes["529"]  # every 529 reached its caller
     assert abs(outcomes["on time"] - simulated.on_time) <= 0.02 * simulated.on_time
-    # Call for call, but where K is short from the first instant: there many calls meet a 529 at
-    # the same instants, which asyncio and the simulator take in different orders.
+    # Call for call, within two calls: looptime's clock counts whole microseconds, the simulator's
+    # is a float, and a decision on the edge (a start that just fits before its deadline, by a
+    # recent pace a few ulps apart) can go either way. But where K is short from the first instant:
+    # there many calls meet a 529 at the same instants, which asyncio and the simulator take in
+    # different orders.
     if provider.k(0) >= provider.k(10**6):
-        assert (outcomes["on time"], outcomes["cut"], outcomes["529"], outcomes["infeasible"]) == (
-            simulated.on_time,
-            simulated.cut,
-            simulated.provider_refused,
-            simulated.infeasible,
+        real_counts = (outcomes["on time"], outcomes["cut"], outcomes["529"], outcomes["infeasible"])
+        predicted = (simulated.on_time, simulated.cut, simulated.provider_refused, simulated.infeasible)
+        assert all(abs(r - p) <= 2 for r, p in zip(real_counts, predicted, strict=True)), (
+            real_counts,
+            predicted,
         )

@@ -70,7 +70,8 @@ def add_options(plan: argparse.ArgumentParser) -> None:
         "provider",
         "with --provider, compare on the same traffic a plain semaphore, a semaphore inside a timeout, the "
         "gate (one -c and one -q), the best static C and Q in hindsight, the adaptive gate (starting at -c, "
-        "Adaptive() defaults but --floor and --ceiling), feasible admission and both, against a provider "
+        "Adaptive() defaults but --floor and --ceiling), feasible admission and both, and the recommended "
+        "configuration (both, C never above -c, each call cut off at its deadline), against a provider "
         "with that capacity; --rpm is then the provider's quota",
     )
     group.add_argument(
@@ -227,7 +228,7 @@ def _describe_gates(
         each, per = "each ", " for each gate"
     return [
         f"{gates}{each}C={c} (the adaptive ones' start), Q={_q(q)}; adaptive: floor {adaptive.floor}, "
-        f"ceiling {adaptive.ceiling}, the other Adaptive() defaults",
+        f"ceiling {adaptive.ceiling} (the recommended gate's at most C), the other Adaptive() defaults",
         f"Best static in hindsight: C={best.max_running}, Q={_q(best.max_waiting)}, "
         f"of {len(comparison.tried)} settings tried{per} "
         f"(C {cs[0]} to {cs[-1]}, Q {_q(qs[0])} to {_q(qs[-1])})",

@@ -8,9 +8,10 @@ script (``lua/adapt.lua``), which applies it to the cluster's C atomically, by o
 * a cut (an overload signal, or a latency window that asks for one) is applied only if the
   cluster's last cut, by any process, is older than the window: a burst of 529s seen by several
   processes costs one cut, and the others are counted ``suppressed``;
-* growth is applied only if the cluster neither cut nor grew within the window, by ``increase``,
-  never beyond ``max_limit_factor`` times the cluster's peak in flight since its last change, nor
-  beyond the ceiling: N processes whose windows all ask for growth grow C once;
+* growth is applied only if the cluster neither cut nor grew within the window, by ``increase``
+  or ``increase_ratio`` of C (whichever is more), never beyond ``max_limit_factor`` times the
+  cluster's peak in flight since its last change, nor beyond the ceiling: N processes whose
+  windows all ask for growth grow C once;
 * a rate-limit 429 pauses new starts cluster-wide until its reset (stored in Redis, honoured by
   every admission) and leaves C alone.
 
@@ -47,7 +48,7 @@ class ClusterController:
 
     async def pause(self, seconds: float) -> None:
         """Pause new starts cluster-wide for ``seconds`` (a rate-limit reset); C is unchanged."""
-        await self._side.adapt(("pause", ms(seconds), 0, 1, 1, 0, 0))
+        await self._side.adapt(("pause", ms(seconds), 0, 1, 1, 0, 0, 0))
 
     async def overloaded(self) -> None:
         """An overload signal: the cluster cuts its C, unless it cut within the window."""
@@ -89,6 +90,7 @@ class ClusterController:
             settings.ceiling,
             repr(float(settings.increase)),
             repr(float(settings.max_limit_factor)),
+            repr(float(settings.increase_ratio)),
         )
 
     async def _propose(self, args: tuple[object, ...]) -> None:

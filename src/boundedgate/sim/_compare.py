@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._core import Adaptive, check_max_running, check_max_waiting
@@ -220,8 +220,9 @@ def compare_admission(
       starting at ``max_running``, one per Q of ``adaptive_waiting`` (default: ``max_waiting``);
     * ``feasible``: an unbounded queue with deadline-feasible admission;
     * ``adaptive+feasible``: both;
-    * ``recommended``: both, each call cut off at its deadline (``admit(timeout=...,
-      on_deadline="cut")``): the configuration docs/adaptive.md recommends, which needs no Q.
+    * ``recommended``: both, C never above ``max_running`` (the controller's ceiling), each call
+      cut off at its deadline (``admit(timeout=..., on_deadline="cut")``): the configuration
+      docs/adaptive.md recommends, which needs no Q.
 
     ::
 
@@ -280,9 +281,14 @@ def compare_admission(
         *adaptives,
         run(_run("feasible", traffics, provider, c, None, feasible=True)),
         run(_run("adaptive+feasible", traffics, provider, c, None, adaptive=settings, feasible=True)),
-        run(_run("recommended", traffics, provider, c, None, settings, True, on_deadline="cut")),
+        run(_run("recommended", traffics, provider, c, None, _below(settings, c), True, on_deadline="cut")),
     ]
     return Comparison((*before, best, *after), best, tried)
+
+
+def _below(settings: Adaptive, c: int) -> Adaptive:
+    """``settings`` with C never above ``c``: the recommended configuration's controller."""
+    return replace(settings, ceiling=max(settings.floor, min(settings.ceiling, c)))
 
 
 def _static_grid(

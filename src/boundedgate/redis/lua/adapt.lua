@@ -7,9 +7,10 @@
 --                 younger than the window (ARGV 3 ms): a burst seen by many processes is one cut
 --   'cut'         a process's latency window asks for a cut by ARGV 4: as 'overloaded', of the
 --                 controller's C as a real number (the core's window cuts its real value)
---   'grow'        a process's latency window asks for growth: C + ARGV 7, unless the cluster cut
---                 or grew within the window, and never beyond ARGV 8 times the cluster's peak in
---                 flight since its last change of C (wpeak), nor beyond the ceiling
+--   'grow'        a process's latency window asks for growth: C + ARGV 7, or + ARGV 9 times C if
+--                 more, unless the cluster cut or grew within the window, and never beyond ARGV 8
+--                 times the cluster's peak in flight since its last change of C (wpeak), nor
+--                 beyond the ceiling
 -- The controller's C is kept as a real number (Cvalue), as the core's AdaptiveLimit keeps it, and
 -- C is its integer part: a cut's fraction counts for the growth after it.
 -- ARGV 5 floor, 6 ceiling (both the controller's settings).
@@ -17,6 +18,7 @@
 -- last cut (-1: never), ms of pause left}.
 local what, window, factor = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local floor, ceiling, increase, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local ratio = tonumber(ARGV[9])
 epoch()
 local applied = 0
 local state = redis.call('HMGET', META, 'cut', 'grew', 'Cvalue', 'wpeak')
@@ -60,7 +62,7 @@ elseif what == 'overloaded' or what == 'cut' then
 elseif what == 'grow' then
   local quiet = (not cut or now - cut >= window) and (not grew or now - grew >= window)
   local peak = tonumber(state[4]) or 0
-  local grown = math.min(value + increase, cap * peak, ceiling)
+  local grown = math.min(value + math.max(increase, ratio * value), cap * peak, ceiling)
   if quiet and peak >= C and grown > value then
     change(grown)
     write('HSET', META, 'grew', now)
