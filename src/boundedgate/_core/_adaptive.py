@@ -52,9 +52,8 @@ classic ``baseline * tolerance / recent`` of the window's quantile):
   beyond ``max_limit_factor`` times the window's peak in flight: a gate whose callers, not its
   provider, are the bottleneck does not creep upward. A small C grows by one (additive: AIMD's
   fairness between gates sharing a provider); from ten up, by a tenth, so that C climbs back
-  about as fast as the overload signals cut it once the provider's capacity comes back (by one
-  a window, windows of a 5 s run each, a gate cut from 45 to 21 was at 38 a minute and a quarter
-  after its provider had come back; by a tenth, at 40 after half a minute).
+  about as fast as the overload signals cut it once the provider's capacity comes back (windows
+  last a run: by one a window, a C of 21 took over a minute to climb back to 38).
 
 The defaults follow the anchors: a cut of 0.9 (Netflix's AIMD backoff; a deeper cut leaves slots
 idle while C climbs back), growth by one or a tenth of C (the cut's own share: on the production

@@ -18,7 +18,7 @@
 -- last cut (-1: never), ms of pause left}.
 local what, window, factor = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local floor, ceiling, increase, cap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local ratio = tonumber(ARGV[9])
+local ratio = tonumber(ARGV[9]) or 0 -- a process that sends none grows by ARGV 7 alone
 epoch()
 local applied = 0
 local state = redis.call('HMGET', META, 'cut', 'grew', 'Cvalue', 'wpeak')
