@@ -45,6 +45,11 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+#: Resolves once the page's fonts are in and two frames have been drawn: a layout measured before
+#: then (a long page, on a loaded machine) can show a block that overflows without its scrollbar.
+SETTLED = """() => document.fonts.ready.then(
+  () => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))
+)"""
 #: Per page: each code block's widths, its overflow and its scrollbar's height, and the table
 #: cells' code that lies on more than one line.
 MEASURE = """() => ({
@@ -126,6 +131,7 @@ def measured(site: Path, url: str) -> dict[tuple[int, str], dict[str, Any]]:
                     page = await browser.new_page(viewport={"width": width, "height": HEIGHT})
                     for path in _pages(site):
                         await page.goto(url + path)
+                        await page.evaluate(SETTLED)
                         found[width, path] = await page.evaluate(MEASURE)
                     await page.close()
             finally:
@@ -158,7 +164,7 @@ def test_a_code_block_wider_than_the_page_scrolls_with_a_scrollbar(
 ) -> None:
     hidden = {
         path: [
-            block["text"]
+            block
             for block in found["blocks"]
             if block["scrollWidth"] > block["clientWidth"]
             and (block["overflowX"] not in ("auto", "scroll") or block["scrollbar"] < 8)
