@@ -122,17 +122,26 @@ def test_rate_limit_429s_pause_and_never_lower_C() -> None:
     assert result.provider_refused <= static.provider_refused  # the pause sent less into the limit
 
 
+@pytest.mark.parametrize("scale", [1, 5])
 @pytest.mark.parametrize("base", [0, 10])
-def test_four_gates_sharing_a_provider_converge_to_fair_shares(base: int) -> None:
+def test_four_gates_sharing_a_provider_converge_to_fair_shares(base: int, scale: int) -> None:
+    # A fair share of 10 grows by one a window, one of 50 by a tenth of C: both converge.
     clients = [
-        Client(name, traffic(rate=60, seconds=200, seed=base + seed), initial, 200, adaptive=Adaptive())
+        Client(
+            name,
+            traffic(rate=60 * scale, seconds=200, seed=base + seed),
+            initial * scale,
+            200 * scale,
+            adaptive=Adaptive(),
+        )
         for name, seed, initial in (("a", 1, 1), ("b", 2, 5), ("c", 3, 20), ("d", 4, 40))
     ]
-    results = simulate_provider(clients, Provider(40))
+    results = simulate_provider(clients, Provider(40 * scale))
+    share = 10 * scale
     for result in results:
         seen = limits_between(result, 150, 200)
         mean = sum(seen) / len(seen)
-        assert 0.75 * 10 <= mean <= 1.25 * 10 + 2, (result.name, seen)
+        assert 0.75 * share <= mean <= 1.25 * share + 2, (result.name, seen)
         assert min(seen) > 1  # nobody stuck at the floor
 
 
