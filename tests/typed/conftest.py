@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from mypy import api
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+CACHE = ROOT / "build" / "mypy-typed"
 
 
 @pytest.fixture(scope="session")
-def mypy_cache() -> Path:
-    """One mypy cache for every run: a run finds the SDKs and the frameworks there.
+def strict_mypy() -> Callable[..., str]:
+    """``check(*files)``: ``mypy --strict`` over ``files`` in the working directory; its report.
 
-    It is this checkout's own (build/ is ignored by git) and outlives the session: the suite runs
-    more than once (both builds) on each Python, and mypy's incremental mode checks what changed.
+    Against this checkout's ``boundedgate`` (``MYPYPATH``), not an installed one. Every run shares
+    one cache, this checkout's own (build/ is ignored by git), which outlives the session: the
+    suite runs more than once (both builds) on each Python, and mypy's incremental mode checks
+    what changed. The cache is mypy's files, not its SQLite store: a run in a CI job once found a
+    store ``database is locked`` for over five seconds, and failed every test it fed.
     """
-    return ROOT / "build" / "mypy-typed"
+
+    def check(*files: str) -> str:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("MYPYPATH", str(ROOT / "src"))
+            out, err, _ = api.run(
+                ["--strict", "--cache-dir", str(CACHE), "--no-sqlite-cache", "--config-file", "", *files]
+            )
+        assert not err, err
+        return out
+
+    return check

@@ -13,11 +13,10 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from mypy import api
 
 from tests.test_docs import PAGES, ROOT
 
@@ -104,25 +103,16 @@ def test_blocks_of_both_kinds_are_checked() -> None:
 
 
 @pytest.fixture(scope="module")
-def reported(tmp_path_factory: pytest.TempPathFactory, mypy_cache: Path) -> dict[str, list[str]]:
+def reported(
+    tmp_path_factory: pytest.TempPathFactory, strict_mypy: Callable[..., str]
+) -> dict[str, list[str]]:
     """mypy's errors, by module: ``line: message``, the line counted in the block."""
     where = tmp_path_factory.mktemp("doc-blocks")
     for block in BLOCKS:
         (where / f"{block.module}.py").write_text(block.source, encoding="utf-8")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MYPYPATH", str(ROOT / "src"))  # this checkout's boundedgate, not an installed one
         patch.chdir(where)
-        out, err, _ = api.run(
-            [
-                "--strict",
-                "--cache-dir",
-                str(mypy_cache),
-                "--config-file",
-                "",
-                *(f"{b.module}.py" for b in BLOCKS),
-            ]
-        )
-    assert not err, err
+        out = strict_mypy(*(f"{b.module}.py" for b in BLOCKS))
     offsets = {block.module: block.offset for block in BLOCKS}
     errors: dict[str, list[str]] = {block.module: [] for block in BLOCKS}
     for line in out.splitlines():

@@ -8,36 +8,22 @@ each one's type, and gives a GatedTransport to httpx2 and httpx clients as docs/
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from mypy import api
 
 # mypy reads the sources (MYPYPATH), whichever build the suite imports; it shares its cache with
 # test_docs_blocks.py, so the two run on one worker of pytest-xdist, one after the other.
 pytestmark = [pytest.mark.build_independent, pytest.mark.xdist_group("mypy-typed")]
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 
 
 @pytest.fixture(scope="module")
-def reported(mypy_cache: Path) -> dict[str, dict[int, str]]:
+def reported(strict_mypy: Callable[..., str]) -> dict[str, dict[int, str]]:
     """mypy's errors, by file name and line."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MYPYPATH", str(ROOT / "src"))  # this checkout's boundedgate, not an installed one
-        out, err, _ = api.run(
-            [
-                "--strict",
-                "--cache-dir",
-                str(mypy_cache),
-                "--config-file",
-                "",
-                str(HERE / "user_code.py"),
-                str(HERE / "user_mistakes.py"),
-            ]
-        )
-    assert not err, err
+    out = strict_mypy(str(HERE / "user_code.py"), str(HERE / "user_mistakes.py"))
     errors: dict[str, dict[int, str]] = {"user_code.py": {}, "user_mistakes.py": {}}
     for line in out.splitlines():
         found = re.match(r"^(?:.*/)?(user_\w+\.py):(\d+): error: (.*)$", line)
