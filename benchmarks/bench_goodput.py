@@ -144,9 +144,7 @@ def table(title: str, jobs: list[Request], provider: Provider) -> list[str]:
     """The rows of one scenario."""
     comparison = compare(jobs, provider)
     best = comparison.best
-    rows = [
-        f"{title}: {len(jobs)} requests; best static in hindsight C={best.max_running} Q={best.max_waiting}"
-    ]
+    rows = [f"{title}: {len(jobs)} requests; best static C={best.max_running} Q={best.max_waiting}"]
     header = f"{'contender':<20}{'on time':>8}{'ratio':>7}{'late':>6}{'cut':>6}{'529/429':>8}"
     header += f"{'refused':>8}{'expired':>8}{'no in':>8}{'wasted':>8}"
     rows.append(header)
@@ -245,7 +243,7 @@ def trace_table(title: str, jobs: list[Request], provider: Provider, c: int) -> 
     """The rows of one window against one provider: ratios to the best static and to the timeout."""
     comparison = compare_admission(jobs, provider, max_running=c, max_waiting=3 * c)
     best = comparison.best
-    rows = [f"{title}: best static in hindsight C={best.max_running} Q={best.max_waiting}"]
+    rows = [f"{title}: best static C={best.max_running} Q={best.max_waiting}"]
     header = f"{'contender':<20}{'C':>6}{'on time':>8}{'/best':>7}{'/timeout':>9}{'late':>6}{'cut':>6}"
     header += f"{'529':>6}{'refused':>8}{'expired':>8}{'no after p50/p99/max':>22}{'wasted':>8}"
     rows.append(header)

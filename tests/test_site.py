@@ -45,11 +45,6 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-#: Resolves once the page's fonts are in and two frames have been drawn: a layout measured before
-#: then (a long page, on a loaded machine) can show a block that overflows without its scrollbar.
-SETTLED = """() => document.fonts.ready.then(
-  () => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))
-)"""
 #: Per page: each code block's widths, its overflow and its scrollbar's height, and the table
 #: cells' code that lies on more than one line.
 MEASURE = """() => ({
@@ -131,7 +126,6 @@ def measured(site: Path, url: str) -> dict[tuple[int, str], dict[str, Any]]:
                     page = await browser.new_page(viewport={"width": width, "height": HEIGHT})
                     for path in _pages(site):
                         await page.goto(url + path)
-                        await page.evaluate(SETTLED)
                         found[width, path] = await page.evaluate(MEASURE)
                     await page.close()
             finally:
