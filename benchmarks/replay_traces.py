@@ -16,7 +16,8 @@ orders (many 529s at once, where K is short from the first instant); and a decis
 (a start that just fits before its deadline), since looptime's clock counts whole microseconds and
 the simulator's is a float: a call or two.
 
-Run: ``PYTHONPATH=src python benchmarks/replay_traces.py`` (a few seconds).
+Run: ``PYTHONPATH=src python benchmarks/replay_traces.py`` (a few seconds); with ``--real-time``,
+the same on a plain asyncio loop and the wall clock, every run at once (five minutes).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import looptime
@@ -42,16 +44,17 @@ class Overloaded(Exception):
 class FakeProvider:
     """A provider that serves as ``model`` says: up to K streams, 529 beyond, timed by their sizes."""
 
-    def __init__(self, model: Provider, gate: BoundedGate) -> None:
+    def __init__(self, model: Provider, gate: BoundedGate, start: float) -> None:
         self.model = model
         self.gate = gate
+        self.start = start
         self.active = 0
         self.refused = 0
 
     async def stream(self, prompt_tokens: int, output_tokens: int) -> AsyncIterator[str]:
         """The answer's first chunk once the prompt is read, its last once the answer is streamed."""
         model = self.model
-        if self.active >= model.k(asyncio.get_running_loop().time()):
+        if self.active >= model.k(asyncio.get_running_loop().time() - self.start):
             self.refused += 1
             await asyncio.sleep(model.refuse_seconds)
             self.gate.signal("overloaded")  # while the call holds its slot: the controller counts it
@@ -79,10 +82,10 @@ async def replay(jobs: Sequence[Request], model: Provider, c: int) -> Replayed:
     gate = BoundedGate(
         max_running=c, max_waiting=None, adaptive=Adaptive(ceiling=c), feasible=True, name="llm"
     )
-    provider = FakeProvider(model, gate)
     outcomes: Counter[str] = Counter()
     loop = asyncio.get_running_loop()
     start = loop.time()
+    provider = FakeProvider(model, gate, start)
 
     async def call(job: Request) -> None:
         assert job.prompt_tokens is not None
@@ -128,27 +131,68 @@ def run_virtual(jobs: Sequence[Request], model: Provider, c: int) -> Replayed:
         loop.close()
 
 
-def main() -> int:
-    """Each window and provider: the simulator's answers on time and the real gate's, their ratio."""
-    began = time.perf_counter()
-    header = f"{'window':<14}{'provider':<30}{'simulated':>10}{'real':>7}{'ratio':>7}"
-    header += f"{'cut':>11}{'529':>11}{'infeasible':>14}"
-    print(header)
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One window of traffic against one of its providers, and the gate's C (the K it was sized to)."""
+
+    window: str
+    provider_name: str
+    requests: list[Request]
+    provider: Provider
+    c: int
+
+
+def runs() -> list[Run]:
+    """Each window of ``benchmarks/traces`` against each of its three providers."""
+    found = []
     for window in trace_windows():
         k = load_capacity(window.requests, Provider(1))
         for name, model in trace_providers(k, window.requests):
-            comparison = compare_admission(
-                window.requests, model, max_running=k, max_waiting=None, runnings=[k], waitings=[None]
-            )
-            simulated = comparison["recommended"].result
-            real = run_virtual(window.requests, model, k).outcomes
-            cut = f"{simulated.cut}/{real['cut']}"
-            refused = f"{simulated.provider_refused}/{real['529']}"
-            infeasible = f"{simulated.infeasible}/{real['infeasible']}"
-            print(
-                f"{window.name:<14}{name[:29]:<30}{simulated.on_time:>10}{real['on time']:>7}"
-                f"{real['on time'] / max(simulated.on_time, 1):>7.3f}{cut:>11}{refused:>11}{infeasible:>14}"
-            )
+            found.append(Run(window.name, name, window.requests, model, k))
+    return found
+
+
+def run_real(index: int) -> Replayed:
+    """:func:`replay` of the ``index``-th of :func:`runs` on a plain asyncio loop, in real time."""
+    run = runs()[index]
+    return asyncio.run(replay(run.requests, run.provider, run.c))
+
+
+def replay_all(found: Sequence[Run], real_time: bool) -> list[Replayed]:
+    """Every run through the real gate: one after another on virtual time, or all at once in real time.
+
+    In real time each run has a process of its own: a run waits on its timers nearly all the time,
+    so running them side by side takes the longest window's length (five minutes), not their sum.
+    """
+    if not real_time:
+        return [run_virtual(run.requests, run.provider, run.c) for run in found]
+    with ProcessPoolExecutor(max_workers=len(found)) as pool:
+        return list(pool.map(run_real, range(len(found))))
+
+
+def main() -> int:
+    """Each window and provider: the simulator's answers on time and the real gate's, their ratio."""
+    real_time = "--real-time" in sys.argv[1:]
+    began = time.perf_counter()
+    found = runs()
+    replayed = replay_all(found, real_time)
+    header = f"{'window':<14}{'provider':<30}{'simulated':>10}{'real':>7}{'ratio':>7}"
+    header += f"{'cut':>11}{'529':>11}{'infeasible':>14}"
+    print(f"the real gate on {'the wall clock' if real_time else 'virtual time'}")
+    print(header)
+    for run, result in zip(found, replayed, strict=True):
+        comparison = compare_admission(
+            run.requests, run.provider, max_running=run.c, max_waiting=None, runnings=[run.c], waitings=[None]
+        )
+        simulated = comparison["recommended"].result
+        real = result.outcomes
+        cut = f"{simulated.cut}/{real['cut']}"
+        refused = f"{simulated.provider_refused}/{real['529']}"
+        infeasible = f"{simulated.infeasible}/{real['infeasible']}"
+        print(
+            f"{run.window:<14}{run.provider_name[:29]:<30}{simulated.on_time:>10}{real['on time']:>7}"
+            f"{real['on time'] / max(simulated.on_time, 1):>7.3f}{cut:>11}{refused:>11}{infeasible:>14}"
+        )
     print("(cut, 529, infeasible: the simulator's / the real gate's)")
     print(f"({time.perf_counter() - began:.1f}s)")
     return 0

@@ -41,24 +41,13 @@ def replaying() -> ModuleType:
         sys.path.remove(str(BENCHMARKS))
 
 
-def runs() -> list[tuple[str, list[Request], Provider, int]]:
-    """Each window and provider: its name, its requests, the provider, and the gate's C."""
-    module = replaying()
-    found: list[tuple[str, list[Request], Provider, int]] = []
-    for window in module.trace_windows():
-        k = module.load_capacity(window.requests, Provider(1))
-        for name, provider in module.trace_providers(k, window.requests):
-            found.append((f"{window.name}, {name}", window.requests, provider, k))
-    return found
-
-
-RUNS = runs()
+RUNS = replaying().runs()
 
 
 @pytest.mark.parametrize(
     ("requests", "provider", "c"),
-    [run[1:] for run in RUNS],
-    ids=[run[0] for run in RUNS],
+    [(run.requests, run.provider, run.c) for run in RUNS],
+    ids=[f"{run.window}, {run.provider_name}" for run in RUNS],
 )
 def test_the_real_gate_answers_what_the_simulator_predicts(
     requests: list[Request], provider: Provider, c: int
