@@ -157,6 +157,31 @@ def test_feasible_admission_refuses_what_cannot_start_before_its_deadline() -> N
     check_invariants(state, 1)
 
 
+@pytest.mark.parametrize("by_deadline", [False, True])
+def test_feasible_admission_in_deadline_order_counts_only_the_waiters_due_sooner(by_deadline: bool) -> None:
+    state = feasible_state(1, None)
+    state.by_deadline = by_deadline
+    first = ticket()
+    state.arrive(first, 0)
+    state.release(first, 1)  # the recent pace: runs of 1 s
+    holder = ticket()
+    state.arrive(holder, 1)  # the slot taken again
+    patient = [ticket(100) for _ in range(5)]
+    for t in patient:
+        state.arrive(t, 1)
+    # In arrival order the five queued are ahead of a newcomer; in deadline order only those due
+    # no later than it.
+    assert state.predicted_start(1, 100) == 7.0
+    assert state.predicted_start(1, 10) == (2.0 if by_deadline else 7.0)
+    urgent = ticket(4.5)  # it starts at 2 and a long run ends at 4, if nobody is ahead of it
+    state.arrive(urgent, 1)
+    assert urgent.status is (Status.QUEUED if by_deadline else Status.INFEASIBLE)
+    assert state.predicted_start(1, 4.5) == (3.0 if by_deadline else 7.0)
+    started = state.release(holder, 2)
+    assert started == [urgent if by_deadline else patient[0]]
+    check_invariants(state, 2)
+
+
 def test_feasible_admission_counts_a_pause_and_the_queue_budget() -> None:
     state = feasible_state(1, 10)
     t = ticket()

@@ -1,7 +1,9 @@
-"""The waiting room: FIFO lanes per class, the jump credit and its bound, eviction, compaction."""
+"""The waiting room: lanes per class (FIFO or by deadline), the jump credit and its bound, eviction,
+compaction."""
 
 from __future__ import annotations
 
+import math
 import tracemalloc
 from fractions import Fraction
 
@@ -14,8 +16,8 @@ from boundedgate._core._queue import WaitQueue
 from boundedgate._core._settings import check_jump_share
 
 
-def queued(priority: int = 0) -> Ticket:
-    t = Ticket(priority=priority)
+def queued(priority: int = 0, deadline: float = math.inf) -> Ticket:
+    t = Ticket(deadline, priority=priority)
     t.status = Status.QUEUED
     return t
 
@@ -171,6 +173,45 @@ def test_WaitQueue_seq_orders_arrivals_and_breaks_deadline_ties() -> None:
     q.push(second)
     assert first._seq < second._seq
     assert first < second
+
+
+def test_WaitQueue_by_deadline_starts_the_earliest_due_first_and_equals_by_arrival() -> None:
+    q = WaitQueue(by_deadline=True)
+    late, never, soon, also_soon, sooner, gone = (queued(0, d) for d in (30, math.inf, 10, 10, 5, 1))
+    for t in (late, never, soon, also_soon, sooner, gone):
+        q.push(t)
+    gone.status = Status.CANCELLED
+    assert list(q) == [sooner, soon, also_soon, late, never]
+    assert q.peek() is sooner
+    assert [take(q) for _ in range(5)] == [sooner, soon, also_soon, late, never]
+
+
+def test_WaitQueue_by_deadline_orders_inside_a_class_and_chooses_between_classes_as_in_fifo() -> None:
+    q = WaitQueue(2, jump_share=0, by_deadline=True)
+    calm_late, urgent_late, calm_soon, urgent_soon = queued(1, 20), queued(0, 20), queued(1, 5), queued(0, 5)
+    for t in (calm_late, urgent_late, calm_soon, urgent_soon):
+        q.push(t)
+    # Each lane's head is its earliest due; with no jumps, the lane whose head arrived first goes.
+    assert [take(q) for _ in range(4)] == [calm_soon, calm_late, urgent_soon, urgent_late]
+
+
+def test_WaitQueue_by_deadline_evicts_the_one_due_last_of_the_least_urgent_class() -> None:
+    q = WaitQueue(2, by_deadline=True)
+    due_last, due_first, urgent = queued(1, 50), queued(1, 5), queued(0, 100)
+    for t in (due_last, due_first, urgent):
+        q.push(t)
+    assert q.evict_for(0) is due_last
+    assert list(q) == [urgent, due_first]
+
+
+def test_WaitQueue_due_by_counts_the_live_waiters_of_every_class_due_no_later() -> None:
+    for by_deadline in (False, True):
+        q = WaitQueue(2, by_deadline=by_deadline)
+        tickets = [queued(0, 10), queued(1, 10), queued(0, 20), queued(1, math.inf), queued(0, 5)]
+        for t in tickets:
+            q.push(t)
+        tickets[4].status = Status.EXPIRED
+        assert [q.due_by(d) for d in (4, 5, 10, 19, 20, math.inf)] == [0, 0, 2, 2, 3, 4]
 
 
 @pytest.mark.parametrize(

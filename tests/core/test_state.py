@@ -234,9 +234,21 @@ class GateStateMachine(RuleBasedStateMachine):
         waiting=st.none() | st.integers(0, 5),
         priorities=st.integers(1, 3),
         share=st.sampled_from([0, 0.2, 0.5]),
+        by_deadline=st.booleans(),
+        feasible=st.booleans(),
     )
-    def create(self, running: int, waiting: int | None, priorities: int, share: float) -> None:
+    def create(
+        self,
+        running: int,
+        waiting: int | None,
+        priorities: int,
+        share: float,
+        by_deadline: bool,
+        feasible: bool,
+    ) -> None:
         self.state = GateState(running, waiting, priorities, share)
+        self.state.by_deadline = by_deadline
+        self.state.feasible = feasible
 
     @precondition(lambda self: self.state is not None)
     @rule(step=st.sampled_from([0, 0, 0.5, 1, 3]))
@@ -292,6 +304,14 @@ class GateStateMachine(RuleBasedStateMachine):
         for t in woken:  # type: ignore[attr-defined]
             assert t.status in (Status.RUNNING, Status.EXPIRED)
             assert t.status is not Status.RUNNING or t.started == self.now
+            if t.status is Status.RUNNING:
+                # Started from the queue: ahead of every waiter of its class left behind it, by
+                # deadline or by arrival.
+                behind = [w for w in self.tickets if w.status is Status.QUEUED and w.priority == t.priority]
+                if self.state.by_deadline:  # type: ignore[union-attr]
+                    assert all(w.deadline >= t.deadline for w in behind)
+                else:
+                    assert all(self.tickets.index(w) > self.tickets.index(t) for w in behind)
 
     @invariant()
     def invariants_hold(self) -> None:

@@ -106,6 +106,7 @@ def test_an_attribute_nobody_has_is_refused_as_python_refuses_it() -> None:
 WAYS_OUT = {
     "priorities": "one FIFO",
     "jump_share": "one FIFO",
+    "by_deadline": "in arrival order",
 }
 
 
@@ -143,10 +144,11 @@ def test_an_argument_nobody_takes_is_refused_as_python_refuses_it() -> None:
         RedisGate(None, max_running=1, max_waiting=1, a=1, b=2)  # type: ignore[arg-type]
 
 
-def test_what_it_lacks_is_priorities_alone() -> None:
+def test_what_it_lacks_is_priorities_and_deadline_order() -> None:
     # Code moves to the cluster by changing the constructor, and keeps every behaviour but
-    # priorities (deadline-feasible admission, adapt() and on_deadline="cut" are there).
-    assert set(LACKING) == {"priority", "priorities", "jump_share"}
+    # priorities and a queue in deadline order (deadline-feasible admission, adapt() and
+    # on_deadline="cut" are there).
+    assert set(LACKING) == {"priority", "priorities", "jump_share", "by_deadline"}
 
 
 def test_on_deadline_is_checked_at_once() -> None:
@@ -177,6 +179,7 @@ def test_the_differences_are_exactly_those_the_readme_lists() -> None:
     assert _arguments(BoundedGate.__init__) - _arguments(RedisGate.__init__) == {
         "priorities",
         "jump_share",
+        "by_deadline",
     }
     assert _arguments(BoundedGate.admit) - _arguments(RedisGate.admit) == {"priority"}
     assert _arguments(BoundedGate.try_admit) == _arguments(RedisGate.try_admit)

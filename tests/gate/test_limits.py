@@ -201,6 +201,36 @@ async def test_feasible_admission_is_not_fooled_by_calls_that_fail_fast() -> Non
     await busy
 
 
+async def test_by_deadline_starts_the_waiter_due_first_and_counts_only_those_ahead() -> None:
+    gate = BoundedGate(max_running=1, max_waiting=None, feasible=True, by_deadline=True)
+    log: list[tuple[str, float]] = []
+    await hold(gate, 2, log, "pace")  # the recent pace: runs of 2 s
+    started: list[str] = []
+
+    async def call(name: str, budget: float) -> None:
+        async with gate.admit(timeout=budget):
+            started.append(name)
+            await asyncio.sleep(1)
+
+    busy = asyncio.create_task(hold(gate, 2, log, "busy"))
+    await asyncio.sleep(0)
+    calls = [asyncio.create_task(call(name, budget)) for name, budget in (("30", 30), ("20", 20), ("10", 10))]
+    await asyncio.sleep(0)
+    assert gate.waiting == 3
+    # Three queued, all due later: a newcomer due in 6.5 s waits for the running one alone (start
+    # by 2 s, a long run of 4 s after). In arrival order it would wait for all four.
+    async with gate.admit(timeout=6.5):
+        started.append("6.5")
+    await asyncio.gather(busy, *calls)
+    assert started == ["6.5", "10", "20", "30"]
+    assert gate.stats().infeasible == 0
+
+
+def test_by_deadline_is_a_flag() -> None:
+    with pytest.raises(TypeError, match="by_deadline"):
+        BoundedGate(max_running=1, max_waiting=1, by_deadline="yes")  # type: ignore[arg-type]
+
+
 async def test_keyed_gate_limits_change_for_the_template_and_for_one_key() -> None:
     keyed: KeyedGate[str] = KeyedGate(max_running=1, max_waiting=10)
     started: list[str] = []

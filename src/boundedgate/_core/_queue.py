@@ -1,4 +1,4 @@
-"""The waiting room: one FIFO lane per priority class, and a cap on how often anyone jumps the line.
+"""The waiting room: one lane per priority class, and a cap on how often anyone jumps the line.
 
 Class 0 is the most urgent. With one class (the default) this is a plain FIFO. With several, the
 next to start is either
@@ -14,6 +14,13 @@ overtake an older waiter, and all the others go to the oldest waiter of all. A w
 older waiters ahead of it therefore starts within ``(k + 2) / (1 - jump_share)`` starts from the
 queue, whatever the mix of classes arriving behind it: no class starves. The credit is kept in
 integers (``jump_share`` as a fraction), so the bound is exact.
+
+A lane keeps its tickets in arrival order (FIFO, the default), or with ``by_deadline`` in deadline
+order: earliest first, equal deadlines (and no deadline) in arrival order. Between classes the
+choice above compares the lanes' heads as it does in arrival order; inside a class a newcomer due
+sooner starts before an older waiter due later, which is the point, so the bound on overtaking
+holds between classes only. A waiter with no deadline can then wait behind later arrivals for as
+long as those keep coming.
 
 Tickets that leave the queue (expired, cancelled) stay in their lane until they reach its front,
 where they are skipped; :meth:`WaitQueue.compact` drops them when they outnumber the live ones.
@@ -41,13 +48,25 @@ QUEUED: Final[Status] = Status.QUEUED
 
 
 class WaitQueue:
-    """FIFO lanes, one per priority class in use, with a bounded share of queue-jumping."""
+    """Lanes, one per priority class in use, with a bounded share of queue-jumping."""
 
-    __slots__ = ("_credit", "_earn", "_lane", "_lanes", "_next_seq", "_price", "_used", "classes")
+    __slots__ = (
+        "_credit",
+        "_earn",
+        "_lane",
+        "_lanes",
+        "_next_seq",
+        "_price",
+        "_used",
+        "by_deadline",
+        "classes",
+    )
 
-    def __init__(self, classes: IntArg = 1, jump_share: FloatArg = 0.2) -> None:
+    def __init__(self, classes: IntArg = 1, jump_share: FloatArg = 0.2, by_deadline: bool = False) -> None:
         #: Number of priority classes; 0 is the most urgent.
         self.classes = check_priorities(classes)
+        #: Each lane in deadline order (earliest first) rather than arrival order.
+        self.by_deadline = by_deadline
         try:
             earn, price = _terms(jump_share)
         except TypeError:  # unhashable, so no number: refused by name (the cache cannot say why)
@@ -67,17 +86,21 @@ class WaitQueue:
         self._next_seq = 0
 
     def push(self, ticket: Ticket) -> None:
-        """Put ``ticket`` at the back of its class's lane."""
+        """Put ``ticket`` in its class's lane: at the back, or behind those due no later than it."""
         ticket._seq = self._next_seq
         self._next_seq += 1
         if self.classes == 1:
-            self._lane.append(ticket)
-            return
-        lane = self._lanes.get(ticket.priority)
-        if lane is None:
-            self._lanes[ticket.priority] = lane = deque()
-            bisect.insort(self._used, ticket.priority)
-        lane.append(ticket)
+            lane = self._lane
+        else:
+            found = self._lanes.get(ticket.priority)
+            if found is None:
+                self._lanes[ticket.priority] = found = deque()
+                bisect.insort(self._used, ticket.priority)
+            lane = found
+        if self.by_deadline:
+            bisect.insort(lane, ticket, key=_deadline)
+        else:
+            lane.append(ticket)
 
     def peek(self) -> Ticket:
         """The ticket that :meth:`take` would start next. The queue must hold a live ticket."""
@@ -107,9 +130,10 @@ class WaitQueue:
         return ticket
 
     def evict_for(self, priority: int) -> Ticket | None:
-        """Remove and return the newest waiter of the least urgent class below ``priority``.
+        """Remove and return the last in line of the least urgent class below ``priority``.
 
-        None when every live waiter is at least as urgent as ``priority``.
+        The last in line is the newest waiter, or in deadline order the one due last. None when
+        every live waiter is at least as urgent as ``priority``.
         """
         used = self._used
         while used and used[-1] > priority:
@@ -134,12 +158,21 @@ class WaitQueue:
                 if not lane and self.classes > 1:
                     self._drop(priority)
 
+    def due_by(self, deadline: float) -> int:
+        """The live waiters due no later than ``deadline``, of every class.
+
+        In deadline order, those a newcomer due at ``deadline`` would wait behind.
+        """
+        return sum(
+            1 for lane in self._lanes.values() for t in lane if t.status is QUEUED and t.deadline <= deadline
+        )
+
     def __len__(self) -> int:
         """Entries in the lanes, live or not (what compaction keeps in check)."""
         return sum(map(len, self._lanes.values()))
 
     def __iter__(self) -> Iterator[Ticket]:
-        """The live tickets, lane by lane (most urgent first), oldest first in each."""
+        """The live tickets, lane by lane (most urgent first), in each the order they start in."""
         for priority in self._used:
             yield from (t for t in self._lanes[priority] if t.status is QUEUED)
 
@@ -174,6 +207,10 @@ class WaitQueue:
         if self._credit >= self._price:
             return top, True
         return oldest, False
+
+
+def _deadline(ticket: Ticket) -> float:
+    return ticket.deadline
 
 
 @functools.lru_cache(maxsize=64, typed=True)

@@ -36,7 +36,7 @@ def _retry_after(state: GateState, ticket: Ticket, status: Status, ended: float)
         ready: float = ticket._notes["ready_at"]  # noted as it was refused
         return max(0.0, ready - ended)
     if status is Status.INFEASIBLE:
-        return max(0.0, state.predicted_start(ended) - ended)
+        return max(0.0, state.predicted_start(ended, ticket.deadline) - ended)
     recent = state.recent_run_seconds
     if recent is None or state.limit == sys.maxsize:
         return None

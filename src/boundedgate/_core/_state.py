@@ -105,6 +105,10 @@ pace says it cannot start before its queue deadline, or cannot finish a long run
 ``max(now, resume) + n * recent_run / C``, where ``n`` counts the completions it needs (the
 running excess over C, the queue ahead, itself).
 
+With ``by_deadline`` set (before any ticket waits), the waiters of a class start in deadline order,
+earliest first, rather than in arrival order, and the queue ahead of an arrival (for feasible
+admission and the refusals' estimates) is the waiters due no later than it.
+
 Invariants (checked by :meth:`GateState.check`, which the tests call after every step)::
 
     0 <= running <= max_running, unless C was lowered or paused (the excess drains)
@@ -259,6 +263,7 @@ class GateState:
         "_queued_cost",
         "aborted",
         "admitted",
+        "by_deadline",
         "cancelled",
         "completed",
         "cut",
@@ -364,6 +369,8 @@ class GateState:
         self.infeasible = 0
         #: Refuse at arrival what the recent pace says cannot start before its queue deadline.
         self.feasible = False
+        #: Start the waiters of a class in deadline order, not arrival order (set before any waits).
+        self.by_deadline = False
         #: How many times :meth:`set_limits` changed C or Q, and :meth:`pause` began or extended a pause.
         self.limit_changes = 0
         self.pauses = 0
@@ -655,23 +662,26 @@ class GateState:
 
     def _infeasible(self, ticket: Ticket, now: float) -> bool:
         # It would start at or after its queue deadline, or finish a long run after its deadline.
-        start = self.predicted_start(now)
+        start = self.predicted_start(now, ticket.deadline)
         recent = self.recent_run_seconds
         if recent is None:
             return start >= queue_deadline(ticket)
         return start >= queue_deadline(ticket) or start + FEASIBLE_RUNS * recent >= ticket.deadline
 
-    def predicted_start(self, now: float) -> float:
-        """When a ticket arriving now would start by the recent pace (``now`` before any run ended).
+    def predicted_start(self, now: float, deadline: float = math.inf) -> float:
+        """When a ticket arriving now, due at ``deadline``, would start by the recent pace.
 
         ``max(now, resume) + n * recent_run / C``, where ``n`` is the completions it needs: the
-        running excess over C, the queue ahead of it, and one for itself.
+        running excess over C, the queue ahead of it, and one for itself. The queue ahead is the
+        whole queue, or in deadline order the waiters due no later than ``deadline``. ``now``
+        before any run ended.
         """
         recent = self.recent_run_seconds
         start = now if self.paused_until == math.inf else max(now, self.paused_until)
         if recent is None or self.limit == _UNLIMITED:
             return start
-        needed = max(0, self.running - self.limit) + self.waiting + 1
+        ahead = self._queue.due_by(deadline) if self.by_deadline and self.waiting else self.waiting
+        needed = max(0, self.running - self.limit) + ahead + 1
         return start + needed * recent / self.limit
 
     # -- queries ----------------------------------------------------------------------------
@@ -915,7 +925,7 @@ class GateState:
         ticket.status = INFEASIBLE
         ticket.ended = now
         self.infeasible += 1
-        note(ticket, "predicted_start", self.predicted_start(now))
+        note(ticket, "predicted_start", self.predicted_start(now, ticket.deadline))
         self._ended(ticket)
         return woken
 
@@ -1005,7 +1015,7 @@ class GateState:
     def _enqueue(self, ticket: Ticket) -> None:
         ticket.status = QUEUED
         if self._queue is _NO_WAITERS:  # the first waiter: the waiting room is made now
-            self._queue = WaitQueue(self.priorities, self._jump_share)
+            self._queue = WaitQueue(self.priorities, self._jump_share, self.by_deadline)
             self._deadlines = []
         self._queue.push(ticket)
         if self._buckets:

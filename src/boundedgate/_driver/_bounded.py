@@ -85,13 +85,18 @@ class BoundedGate(GateBase):  # type: ignore[misc]  # GateBase is final to mypyc
             request that by the gate's recent pace would start at or after its deadline (or
             queue budget), or could not finish a long run (two recent runs) by its deadline,
             instead of queueing it to expire or run late. Off by default.
+        by_deadline: Start the waiters of a priority class earliest deadline first, rather than
+            in arrival order (the default); equal deadlines, and none, keep arrival order.
+            Feasible admission then counts ahead of an arrival only the waiters due no later.
+            It helps where callers give different budgets; with one budget the two orders are
+            the same.
         adaptive: Learn C from provider signals and time to first token (see :meth:`adapt`);
             ``max_running`` is then the C to begin with.
 
     Raises:
         TypeError: A limit that is not an int (floats, NaN, infinities, booleans), a name that
-            is not a str, ``feasible`` that is not True or False, or ``adaptive`` that is not
-            :class:`Adaptive`.
+            is not a str, ``feasible`` or ``by_deadline`` that is not True or False, or
+            ``adaptive`` that is not :class:`Adaptive`.
         ValueError: ``max_running < 1``, ``max_waiting < 0``, ``priorities < 1``, a count
             beyond ``sys.maxsize`` (None is no limit), a ``jump_share`` outside [0, 1), or
             ``adaptive`` without ``max_running``.
@@ -109,13 +114,16 @@ class BoundedGate(GateBase):  # type: ignore[misc]  # GateBase is final to mypyc
         jump_share: float = 0.2,
         rate_limits: Sequence[RateLimit] = (),
         feasible: bool = False,
+        by_deadline: bool = False,
         adaptive: Adaptive | None = None,
     ) -> None:
         feasible = check_flag("feasible", feasible)
+        by_deadline = check_flag("by_deadline", by_deadline)
         if adaptive is not None and not isinstance(adaptive, Adaptive):
             raise TypeError(f"adaptive must be Adaptive settings, got {shown(adaptive)}")
         state = GateState(max_running, max_waiting, priorities, jump_share, rate_limits)
         state.feasible = feasible
+        state.by_deadline = by_deadline
         self._setup(state, name, bool(state.rate_limits))
         attach(state, self._name, None, None)
         if adaptive is not None:

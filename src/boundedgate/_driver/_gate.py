@@ -741,7 +741,7 @@ class GateBase:
                 waiting=state.waiting,
                 waited=0.0,
                 elapsed=0.0,
-                predicted_wait=max(0.0, state.predicted_start(ended) - ended),
+                predicted_wait=max(0.0, state.predicted_start(ended, permit.deadline) - ended),
                 budget=queue_deadline(permit) - ended,
             )
         if status is RATE_LIMITED:

@@ -194,7 +194,7 @@ class RedisGate:
             above ``poll_interval``, ``wait_timeout`` not below ``op_timeout``, or
             ``wait_replicas`` with a client other than a ``redis.asyncio.Redis``.
 
-    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities) is refused
+    What a ``BoundedGate`` has and a ``RedisGate`` lacks (priorities, deadline order) is refused
     with the way out: a ``TypeError`` for an argument, a ``NotImplementedError`` for a
     method, an ``AttributeError`` for an attribute (see
     docs/cluster.md, "What RedisGate does not have").

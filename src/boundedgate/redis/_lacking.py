@@ -2,7 +2,7 @@
 
 :data:`LACKING` says, for each argument, method and attribute of a ``BoundedGate`` that a
 ``RedisGate`` does not have, why and what to do instead; docs/cluster.md lists the same under
-"What RedisGate does not have": priorities alone. An argument it lacks
+"What RedisGate does not have": priorities and deadline order. An argument it lacks
 is a ``TypeError`` (:func:`refuse_arguments`), an attribute an ``AttributeError``
 (:func:`no_attribute`: ``hasattr()`` stays false, so code that asks first, as for
 ``gate.priorities``, leaves the gate alone). When the cluster gate gains one of them, its line goes.
@@ -18,12 +18,14 @@ __all__ = ("DOCS", "LACKING", "no_attribute", "refuse_arguments")
 DOCS = 'see docs/cluster.md, "What RedisGate does not have"'
 
 _PRIORITIES = "its queue is one FIFO, cluster-wide, with no priority classes: leave it out"
+_DEADLINE_ORDER = "its queue is one FIFO, cluster-wide, in arrival order: leave it out"
 
 #: Why a RedisGate lacks each, and the way out, by the name a BoundedGate gives it.
 LACKING: Mapping[str, str] = {
     "priority": _PRIORITIES,
     "priorities": _PRIORITIES,
     "jump_share": _PRIORITIES,
+    "by_deadline": _DEADLINE_ORDER,
 }
 
 

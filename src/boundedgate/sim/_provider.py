@@ -271,6 +271,7 @@ class Client:
             whose gate saw the body fail (``failed``). With ``deadlines`` a cut call's wait in the
             gate's queue also ends at its deadline: the whole call within its budget, a
             ``Semaphore`` inside ``asyncio.timeout``.
+        by_deadline: Its queue in deadline order, as ``BoundedGate(by_deadline=True)``.
 
     Raises:
         ValueError: ``on_deadline`` is neither ``"late"`` nor ``"cut"``.
@@ -284,6 +285,7 @@ class Client:
     feasible: bool = False
     deadlines: bool = True
     on_deadline: str = "late"
+    by_deadline: bool = False
 
     def __post_init__(self) -> None:
         if self.on_deadline not in ON_DEADLINE:
@@ -399,6 +401,7 @@ class _Sim:
         for index, client in enumerate(clients):
             state = GateState(client.max_running, client.max_waiting)
             state.feasible = client.feasible
+            state.by_deadline = client.by_deadline
             self.states.append(state)
             adaptive = client.adaptive
             self.controllers.append(None if adaptive is None else AdaptiveLimit(adaptive, client.max_running))
