@@ -41,11 +41,17 @@ Each row gives answers on time as ratios to the best static C and Q in hindsight
 ``semaphore+timeout``, late and cut-off answers, the provider's 529s passed on, the gate's
 refusals, the time from arrival to each "no" a caller got (p50, p99, max: from the gate, a 529
 passed on, or a cut at the deadline), and the provider's time spent on answers nobody waited for.
-A last table sums the production part up, each window replayed from three start offsets (0, 60 and
+A table sums the production part up, each window replayed from three start offsets (0, 60 and
 120 s into it: the same trace met at another moment), as ranges over the offsets.
 
-Run: ``PYTHONPATH=src python benchmarks/bench_goodput.py`` (``--synthetic`` or ``--traces`` for one
-part alone).
+A last table gives the windows mixed budgets, as when interactive and batch callers share a gate:
+each request, drawn at random (seeded), gets half its window's budget or twice it. On it, the
+recommended configuration with its queue in arrival order (the default) and in deadline order
+(``BoundedGate(by_deadline=True)``), beside ``semaphore+timeout``. With one budget the two orders
+are the same.
+
+Run: ``PYTHONPATH=src python benchmarks/bench_goodput.py`` (``--synthetic``, ``--traces``,
+``--summary`` or ``--budgets`` for one part alone).
 
 The contenders and the sweep are ``boundedgate.sim.compare_admission``'s, which
 ``boundedgate plan --provider`` prints for any traffic and provider.
@@ -55,14 +61,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from boundedgate import Adaptive
 from boundedgate.sim import (
     Bursts,
+    Client,
     Comparison,
     Contender,
     Job,
@@ -73,6 +82,7 @@ from boundedgate.sim import (
     compare_admission,
     generate,
     read_script,
+    simulate_provider,
     steps,
 )
 
@@ -347,6 +357,47 @@ def traces_part() -> list[str]:
     return lines
 
 
+#: The mixed budgets' shares of a window's budget, drawn one or the other with equal chance.
+MIXED_BUDGETS = (0.5, 2.0)
+
+
+def mixed_budgets(jobs: Sequence[Request], seed: int = 7) -> list[Request]:
+    """``jobs``, each with its budget scaled by one of :data:`MIXED_BUDGETS`, drawn at random."""
+    draw = random.Random(seed)
+    return [replace(job, budget=(job.budget or 0.0) * draw.choice(MIXED_BUDGETS)) for job in jobs]
+
+
+def budgets_part() -> list[str]:
+    """A markdown table: the recommended configuration in arrival and in deadline order, on mixed budgets."""
+    lines = [
+        "| window | provider | timeout on time | arrival order / timeout | deadline order / timeout "
+        "| deadline / arrival order |",
+        "|---|---|---|---|---|---|",
+    ]
+    totals = [0, 0]
+    for window in trace_windows():
+        jobs = mixed_budgets(window.requests)
+        k = load_capacity(window.requests, Provider(1))
+        for name, provider in trace_providers(k, jobs):
+            timeout = Client("timeout", jobs, k, None, on_deadline="cut")
+            by_arrival, by_deadline = (
+                Client(
+                    "recommended", jobs, k, None, Adaptive(ceiling=k), True, on_deadline="cut", by_deadline=by
+                )
+                for by in (False, True)
+            )
+            got = [
+                simulate_provider([client], provider)[0].on_time
+                for client in (timeout, by_arrival, by_deadline)
+            ]
+            totals[0] += got[1]
+            totals[1] += got[2]
+            ratios = f"{got[1] / got[0]:.3f} | {got[2] / got[0]:.3f} | {got[2] / got[1]:.3f}"
+            lines.append(f"| {window.name} | {name} | {got[0]} | {ratios} |")
+    lines.append(f"| all | | | | | {totals[1] / totals[0]:.3f} |")
+    return lines
+
+
 def synthetic_part() -> list[str]:
     """The three synthetic scenarios."""
     jobs = demo_traffic()
@@ -370,11 +421,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     part.add_argument("--synthetic", action="store_true", help="the synthetic scenarios alone")
     part.add_argument("--traces", action="store_true", help="the production-trace windows alone")
     part.add_argument("--summary", action="store_true", help="the production traces' summary alone")
+    part.add_argument("--budgets", action="store_true", help="the traces with mixed budgets alone")
     args = parser.parse_args(argv)
     began = time.perf_counter()
-    if not (args.traces or args.summary):
+    every = not (args.synthetic or args.traces or args.summary or args.budgets)
+    if every or args.synthetic:
         print("\n".join(synthetic_part()))
-    if not (args.synthetic or args.summary):
+    if every or args.traces:
         print("\n".join(traces_part()))
         print(
             "(/best, /timeout: on time over the best static gate's and semaphore+timeout's; 529: the "
@@ -382,8 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "arrival to each refusal, cut or 529 a caller got; wasted: provider seconds spent on late "
             "or cut-off answers)"
         )
-    if not (args.synthetic or args.traces):
+    if every or args.summary:
         print("\n".join(["", *summary_part()]))
+    if every or args.budgets:
+        print("\n".join(["", *budgets_part()]))
     print(f"({time.perf_counter() - began:.1f}s)")
     return 0
 
