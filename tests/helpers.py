@@ -29,6 +29,7 @@ from boundedgate import (
     DeadlineCut,
     Evicted,
     GateError,
+    Infeasible,
     KeyedGate,
     Late,
     Permit,
@@ -214,6 +215,7 @@ EXPECTED_EXCEPTION: dict[str, type[BaseException] | None] = {
     "failed": Boom,
     "evicted": Evicted,
     "rate_limited": RateLimited,
+    "infeasible": Infeasible,
 }
 
 

@@ -1004,6 +1004,24 @@ def test_plan_with_feasible_admission_refuses_at_arrival(capsys: pytest.CaptureF
     assert "infeasible" in capsys.readouterr().out  # the table shows the outcome when someone had it
 
 
+@pytest.mark.parametrize("command", ["simulate", "plan"])
+def test_by_deadline_starts_the_waiter_due_first(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "budgets.csv"
+    script.write_text("id,arrival_ms,service_ms,budget_ms\nA,0,100,1000\nB,0,100,1000\nC,1,100,250\n")
+    for by_deadline, completed in ((False, 2), (True, 3)):
+        flag = ["--by-deadline"] if by_deadline else []
+        if command == "simulate":
+            main(["simulate", str(script), "-c", "1", "-q", "none", *flag, "--json"])
+            summary = json.loads(capsys.readouterr().out)["summary"]
+        else:
+            main(["plan", "--script", str(script), "-c", "1", "-q", "none", *flag, "--json"])
+            summary = json.loads(capsys.readouterr().out)["rows"][0]["summary"]
+        # In arrival order C, due at 251, starts at 200 and is late; by deadline it starts at 100.
+        assert summary["completed"] == completed
+
+
 def test_simulate_with_feasible_admission(seed: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main(["simulate", str(seed), "-c", "1", "-q", "none", "--feasible", "--json"])
     assert "infeasible" in json.loads(capsys.readouterr().out)["summary"]

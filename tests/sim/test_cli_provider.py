@@ -235,6 +235,7 @@ def test_a_script_replays_against_the_provider(capsys: pytest.CaptureFixture[str
         (["--provider", "20", "--rpm", "60", "--rpm-burst", "5"], "--provider takes no --rpm-burst"),
         (["--provider", "20", "--tpm", "6000"], "--provider takes no --tpm"),
         (["--provider", "20", "--feasible"], "--provider takes no --feasible"),
+        (["--provider", "20", "--by-deadline"], "--provider takes no --by-deadline"),
         (["--provider", "20", "--override", "a=1,1"], "--provider takes no --override"),
         (["--provider", "20", "--priority-mix", "1,1"], "--provider takes no --priority-mix"),
         (["--provider", "20", "--priorities", "2"], "--provider takes no --priorities"),

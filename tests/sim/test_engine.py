@@ -278,6 +278,21 @@ def test_simulator_equals_the_real_gate_with_priorities(
     assert result.summary.evicted == gate.stats().evicted
 
 
+@given(jobs=scripts(priorities=2), limits=limits, feasible=st.booleans())
+def test_simulator_equals_the_real_gate_in_deadline_order(
+    jobs: list[Job], limits: tuple[int, int | None], feasible: bool
+) -> None:
+    # Each class's waiters by deadline, with feasible admission counting those due sooner.
+    gate = checked_gate(*limits, priorities=2)
+    gate._state.by_deadline = True
+    gate._state.feasible = feasible
+    real = run_virtual(run_script, gate, as_helper_jobs(jobs))
+    result = simulate(
+        jobs, max_running=limits[0], max_waiting=limits[1], priorities=2, feasible=feasible, by_deadline=True
+    )
+    assert {r.id: Result(r.outcome.value, r.start_ms, r.end_ms) for r in result.requests} == real
+
+
 @given(jobs=scripts(), limits=limits)
 def test_simulator_equals_the_real_gate_under_virtual_time(
     jobs: list[Job], limits: tuple[int, int | None]

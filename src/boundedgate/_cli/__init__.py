@@ -44,6 +44,8 @@ from ._progress import ProgressBar
 
 __all__ = ("main",)
 
+_BY_DEADLINE = "start each class's waiters earliest deadline first, not in arrival order"
+
 
 class _Failed(Exception):
     """The command could not do its work; the message says why."""
@@ -276,6 +278,7 @@ def _add_simulate(commands: Any) -> None:
         action="store_true",
         help="deadline-feasible admission: refuse at arrival what the recent pace says cannot be in time",
     )
+    sim.add_argument("--by-deadline", action="store_true", help=_BY_DEADLINE)
     _add_override_option(sim)
     _add_priority_options(sim)
     _add_rate_limit_options(sim, several=False)
@@ -394,6 +397,7 @@ def _add_limit_options(settings: Any) -> None:
         action="store_true",
         help="deadline-feasible admission: refuse at arrival what the recent pace says cannot be in time",
     )
+    settings.add_argument("--by-deadline", action="store_true", help=_BY_DEADLINE)
 
 
 def _add_mix_options(traffic: Any) -> None:
@@ -472,6 +476,7 @@ def _simulate(args: argparse.Namespace) -> None:
             rate_limits=limits,
             overrides=overrides,
             feasible=args.feasible,
+            by_deadline=args.by_deadline,
         )
     except ScriptError as error:
         raise _Failed(f"{args.script}: {error}") from None
@@ -649,6 +654,7 @@ def _sweep(
             overrides=overrides,
             progress=ProgressBar("simulating", sys.stderr),
             feasible=args.feasible,
+            by_deadline=args.by_deadline,
         )
     except ScriptError as error:
         raise _Failed(str(error)) from None

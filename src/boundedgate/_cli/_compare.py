@@ -25,6 +25,7 @@ _NOT_WITH_PROVIDER = (
     "tpm",
     "rpm_burst",
     "feasible",
+    "by_deadline",
     "override",
     "priorities",
     "priority_mix",

@@ -218,6 +218,7 @@ class _Run:
         observer: Callable[[RequestRecord], None] | None = None,
         name: str = "simulation",
         feasible: bool = False,
+        by_deadline: bool = False,
     ) -> None:
         self.jobs = jobs
         self.requests = [_Request(job, index) for index, job in enumerate(jobs)]
@@ -234,6 +235,7 @@ class _Run:
             if key not in by_key:
                 state = GateState(*limits(key), priorities, jump_share, rate_limits)
                 state.feasible = feasible
+                state.by_deadline = by_deadline
                 by_key[key] = _Gate(len(by_key), key, state)
         self.gates = list(by_key.values())
         self.gate_of = [by_key[job.key] for job in jobs]
@@ -614,6 +616,7 @@ def _simulate_checked(
     observer: Callable[[RequestRecord], None] | None = None,
     name: str = "simulation",
     feasible: bool = False,
+    by_deadline: bool = False,
 ) -> Simulation:
     per_ms = tuple(_per_millisecond(limit) for limit in rate_limits)
     GateState(max_running, max_waiting, priorities, jump_share, per_ms)  # checks the settings
@@ -622,7 +625,7 @@ def _simulate_checked(
     def limits(key: str) -> GateLimits:
         return overrides.get(key, template)
 
-    run = _Run(jobs, (priorities, jump_share, per_ms), limits, trace, observer, name, feasible)
+    run = _Run(jobs, (priorities, jump_share, per_ms), limits, trace, observer, name, feasible, by_deadline)
     run.run()
     rows = run.rows()
     return Simulation(
@@ -651,6 +654,7 @@ def simulate(
     observer: Callable[[RequestRecord], None] | None = None,
     name: str = "simulation",
     feasible: bool = False,
+    by_deadline: bool = False,
 ) -> Simulation:
     """Replay a script through a gate's decision core in virtual time.
 
@@ -700,6 +704,8 @@ def simulate(
         name: The gate name the records carry (make it the real gate's to compare the two).
         feasible: Deadline-feasible admission, as ``BoundedGate(feasible=True)``: a request the
             recent pace says cannot start before its deadline is refused at arrival (``infeasible``).
+        by_deadline: Each class's waiters start earliest deadline first, as
+            ``BoundedGate(by_deadline=True)``.
 
     Returns:
         The settings, a row per request in the script's order, the trace, and a summary.
@@ -731,4 +737,5 @@ def simulate(
         observer,
         name,
         bool(feasible),
+        bool(by_deadline),
     )

@@ -59,6 +59,7 @@ def sweep(
     overrides: Mapping[str, GateLimits] | None = None,
     progress: Callable[[int, int], object] | None = None,
     feasible: bool = False,
+    by_deadline: bool = False,
 ) -> list[SweepRow]:
     """Simulate ``jobs`` under every combination of settings, for a table of "what if".
 
@@ -86,6 +87,7 @@ def sweep(
             ``max_running`` and ``max_waiting`` are swept for the other keys.
         progress: Called as ``progress(done, total)`` before the first setting and after each.
         feasible: Deadline-feasible admission in every setting (see :func:`simulate`).
+        by_deadline: Queues in deadline order in every setting (see :func:`simulate`).
 
     Returns:
         A row per combination, ``max_running`` varying slowest, then ``max_waiting``, then the
@@ -121,7 +123,16 @@ def sweep(
         progress(0, len(settings))
     for c, q, limits in settings:
         result = _simulate_checked(
-            script, c, q, priorities, jump_share, limits, False, per_key, feasible=bool(feasible)
+            script,
+            c,
+            q,
+            priorities,
+            jump_share,
+            limits,
+            False,
+            per_key,
+            feasible=bool(feasible),
+            by_deadline=bool(by_deadline),
         )
         rows.append(SweepRow(c, q, result.summary, limits))
         if progress is not None:
