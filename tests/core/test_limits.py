@@ -182,6 +182,28 @@ def test_feasible_admission_in_deadline_order_counts_only_the_waiters_due_sooner
     check_invariants(state, 2)
 
 
+@pytest.mark.parametrize(("due", "kept"), [(4.8, False), (5.5, True)])
+def test_in_deadline_order_an_arrival_keeps_the_waiters_room_for_a_long_run(due: float, kept: bool) -> None:
+    state = feasible_state(1, None)
+    state.by_deadline = True
+    first = ticket()
+    state.arrive(first, 0)
+    state.release(first, 1)  # the recent pace: runs of 1 s
+    holder = ticket()
+    state.arrive(holder, 1)
+    waiter = ticket(due)  # it starts by 2, and a long run (2 s) ends at 4: it fits
+    state.arrive(waiter, 1)
+    assert waiter.status is Status.QUEUED
+    # Due sooner, the newcomer would start at 2 and fit (4 < 4.5); the waiter would then start at
+    # 3 and its long run end at 5: past 4.8, which it was admitted to meet, and not past 5.5.
+    newcomer = ticket(4.5)
+    state.arrive(newcomer, 1)
+    assert newcomer.status is (Status.QUEUED if kept else Status.INFEASIBLE)
+    started = state.release(holder, 2)
+    assert started == [newcomer if kept else waiter]
+    check_invariants(state, 2)
+
+
 def test_feasible_admission_counts_a_pause_and_the_queue_budget() -> None:
     state = feasible_state(1, 10)
     t = ticket()

@@ -204,7 +204,7 @@ def test_WaitQueue_by_deadline_evicts_the_one_due_last_of_the_least_urgent_class
     assert list(q) == [urgent, due_first]
 
 
-def test_WaitQueue_due_by_counts_the_live_waiters_of_every_class_due_no_later() -> None:
+def test_WaitQueue_due_by_and_due_after_split_the_live_waiters_of_every_class() -> None:
     for by_deadline in (False, True):
         q = WaitQueue(2, by_deadline=by_deadline)
         tickets = [queued(0, 10), queued(1, 10), queued(0, 20), queued(1, math.inf), queued(0, 5)]
@@ -212,6 +212,9 @@ def test_WaitQueue_due_by_counts_the_live_waiters_of_every_class_due_no_later() 
             q.push(t)
         tickets[4].status = Status.EXPIRED
         assert [q.due_by(d) for d in (4, 5, 10, 19, 20, math.inf)] == [0, 0, 2, 2, 3, 4]
+        assert q.due_after(5) == [tickets[0], tickets[1], tickets[2], tickets[3]]
+        assert q.due_after(10) == [tickets[2], tickets[3]]
+        assert q.due_after(math.inf) == []
 
 
 @pytest.mark.parametrize(

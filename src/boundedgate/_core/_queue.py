@@ -167,6 +167,12 @@ class WaitQueue:
             1 for lane in self._lanes.values() for t in lane if t.status is QUEUED and t.deadline <= deadline
         )
 
+    def due_after(self, deadline: float) -> list[Ticket]:
+        """The live waiters due later than ``deadline``, of every class, soonest first."""
+        lanes = self._lanes.values()
+        later = [t for lane in lanes for t in lane if t.status is QUEUED and t.deadline > deadline]
+        return sorted(later, key=_deadline)
+
     def __len__(self) -> int:
         """Entries in the lanes, live or not (what compaction keeps in check)."""
         return sum(map(len, self._lanes.values()))

@@ -107,7 +107,9 @@ running excess over C, the queue ahead, itself).
 
 With ``by_deadline`` set (before any ticket waits), the waiters of a class start in deadline order,
 earliest first, rather than in arrival order, and the queue ahead of an arrival (for feasible
-admission and the refusals' estimates) is the waiters due no later than it.
+admission and the refusals' estimates) is the waiters due no later than it. Feasible admission
+then also refuses an arrival that, starting ahead of the waiters due later, would leave one of
+them that now fits without room for its long run: they were admitted on that promise.
 
 Invariants (checked by :meth:`GateState.check`, which the tests call after every step)::
 
@@ -224,6 +226,14 @@ def _expect(holds: bool, broken: str, *values: object) -> None:
     # GateState.check's assertion: one that `python -O` keeps.
     if not holds:
         raise AssertionError(f"{broken}: {values!r}" if values else broken)
+
+
+def _fits(ticket: Ticket, start: float, recent_run: float | None) -> bool:
+    # Feasible if it starts then: before its queue deadline, and (once a run has ended, so that
+    # there is a pace) with room for a long run, FEASIBLE_RUNS recent runs, before its deadline.
+    if start >= queue_deadline(ticket):
+        return False
+    return recent_run is None or start + FEASIBLE_RUNS * recent_run < ticket.deadline
 
 
 def queue_deadline(ticket: Ticket) -> float:
@@ -661,12 +671,20 @@ class GateState:
             self._fill(now, woken)
 
     def _infeasible(self, ticket: Ticket, now: float) -> bool:
-        # It would start at or after its queue deadline, or finish a long run after its deadline.
         start = self.predicted_start(now, ticket.deadline)
         recent = self.recent_run_seconds
-        if recent is None:
-            return start >= queue_deadline(ticket)
-        return start >= queue_deadline(ticket) or start + FEASIBLE_RUNS * recent >= ticket.deadline
+        if not _fits(ticket, start, recent):
+            return True
+        if recent is None or not (self.by_deadline and self.waiting) or self.limit == _UNLIMITED:
+            return False
+        # In deadline order it would start ahead of the waiters due later, each one completion's
+        # share later than now predicted: none that was admitted with room for a long run may lose it.
+        step = recent / self.limit
+        for behind, waiter in enumerate(self._queue.due_after(ticket.deadline)):
+            now_predicted = start + behind * step
+            if _fits(waiter, now_predicted, recent) and not _fits(waiter, now_predicted + step, recent):
+                return True
+        return False
 
     def predicted_start(self, now: float, deadline: float = math.inf) -> float:
         """When a ticket arriving now, due at ``deadline``, would start by the recent pace.

@@ -87,9 +87,9 @@ class BoundedGate(GateBase):  # type: ignore[misc]  # GateBase is final to mypyc
             instead of queueing it to expire or run late. Off by default.
         by_deadline: Start the waiters of a priority class earliest deadline first, rather than
             in arrival order (the default); equal deadlines, and none, keep arrival order.
-            Feasible admission then counts ahead of an arrival only the waiters due no later.
-            It helps where callers give different budgets; with one budget the two orders are
-            the same.
+            Feasible admission then counts ahead of an arrival only the waiters due no later, and
+            refuses one that would leave a waiter due later without room for its long run. It
+            helps where callers give different budgets; with one budget the two orders are the same.
         adaptive: Learn C from provider signals and time to first token (see :meth:`adapt`);
             ``max_running`` is then the C to begin with.
 
