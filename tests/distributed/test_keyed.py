@@ -237,6 +237,8 @@ async def test_keys_and_arguments_it_cannot_take_are_refused_with_the_way_out(
         gates.admit("a", priority=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"RedisKeyedGate\(\) takes no priorities="):
         RedisKeyedGate(client, max_running=1, max_waiting=0, priorities=2)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"RedisKeyedGate\(\) takes no by_deadline=.*arrival order"):
+        RedisKeyedGate(client, max_running=1, max_waiting=0, by_deadline=True)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_running"):
         RedisKeyedGate(client, max_running=0, max_waiting=0)
     with pytest.raises(TypeError, match="overrides"):

@@ -226,9 +226,40 @@ async def test_by_deadline_starts_the_waiter_due_first_and_counts_only_those_ahe
     assert gate.stats().infeasible == 0
 
 
-def test_by_deadline_is_a_flag() -> None:
-    with pytest.raises(TypeError, match="by_deadline"):
-        BoundedGate(max_running=1, max_waiting=1, by_deadline="yes")  # type: ignore[arg-type]
+async def test_a_keyed_gate_gives_every_key_feasible_admission_by_its_own_pace_and_deadline_order() -> None:
+    # An idle key's gate, and its pace with it, is kept only with keep_idle.
+    keyed: KeyedGate[str] = KeyedGate(
+        max_running=1, max_waiting=None, feasible=True, by_deadline=True, keep_idle=2
+    )
+
+    async def run(key: str, seconds: float, budget: float, started: list[str], name: str) -> None:
+        async with keyed.admit(key, timeout=budget):
+            started.append(name)
+            await asyncio.sleep(seconds)
+
+    started: list[str] = []
+    await run("slow", 4, 100, started, "pace")  # the slow key's pace: runs of 4 s
+    await run("fast", 0.5, 100, started, "pace")  # the fast key's: 0.5 s
+    busy = [asyncio.create_task(run(key, 1, 100, started, key)) for key in ("slow", "fast")]
+    await asyncio.sleep(0)
+    # Behind one running call, a budget of 6 s fits the fast key (start by 0.5 s, a long run of
+    # 1 s) but not the slow one (start by 4 s, a long run of 8 s).
+    with pytest.raises(Infeasible):
+        await run("slow", 1, 6, started, "refused")
+    patient = asyncio.create_task(run("fast", 0.5, 100, started, "patient"))
+    await asyncio.sleep(0)
+    await run("fast", 0.5, 6, started, "urgent")  # due sooner: it starts before the patient one
+    await asyncio.gather(*busy, patient)
+    assert started.index("urgent") < started.index("patient")
+    assert keyed.stats().total.infeasible == 1
+
+
+def test_by_deadline_and_feasible_are_flags() -> None:
+    for flag in ("by_deadline", "feasible"):
+        with pytest.raises(TypeError, match=flag):
+            BoundedGate(max_running=1, max_waiting=1, **{flag: "yes"})  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=flag):
+            KeyedGate(max_running=1, max_waiting=1, **{flag: "yes"})  # type: ignore[arg-type]
 
 
 async def test_keyed_gate_limits_change_for_the_template_and_for_one_key() -> None:

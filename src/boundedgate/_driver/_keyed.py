@@ -97,6 +97,10 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         jump_share: Every key's gate's share of queue jumps, as for :class:`BoundedGate`.
         rate_limits: Every key's gate's own rate limits (a tenant's or a tool's requests per
             minute, say): each key gets buckets of its own, starting full.
+        feasible: Every key's gate's deadline-feasible admission, as for :class:`BoundedGate`:
+            each key by its own recent pace, which lives as long as its gate (an idle key kept by
+            ``keep_idle`` keeps it; a key whose gate was dropped starts again with none).
+        by_deadline: Every key's gate's queue in deadline order, as for :class:`BoundedGate`.
         adaptive: A controller per key (:class:`Adaptive`'s settings, see :meth:`signal`): each
             key's C is learned from its own signals and requests, starting from its limits' C.
         learned_keys: How many keys without a gate keep what their controller learned (their C,
@@ -104,8 +108,9 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
 
     Raises:
         TypeError: A limit, ``keep_idle`` or ``learned_keys`` that is not an int, a name that is not
-            a str, overrides that are neither a mapping nor callable, or ``adaptive`` that is not
-            an :class:`Adaptive`.
+            a str, overrides that are neither a mapping nor callable, ``feasible`` or
+            ``by_deadline`` that is not True or False, or ``adaptive`` that is not an
+            :class:`Adaptive`.
         ValueError: A limit out of range (as for :class:`BoundedGate`), ``keep_idle < 0``,
             ``learned_keys < 0``, a count beyond ``sys.maxsize``, or ``adaptive`` without a
             template ``max_running``.
@@ -132,6 +137,8 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         priorities: int = 1,
         jump_share: float = 0.2,
         rate_limits: Sequence[RateLimit] = (),
+        feasible: bool = False,
+        by_deadline: bool = False,
         adaptive: Adaptive | None = None,
         learned_keys: int = 10_000,
     ) -> None:
@@ -140,6 +147,8 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
         keep_idle = check_count("keep_idle", keep_idle)
         learned_keys = check_count("learned_keys", learned_keys)
         _check_adaptive(adaptive, max_running)
+        feasible = check_flag("feasible", feasible)
+        by_deadline = check_flag("by_deadline", by_deadline)
         self._init_keys(
             check_name(name),
             None if max_running is None else check_max_running(max_running),
@@ -161,6 +170,8 @@ class KeyedGate(KeyedBase, Generic[K]):  # type: ignore[misc]  # KeyedBase is fi
             self._override = overrides
         elif overrides is not None:
             raise TypeError(f"overrides must be a mapping or a function of the key, got {shown(overrides)}")
+        self._feasible = feasible
+        self._by_deadline = by_deadline
         self._adaptive = adaptive
         self._learned_keys = learned_keys
         # What the controllers of keys without a gate learned, least recently dropped first.

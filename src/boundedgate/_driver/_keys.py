@@ -258,9 +258,11 @@ class KeyedBase:
     """A keyed gate without its weak references and its rarer parts: see ``KeyedGate`` (``_keyed.py``)."""
 
     __slots__ = (
+        "_by_deadline",
         "_clock",
         "_created",
         "_dropped",
+        "_feasible",
         "_gates",
         "_idle_keys",
         "_jump_share",
@@ -295,6 +297,9 @@ class KeyedBase:
     _priorities: int
     _jump_share: FloatArg  # as given (checked): the keys pass it on to their queues
     _rate_limits: tuple[RateLimit, ...]
+    # Every key's gate's feasible admission and deadline order, as BoundedGate's.
+    _feasible: bool
+    _by_deadline: bool
     # True while a new key takes the template's limits and needs no controller (no overrides, no
     # limits set for a key, no adaptive limit): its gate is made here, without asking the subclass.
     _template: bool
@@ -345,6 +350,8 @@ class KeyedBase:
         self._priorities = priorities
         self._jump_share = jump_share
         self._rate_limits = rate_limits
+        self._feasible = False
+        self._by_deadline = False
         self._template = True
         self._observers = Observers()
         self._observed = False
@@ -433,6 +440,8 @@ class KeyedBase:
         state = KeyState(
             self, key, max_running, max_waiting, self._priorities, self._jump_share, self._rate_limits
         )
+        state.feasible = self._feasible
+        state.by_deadline = self._by_deadline
         gate: GateBase = _NEW_GATE(_BOUNDED_GATE)  # what its constructor makes, around this state
         gate._setup(state, key_gate_name(self._prefix, key), bool(self._rate_limits))
         if self._loop is not None:  # binding a gate reads the loop's clock; its keys' share one loop

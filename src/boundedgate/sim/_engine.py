@@ -704,6 +704,8 @@ def simulate(
         name: The gate name the records carry (make it the real gate's to compare the two).
         feasible: Deadline-feasible admission, as ``BoundedGate(feasible=True)``: a request the
             recent pace says cannot start before its deadline is refused at arrival (``infeasible``).
+            With keys, each key's pace lasts the whole run, as in a ``KeyedGate(feasible=True)``
+            that keeps every key's gate (``keep_idle``).
         by_deadline: Each class's waiters start earliest deadline first, as
             ``BoundedGate(by_deadline=True)``.
 
