@@ -691,8 +691,8 @@ class GateState:
 
         ``max(now, resume) + n * recent_run / C``, where ``n`` is the completions it needs: the
         running excess over C, the queue ahead of it, and one for itself. The queue ahead is the
-        whole queue, or in deadline order the waiters due no later than ``deadline``. ``now``
-        before any run ended.
+        whole queue, or in deadline order the waiters due no later than ``deadline``. Before any
+        run has ended there is no pace: it is ``max(now, resume)``.
         """
         recent = self.recent_run_seconds
         start = now if self.paused_until == math.inf else max(now, self.paused_until)

@@ -118,8 +118,8 @@ class RedisKeyedGate:
     ``f"{name}/{key}"``: every process that gives the same ``name`` shares each key's limits, so a
     tenant's limit is the tenant's, not the tenant's times the number of workers. Admissions,
     refusals, errors and permits are those of the key's cluster gate (see docs/cluster.md, "Keys
-    across the cluster"). What a ``KeyedGate`` has and a cluster gate lacks (priorities) is
-    refused with the way out.
+    across the cluster"). What a ``KeyedGate`` has and a cluster gate lacks (priorities, deadline
+    order) is refused with the way out.
 
     Keys are ``str`` (they name the key's state in Redis, the same in every process): convert
     others yourself, ``str(tenant_id)``, so that two processes name a key alike. In this process a
