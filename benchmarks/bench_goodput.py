@@ -367,8 +367,11 @@ def mixed_budgets(jobs: Sequence[Request], seed: int = 7) -> list[Request]:
     return [replace(job, budget=(job.budget or 0.0) * draw.choice(MIXED_BUDGETS)) for job in jobs]
 
 
-def budgets_part() -> list[str]:
-    """A markdown table: the recommended configuration in arrival and in deadline order, on mixed budgets."""
+def budgets_part(seed: int = 7) -> list[str]:
+    """A markdown table: the recommended configuration in arrival and in deadline order, on mixed budgets.
+
+    ``seed`` draws the budgets.
+    """
     lines = [
         "| window | provider | timeout on time | arrival order / timeout | deadline order / timeout "
         "| deadline / arrival order |",
@@ -376,7 +379,7 @@ def budgets_part() -> list[str]:
     ]
     totals = [0, 0]
     for window in trace_windows():
-        jobs = mixed_budgets(window.requests)
+        jobs = mixed_budgets(window.requests, seed)
         k = load_capacity(window.requests, Provider(1))
         for name, provider in trace_providers(k, jobs):
             timeout = Client("timeout", jobs, k, None, on_deadline="cut")
