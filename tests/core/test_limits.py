@@ -157,15 +157,21 @@ def test_feasible_admission_refuses_what_cannot_start_before_its_deadline() -> N
     check_invariants(state, 1)
 
 
-@pytest.mark.parametrize("by_deadline", [False, True])
-def test_feasible_admission_in_deadline_order_counts_only_the_waiters_due_sooner(by_deadline: bool) -> None:
+def busy_at_a_pace_of_one_second(by_deadline: bool) -> tuple[GateState, Ticket]:
+    """A feasible gate of one slot whose recent runs took 1 s, its slot taken at 1 s: and the holder."""
     state = feasible_state(1, None)
     state.by_deadline = by_deadline
     first = ticket()
     state.arrive(first, 0)
-    state.release(first, 1)  # the recent pace: runs of 1 s
+    state.release(first, 1)
     holder = ticket()
-    state.arrive(holder, 1)  # the slot taken again
+    state.arrive(holder, 1)
+    return state, holder
+
+
+@pytest.mark.parametrize("by_deadline", [False, True])
+def test_feasible_admission_in_deadline_order_counts_only_the_waiters_due_sooner(by_deadline: bool) -> None:
+    state, holder = busy_at_a_pace_of_one_second(by_deadline)
     patient = [ticket(100) for _ in range(5)]
     for t in patient:
         state.arrive(t, 1)
@@ -184,13 +190,7 @@ def test_feasible_admission_in_deadline_order_counts_only_the_waiters_due_sooner
 
 @pytest.mark.parametrize(("due", "kept"), [(4.8, False), (5.5, True)])
 def test_in_deadline_order_an_arrival_keeps_the_waiters_room_for_a_long_run(due: float, kept: bool) -> None:
-    state = feasible_state(1, None)
-    state.by_deadline = True
-    first = ticket()
-    state.arrive(first, 0)
-    state.release(first, 1)  # the recent pace: runs of 1 s
-    holder = ticket()
-    state.arrive(holder, 1)
+    state, holder = busy_at_a_pace_of_one_second(by_deadline=True)
     waiter = ticket(due)  # it starts by 2, and a long run (2 s) ends at 4: it fits
     state.arrive(waiter, 1)
     assert waiter.status is Status.QUEUED
