@@ -50,8 +50,13 @@ recommended configuration with its queue in arrival order (the default) and in d
 (``BoundedGate(by_deadline=True)``), beside ``semaphore+timeout``. With one budget the two orders
 are the same.
 
+Another replays each window with its K halved over its busiest 100 s, coming back after them or
+staying halved to the end: the recommended configuration beside ``semaphore+timeout``, with the
+answers on time in the 20 s after K came back and how long the recommended configuration's C took
+to be back at K.
+
 Run: ``PYTHONPATH=src python benchmarks/bench_goodput.py`` (``--synthetic``, ``--traces``,
-``--summary`` or ``--budgets`` for one part alone).
+``--summary``, ``--budgets`` or ``--recovery`` for one part alone).
 
 The contenders and the sweep are ``boundedgate.sim.compare_admission``'s, which
 ``boundedgate plan --provider`` prints for any traffic and provider.
@@ -72,6 +77,7 @@ from boundedgate import Adaptive
 from boundedgate.sim import (
     Bursts,
     Client,
+    ClientResult,
     Comparison,
     Contender,
     Job,
@@ -401,6 +407,58 @@ def budgets_part(seed: int = 7) -> list[str]:
     return lines
 
 
+def _climbed_back(limits: Sequence[tuple[float, int]], since: float, k: int) -> float | None:
+    """Seconds from ``since`` until C was back at ``k`` (None: not before the run ended)."""
+    c = next((c for t, c in reversed(limits) if t <= since), k)
+    if c >= k:
+        return 0.0
+    return next((t - since for t, c in limits if t > since and c >= k), None)
+
+
+def recovery_part() -> list[str]:
+    """A markdown table: each window's K halves over its busiest 100 s, and comes back or does not.
+
+    The recommended configuration beside ``semaphore+timeout``, from each start offset: on time
+    where K comes back (the benchmark's moving provider), the answers on time in the 20 s after it
+    came back and how long C took to be back at K, then on time where K stays halved to the end.
+    """
+    lines = [
+        "| window | offset | K back: recommended / timeout "
+        "| on time in the 20 s after: recommended / timeout | C back at K after "
+        "| K stays halved: recommended / timeout |",
+        "|---|---|---|---|---|---|",
+    ]
+    for window in trace_windows():
+        k = load_capacity(window.requests, Provider(1))
+        for offset in OFFSETS:
+            jobs = from_offset(window.requests, offset)
+            start = busiest_stretch(jobs)
+            back = start + HALVED_SECONDS
+            ours, theirs = _against_timeout(jobs, Provider(steps(k, (start, k / 2), (back, k))), k)
+            stays = _against_timeout(jobs, Provider(steps(k, (start, k / 2))), k)
+            after = [sum(back <= t < back + 20 for t in result.on_time_at) for result in (ours, theirs)]
+            climbed = _climbed_back(ours.limits, back, k)
+            cells = [
+                _on_time_ratio(ours, theirs),
+                f"{after[0]} / {after[1]}",
+                "-" if climbed is None else f"{climbed:.1f} s",
+                _on_time_ratio(*stays),
+            ]
+            lines.append(f"| {window.name} | {offset} s | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _against_timeout(jobs: list[Request], provider: Provider, k: int) -> tuple[ClientResult, ClientResult]:
+    """The recommended configuration's run and ``semaphore+timeout``'s, each alone, C = ``k``."""
+    recommended = Client("recommended", jobs, k, None, Adaptive(ceiling=k), True, on_deadline="cut")
+    timeout = Client("timeout", jobs, k, None, on_deadline="cut")
+    return simulate_provider([recommended], provider)[0], simulate_provider([timeout], provider)[0]
+
+
+def _on_time_ratio(ours: ClientResult, theirs: ClientResult) -> str:
+    return f"{ours.on_time} / {theirs.on_time} = {ours.on_time / theirs.on_time:.3f}"
+
+
 def synthetic_part() -> list[str]:
     """The three synthetic scenarios."""
     jobs = demo_traffic()
@@ -425,9 +483,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     part.add_argument("--traces", action="store_true", help="the production-trace windows alone")
     part.add_argument("--summary", action="store_true", help="the production traces' summary alone")
     part.add_argument("--budgets", action="store_true", help="the traces with mixed budgets alone")
+    part.add_argument("--recovery", action="store_true", help="K halving, then back or not, alone")
     args = parser.parse_args(argv)
     began = time.perf_counter()
-    every = not (args.synthetic or args.traces or args.summary or args.budgets)
+    every = not (args.synthetic or args.traces or args.summary or args.budgets or args.recovery)
     if every or args.synthetic:
         print("\n".join(synthetic_part()))
     if every or args.traces:
@@ -442,6 +501,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(["", *summary_part()]))
     if every or args.budgets:
         print("\n".join(["", *budgets_part()]))
+    if every or args.recovery:
+        print("\n".join(["", *recovery_part()]))
     print(f"({time.perf_counter() - began:.1f}s)")
     return 0
 

@@ -90,3 +90,21 @@ def test_deadline_order_answers_more_on_time_where_budgets_are_mixed(seed: int) 
     # for a long run, up to 6 %), and behind it on fewer runs than arrival order.
     assert min(deadline) >= 0.985
     assert sum(r < 1 for r in deadline) < sum(r < 1 for r in arrival)
+
+
+def test_the_bursty_code_window_loses_only_while_C_climbs_back() -> None:
+    # benchmarks/bench_goodput.py --recovery, as docs/adaptive.md reports it: where K halves and
+    # comes back, the recommended configuration trails the timeout on the bursty code window in the
+    # 20 s after K came back, while its C climbs back; where K stays halved, it is well ahead there.
+    replaying()
+    table = sys.modules["bench_goodput"].recovery_part()
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table[2:]]
+    assert len(rows) == 3 * len({row[0] for row in rows})
+    for row in rows:
+        if row[0] != "code bursty":
+            continue
+        ours, theirs = (int(n) for n in row[3].split(" / "))
+        assert ours < theirs, row
+        assert float(row[4].removesuffix(" s")) >= 5.0, row
+    stays_on_code = [float(row[5].split(" = ")[1]) for row in rows if row[0].startswith("code")]
+    assert min(stays_on_code) >= 1.15
