@@ -13,8 +13,9 @@ the same decision core); the table gives both and the real run's ratio to the pr
 
 What may differ: events of the same instant, which asyncio and the simulator may take in different
 orders (many 529s at once, where K is short from the first instant); and a decision on the edge
-(a start that just fits before its deadline), since looptime's clock counts whole microseconds and
-the simulator's is a float: a call or two.
+(a start that just fits before its deadline), since looptime's times are whole ticks over a
+million and the simulator's are sums of floats, so one run time can differ in its last bit and move
+the recent pace by an ulp: a call or two.
 
 Run: ``PYTHONPATH=src python benchmarks/replay_traces.py`` (a few seconds); with ``--real-time``,
 the same on a plain asyncio loop and the wall clock, every run at once (five minutes).

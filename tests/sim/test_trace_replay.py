@@ -61,9 +61,10 @@ def test_the_real_gate_answers_what_the_simulator_predicts(
     assert sum(outcomes.values()) == len(requests)
     assert real.refused_by_provider == outcomes["529"]  # every 529 reached its caller
     assert abs(outcomes["on time"] - simulated.on_time) <= 0.02 * simulated.on_time
-    # Call for call, within two calls: looptime's clock counts whole microseconds, the simulator's
-    # is a float, and a decision on the edge (a start that just fits before its deadline, by a
-    # recent pace a few ulps apart) can go either way. But where K is short from the first instant:
+    # Call for call, within two calls: looptime's times are whole ticks over a million, the
+    # simulator's sums of floats, so a run time can differ in its last bit, and a decision on the
+    # edge (a start that just fits before its deadline, by a recent pace a few ulps apart) can go
+    # either way. But where K is short from the first instant:
     # there many calls meet a 529 at the same instants, which asyncio and the simulator take in
     # different orders.
     if provider.k(0) >= provider.k(10**6):
